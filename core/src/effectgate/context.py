@@ -1,0 +1,114 @@
+"""Who is calling, who is approving, and what a tool is told when it runs.
+
+Every field here is set by the application or the adapter from its own state (the session, the
+authenticated user, the originating user message). None of it comes from model output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+
+@dataclass(frozen=True, kw_only=True)
+class CallContext:
+    """The identity of one call, built by the backend.
+
+    `origin_message_id` is the id of the user message that started this turn; together with the
+    session, tool and subject it forms the intent key, so a replay of that message finds the same
+    approval. `tool_call_id` is kept for the audit only and never used as a key.
+    """
+
+    session_id: str
+    origin_message_id: str
+    user_id: str
+    agent_id: str
+    run_id: str = ""
+    tool_call_id: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("session_id", "origin_message_id", "user_id", "agent_id"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"CallContext.{name} must be a non-empty string")
+
+    def as_record(self) -> dict[str, str | None]:
+        return {
+            "session_id": self.session_id,
+            "origin_message_id": self.origin_message_id,
+            "user_id": self.user_id,
+            "agent_id": self.agent_id,
+            "run_id": self.run_id,
+            "tool_call_id": self.tool_call_id,
+        }
+
+
+@dataclass(frozen=True)
+class Approver:
+    """A person deciding; the application authenticates them and vouches for the role."""
+
+    id: str
+    role: str
+
+    def __post_init__(self) -> None:
+        if not self.id or not self.role:
+            raise ValueError("Approver needs a non-empty id and role")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolContext:
+    """Handed to a tool that declares a parameter of this type.
+
+    `idempotency_key` is derived from the approval (id + version) for gated calls and from the
+    write's dedupe key for writes; pass it downstream (`idempotency_headers`) so that the provider
+    itself refuses a second effect for the same intent.
+    """
+
+    idempotency_key: str
+    call: CallContext
+    approval_id: str | None = None
+    version: int | None = None
+    attempt: int = 1
+
+
+class _HasHeaders(Protocol):
+    @property
+    def headers(self) -> MutableMapping[str, str]: ...
+
+
+def idempotency_headers(tool_context: ToolContext) -> dict[str, str]:
+    """The `Idempotency-Key` header for a downstream request."""
+    return {"Idempotency-Key": tool_context.idempotency_key}
+
+
+R = TypeVar("R", bound=_HasHeaders)
+
+
+def set_idempotency_key(request: R, tool_context: ToolContext) -> R:
+    """Set `Idempotency-Key` on an httpx (or any headers-bearing) request and return it."""
+    request.headers["Idempotency-Key"] = tool_context.idempotency_key
+    return request
+
+
+@dataclass(frozen=True, kw_only=True)
+class SubjectEntry:
+    """Another approval of the same tool on the same subject, for business checks and cards."""
+
+    approval_id: str
+    status: str
+    version: int
+    args: Mapping[str, Any]
+    created_at: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Confirmation:
+    """What a `confirm` check sees: the caller, and the subject's other approvals of this tool."""
+
+    call: CallContext
+    history: Sequence[SubjectEntry] = field(default_factory=tuple[SubjectEntry, ...])
+
+    def committed(self) -> list[SubjectEntry]:
+        """Approvals of this tool on this subject that were approved or executed."""
+        return [e for e in self.history if e.status in ("approved", "executed")]

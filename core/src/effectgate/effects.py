@@ -1,0 +1,106 @@
+"""Effect classes, reversibility, and the policy that says which classes need a person.
+
+Other taxonomies map onto ours with `Effect.from_label`:
+
+| their word                                   | our class     |
+|----------------------------------------------|---------------|
+| read, read_only, readonly, safe, low, query  | READ          |
+| write, draft, reversible, medium, update     | WRITE         |
+| send, external, notify, bulk                 | SEND          |
+| money, high, financial, payment, spend       | MONEY         |
+| destructive, critical, delete, irreversible  | DESTRUCTIVE   |
+
+"bulk" maps to SEND; the bulk threshold itself is an escalation rule on the row
+(`Escalate.count_above("to", 500, role="marketing_lead")`), because it depends on the arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class Effect(StrEnum):
+    """What a tool does to the world, from harmless to irreversible."""
+
+    READ = "read"
+    WRITE = "write"
+    SEND = "send"
+    MONEY = "money"
+    DESTRUCTIVE = "destructive"
+
+    @classmethod
+    def from_label(cls, label: str) -> Effect:
+        """Map a word from another taxonomy onto an effect class (see the module table)."""
+        key = label.strip().lower().replace("-", "_").replace(" ", "_")
+        try:
+            return _LABELS[key]
+        except KeyError:
+            known = ", ".join(sorted(_LABELS))
+            raise ValueError(f"unknown effect label {label!r}; known labels: {known}") from None
+
+
+_LABELS: dict[str, Effect] = {
+    **dict.fromkeys(["read", "read_only", "readonly", "safe", "low", "query"], Effect.READ),
+    **dict.fromkeys(["write", "draft", "reversible", "medium", "update"], Effect.WRITE),
+    **dict.fromkeys(["send", "external", "notify", "bulk"], Effect.SEND),
+    **dict.fromkeys(["money", "high", "financial", "payment", "spend"], Effect.MONEY),
+    **dict.fromkeys(["destructive", "critical", "delete", "irreversible"], Effect.DESTRUCTIVE),
+}
+
+
+class Reversibility(StrEnum):
+    """How an effect can be undone; shown to the approver on the card."""
+
+    REVERSIBLE = "reversible"
+    COMPENSABLE = "compensable"
+    IRREVERSIBLE = "irreversible"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Policy:
+    """Which effect classes run on their own, and the limits on the ones that do not.
+
+    The default is the one every deployment starts from: read and write are autonomous, send,
+    money and destructive wait for a person, destructive needs two distinct approvers, a grant
+    token lives 300 s, a pending approval expires after 24 h (never auto-approved), and a session
+    holds at most 20 pending approvals. A stricter deployment narrows it explicitly.
+
+    `role_grants` lets a senior role approve for a junior one: `{"finance_lead": {"finance"}}`.
+    """
+
+    autonomous: frozenset[Effect] = frozenset({Effect.READ, Effect.WRITE})
+    double_confirmation: frozenset[Effect] = frozenset({Effect.DESTRUCTIVE})
+    token_ttl: float = 300.0
+    pending_ttl: float = 24 * 3600.0
+    max_pending_per_session: int = 20
+    lease_seconds: float = 60.0
+    read_retries: int = 3
+    retry_backoff: float = 0.05
+    role_grants: Mapping[str, frozenset[str]] = field(default_factory=dict[str, frozenset[str]])
+
+    def __post_init__(self) -> None:
+        if Effect.READ not in self.autonomous:
+            raise ValueError("a policy cannot gate reads: READ must stay autonomous")
+        for name in ("token_ttl", "pending_ttl", "lease_seconds"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"Policy.{name} must be positive")
+        if self.max_pending_per_session < 1:
+            raise ValueError("Policy.max_pending_per_session must be at least 1")
+        if self.read_retries < 0:
+            raise ValueError("Policy.read_retries cannot be negative")
+
+    def gates(self, effect: Effect) -> bool:
+        """True when calls of this class wait for an approval."""
+        return effect not in self.autonomous
+
+    def approvals_needed(self, effect: Effect) -> int:
+        """How many distinct approvers a call of this class needs (0 when autonomous)."""
+        if not self.gates(effect):
+            return 0
+        return 2 if effect in self.double_confirmation else 1
+
+    def role_satisfies(self, held: str, required: str) -> bool:
+        """True when an approver holding `held` may decide for `required`."""
+        return held == required or required in self.role_grants.get(held, frozenset())

@@ -1,0 +1,202 @@
+"""Every public error of effectgate, under one root, split by who is at fault.
+
+- `TableError`: the developer who wrote the effect table (a row is missing a field).
+- `ArgumentError`: the arguments themselves (NaN, an integer out of range); the gate turns these
+  into an `Invalid` outcome for the model, so they only escape from the low-level helpers.
+- `ApprovalError`: the approver or the approving application (stale version, wrong role, expired).
+- `TokenError`: whoever presents a grant token (expired, used, forged, mismatched arguments).
+- `IdempotencyError`: the state of an operation key (conflict, in progress, needs reconciliation).
+- `StoreError`: the database (schema version, missing driver).
+
+Control-flow outcomes (a call waiting for approval, a refusal) are values, not errors.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+
+class EffectGateError(Exception):
+    """The root of every error effectgate raises on purpose."""
+
+
+class TableError(EffectGateError, ValueError):
+    """An effect-table row is incomplete or inconsistent; names the tool and the field."""
+
+    def __init__(self, tool: str, field: str, message: str) -> None:
+        self.tool = tool
+        self.field = field
+        super().__init__(f"tool {tool!r}: {field}: {message}")
+
+
+class ArgumentError(EffectGateError, ValueError):
+    """Arguments cannot be frozen (NaN, Infinity, an integer JSON cannot carry exactly)."""
+
+    def __init__(self, pointer: str, message: str) -> None:
+        self.pointer = pointer
+        super().__init__(f"{pointer or '/'}: {message}")
+
+
+class PolicyViolation(EffectGateError):
+    """A request breaks the deployment's policy or a business check; nothing changed."""
+
+    def __init__(self, message: str, *, code: str = "policy") -> None:
+        self.code = code
+        super().__init__(message)
+
+
+class ConfirmFailed(PolicyViolation):
+    """A tool's `confirm` check refused the approval (e.g. the refund exceeds the balance)."""
+
+    def __init__(self, tool: str, reason: str) -> None:
+        self.tool = tool
+        self.reason = reason
+        super().__init__(f"{tool}: confirm check failed: {reason}", code="confirm_failed")
+
+
+class ApprovalError(EffectGateError):
+    """Root of the errors an approver can cause. Nothing changed when one is raised."""
+
+    def __init__(self, approval_id: str, message: str) -> None:
+        self.approval_id = approval_id
+        super().__init__(message)
+
+
+class UnknownApproval(ApprovalError, LookupError):
+    """No approval has this id."""
+
+    def __init__(self, approval_id: str) -> None:
+        super().__init__(approval_id, f"no approval {approval_id!r}")
+
+
+class StaleApproval(ApprovalError):
+    """The decision names a version that is no longer current."""
+
+    def __init__(self, approval_id: str, given: int, current: int) -> None:
+        self.given = given
+        self.current = current
+        super().__init__(
+            approval_id,
+            f"approval {approval_id} is at version {current}; version {given} is stale",
+        )
+
+
+class WrongApprover(ApprovalError):
+    """The approver's role does not match the required role, or they already approved."""
+
+    def __init__(self, approval_id: str, message: str) -> None:
+        super().__init__(approval_id, message)
+
+
+class ApprovalExpired(ApprovalError):
+    """The approval's deadline passed; it is never auto-approved."""
+
+    def __init__(self, approval_id: str) -> None:
+        super().__init__(approval_id, f"approval {approval_id} has expired")
+
+
+class AlreadyDecided(ApprovalError):
+    """The approval is no longer pending (approved, denied, executed or rejected)."""
+
+    def __init__(self, approval_id: str, status: str) -> None:
+        self.status = status
+        super().__init__(approval_id, f"approval {approval_id} is {status}, not pending")
+
+
+TokenReason = Literal["malformed", "forged", "unknown_key", "expired", "used", "mismatch", "revoked"]
+
+
+class TokenError(EffectGateError):
+    """A grant token was refused; `reason` says why. Nothing ran."""
+
+    def __init__(self, reason: TokenReason, message: str) -> None:
+        self.reason: TokenReason = reason
+        super().__init__(f"{reason}: {message}")
+
+
+class IdempotencyError(EffectGateError):
+    """Root of the errors about one operation key."""
+
+    def __init__(self, key: str, message: str) -> None:
+        self.key = key
+        super().__init__(message)
+
+
+class IdempotencyConflict(IdempotencyError):
+    """The key was used before with a different payload."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key, f"key {key} was used with a different payload")
+
+
+class InProgress(IdempotencyError):
+    """Another worker holds a live lease on this key."""
+
+    def __init__(self, key: str, owner: str | None) -> None:
+        self.owner = owner
+        super().__init__(key, f"key {key} is in progress (lease held by {owner})")
+
+
+class NeedsReconciliation(IdempotencyError):
+    """The outcome is unknown; a person or a `reconcile` hook must settle it. Never re-run blindly."""
+
+    def __init__(self, key: str, reason: str, *, provider_ref: str | None = None) -> None:
+        self.reason = reason
+        self.provider_ref = provider_ref
+        super().__init__(key, f"key {key} needs reconciliation: {reason}")
+
+
+class LeaseLost(IdempotencyError):
+    """A worker tried to complete a key whose lease it no longer holds (fencing)."""
+
+    def __init__(self, key: str, owner: str) -> None:
+        super().__init__(key, f"key {key}: lease is not held by {owner}")
+
+
+class StoreError(EffectGateError):
+    """The database is unreachable, of the wrong schema version, or not set up."""
+
+
+class MissingDependency(EffectGateError, ImportError):
+    """An optional dependency is not installed; the message carries the install command."""
+
+    def __init__(self, package: str, extra: str) -> None:
+        self.package = package
+        self.extra = extra
+        super().__init__(f'{package} is not installed: pip install "effectgate[{extra}]"')
+
+
+class OutcomeUnknown(EffectGateError):
+    """Raised by a tool when it cannot tell whether its effect happened (timeout, lost reply).
+
+    The gate records `needs_reconciliation` instead of `failed` and never re-runs on its own.
+    """
+
+    def __init__(self, message: str, *, provider_ref: str | None = None) -> None:
+        self.provider_ref = provider_ref
+        super().__init__(message)
+
+
+__all__ = [
+    "AlreadyDecided",
+    "ApprovalError",
+    "ApprovalExpired",
+    "ArgumentError",
+    "ConfirmFailed",
+    "EffectGateError",
+    "IdempotencyConflict",
+    "IdempotencyError",
+    "InProgress",
+    "LeaseLost",
+    "MissingDependency",
+    "NeedsReconciliation",
+    "OutcomeUnknown",
+    "PolicyViolation",
+    "StaleApproval",
+    "StoreError",
+    "TableError",
+    "TokenError",
+    "TokenReason",
+    "UnknownApproval",
+    "WrongApprover",
+]

@@ -1,0 +1,532 @@
+"""EffectGate: the one state machine between a model's tool calls and the tools.
+
+Routing is a function of the table row and the arguments, never of model text:
+
+- read: validate, check scope, run (transient errors retried with backoff), log.
+- write: validate, check scope, run once per (session, tool, origin message, args hash),
+  record the state before and after.
+- gated classes (send, money, destructive by default): freeze the arguments, register or find
+  the approval under the intent key, and return `Pending`. `approve` mints a single-use token
+  bound to the frozen hash; `execute` runs the tool exactly once with it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import _flow
+from ._clock import SYSTEM_CLOCK, Clock
+from ._execution import ExecutionMixin, context_of, exec_key
+from .canonical import args_hash, digest, key_of
+from .context import Approver, CallContext, Confirmation, SubjectEntry, ToolContext
+from .effects import Effect, Policy
+from .errors import (
+    AlreadyDecided,
+    ApprovalExpired,
+    ArgumentError,
+    ConfirmFailed,
+    InProgress,
+    NeedsReconciliation,
+    PolicyViolation,
+    StaleApproval,
+    StoreError,
+    UnknownApproval,
+    WrongApprover,
+)
+from .outcomes import Card, Executed, Grant, Invalid, Outcome, PartialApproval, Pending, Refused, RefusalCode
+from .stores.base import Stored
+from .stores.records import ApprovalRow
+from .stores.sql import SQLStore
+from .table import EffectTable, SchemaError, ToolSpec
+from .tokens import Keyring, token_hash
+
+ToolCallLike = tuple[str, Mapping[str, Any]] | tuple[str, Mapping[str, Any], str | None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReconciliationNotice:
+    """Sent to `on_needs_reconciliation`: who must look at which operation, and why."""
+
+    key: str
+    tool: str
+    reason: str
+    approval_id: str | None = None
+    approver_role: str | None = None
+    provider_ref: str | None = None
+
+
+class EffectGate(ExecutionMixin):
+    """Enforces an effect table over a store. Thread-safe; one per process is typical."""
+
+    def __init__(
+        self,
+        table: EffectTable,
+        store: SQLStore,
+        *,
+        policy: Policy | None = None,
+        keyring: Keyring | None = None,
+        clock: Clock | None = None,
+        ids: Callable[[], str] | None = None,
+        on_needs_reconciliation: Callable[[ReconciliationNotice], None] | None = None,
+        read_log_batch: int = 256,
+    ) -> None:
+        self.table = table
+        self.store = store
+        self.policy = policy or Policy()
+        for spec in table:
+            spec.check_policy(self.policy)
+        self.keyring = keyring or Keyring.from_env() or Keyring.generate()
+        self.clock = clock or store.clock or SYSTEM_CLOCK
+        self._ids = ids or (lambda: uuid.uuid4().hex)
+        self._notify = on_needs_reconciliation
+        self._read_log: list[dict[str, Any]] = []
+        self._read_log_lock = threading.Lock()
+        self._read_log_batch = max(1, read_log_batch)
+        if not store._ready:
+            try:
+                with store.reading() as conn:
+                    conn.exec_driver_sql("SELECT version FROM eg_schema_version")
+            except Exception as exc:
+                raise StoreError("the store has no effectgate schema: call store.setup() first") from exc
+
+    # -- lifecycle
+
+    def flush(self) -> None:
+        """Write buffered read records now (they are also written with every other transaction)."""
+        with self.store.transaction() as conn:
+            self._flush_into(conn)
+
+    def close(self) -> None:
+        self.flush()
+
+    def __enter__(self) -> EffectGate:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _flush_into(self, conn: Any) -> None:
+        with self._read_log_lock:
+            batch, self._read_log = self._read_log, []
+        self.store.append_events(conn, batch)
+
+    def _log_read(self, event: dict[str, Any]) -> None:
+        with self._read_log_lock:
+            self._read_log.append(event)
+            full = len(self._read_log) >= self._read_log_batch
+        if full:
+            self.flush()
+
+    def _event(self, kind: str, *, spec: ToolSpec | None = None, tool: str | None = None,
+               ctx: CallContext | None = None, row: ApprovalRow | None = None,
+               args_hash_: str | None = None, **detail: Any) -> dict[str, Any]:  # fmt: skip
+        event: dict[str, Any] = {"at": self.clock.now(), "kind": kind, "detail_json": detail,
+                                 "table_fingerprint": self.table.fingerprint}  # fmt: skip
+        if spec is not None:
+            event.update(tool=spec.name, effect=str(spec.effect), row_fingerprint=spec.fingerprint)
+        if tool is not None:
+            event["tool"] = tool
+        if row is not None:
+            event.update(approval_id=row.id, version=row.version, tool=row.tool, effect=row.effect,
+                         args_hash=row.args_hash, session_id=row.session_id, user_id=row.user_id,
+                         origin_message_id=row.origin_message_id, agent_id=row.agent_id, run_id=row.run_id)  # fmt: skip
+        if ctx is not None:
+            event.update(session_id=ctx.session_id, origin_message_id=ctx.origin_message_id,
+                         user_id=ctx.user_id, agent_id=ctx.agent_id, run_id=ctx.run_id)  # fmt: skip
+            if ctx.tool_call_id:
+                event["detail_json"] = {**detail, "tool_call_id": ctx.tool_call_id}
+        if args_hash_ is not None:
+            event["args_hash"] = args_hash_
+        return event
+
+    def _record(self, *events: dict[str, Any]) -> None:
+        with self.store.transaction() as conn:
+            self._flush_into(conn)
+            self.store.append_events(conn, list(events))
+
+    # -- calls
+
+    def call(self, name: str, args: Mapping[str, Any], ctx: CallContext) -> Outcome:
+        """Route one tool call: run it, or pause it for approval, or refuse it. See the module doc."""
+        return _flow.drive(self._call_flow(name, args, ctx))
+
+    async def acall(self, name: str, args: Mapping[str, Any], ctx: CallContext) -> Outcome:
+        return await _flow.adrive(self._call_flow(name, args, ctx))
+
+    def call_step(self, calls: Sequence[ToolCallLike], ctx: CallContext) -> list[Outcome]:
+        """One model step's calls. Two or more calls of one gated tool register none of them."""
+        return [_flow.drive(f) if f is not None else r for f, r in self._step(calls, ctx)]  # type: ignore[misc]
+
+    async def acall_step(self, calls: Sequence[ToolCallLike], ctx: CallContext) -> list[Outcome]:
+        return [await _flow.adrive(f) if f is not None else r for f, r in self._step(calls, ctx)]  # type: ignore[misc]
+
+    def _step(self, calls: Sequence[ToolCallLike], ctx: CallContext) -> list[tuple[Any, Outcome | None]]:
+        counts: dict[str, int] = {}
+        for call in calls:
+            counts[call[0]] = counts.get(call[0], 0) + 1
+        out: list[tuple[Any, Outcome | None]] = []
+        refusals: list[dict[str, Any]] = []
+        for call in calls:
+            name, args = call[0], call[1]
+            call_ctx = _with_call_id(ctx, call[2] if len(call) > 2 else None)  # type: ignore[misc]
+            spec = self.table.get(name)
+            if spec is not None and self.policy.gates(spec.effect) and counts[name] > 1:
+                message = (f"{counts[name]} calls of {name} in one step; none was registered. "
+                           f"Make one call with the arguments you intend.")  # fmt: skip
+                out.append((None, Refused(code="parallel_calls", message=message, tool=name)))
+                refusals.append(self._event("refused", spec=spec, ctx=call_ctx, code="parallel_calls"))
+            else:
+                out.append((self._call_flow(name, args, call_ctx), None))
+        if refusals:
+            self._record(*refusals)
+        return out
+
+    def _refuse(self, code: RefusalCode, message: str, name: str, ctx: CallContext,
+                spec: ToolSpec | None = None, approval_id: str | None = None) -> Refused:  # fmt: skip
+        self._record(self._event("refused", spec=spec, tool=name, ctx=ctx, code=code, message=message,
+                                 refused_approval=approval_id))  # fmt: skip
+        return Refused(code=code, message=message, tool=name, approval_id=approval_id)
+
+    def _call_flow(self, name: str, args: Mapping[str, Any], ctx: CallContext) -> _flow.Flow[Outcome]:
+        spec = self.table.get(name)
+        if spec is None:
+            return self._refuse("unknown_tool", f"{name!r} is not a tool in the effect table", name, ctx)
+        if not self.table.allowed(ctx.agent_id, name):
+            return self._refuse("not_allowed", f"agent {ctx.agent_id!r} may not call {name}", name, ctx, spec)
+        invalid = self._validate(spec, args)
+        if invalid is not None:
+            self._record(self._event("invalid", spec=spec, ctx=ctx, errors=[e.__dict__ for e in invalid.errors]))
+            return invalid
+        frozen = args_hash(name, args)
+        if self.policy.gates(spec.effect):
+            return self._propose(spec, args, frozen, ctx)
+        if not self._in_scope(spec, args, ctx):
+            return self._refuse("out_of_scope", f"{name}: the caller may not access this subject", name, ctx, spec)
+        if spec.effect is Effect.READ:
+            return (yield from self._read(spec, args, frozen, ctx))
+        return (yield from self._write(spec, args, frozen, ctx))
+
+    @staticmethod
+    def _validate(spec: ToolSpec, args: Any) -> Invalid | None:
+        if not isinstance(args, Mapping):
+            return Invalid(tool=spec.name, errors=(SchemaError("", "arguments must be a JSON object"),))
+        errors = spec.validate(dict(args))
+        if not errors:
+            try:
+                args_hash(spec.name, args)
+            except ArgumentError as exc:
+                errors = [SchemaError(exc.pointer, str(exc).split(": ", 1)[-1])]
+        return Invalid(tool=spec.name, errors=tuple(errors)) if errors else None
+
+    @staticmethod
+    def _in_scope(spec: ToolSpec, args: Mapping[str, Any], ctx: CallContext) -> bool:
+        if spec.scope is None:
+            return True
+        try:
+            return bool(spec.scope(args, ctx))
+        except Exception:  # a check that cannot decide denies
+            return False
+
+    def _read(self, spec: ToolSpec, args: Mapping[str, Any], frozen: str, ctx: CallContext) -> _flow.Flow[Outcome]:
+        attempt = 0
+        while True:
+            try:
+                result = yield _flow.Invoke(spec.fn, args)
+                break
+            except spec.transient as exc:
+                attempt += 1
+                if attempt > self.policy.read_retries:
+                    self._log_read(self._event("read_failed", spec=spec, ctx=ctx, args_hash_=frozen,
+                                               attempts=attempt, error=repr(exc)))  # fmt: skip
+                    raise
+                self.clock.sleep(self.policy.retry_backoff * 2 ** (attempt - 1))
+        self._log_read(self._event("read", spec=spec, ctx=ctx, args_hash_=frozen, attempts=attempt + 1))
+        return Executed(tool=spec.name, result=result)
+
+    def _write(self, spec: ToolSpec, args: Mapping[str, Any], frozen: str, ctx: CallContext) -> _flow.Flow[Outcome]:
+        key = "w_" + key_of("write", ctx.session_id, spec.name, ctx.origin_message_id, frozen)
+        try:
+            claim = self.store.claim(key, frozen, lease_seconds=self.policy.lease_seconds)
+        except InProgress:
+            return self._refuse("in_progress", f"{spec.name}: the same write is running now", spec.name, ctx, spec)
+        except NeedsReconciliation as exc:
+            return self._refuse("needs_reconciliation", str(exc), spec.name, ctx, spec)
+        if isinstance(claim, Stored):
+            self._record(self._event("replay", spec=spec, ctx=ctx, args_hash_=frozen, key=key))
+            return Executed(tool=spec.name, result=claim.result, replay=True, idempotency_key=key)
+        tool_context = ToolContext(idempotency_key=key, call=ctx, attempt=claim.attempt)
+        result = yield from self._run_claimed(
+            spec, args, frozen, ctx, key=key, owner=claim.owner, tool_context=tool_context, row=None
+        )
+        return result
+
+    # -- gated calls: proposal, replay, amendment
+
+    def _propose(self, spec: ToolSpec, args: Mapping[str, Any], frozen: str, ctx: CallContext) -> Outcome:
+        subject = spec.subject_of(args)
+        subject_key = digest({"subject": subject}) if subject is not None else f"args:{frozen}"
+        intent = key_of("intent", ctx.session_id, spec.name, ctx.origin_message_id,
+                        subject if subject is not None else dict(args))  # fmt: skip
+        role, notes = spec.role_for(args)
+        assert role is not None  # check_policy guarantees a role for every gated row
+        now = self.clock.now()
+        with self.store.transaction() as conn:
+            self.store.lock(conn, f"session:{ctx.session_id}")
+            self.store.lock(conn, f"subject:{subject_key}")
+            self._flush_into(conn)
+            self._expire_due(conn, session_id=ctx.session_id)
+            existing = self.store.approval_for_key(conn, intent)
+            if existing is not None and existing.status != "pending":
+                return self._replayed(conn, existing, frozen, ctx)
+            if existing is None and not self._in_scope(spec, args, ctx):
+                row = self._new_row(spec, args, frozen, ctx, subject, subject_key, role, notes, now, status="rejected")
+                row.reason = "out of scope: the caller may not act on this subject"
+                self.store.insert_approval(conn, row)
+                self.store.add_key(conn, intent, row.id, 1, ctx.origin_message_id)
+                self.store.append_events(conn, [self._event("rejected", row=row, spec=spec, code="out_of_scope")])
+                return Refused(code="out_of_scope", message=f"{spec.name}: {row.reason}", tool=spec.name, approval_id=row.id)
+            pending = existing or self.store.pending_in_session(conn, ctx.session_id, spec.name, subject_key)
+            if pending is not None:
+                return self._amend(conn, spec, pending, args, frozen, ctx, intent, role, notes, replay=existing is not None)
+            busy = self.store.in_flight_elsewhere(conn, subject_key, ctx.session_id)
+            if busy is not None:
+                message = (f"{spec.name}: approval {busy.id} ({busy.tool}) is already in flight on "
+                           f"this subject from another session")  # fmt: skip
+                self.store.append_events(conn, [self._event("refused", spec=spec, ctx=ctx, code="subject_busy", busy=busy.id)])
+                return Refused(code="subject_busy", message=message, tool=spec.name, approval_id=busy.id)
+            if self.store.count_pending(conn, ctx.session_id) >= self.policy.max_pending_per_session:
+                self.store.append_events(conn, [self._event("refused", spec=spec, ctx=ctx, code="too_many_pending")])
+                message = f"this session already has {self.policy.max_pending_per_session} approvals waiting"
+                return Refused(code="too_many_pending", message=message, tool=spec.name)
+            reason = self._confirm(conn, spec, args, ctx, subject_key, exclude=None)
+            if reason is not None:
+                self.store.append_events(conn, [self._event("refused", spec=spec, ctx=ctx, code="confirm_failed", reason=reason)])
+                return Refused(code="confirm_failed", message=f"{spec.name}: {reason}", tool=spec.name)
+            row = self._new_row(spec, args, frozen, ctx, subject, subject_key, role, notes, now, status="pending")
+            self.store.insert_approval(conn, row)
+            self.store.add_key(conn, intent, row.id, 1, ctx.origin_message_id)
+            self.store.append_events(conn, [self._event("proposed", row=row, spec=spec)])
+            return Pending(approval_id=row.id, version=1, card=Card.from_record(row))
+
+    def _new_row(self, spec: ToolSpec, args: Mapping[str, Any], frozen: str, ctx: CallContext,
+                 subject: dict[str, Any] | None, subject_key: str, role: str, notes: list[str],
+                 now: float, *, status: str) -> ApprovalRow:  # fmt: skip
+        return ApprovalRow(
+            id=self._ids(), session_id=ctx.session_id, origin_message_id=ctx.origin_message_id,
+            user_id=ctx.user_id, agent_id=ctx.agent_id, run_id=ctx.run_id, tool=spec.name,
+            effect=str(spec.effect), reversibility=str(spec.reversibility), owner=spec.owner,
+            subject_key=subject_key, subject_json=json.dumps(subject) if subject is not None else None,
+            args_json=json.dumps(dict(args), sort_keys=True), args_hash=frozen, approver_role=role,
+            notes_json=json.dumps(notes), approvals_required=self.policy.approvals_needed(spec.effect),
+            status=status, version=1, created_at=now, updated_at=now,
+            expires_at=now + self.policy.pending_ttl, row_fingerprint=spec.fingerprint,
+            table_fingerprint=self.table.fingerprint, has_confirm=spec.confirm is not None,
+        )  # fmt: skip
+
+    def _amend(self, conn: Any, spec: ToolSpec, row: ApprovalRow, args: Mapping[str, Any], frozen: str,
+               ctx: CallContext, intent: str, role: str, notes: list[str], *, replay: bool) -> Outcome:  # fmt: skip
+        if row.args_hash == frozen:
+            if not replay:
+                self.store.add_key(conn, intent, row.id, row.version, ctx.origin_message_id)
+            self.store.append_events(conn, [self._event("replay", row=row, ctx=ctx)])
+            return Pending(approval_id=row.id, version=row.version, card=self._card(conn, row), replay=True)
+        reason = self._confirm(conn, spec, args, ctx, row.subject_key, exclude=row.id)
+        if reason is not None:
+            self.store.append_events(conn, [self._event("refused", spec=spec, ctx=ctx, code="confirm_failed", reason=reason)])
+            return Refused(code="confirm_failed", message=f"{spec.name}: {reason}", tool=spec.name, approval_id=row.id)
+        now = self.clock.now()
+        values = {"version": row.version + 1, "args_json": json.dumps(dict(args), sort_keys=True),
+                  "args_hash": frozen, "approver_role": role, "notes_json": json.dumps(notes),
+                  "updated_at": now, "expires_at": now + self.policy.pending_ttl,
+                  "row_fingerprint": spec.fingerprint, "table_fingerprint": self.table.fingerprint,
+                  "origin_message_id": ctx.origin_message_id}  # fmt: skip
+        if not self.store.update_approval(conn, row.id, expect_status=["pending"], expect_version=row.version, values=values):
+            raise StaleApproval(row.id, row.version, row.version + 1)  # pragma: no cover - locked
+        self.store.add_key(conn, intent, row.id, row.version + 1, ctx.origin_message_id)
+        updated = self.store.approval(conn, row.id)
+        assert updated is not None
+        self.store.append_events(conn, [self._event("amended", row=updated, previous_hash=row.args_hash)])
+        return Pending(approval_id=row.id, version=updated.version, card=Card.from_record(updated))
+
+    def _replayed(self, conn: Any, row: ApprovalRow, frozen: str, ctx: CallContext) -> Outcome:
+        """The intent key found a decided approval: answer as before, never a second one."""
+        self.store.append_events(conn, [self._event("replay", row=row, ctx=ctx, status=row.status)])
+        same = row.args_hash == frozen
+        if row.status == "rejected":
+            return Refused(code="out_of_scope", message=f"{row.tool}: {row.reason}", tool=row.tool, approval_id=row.id)
+        if row.status == "denied":
+            return Refused(code="denied", message=f"{row.tool} was denied: {row.reason}", tool=row.tool, approval_id=row.id)
+        if row.status == "expired":
+            return Refused(code="expired", message=f"approval {row.id} for {row.tool} expired undecided",
+                           tool=row.tool, approval_id=row.id)  # fmt: skip
+        if not same:
+            return Refused(code="intent_conflict", tool=row.tool, approval_id=row.id, message=(
+                f"this message already produced {row.tool} approval {row.id} ({row.status}) with "
+                "other arguments; send a new message for a new request"))  # fmt: skip
+        if row.status == "executed":
+            record = self.store._load(conn, exec_key(row))
+            result = record.result if record is not None else None
+            return Executed(tool=row.tool, result=result, replay=True, approval_id=row.id,
+                            version=row.version, idempotency_key=exec_key(row))  # fmt: skip
+        return Pending(approval_id=row.id, version=row.version, card=self._card(conn, row), status=row.status, replay=True)
+
+    def _confirm(self, conn: Any, spec: ToolSpec, args: Mapping[str, Any], ctx: CallContext,
+                 subject_key: str, *, exclude: str | None) -> str | None:  # fmt: skip
+        if spec.confirm is None:
+            return None
+        history = tuple(
+            SubjectEntry(approval_id=r.id, status=r.status, version=r.version, args=json.loads(r.args_json),
+                         created_at=r.created_at)  # fmt: skip
+            for r in self.store.subject_history(conn, spec.name, subject_key, exclude)
+        )
+        try:
+            return spec.confirm(args, Confirmation(call=ctx, history=history))
+        except Exception as exc:  # a check that cannot decide refuses
+            return f"confirm check raised {type(exc).__name__}: {exc}"
+
+    def _expire_due(self, conn: Any, *, session_id: str | None = None, approval_id: str | None = None) -> None:
+        now = self.clock.now()
+        for row in self.store.approvals_due(conn, now, session_id=session_id, approval_id=approval_id):
+            if self.store.update_approval(conn, row.id, expect_status=["pending"], values={"status": "expired", "updated_at": now}):
+                self.store.append_events(conn, [self._event("expired", row=row)])
+
+    def expire(self) -> None:
+        """Mark every pending approval past its deadline as expired (also done lazily)."""
+        with self.store.transaction() as conn:
+            self._expire_due(conn)
+
+    def _card(self, conn: Any, row: ApprovalRow) -> Card:
+        given = sum(1 for d in self.store.decisions(conn, row.id, row.version) if d.decision == "approve")
+        return Card.from_record(row, approvals_given=given)
+
+    def card(self, approval_id: str) -> Card:
+        with self.store.reading() as conn:
+            row = self.store.approval(conn, approval_id)
+            if row is None:
+                raise UnknownApproval(approval_id)
+            return self._card(conn, row)
+
+    def pending(self, *, role: str | None = None, session_id: str | None = None) -> list[Card]:
+        """Approvals waiting for a decision, newest first."""
+        self.expire()
+        with self.store.reading() as conn:
+            return [self._card(conn, r) for r in self.store.approvals(status="pending", role=role, session_id=session_id)]
+
+    # -- decisions
+
+    def approve(self, approval_id: str, *, version: int, approver: Approver) -> Grant | PartialApproval:
+        """Approve one version. Checks role (after escalation), version, expiry, and re-runs
+        `scope` and `confirm`. Returns a `Grant`, or a `PartialApproval` when a second, distinct
+        approver is still needed. Raises an `ApprovalError` and changes nothing otherwise."""
+        expired = False
+        with self.store.transaction() as conn:
+            row = self._decidable(conn, approval_id, approver)
+            if row is None:
+                expired = True
+            else:
+                if version != row.version:
+                    raise StaleApproval(approval_id, version, row.version)
+                spec = self._current_spec(row)
+                decisions = [d for d in self.store.decisions(conn, row.id, row.version) if d.decision == "approve"]
+                if any(d.approver_id == approver.id for d in decisions):
+                    raise WrongApprover(approval_id, f"{approver.id} already approved; a second, distinct approver is needed")
+                ctx = context_of(row)
+                args = json.loads(row.args_json)
+                if not self._in_scope(spec, args, ctx):
+                    raise PolicyViolation(f"{row.tool}: the caller is no longer in scope for this subject", code="out_of_scope")
+                reason = self._confirm(conn, spec, args, ctx, row.subject_key, exclude=row.id)
+                if reason is not None:
+                    raise ConfirmFailed(row.tool, reason)
+                self.store.add_decision(conn, approval_id=row.id, version=row.version, approver_id=approver.id,
+                                        role=approver.role, decision="approve")  # fmt: skip
+                if len(decisions) + 1 < row.approvals_required:
+                    self.store.append_events(conn, [self._event("approved_partial", row=row, approver=approver.id)])
+                    return PartialApproval(approval_id=row.id, version=row.version,
+                                           approvals=len(decisions) + 1, required=row.approvals_required)  # fmt: skip
+                now = self.clock.now()
+                expires = now + self.policy.token_ttl
+                token = self.keyring.mint(approval_id=row.id, version=row.version, args_hash=row.args_hash, expires_at=expires)
+                values = {"status": "approved", "decided_at": now, "updated_at": now, "token_hash": token_hash(token),
+                          "token_kid": self.keyring.current, "token_expires_at": expires}  # fmt: skip
+                if not self.store.update_approval(conn, row.id, expect_status=["pending"], expect_version=row.version, values=values):
+                    raise StaleApproval(approval_id, version, row.version)  # pragma: no cover - locked
+                self.store.append_events(conn, [self._event("approved", row=row, approver=approver.id, role=approver.role),
+                                                self._event("token_minted", row=row, kid=self.keyring.current, expires_at=expires)])  # fmt: skip
+                return Grant(approval_id=row.id, version=row.version, token=token, expires_at=expires)
+        assert expired
+        raise ApprovalExpired(approval_id)
+
+    def deny(self, approval_id: str, *, approver: Approver, reason: str, version: int | None = None) -> Refused:
+        """Close a pending (or approved, not yet executed) approval; the model will be told why."""
+        if not reason or not reason.strip():
+            raise PolicyViolation("a denial needs a reason the model can be told")
+        with self.store.transaction() as conn:
+            row = self._decidable(conn, approval_id, approver, allow=("pending", "approved"))
+            if row is None:
+                raise_expired = True
+            else:
+                raise_expired = False
+                if version is not None and version != row.version:
+                    raise StaleApproval(approval_id, version, row.version)
+                now = self.clock.now()
+                self.store.add_decision(conn, approval_id=row.id, version=row.version, approver_id=approver.id,
+                                        role=approver.role, decision="deny", reason=reason)  # fmt: skip
+                if not self.store.update_approval(conn, row.id, expect_status=["pending", "approved"],
+                                                  values={"status": "denied", "reason": reason, "decided_at": now, "updated_at": now}):  # fmt: skip
+                    raise AlreadyDecided(approval_id, "executing")  # pragma: no cover - locked
+                self.store.append_events(conn, [self._event("denied", row=row, approver=approver.id, reason=reason)])
+        if raise_expired:
+            raise ApprovalExpired(approval_id)
+        return Refused(code="denied", message=f"{row.tool} was denied: {reason}", tool=row.tool, approval_id=approval_id)
+
+    def _decidable(self, conn: Any, approval_id: str, approver: Approver,
+                   allow: tuple[str, ...] = ("pending",)) -> ApprovalRow | None:  # fmt: skip
+        """The row if `approver` may decide it now; None if it just expired (marked so)."""
+        row = self.store.approval(conn, approval_id)
+        if row is None:
+            raise UnknownApproval(approval_id)
+        self.store.lock(conn, f"subject:{row.subject_key}")
+        if row.status == "pending" and row.expires_at <= self.clock.now():
+            self._expire_due(conn, approval_id=approval_id)
+            return None
+        if row.status not in allow:
+            if row.status == "expired":
+                raise ApprovalExpired(approval_id)
+            raise AlreadyDecided(approval_id, row.status)
+        if not self.policy.role_satisfies(approver.role, row.approver_role):
+            raise WrongApprover(approval_id, f"{row.tool} needs role {row.approver_role}; {approver.id} holds {approver.role}")
+        return row
+
+    def _current_spec(self, row: ApprovalRow) -> ToolSpec:
+        spec = self.table.get(row.tool)
+        if spec is None:
+            raise PolicyViolation(f"{row.tool} is no longer in the effect table", code="reclassified")
+        if spec.fingerprint != row.row_fingerprint:
+            raise PolicyViolation(f"{row.tool} changed in the effect table since this approval was proposed; "
+                                  "it needs a fresh proposal", code="reclassified")  # fmt: skip
+        return spec
+
+    # -- async twins of the decision API (store work off the event loop)
+
+    async def aapprove(self, approval_id: str, *, version: int, approver: Approver) -> Grant | PartialApproval:
+        import asyncio
+
+        return await asyncio.to_thread(lambda: self.approve(approval_id, version=version, approver=approver))
+
+    async def adeny(self, approval_id: str, *, approver: Approver, reason: str, version: int | None = None) -> Refused:
+        import asyncio
+
+        return await asyncio.to_thread(lambda: self.deny(approval_id, approver=approver, reason=reason, version=version))
+
+
+def _with_call_id(ctx: CallContext, call_id: str | None) -> CallContext:
+    if call_id is None:
+        return ctx
+    import dataclasses
+
+    return dataclasses.replace(ctx, tool_call_id=call_id)

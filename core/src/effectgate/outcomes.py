@@ -1,0 +1,181 @@
+"""What a call, an approval or an execution returns: values, not exceptions.
+
+`gate.call` returns one of `Executed`, `Pending`, `Refused`, `Invalid`; each has a `for_model()`
+sentence an adapter can hand back to the model, and none of them is built from model text.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .stores.records import ApprovalRow
+from .table import SchemaError
+
+RefusalCode = Literal[
+    "unknown_tool",
+    "not_allowed",
+    "out_of_scope",
+    "parallel_calls",
+    "subject_busy",
+    "too_many_pending",
+    "confirm_failed",
+    "denied",
+    "expired",
+    "intent_conflict",
+    "needs_reconciliation",
+    "in_progress",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Card:
+    """What an approver sees, built only from the stored approval record."""
+
+    approval_id: str
+    version: int
+    status: str
+    tool: str
+    effect: str
+    reversibility: str
+    args: Mapping[str, Any]
+    args_hash: str
+    subject: Mapping[str, Any] | None
+    approver_role: str
+    notes: Sequence[str]
+    approvals_required: int
+    approvals_given: int
+    owner: str | None
+    session_id: str
+    user_id: str
+    created_at: float
+    expires_at: float
+
+    @classmethod
+    def from_record(cls, row: ApprovalRow, *, approvals_given: int = 0) -> Card:
+        return cls(
+            approval_id=row.id, version=row.version, status=row.status, tool=row.tool,
+            effect=row.effect, reversibility=row.reversibility, args=json.loads(row.args_json),
+            args_hash=row.args_hash, subject=json.loads(row.subject_json) if row.subject_json else None,
+            approver_role=row.approver_role, notes=tuple(json.loads(row.notes_json)),
+            approvals_required=row.approvals_required, approvals_given=approvals_given,
+            owner=row.owner, session_id=row.session_id, user_id=row.user_id,
+            created_at=row.created_at, expires_at=row.expires_at,
+        )  # fmt: skip
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "approval_id": self.approval_id, "version": self.version, "status": self.status,
+            "tool": self.tool, "effect": self.effect, "reversibility": self.reversibility,
+            "args": dict(self.args), "args_hash": self.args_hash,
+            "subject": dict(self.subject) if self.subject is not None else None,
+            "approver_role": self.approver_role, "notes": list(self.notes),
+            "approvals_required": self.approvals_required, "approvals_given": self.approvals_given,
+            "owner": self.owner, "session_id": self.session_id, "user_id": self.user_id,
+            "created_at": self.created_at, "expires_at": self.expires_at,
+        }  # fmt: skip
+
+    def render(self) -> str:
+        """A plain-text card (used where no richer surface is available)."""
+        lines = [
+            f"{self.tool}  [{self.effect}, {self.reversibility}]  approval {self.approval_id} v{self.version}",
+            f"status: {self.status}   approver role: {self.approver_role}"
+            f"   approvals: {self.approvals_given} of {self.approvals_required}",
+            f"subject: {json.dumps(self.subject, sort_keys=True) if self.subject else '-'}",
+            "arguments:",
+            *("  " + line for line in json.dumps(dict(self.args), indent=2, sort_keys=True).splitlines()),
+            f"args sha256: {self.args_hash}",
+            *(f"note: {n}" for n in self.notes),
+        ]
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Executed:
+    """The tool ran (or, with `replay=True`, had already run and this is its stored result)."""
+
+    tool: str
+    result: Any
+    replay: bool = False
+    approval_id: str | None = None
+    version: int | None = None
+    idempotency_key: str | None = None
+    before: Any = None
+    after: Any = None
+
+    def for_model(self) -> str:
+        return self.result if isinstance(self.result, str) else json.dumps(self.result, default=str)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pending:
+    """The call waits for a person. `status` is "approved" when a grant exists but it has not run."""
+
+    approval_id: str
+    version: int
+    card: Card
+    status: str = "pending"
+    replay: bool = False
+
+    def for_model(self) -> str:
+        return (
+            f"{self.card.tool} needs approval by {self.card.approver_role} "
+            f"(approval {self.approval_id}, version {self.version}); it has not run."
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Refused:
+    """The call does not run. `code` is for programs, `message` for the model and people."""
+
+    code: RefusalCode
+    message: str
+    tool: str
+    approval_id: str | None = None
+
+    def for_model(self) -> str:
+        return f"Refused ({self.code}): {self.message}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Invalid:
+    """The arguments do not fit the tool's schema; nothing ran. The model can correct the call."""
+
+    tool: str
+    errors: Sequence[SchemaError] = field(default_factory=tuple[SchemaError, ...])
+
+    @property
+    def message(self) -> str:
+        return "; ".join(f"{e.pointer or '/'}: {e.message}" for e in self.errors)
+
+    def for_model(self) -> str:
+        return f"Invalid arguments for {self.tool}: {self.message}. Correct them and call again."
+
+
+Outcome = Executed | Pending | Refused | Invalid
+
+
+@dataclass(frozen=True, kw_only=True)
+class Grant:
+    """A single-use token for one approval version; present it to `gate.execute`."""
+
+    approval_id: str
+    version: int
+    token: str
+    expires_at: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class PartialApproval:
+    """Recorded, but not enough: a destructive call needs another, distinct approver."""
+
+    approval_id: str
+    version: int
+    approvals: int
+    required: int
+
+    @property
+    def message(self) -> str:
+        return f"{self.approvals} of {self.required} approvals; a second, distinct approver is needed"

@@ -1,0 +1,277 @@
+"""The idempotency store's semantics. Backends implement four small atomic primitives.
+
+A record moves through:
+
+    (absent) --claim--> in_progress --complete(owner)--> succeeded
+                              |  \\--fail(owner)--------> failed --claim--> in_progress (retry)
+                              |  \\--unknown outcome----> needs_reconciliation
+                              \\--lease expired, claimed again--> needs_reconciliation (default)
+
+- Same key and payload after success: the stored result, nothing runs (`Stored`).
+- Same key, different payload: `IdempotencyConflict`. A live lease: `InProgress`.
+- Completing needs the lease owner (fencing): a worker whose lease was taken over gets `LeaseLost`.
+- An unknown outcome is never `failed` and never re-run silently; it waits for `resolve`
+  (the provider says it happened) or `release` (the provider says it never saw the key).
+- A record is never deleted when the wrapped function raises: the next retry would repeat it.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import pydantic_core
+from sqlalchemy.engine import Connection
+
+from .._clock import SYSTEM_CLOCK, Clock
+from ..errors import (
+    IdempotencyConflict,
+    InProgress,
+    LeaseLost,
+    NeedsReconciliation,
+    OutcomeUnknown,
+    StoreError,
+)
+
+Status = Literal["in_progress", "succeeded", "failed", "needs_reconciliation"]
+
+
+def to_json(value: Any) -> str:
+    """JSON text of a result; pydantic models, dataclasses and datetimes included."""
+    return pydantic_core.to_json(value).decode()
+
+
+def from_json(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+@dataclass(frozen=True, kw_only=True)
+class IdempotencyRecord:
+    key: str
+    payload_hash: str
+    status: Status
+    lease_owner: str | None
+    lease_expires_at: float | None
+    result: Any
+    error: str | None
+    provider_ref: str | None
+    attempts: int
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """This worker holds the lease: run, then `complete` or `fail` with `owner`."""
+
+    key: str
+    owner: str
+    attempt: int
+
+
+@dataclass(frozen=True)
+class Stored:
+    """The operation already succeeded; here is its stored result. Nothing ran."""
+
+    record: IdempotencyRecord
+
+    @property
+    def result(self) -> Any:
+        return self.record.result
+
+
+ExpiredLease = Literal["reconcile", "reclaim"]
+
+
+class IdempotencyStore(ABC):
+    """Exactly-once execution keyed by an operation key. Usable on its own."""
+
+    clock: Clock = SYSTEM_CLOCK
+
+    # -- primitives a backend implements (each one statement, inside the caller's transaction)
+
+    @abstractmethod
+    def transaction(self) -> AbstractContextManager[Connection]:
+        """A write transaction; commits on success, rolls back on error."""
+
+    @abstractmethod
+    def _insert_claim(self, conn: Connection, values: dict[str, Any]) -> bool:
+        """Insert the in_progress record unless the key exists; True if this call inserted it."""
+
+    @abstractmethod
+    def _load(self, conn: Connection, key: str) -> IdempotencyRecord | None: ...
+
+    @abstractmethod
+    def _transition(
+        self,
+        conn: Connection,
+        key: str,
+        *,
+        from_status: tuple[Status, ...],
+        owner: str | None = None,
+        lease_expired_before: float | None = None,
+        values: dict[str, Any],
+    ) -> bool:
+        """Update the record only if it is in one of `from_status` (and held by `owner`, and its
+        lease expired before the given time, when given); True if a row changed."""
+
+    # -- semantics
+
+    def _tx(self, conn: Connection | None) -> AbstractContextManager[Connection]:
+        return _Reuse(conn) if conn is not None else self.transaction()
+
+    def get(self, key: str) -> IdempotencyRecord | None:
+        with self.transaction() as conn:
+            return self._load(conn, key)
+
+    def claim(
+        self,
+        key: str,
+        payload_hash: str,
+        *,
+        owner: str | None = None,
+        lease_seconds: float = 60.0,
+        on_expired_lease: ExpiredLease = "reconcile",
+        conn: Connection | None = None,
+    ) -> Claimed | Stored:
+        """Take the lease on `key`, or return the stored result; see the module docstring.
+
+        `on_expired_lease="reconcile"` (the default, for anything with effects): a lease that
+        expired while in flight means the outcome is unknown, so the record becomes
+        needs_reconciliation and `NeedsReconciliation` is raised. `"reclaim"`: take it over
+        (only for operations that are safe to repeat).
+        """
+        owner = owner or uuid.uuid4().hex
+        now = self.clock.now()
+        lease = {"lease_owner": owner, "lease_expires_at": now + lease_seconds, "updated_at": now}
+        with self._tx(conn) as c:
+            values = {"key": key, "payload_hash": payload_hash, "status": "in_progress",
+                      "attempts": 1, "created_at": now, **lease}  # fmt: skip
+            if self._insert_claim(c, values):
+                return Claimed(key, owner, 1)
+            record = self._load(c, key)
+            if record is None:  # pragma: no cover - a row that conflicted cannot vanish
+                raise StoreError(f"idempotency record {key} vanished during the claim")
+            if record.payload_hash != payload_hash:
+                raise IdempotencyConflict(key)
+            if record.status == "succeeded":
+                return Stored(record)
+            if record.status == "needs_reconciliation":
+                raise NeedsReconciliation(key, record.error or "outcome unknown", provider_ref=record.provider_ref)
+            retry = {**lease, "status": "in_progress", "attempts": record.attempts + 1, "error": None}
+            if record.status == "failed":
+                if self._transition(c, key, from_status=("failed",), values=retry):
+                    return Claimed(key, owner, record.attempts + 1)
+                raise InProgress(key, None)  # pragma: no cover - lost a race inside one tx
+            # in_progress
+            if record.lease_expires_at is not None and record.lease_expires_at > now:
+                raise InProgress(key, record.lease_owner)
+            if on_expired_lease == "reclaim":
+                if self._transition(c, key, from_status=("in_progress",), lease_expired_before=now, values=retry):
+                    return Claimed(key, owner, record.attempts + 1)
+                raise InProgress(key, None)  # pragma: no cover
+            reason = f"lease of {record.lease_owner} expired while in flight"
+            self._transition(c, key, from_status=("in_progress",), lease_expired_before=now,
+                             values={"status": "needs_reconciliation", "error": reason, "updated_at": now})  # fmt: skip
+        raise NeedsReconciliation(key, reason, provider_ref=record.provider_ref)
+
+    def complete(
+        self, key: str, owner: str, result: Any, *, provider_ref: str | None = None,
+        conn: Connection | None = None,
+    ) -> IdempotencyRecord:  # fmt: skip
+        """Store the result; the lease owner only (also settles a reconciliation it caused)."""
+        now = self.clock.now()
+        values = {"status": "succeeded", "result_json": to_json(result), "updated_at": now,
+                  "lease_expires_at": None, "error": None}  # fmt: skip
+        if provider_ref is not None:
+            values["provider_ref"] = provider_ref
+        with self._tx(conn) as c:
+            if not self._transition(c, key, from_status=("in_progress", "needs_reconciliation"), owner=owner, values=values):
+                raise LeaseLost(key, owner)
+            record = self._load(c, key)
+        assert record is not None
+        return record
+
+    def fail(self, key: str, owner: str, error: str, *, conn: Connection | None = None) -> None:
+        """A definite failure: nothing happened downstream; the same key may be claimed again."""
+        now = self.clock.now()
+        values = {"status": "failed", "error": error, "updated_at": now, "lease_expires_at": None}
+        with self._tx(conn) as c:
+            if not self._transition(c, key, from_status=("in_progress",), owner=owner, values=values):
+                raise LeaseLost(key, owner)
+
+    def mark_needs_reconciliation(
+        self, key: str, owner: str, reason: str, *, provider_ref: str | None = None,
+        conn: Connection | None = None,
+    ) -> None:  # fmt: skip
+        """The outcome is unknown (timeout, lost reply): park it for reconciliation."""
+        now = self.clock.now()
+        values: dict[str, Any] = {"status": "needs_reconciliation", "error": reason, "updated_at": now}
+        if provider_ref is not None:
+            values["provider_ref"] = provider_ref
+        with self._tx(conn) as c:
+            if not self._transition(c, key, from_status=("in_progress",), owner=owner, values=values):
+                raise LeaseLost(key, owner)
+
+    def set_provider_ref(self, key: str, owner: str, provider_ref: str) -> None:
+        """Persist the provider's reference (e.g. a 202 processing id) while still in flight."""
+        with self.transaction() as c:
+            if not self._transition(c, key, from_status=("in_progress",), owner=owner,
+                                    values={"provider_ref": provider_ref, "updated_at": self.clock.now()}):  # fmt: skip
+                raise LeaseLost(key, owner)
+
+    def resolve(self, key: str, result: Any, *, provider_ref: str | None = None,
+                conn: Connection | None = None) -> IdempotencyRecord:  # fmt: skip
+        """Reconciliation found the effect happened: the record succeeds with `result`."""
+        now = self.clock.now()
+        values = {"status": "succeeded", "result_json": to_json(result), "updated_at": now, "error": None}
+        if provider_ref is not None:
+            values["provider_ref"] = provider_ref
+        with self._tx(conn) as c:
+            if not self._transition(c, key, from_status=("needs_reconciliation",), values=values):
+                raise StoreError(f"key {key} is not awaiting reconciliation")
+            record = self._load(c, key)
+        assert record is not None
+        return record
+
+    def release(self, key: str, reason: str, *, conn: Connection | None = None) -> None:
+        """Reconciliation found the provider never saw the key: it may run again, same key."""
+        values = {"status": "failed", "error": reason, "updated_at": self.clock.now()}
+        with self._tx(conn) as c:
+            if not self._transition(c, key, from_status=("needs_reconciliation",), values=values):
+                raise StoreError(f"key {key} is not awaiting reconciliation")
+
+    def run(
+        self, key: str, payload_hash: str, fn: Callable[[], Any], *, lease_seconds: float = 60.0
+    ) -> Any:
+        """Run `fn` at most once for `key`: claim, run, complete; or return the stored result."""
+        claim = self.claim(key, payload_hash, lease_seconds=lease_seconds)
+        if isinstance(claim, Stored):
+            return claim.result
+        try:
+            result = fn()
+        except OutcomeUnknown as exc:
+            self.mark_needs_reconciliation(key, claim.owner, str(exc), provider_ref=exc.provider_ref)
+            raise NeedsReconciliation(key, str(exc), provider_ref=exc.provider_ref) from exc
+        except Exception as exc:
+            self.fail(key, claim.owner, f"{type(exc).__name__}: {exc}")
+            raise
+        return self.complete(key, claim.owner, result).result
+
+
+class _Reuse(AbstractContextManager[Connection]):
+    """Run inside a transaction the caller already opened."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+
+    def __enter__(self) -> Connection:
+        return self._conn
+
+    def __exit__(self, *exc: object) -> None:
+        return None

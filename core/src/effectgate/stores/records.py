@@ -1,0 +1,144 @@
+"""The tables, as SQLModel classes. Times are float seconds since the epoch (see _dialect.py).
+
+Append-only: `eg_events`, `eg_decisions`, `eg_executions` (the dialect installs triggers that
+refuse UPDATE and DELETE on them). Mutable state: `eg_approvals` (status, version, token hash),
+`eg_intent_keys` (insert-only mapping of keys to approvals) and `eg_idempotency`.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Column, Index, Text
+from sqlmodel import Field, SQLModel
+
+SCHEMA_VERSION = 1
+
+
+class SchemaVersionRow(SQLModel, table=True):
+    __tablename__ = "eg_schema_version"
+    id: int = Field(default=1, primary_key=True)
+    version: int
+    applied_at: float
+
+
+class ApprovalRow(SQLModel, table=True):
+    __tablename__ = "eg_approvals"
+    __table_args__ = (
+        Index("eg_approvals_session_subject", "session_id", "tool", "subject_key", "status"),
+        Index("eg_approvals_subject_status", "subject_key", "status"),
+        Index("eg_approvals_status_created", "status", "created_at"),
+    )
+    id: str = Field(primary_key=True)
+    session_id: str
+    origin_message_id: str
+    user_id: str
+    agent_id: str
+    run_id: str = ""
+    tool: str
+    effect: str
+    reversibility: str
+    owner: str | None = None
+    subject_key: str
+    subject_json: str | None = Field(default=None, sa_column=Column(Text))
+    args_json: str = Field(sa_column=Column(Text, nullable=False))
+    args_hash: str
+    approver_role: str
+    notes_json: str = Field(default="[]", sa_column=Column(Text, nullable=False))
+    approvals_required: int
+    status: str
+    version: int = 1
+    created_at: float
+    updated_at: float
+    expires_at: float
+    decided_at: float | None = None
+    reason: str | None = Field(default=None, sa_column=Column(Text))
+    row_fingerprint: str
+    table_fingerprint: str
+    has_confirm: bool = False
+    token_hash: str | None = None
+    token_kid: str | None = None
+    token_expires_at: float | None = None
+    token_used_at: float | None = None
+
+
+class IntentKeyRow(SQLModel, table=True):
+    __tablename__ = "eg_intent_keys"
+    key: str = Field(primary_key=True)
+    approval_id: str = Field(index=True)
+    version: int
+    origin_message_id: str
+    created_at: float
+
+
+class DecisionRow(SQLModel, table=True):
+    __tablename__ = "eg_decisions"
+    id: int | None = Field(default=None, primary_key=True)
+    approval_id: str = Field(index=True)
+    version: int
+    approver_id: str
+    role: str
+    decision: str
+    reason: str | None = Field(default=None, sa_column=Column(Text))
+    at: float
+
+
+class EventRow(SQLModel, table=True):
+    __tablename__ = "eg_events"
+    id: int | None = Field(default=None, primary_key=True)
+    at: float
+    kind: str = Field(index=True)
+    approval_id: str | None = Field(default=None, index=True)
+    version: int | None = None
+    tool: str | None = None
+    effect: str | None = None
+    args_hash: str | None = None
+    session_id: str | None = None
+    origin_message_id: str | None = None
+    user_id: str | None = None
+    agent_id: str | None = None
+    run_id: str | None = None
+    table_fingerprint: str | None = None
+    row_fingerprint: str | None = None
+    detail_json: str = Field(default="{}", sa_column=Column(Text, nullable=False))
+
+
+class ExecutionRow(SQLModel, table=True):
+    __tablename__ = "eg_executions"
+    id: int | None = Field(default=None, primary_key=True)
+    at: float
+    approval_id: str | None = Field(default=None, index=True)
+    version: int | None = None
+    tool: str
+    effect: str
+    args_hash: str
+    args_json: str = Field(sa_column=Column(Text, nullable=False))
+    idempotency_key: str
+    status: str
+    session_id: str
+    origin_message_id: str
+    user_id: str
+    agent_id: str
+    run_id: str = ""
+    table_fingerprint: str
+    row_fingerprint: str
+    before_json: str | None = Field(default=None, sa_column=Column(Text))
+    after_json: str | None = Field(default=None, sa_column=Column(Text))
+    result_json: str | None = Field(default=None, sa_column=Column(Text))
+    error: str | None = Field(default=None, sa_column=Column(Text))
+
+
+class IdempotencyRow(SQLModel, table=True):
+    __tablename__ = "eg_idempotency"
+    key: str = Field(primary_key=True)
+    payload_hash: str
+    status: str
+    lease_owner: str | None = None
+    lease_expires_at: float | None = None
+    result_json: str | None = Field(default=None, sa_column=Column(Text))
+    error: str | None = Field(default=None, sa_column=Column(Text))
+    provider_ref: str | None = None
+    attempts: int = 1
+    created_at: float
+    updated_at: float
+
+
+APPEND_ONLY = ("eg_events", "eg_decisions", "eg_executions")

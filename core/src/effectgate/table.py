@@ -1,0 +1,438 @@
+"""The effect table: one row per tool, the agents' allowlists, and the table's fingerprint.
+
+A row says what a tool does (`effect`), who must approve it (`approver_role`), which argument
+names the thing it acts on (`subject`), and the checks around it (`scope`, `confirm`, `escalate`).
+The table is deny-by-default: a tool that is not a row, or not on the calling agent's allowlist,
+does not run.
+"""
+
+from __future__ import annotations
+
+import inspect
+import tomllib
+import typing
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import fastjsonschema  # type: ignore[import-untyped]
+import jsonschema
+import pydantic
+
+from .canonical import digest
+from .context import CallContext, Confirmation, ToolContext
+from .effects import Effect, Policy, Reversibility
+from .errors import TableError
+
+ScopeCheck = Callable[[Mapping[str, Any], CallContext], bool]
+ConfirmCheck = Callable[[Mapping[str, Any], Confirmation], str | None]
+Snapshot = Callable[[Mapping[str, Any]], Any]
+Reconcile = Callable[[str], "Reconciled"]
+
+
+@dataclass(frozen=True)
+class Reconciled:
+    """What a tool's `reconcile(key)` learned from the provider.
+
+    `found=True` with a `result`: the effect happened; the record completes with it.
+    `found=False`: the provider never saw the key; the call may run again with the same key.
+    `None` from `reconcile` itself means the provider cannot tell either; the record stays.
+    """
+
+    found: bool
+    result: Any = None
+    provider_ref: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Escalate:
+    """An argument-dependent rule that raises the approver role; the first matching rule wins.
+
+    Build one with `Escalate.above("amount", 100000, role="finance_lead")`,
+    `Escalate.count_above("to", 500, role="marketing_lead", note="bulk send")`, or
+    `Escalate.when(predicate, role=..., note=...)` for anything else.
+    """
+
+    role: str
+    note: str
+    predicate: Callable[[Mapping[str, Any]], bool]
+    rule: Mapping[str, Any]
+    describe: Callable[[Mapping[str, Any]], str] | None = None
+
+    @classmethod
+    def above(cls, arg: str, limit: int | float, *, role: str, note: str = "") -> Escalate:
+        def over(args: Mapping[str, Any]) -> bool:
+            value = args.get(arg)
+            return isinstance(value, int | float) and value > limit
+
+        return cls(
+            role=role,
+            note=note or f"{arg} above {limit}",
+            predicate=over,
+            rule={"arg": arg, "above": limit},
+            describe=lambda args: f"{arg} = {args.get(arg)} (> {limit})",
+        )
+
+    @classmethod
+    def count_above(cls, arg: str, limit: int, *, role: str, note: str = "") -> Escalate:
+        def count(args: Mapping[str, Any]) -> int:
+            value = args.get(arg)
+            if isinstance(value, str):
+                return 1
+            return len(value) if isinstance(value, Sequence) else 0
+
+        return cls(
+            role=role,
+            note=note or f"more than {limit} {arg}",
+            predicate=lambda args: count(args) > limit,
+            rule={"arg": arg, "count_above": limit},
+            describe=lambda args: f"{arg}: {count(args)} (> {limit})",
+        )
+
+    @classmethod
+    def when(
+        cls, predicate: Callable[[Mapping[str, Any]], bool], *, role: str, note: str
+    ) -> Escalate:
+        return cls(role=role, note=note, predicate=predicate, rule={"when": _qualname(predicate)})
+
+    @classmethod
+    def from_rule(cls, rule: Mapping[str, Any], bindings: Mapping[str, Callable[..., Any]]) -> Escalate:
+        """Build a rule from its TOML form: {arg, above | count_above, role, note} or {when, role}."""
+        role = rule.get("role")
+        if not isinstance(role, str) or not role:
+            raise ValueError(f"escalation rule {dict(rule)} needs a role")
+        note = str(rule.get("note", ""))
+        if "above" in rule:
+            return cls.above(str(rule["arg"]), rule["above"], role=role, note=note)
+        if "count_above" in rule:
+            return cls.count_above(str(rule["arg"]), int(rule["count_above"]), role=role, note=note)
+        if "when" in rule:
+            name = str(rule["when"])
+            if name not in bindings:
+                raise ValueError(f"escalation predicate {name!r} is not bound")
+            return cls.when(bindings[name], role=role, note=note or name)
+        raise ValueError(f"escalation rule {dict(rule)} needs above, count_above or when")
+
+
+@dataclass(frozen=True)
+class SchemaError:
+    """One argument problem: where (a JSON pointer into the arguments) and what."""
+
+    pointer: str
+    message: str
+
+
+def _qualname(obj: object) -> str | None:
+    if obj is None:
+        return None
+    module = getattr(obj, "__module__", None) or ""
+    name = getattr(obj, "__qualname__", None) or type(obj).__qualname__
+    return f"{module}.{name}"
+
+
+def _context_params(fn: Callable[..., Any]) -> tuple[set[str], dict[str, Any]]:
+    """Names of parameters that receive a ToolContext, and the resolved hints."""
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:  # unresolvable forward references: fall back to raw annotations
+        hints = dict(getattr(fn, "__annotations__", {}))
+    names = {name for name, hint in hints.items() if hint is ToolContext}
+    return names, hints
+
+
+def derive_schema(name: str, fn: Callable[..., Any]) -> dict[str, Any]:
+    """A JSON schema for `fn`'s keyword arguments, from its type hints, extra arguments refused."""
+    context_names, hints = _context_params(fn)
+    fields: dict[str, Any] = {}
+    for param in inspect.signature(fn).parameters.values():
+        if param.name in context_names:
+            continue
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise TableError(name, "schema", "cannot derive a schema from *args/**kwargs; pass schema=")
+        hint = hints.get(param.name, Any)
+        default = ... if param.default is param.empty else param.default
+        fields[param.name] = (hint, default)
+    model = pydantic.create_model(  # type: ignore[call-overload]
+        f"{name}_args", __config__=pydantic.ConfigDict(extra="forbid"), **fields
+    )
+    schema: dict[str, Any] = model.model_json_schema()
+    schema.pop("title", None)
+    return schema
+
+
+def _compile(schema: Mapping[str, Any]) -> Callable[[Any], Any] | None:
+    try:
+        return fastjsonschema.compile(dict(schema))  # type: ignore[no-any-return]
+    except Exception:  # a construct the fast compiler lacks: the full validator alone decides
+        return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolSpec:
+    """One row of the effect table. See the module docstring and the README for each field."""
+
+    name: str
+    effect: Effect
+    fn: Callable[..., Any]
+    schema: Mapping[str, Any] | None = None
+    approver_role: str | None = None
+    owner: str | None = None
+    reversibility: Reversibility = Reversibility.IRREVERSIBLE
+    subject: tuple[str, ...] = ()
+    snapshot: Snapshot | None = None
+    scope: ScopeCheck | None = None
+    confirm: ConfirmCheck | None = None
+    escalate: tuple[Escalate, ...] = ()
+    transient: tuple[type[Exception], ...] = ()
+    unknown_outcome: tuple[type[Exception], ...] = ()
+    reconcile: Reconcile | None = None
+    description: str = ""
+    _derived: dict[str, Any] = field(
+        default_factory=dict[str, Any], init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise TableError(str(self.name), "name", "a tool needs a non-empty name")
+        if not isinstance(self.effect, Effect):  # a label from another taxonomy
+            if not isinstance(self.effect, str):
+                raise TableError(self.name, "effect", "every row needs an effect")
+            try:
+                set_(self, "effect", Effect.from_label(self.effect))
+            except ValueError as exc:
+                raise TableError(self.name, "effect", str(exc)) from exc
+        if not callable(self.fn):
+            raise TableError(self.name, "fn", "fn must be callable")
+        if isinstance(self.subject, str):
+            set_(self, "subject", (self.subject,))
+        if isinstance(self.reversibility, str):
+            set_(self, "reversibility", Reversibility(self.reversibility))
+        set_(self, "escalate", tuple(self.escalate))
+        if self.schema is None:
+            set_(self, "schema", derive_schema(self.name, self.fn))
+        schema = self.schema
+        if not isinstance(schema, Mapping) or schema.get("type") != "object":
+            raise TableError(self.name, "schema", 'the schema must be a JSON object schema ("type": "object")')
+        try:
+            jsonschema.Draft202012Validator.check_schema(dict(schema))
+        except jsonschema.SchemaError as exc:
+            raise TableError(self.name, "schema", f"not a valid JSON schema: {exc.message}") from exc
+        properties = schema.get("properties", {})
+        for arg in self.subject:
+            if arg not in properties:
+                raise TableError(self.name, "subject", f"{arg!r} is not an argument of the tool")
+        if not self.description:
+            set_(self, "description", inspect.getdoc(self.fn) or "")
+        self.check_policy(Policy())
+        context_names, _ = _context_params(self.fn)
+        self._derived["context_params"] = frozenset(context_names)
+        self._derived["validator"] = jsonschema.Draft202012Validator(dict(schema))
+        self._derived["fast"] = _compile(schema)
+
+    def check_policy(self, policy: Policy) -> None:
+        """Refuse a gated row (under this policy) that names no approver role."""
+        if policy.gates(self.effect) and not self.approver_role:
+            raise TableError(self.name, "approver_role", f"a {self.effect} tool needs an approver_role")
+
+    @property
+    def context_params(self) -> frozenset[str]:
+        return self._derived["context_params"]  # type: ignore[no-any-return]
+
+    def validate(self, args: Any) -> list[SchemaError]:
+        """Schema errors of `args` (an empty list when they are valid)."""
+        fast = self._derived["fast"]
+        if fast is not None:
+            try:
+                fast(args)
+                return []
+            except fastjsonschema.JsonSchemaException:
+                pass
+        validator: jsonschema.Draft202012Validator = self._derived["validator"]
+        errors = sorted(validator.iter_errors(args), key=lambda e: list(map(str, e.absolute_path)))
+        return [
+            SchemaError("".join(f"/{str(p).replace('~', '~0').replace('/', '~1')}" for p in e.absolute_path), e.message)
+            for e in errors
+        ]
+
+    def role_for(self, args: Mapping[str, Any]) -> tuple[str | None, list[str]]:
+        """The approver role after escalation, and the notes of the rule that matched."""
+        for rule in self.escalate:
+            if rule.predicate(args):
+                detail = rule.describe(args) if rule.describe else ""
+                return rule.role, [f"{rule.note}: {detail}" if detail else rule.note]
+        return self.approver_role, []
+
+    def subject_of(self, args: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The aggregate root this call acts on, e.g. {"order_id": "1042"}; None if undeclared."""
+        if not self.subject:
+            return None
+        return {arg: args.get(arg) for arg in self.subject}
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """sha256 of the row's canonical form: effect, roles, subject, schema, checks by name."""
+        return digest(self.canonical())
+
+    def canonical(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "effect": str(self.effect),
+            "reversibility": str(self.reversibility),
+            "approver_role": self.approver_role,
+            "owner": self.owner,
+            "subject": list(self.subject),
+            "schema": self.schema,
+            "escalate": [{"role": r.role, **r.rule} for r in self.escalate],
+            "fn": _qualname(self.fn),
+            "scope": _qualname(self.scope),
+            "confirm": _qualname(self.confirm),
+            "snapshot": _qualname(self.snapshot),
+        }
+
+
+class EffectTable:
+    """The registry of tools and of which agent may call which."""
+
+    def __init__(
+        self,
+        specs: Iterable[ToolSpec] = (),
+        *,
+        allow: Mapping[str, Iterable[str]] | None = None,
+    ) -> None:
+        self._specs: dict[str, ToolSpec] = {}
+        self._allow: dict[str, frozenset[str]] = {}
+        for spec in specs:
+            self.register(spec)
+        for agent, names in (allow or {}).items():
+            self.allow(agent, names)
+
+    def register(self, spec: ToolSpec) -> ToolSpec:
+        if spec.name in self._specs:
+            raise TableError(spec.name, "name", "a tool of this name is already registered")
+        self._specs[spec.name] = spec
+        self.__dict__.pop("fingerprint", None)
+        return spec
+
+    def allow(self, agent_id: str, names: Iterable[str]) -> None:
+        """Set the tools `agent_id` may call; each must already be a row of the table."""
+        wanted = frozenset(names)
+        for name in sorted(wanted - self._specs.keys()):
+            raise TableError(name, "allowlist", f"agent {agent_id!r} is allowed a tool the table does not have")
+        self._allow[agent_id] = wanted
+        self.__dict__.pop("fingerprint", None)
+
+    def allow_all(self, agent_id: str) -> None:
+        """Let `agent_id` call every tool registered so far."""
+        self.allow(agent_id, self._specs)
+
+    def get(self, name: str) -> ToolSpec | None:
+        return self._specs.get(name)
+
+    def __getitem__(self, name: str) -> ToolSpec:
+        return self._specs[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._specs
+
+    def __iter__(self) -> typing.Iterator[ToolSpec]:
+        return iter(self._specs.values())
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+    def allowed(self, agent_id: str, name: str) -> bool:
+        """Deny by default: an agent without an allowlist may call nothing."""
+        names = self._allow.get(agent_id)
+        return names is not None and name in names
+
+    def allowlist(self, agent_id: str) -> frozenset[str]:
+        return self._allow.get(agent_id, frozenset())
+
+    def replace(self, spec: ToolSpec) -> EffectTable:
+        """A copy of this table with one row replaced (e.g. a tool reclassified)."""
+        table = EffectTable([spec if s.name == spec.name else s for s in self._specs.values()])
+        for agent, names in self._allow.items():
+            table.allow(agent, names)
+        return table
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """sha256 of every row's fingerprint and every allowlist."""
+        return digest(
+            {
+                "rows": {name: spec.fingerprint for name, spec in sorted(self._specs.items())},
+                "allow": {agent: sorted(names) for agent, names in sorted(self._allow.items())},
+            }
+        )
+
+    @classmethod
+    def from_toml(
+        cls, source: str | Path, bindings: Mapping[str, Callable[..., Any]]
+    ) -> EffectTable:
+        """Load a table from TOML owned by the downstream teams, binding names to callables.
+
+        ``source`` is a path, or TOML text when it contains a newline. Each ``[tools.NAME]``
+        takes ``effect`` (or a foreign label), ``fn`` (a name in ``bindings``, default NAME),
+        ``approver_role``, ``owner``, ``reversibility``, ``subject``, ``schema``, ``scope``,
+        ``confirm``, ``snapshot``, ``reconcile`` (names in ``bindings``), and ``escalate``
+        (a list of rules, see `Escalate.from_rule`). ``[agents]`` maps agent ids to tool lists.
+        """
+        text = source if isinstance(source, str) and "\n" in source else Path(source).read_text()
+        data = tomllib.loads(text)
+        unknown_top = set(data) - {"tools", "agents"}
+        if unknown_top:
+            raise TableError("<toml>", "sections", f"unknown sections {sorted(unknown_top)}")
+        table = cls()
+        for name, row in data.get("tools", {}).items():
+            table.register(_spec_from_toml(name, row, bindings))
+        for agent, names in data.get("agents", {}).items():
+            table.allow(agent, names)
+        return table
+
+
+_TOML_FIELDS = {
+    "effect", "fn", "approver_role", "owner", "reversibility", "subject", "schema", "scope",
+    "confirm", "snapshot", "reconcile", "escalate", "description",
+}  # fmt: skip
+
+
+def _spec_from_toml(
+    name: str, row: Mapping[str, Any], bindings: Mapping[str, Callable[..., Any]]
+) -> ToolSpec:
+    unknown = set(row) - _TOML_FIELDS
+    if unknown:
+        raise TableError(name, sorted(unknown)[0], "unknown field in the TOML row")
+    if "effect" not in row:
+        raise TableError(name, "effect", "every row needs an effect")
+
+    def bound(field_name: str, default: str | None = None) -> Any:
+        ref = row.get(field_name, default)
+        if ref is None:
+            return None
+        if ref not in bindings:
+            raise TableError(name, field_name, f"{ref!r} is not among the bound callables")
+        return bindings[ref]
+
+    try:
+        escalate = tuple(Escalate.from_rule(rule, bindings) for rule in row.get("escalate", []))
+    except ValueError as exc:
+        raise TableError(name, "escalate", str(exc)) from exc
+    return ToolSpec(
+        name=name,
+        effect=row["effect"],
+        fn=bound("fn", name),
+        schema=row.get("schema"),
+        approver_role=row.get("approver_role"),
+        owner=row.get("owner"),
+        reversibility=Reversibility(row.get("reversibility", "irreversible")),
+        subject=tuple([row["subject"]] if isinstance(row.get("subject"), str) else row.get("subject", ())),
+        scope=bound("scope"),
+        confirm=bound("confirm"),
+        snapshot=bound("snapshot"),
+        reconcile=bound("reconcile"),
+        escalate=escalate,
+        description=row.get("description", ""),
+    )

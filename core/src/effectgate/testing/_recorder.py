@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ParamSpec, TypeVar
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class Effect:
+    """One effect as the receiver saw it."""
+
+    kind: str
+    payload: Mapping[str, Any] = field(default_factory=dict[str, Any])
+    idempotency_key: str | None = None
+
+
+class EffectRecorder:
+    """Counts effects where they land (the receiver), not where they were asked for. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._effects: list[Effect] = []
+        self._lock = threading.Lock()
+
+    def record(self, kind: str, *, idempotency_key: str | None = None, **payload: Any) -> Effect:
+        effect = Effect(kind, dict(payload), idempotency_key)
+        with self._lock:
+            self._effects.append(effect)
+        return effect
+
+    def wrap(self, kind: str, fn: Callable[P, R]) -> Callable[P, R]:
+        """A function that records `kind` (with its keyword arguments) and then calls `fn`."""
+
+        def recorded(*args: P.args, **kwargs: P.kwargs) -> R:
+            self.record(kind, **{k: v for k, v in kwargs.items() if not k.startswith("_")})
+            return fn(*args, **kwargs)
+
+        recorded.__name__ = getattr(fn, "__name__", kind)
+        recorded.__doc__ = fn.__doc__
+        recorded.__wrapped__ = fn  # type: ignore[attr-defined]
+        return recorded
+
+    @property
+    def effects(self) -> list[Effect]:
+        with self._lock:
+            return list(self._effects)
+
+    def count(self, kind: str | None = None, **match: Any) -> int:
+        return sum(
+            1
+            for e in self.effects
+            if (kind is None or e.kind == kind) and all(e.payload.get(k) == v for k, v in match.items())
+        )
+
+    def clear(self) -> None:
+        with self._lock:
+            self._effects.clear()

@@ -1,0 +1,142 @@
+"""Grant tokens: HMAC-SHA256 with a key id, bound to one approval version and its args hash.
+
+A token reads `eg1.<kid>.<approval_id>.<version>.<expires_ms>.<nonce>.<mac>`. The MAC covers
+every field and the frozen args hash, so a token cannot be moved to another approval, version
+or set of arguments. The store keeps only sha256(token); comparisons are constant-time.
+Keys rotate through a `Keyring`: new tokens use `current`, older key ids still verify.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import TokenError
+
+PREFIX = "eg1"
+ENV_VAR = "EFFECTGATE_KEYRING"
+
+
+@dataclass(frozen=True)
+class TokenClaims:
+    """The readable part of a token; trust it only after `Keyring.verify`."""
+
+    kid: str
+    approval_id: str
+    version: int
+    expires_at: float
+    nonce: str
+    mac: str
+
+
+def token_hash(token: str) -> str:
+    """What the store keeps instead of the token."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class Keyring:
+    """Signing keys by id; `current` signs, every key verifies."""
+
+    def __init__(self, keys: Mapping[str, bytes], *, current: str) -> None:
+        if current not in keys:
+            raise ValueError(f"current key id {current!r} is not in the keyring")
+        for kid, secret in keys.items():
+            if not kid or "." in kid or "," in kid or ":" in kid:
+                raise ValueError(f"key id {kid!r} must be non-empty without '.', ',' or ':'")
+            if len(secret) < 32:
+                raise ValueError(f"key {kid!r} is shorter than 32 bytes")
+        self._keys = dict(keys)
+        self.current = current
+
+    @classmethod
+    def generate(cls, kid: str = "k1") -> Keyring:
+        """A fresh random key (tests, single-process use)."""
+        return cls({kid: secrets.token_bytes(32)}, current=kid)
+
+    @classmethod
+    def parse(cls, text: str) -> Keyring:
+        """From `kid:hex[,kid:hex...]`; the first key is current."""
+        keys: dict[str, bytes] = {}
+        for part in text.strip().split(","):
+            kid, sep, hexkey = part.strip().partition(":")
+            if not sep:
+                raise ValueError("keyring entries look like kid:hexsecret")
+            keys[kid] = bytes.fromhex(hexkey)
+        if not keys:
+            raise ValueError("empty keyring")
+        return cls(keys, current=next(iter(keys)))
+
+    def dumps(self) -> str:
+        ordered = [self.current, *(k for k in self._keys if k != self.current)]
+        return ",".join(f"{kid}:{self._keys[kid].hex()}" for kid in ordered)
+
+    @classmethod
+    def from_env(cls, var: str = ENV_VAR) -> Keyring | None:
+        value = os.environ.get(var)
+        return cls.parse(value) if value else None
+
+    @classmethod
+    def load_or_create(cls, path: str | Path) -> Keyring:
+        """A development keyring kept in a 0600 file, created on first use.
+
+        Every process that approves or executes against the same database needs the same keys;
+        in production set EFFECTGATE_KEYRING from a secret store instead.
+        """
+        path = Path(path)
+        try:
+            return cls.parse(path.read_text())
+        except FileNotFoundError:
+            ring = cls.generate()
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(ring.dumps())
+            return ring
+
+    def _mac(self, kid: str, body: str) -> str:
+        key = self._keys.get(kid)
+        if key is None:
+            raise TokenError("unknown_key", f"no key with id {kid!r}")
+        mac = hmac.new(key, body.encode(), hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
+
+    @staticmethod
+    def _body(kid: str, approval_id: str, version: int, expires_ms: int, nonce: str, args_hash: str) -> str:
+        return f"{PREFIX}|{kid}|{approval_id}|{version}|{expires_ms}|{nonce}|{args_hash}"
+
+    def mint(self, *, approval_id: str, version: int, args_hash: str, expires_at: float) -> str:
+        expires_ms = int(expires_at * 1000)
+        nonce = secrets.token_urlsafe(16).replace(".", "_")
+        kid = self.current
+        mac = self._mac(kid, self._body(kid, approval_id, version, expires_ms, nonce, args_hash))
+        return f"{PREFIX}.{kid}.{approval_id}.{version}.{expires_ms}.{nonce}.{mac}"
+
+    @staticmethod
+    def read(token: str) -> TokenClaims:
+        """Split a token into its claims; TokenError(malformed) if it is not one."""
+        if not isinstance(token, str):
+            raise TokenError("malformed", "a token is a string")
+        parts = token.split(".")
+        if len(parts) != 7 or parts[0] != PREFIX:
+            raise TokenError("malformed", "not an effectgate grant token")
+        _, kid, approval_id, version, expires_ms, nonce, mac = parts
+        if not version.isdigit() or not expires_ms.isdigit():
+            raise TokenError("malformed", "version and expiry must be integers")
+        return TokenClaims(kid, approval_id, int(version), int(expires_ms) / 1000, nonce, mac)
+
+    def verify(self, claims: TokenClaims, *, args_hash: str) -> None:
+        """Check the MAC against the frozen args hash of the record; constant-time compare."""
+        expected = self._mac(
+            claims.kid,
+            self._body(
+                claims.kid, claims.approval_id, claims.version, round(claims.expires_at * 1000),
+                claims.nonce, args_hash,
+            ),
+        )
+        if not hmac.compare_digest(expected, claims.mac):
+            raise TokenError("forged", "the token's signature does not match this approval")
