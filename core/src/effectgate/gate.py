@@ -22,6 +22,7 @@ from typing import Any
 from . import _flow
 from ._clock import SYSTEM_CLOCK, Clock
 from ._execution import ExecutionMixin, context_of, exec_key
+from .audit import AuditReport, audit
 from .canonical import args_hash, digest, key_of
 from .context import Approver, CallContext, Confirmation, SubjectEntry, ToolContext
 from .effects import Effect, Policy
@@ -355,8 +356,10 @@ class EffectGate(ExecutionMixin):
 
     def _replayed(self, conn: Any, row: ApprovalRow, frozen: str, ctx: CallContext) -> Outcome:
         """The intent key found a decided approval: answer as before, never a second one."""
-        self.store.append_events(conn, [self._event("replay", row=row, ctx=ctx, status=row.status)])
-        same = row.args_hash == frozen
+        # The intent (session, tool, message, subject) is what counts: a replay whose arguments
+        # came out differently still answers with this approval, never a second one.
+        self.store.append_events(conn, [self._event("replay", row=row, ctx=ctx, status=row.status,
+                                                    same_args=row.args_hash == frozen)])  # fmt: skip
         if row.status == "rejected":
             return Refused(code="out_of_scope", message=f"{row.tool}: {row.reason}", tool=row.tool, approval_id=row.id)
         if row.status == "denied":
@@ -364,10 +367,6 @@ class EffectGate(ExecutionMixin):
         if row.status == "expired":
             return Refused(code="expired", message=f"approval {row.id} for {row.tool} expired undecided",
                            tool=row.tool, approval_id=row.id)  # fmt: skip
-        if not same:
-            return Refused(code="intent_conflict", tool=row.tool, approval_id=row.id, message=(
-                f"this message already produced {row.tool} approval {row.id} ({row.status}) with "
-                "other arguments; send a new message for a new request"))  # fmt: skip
         if row.status == "executed":
             record = self.store._load(conn, exec_key(row))
             result = record.result if record is not None else None
@@ -510,6 +509,11 @@ class EffectGate(ExecutionMixin):
             raise PolicyViolation(f"{row.tool} changed in the effect table since this approval was proposed; "
                                   "it needs a fresh proposal", code="reclassified")  # fmt: skip
         return spec
+
+    def audit(self, *, table: EffectTable | None = None) -> AuditReport:
+        """The audit scan against this gate's table (or another, e.g. a proposed reclassification)."""
+        self.flush()
+        return audit(self.store, table or self.table, self.policy)
 
     # -- async twins of the decision API (store work off the event loop)
 

@@ -24,7 +24,6 @@ RefusalCode = Literal[
     "confirm_failed",
     "denied",
     "expired",
-    "intent_conflict",
     "needs_reconciliation",
     "in_progress",
 ]

@@ -13,11 +13,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._clock import Clock
 from ..context import CallContext, Confirmation, ToolContext
 from ..effects import Effect, Policy, Reversibility
 from ..errors import OutcomeUnknown
+from ..gate import EffectGate
+from ..stores.sql import SQLStore
 from ..table import EffectTable, Escalate, Reconciled, ToolSpec
 from ..testing import EffectRecorder
+from ..tokens import Keyring
 
 SUPPORT_AGENT = "support"
 SUMMARY_AGENT = "queue_summarizer"
@@ -197,3 +201,10 @@ def context(message_id: str, *, user_id: str = "u1", session_id: str = "s-ada",
     """The CallContext the shop's backend builds for a user message."""
     return CallContext(session_id=session_id, origin_message_id=message_id, user_id=user_id,
                        agent_id=agent_id, run_id=run_id)  # fmt: skip
+
+
+def app(store: SQLStore, *, keyring: Keyring | None = None, clock: Clock | None = None,
+        shop: Shop | None = None) -> EffectGate:  # fmt: skip
+    """The shop's gate: `effectgate --app effectgate.examples.shop:app ...` uses this."""
+    shop = shop or Shop()
+    return EffectGate(shop.table(), store, policy=SHOP_POLICY, keyring=keyring, clock=clock)

@@ -106,10 +106,11 @@ def append_only_ddl(conn: Connection, tables: tuple[str, ...]) -> None:
                     f"BEGIN SELECT RAISE(ABORT, '{table} is append-only'); END"
                 )
         else:
-            conn.exec_driver_sql(
+            # sa.text, not exec_driver_sql: psycopg would read plpgsql's '%' as a placeholder.
+            conn.execute(sa.text(
                 "CREATE OR REPLACE FUNCTION eg_append_only() RETURNS trigger LANGUAGE plpgsql AS "
                 "$$ BEGIN RAISE EXCEPTION '% is append-only', TG_TABLE_NAME; END $$"
-            )
+            ))
             conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {table}_append_only ON {table}")
             conn.exec_driver_sql(
                 f"CREATE TRIGGER {table}_append_only BEFORE UPDATE OR DELETE ON {table} "

@@ -1,0 +1,49 @@
+# effectgate: every target bootstraps what it needs (uv via pip; PostgreSQL via apt-get as root).
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+UV ?= $(shell command -v uv 2>/dev/null || echo "$(HOME)/.local/bin/uv")
+PY := $(UV) run --frozen python
+
+.PHONY: help uv sync demo test check lint typecheck pytest notebooks bench pg-start pg-stop clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+uv: ## install uv with pip when it is missing
+	@command -v uv >/dev/null 2>&1 || test -x "$(UV)" || python3 -m pip install --quiet --user uv || python3 -m pip install --quiet uv
+	@$(eval UV := $(shell command -v uv 2>/dev/null || echo "$(HOME)/.local/bin/uv"))
+
+sync: uv ## create .venv from uv.lock (all workspace members, dev tools)
+	@$(UV) sync --frozen --all-packages --quiet
+
+demo: sync ## the shop demo on the embedded SQLite default
+	@$(UV) run --frozen effectgate demo
+
+lint: sync ## ruff lint + format check
+	@$(UV) run --frozen ruff check .
+	@$(UV) run --frozen ruff format --check .
+
+typecheck: sync ## mypy --strict on core/src
+	@$(UV) run --frozen mypy core/src
+
+check: lint typecheck ## lint and types
+
+pg-start: sync ## start the throwaway PostgreSQL server on 127.0.0.1
+	@$(PY) tests/pgserver.py start
+
+pg-stop:
+	@$(PY) tests/pgserver.py stop
+
+pytest: sync
+	@$(PY) tests/pgserver.py start >/dev/null; status=$$?; \
+	if [ $$status -ne 0 ] && [ "$${CI:-}" = "true" ]; then echo "CI: PostgreSQL could not start" >&2; exit 1; fi; \
+	$(UV) run --frozen pytest $(PYTEST_ARGS); rc=$$?; \
+	$(PY) tests/pgserver.py stop; exit $$rc
+
+bench: sync ## benchmarks: ratios measured in one run
+	@$(UV) run --frozen python -m benchmarks
+
+test: check pytest ## the whole suite: lint, types, tests (SQLite and PostgreSQL), notebooks, bench smoke
+
+clean:
+	rm -rf .pgtest .pytest_cache .mypy_cache .ruff_cache effectgate-demo.db*
