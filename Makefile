@@ -1,7 +1,8 @@
 # effectgate: every target bootstraps what it needs (uv via pip; PostgreSQL via apt-get as root).
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
-UV ?= $(shell command -v uv 2>/dev/null || echo "$(HOME)/.local/bin/uv")
+# uv as a module of the same python3 that pip installs it into: no PATH or shim surprises.
+UV ?= python3 -m uv
 PY := $(UV) run --frozen python
 
 .PHONY: help uv sync demo test check lint typecheck pytest notebooks bench pg-start pg-stop clean
@@ -10,8 +11,8 @@ help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
 uv: ## install uv with pip when it is missing
-	@command -v uv >/dev/null 2>&1 || test -x "$(UV)" || python3 -m pip install --quiet --user uv || python3 -m pip install --quiet uv
-	@$(eval UV := $(shell command -v uv 2>/dev/null || echo "$(HOME)/.local/bin/uv"))
+	@python3 -m uv --version >/dev/null 2>&1 || python3 -m pip install --quiet uv \
+	  || python3 -m pip install --quiet --user --break-system-packages uv
 
 sync: uv ## create .venv from uv.lock (all workspace members, dev tools)
 	@$(UV) sync --frozen --all-packages --quiet

@@ -23,7 +23,7 @@ from .canonical import args_hash
 from .context import CallContext, ToolContext
 from .errors import NeedsReconciliation, OutcomeUnknown, PolicyViolation, TokenError, UnknownApproval
 from .outcomes import Executed
-from .stores.base import Stored, to_json
+from .stores.base import Claimed, Stored, to_json
 from .stores.records import ApprovalRow
 from .table import ToolSpec
 from .tokens import Keyring, token_hash
@@ -51,8 +51,13 @@ def _approval_of_key(key: str) -> tuple[str, int] | None:
 
 
 def context_of(row: ApprovalRow) -> CallContext:
-    return CallContext(session_id=row.session_id, origin_message_id=row.origin_message_id,
-                       user_id=row.user_id, agent_id=row.agent_id, run_id=row.run_id)  # fmt: skip
+    return CallContext(
+        session_id=row.session_id,
+        origin_message_id=row.origin_message_id,
+        user_id=row.user_id,
+        agent_id=row.agent_id,
+        run_id=row.run_id,
+    )
 
 
 class ExecutionMixin:
@@ -96,7 +101,9 @@ class ExecutionMixin:
                     raise TokenError("revoked", f"approval {row.id} was denied")
                 raise TokenError("forged", f"this is not the token granted for approval {row.id}")
             if claims.version != row.version:
-                raise TokenError("mismatch", f"token is for version {claims.version}, approval is at {row.version}")
+                raise TokenError(
+                    "mismatch", f"token is for version {claims.version}, approval is at {row.version}"
+                )
             if args is not None and args_hash(row.tool, args) != row.args_hash:
                 self.store.append_events(conn, [self._event("token_refused", row=row, reason="mismatch")])
                 raise TokenError("mismatch", "the arguments do not hash to the approved value")
@@ -111,53 +118,102 @@ class ExecutionMixin:
             record = self.store._load(conn, key)
             if record is not None and record.status == "succeeded":
                 return self._finish_stored(conn, row, record.result)
-            if (record is not None and record.status == "in_progress" and record.lease_expires_at is not None
-                    and record.lease_expires_at > now):  # fmt: skip
+            if (
+                record is not None
+                and record.status == "in_progress"
+                and record.lease_expires_at is not None
+                and record.lease_expires_at > now
+            ):
                 raise TokenError("used", f"approval {row.id} is executing now")
             if now >= (row.token_expires_at or claims.expires_at):
                 raise TokenError("expired", f"the grant for approval {row.id} expired")
             spec = self._current_spec(row)
             try:
-                claim = self.store.claim(key, row.args_hash, lease_seconds=self.policy.lease_seconds, conn=conn)
+                claim = self.store.claim(
+                    key, row.args_hash, lease_seconds=self.policy.lease_seconds, conn=conn
+                )
             except NeedsReconciliation as exc:
                 deferred = exc
-                self.store.append_events(conn, [self._event("needs_reconciliation", row=row, reason=exc.reason)])
+                self.store.append_events(
+                    conn, [self._event("needs_reconciliation", row=row, reason=exc.reason)]
+                )
             else:
                 if isinstance(claim, Stored):  # pragma: no cover - handled by the load above
                     return self._finish_stored(conn, row, claim.result)
-                self.store.update_approval(conn, row.id, expect_status=["approved"], values={"token_used_at": now})
+                self.store.update_approval(
+                    conn, row.id, expect_status=["approved"], values={"token_used_at": now}
+                )
                 self.store.append_events(conn, [self._event("token_used", row=row, attempt=claim.attempt)])
         if deferred is not None:
             self._notify_unknown(row, key, deferred.reason, deferred.provider_ref)
             raise deferred
-        tool_context = ToolContext(idempotency_key=key, call=context_of(row), approval_id=row.id,
-                                   version=row.version, attempt=claim.attempt)  # fmt: skip
+        assert isinstance(claim, Claimed)
+        tool_context = ToolContext(
+            idempotency_key=key,
+            call=context_of(row),
+            approval_id=row.id,
+            version=row.version,
+            attempt=claim.attempt,
+        )
         result = yield from self._run_claimed(
-            spec, json.loads(row.args_json), row.args_hash, context_of(row), key=key, owner=claim.owner,
-            tool_context=tool_context, row=row,
-        )  # fmt: skip
+            spec,
+            json.loads(row.args_json),
+            row.args_hash,
+            context_of(row),
+            key=key,
+            owner=claim.owner,
+            tool_context=tool_context,
+            row=row,
+        )
         return result
 
     def _finish_stored(self, conn: Any, row: ApprovalRow, result: Any) -> Executed:
         """The result was stored but the approval not yet marked: finish, return it as a replay."""
         now = self.clock.now()
-        self.store.update_approval(conn, row.id, expect_status=["approved"],
-                                   values={"status": "executed", "updated_at": now, "token_used_at": now})  # fmt: skip
+        self.store.update_approval(
+            conn,
+            row.id,
+            expect_status=["approved"],
+            values={"status": "executed", "updated_at": now, "token_used_at": now},
+        )
         self.store.append_events(conn, [self._event("replay", row=row, status="executed")])
-        return Executed(tool=row.tool, result=result, replay=True, approval_id=row.id,
-                        version=row.version, idempotency_key=exec_key(row))  # fmt: skip
+        return Executed(
+            tool=row.tool,
+            result=result,
+            replay=True,
+            approval_id=row.id,
+            version=row.version,
+            idempotency_key=exec_key(row),
+        )
 
-    def _run_claimed(self, spec: ToolSpec, args: Mapping[str, Any], frozen: str, ctx: CallContext, *,
-                     key: str, owner: str, tool_context: ToolContext, row: ApprovalRow | None) -> _flow.Flow[Executed]:  # fmt: skip
+    def _run_claimed(
+        self,
+        spec: ToolSpec,
+        args: Mapping[str, Any],
+        frozen: str,
+        ctx: CallContext,
+        *,
+        key: str,
+        owner: str,
+        tool_context: ToolContext,
+        row: ApprovalRow | None,
+    ) -> _flow.Flow[Executed]:
         """Run a claimed operation and settle its record: succeeded, failed or needs_reconciliation."""
         before = spec.snapshot(args) if spec.snapshot else None
-        execution = {"approval_id": row.id if row else None, "version": row.version if row else None,
-                     "tool": spec.name, "effect": str(spec.effect), "args_hash": frozen,
-                     "args_json": json.dumps(dict(args), sort_keys=True), "idempotency_key": key,
-                     "table_fingerprint": self.table.fingerprint, "row_fingerprint": spec.fingerprint,
-                     **{k: v for k, v in ctx.as_record().items() if k != "tool_call_id"},
-                     "before_json": to_json(before) if spec.snapshot else None}  # fmt: skip
-        unknown = (OutcomeUnknown, TimeoutError, *spec.unknown_outcome)
+        execution = {
+            "approval_id": row.id if row else None,
+            "version": row.version if row else None,
+            "tool": spec.name,
+            "effect": str(spec.effect),
+            "args_hash": frozen,
+            "args_json": json.dumps(dict(args), sort_keys=True),
+            "idempotency_key": key,
+            "table_fingerprint": self.table.fingerprint,
+            "row_fingerprint": spec.fingerprint,
+            **{k: v for k, v in ctx.as_record().items() if k != "tool_call_id"},
+            "before_json": to_json(before) if spec.snapshot else None,
+        }
+        unknown: tuple[type[Exception], ...] = (OutcomeUnknown, TimeoutError, *spec.unknown_outcome)
         try:
             result = yield _flow.Invoke(spec.fn, args, spec.context_params, tool_context)
         except unknown as exc:
@@ -166,8 +222,20 @@ class ExecutionMixin:
             with self.store.transaction() as conn:
                 self.store.mark_needs_reconciliation(key, owner, reason, provider_ref=ref, conn=conn)
                 self.store.append_execution(conn, status="needs_reconciliation", error=reason, **execution)
-                self.store.append_events(conn, [self._event("needs_reconciliation", spec=spec, ctx=ctx, row=row,
-                                                            args_hash_=frozen, key=key, reason=reason)])  # fmt: skip
+                self.store.append_events(
+                    conn,
+                    [
+                        self._event(
+                            "needs_reconciliation",
+                            spec=spec,
+                            ctx=ctx,
+                            row=row,
+                            args_hash_=frozen,
+                            key=key,
+                            reason=reason,
+                        )
+                    ],
+                )
             self._notify_unknown(row, key, reason, ref, tool=spec.name)
             raise NeedsReconciliation(key, reason, provider_ref=ref) from exc
         except Exception as exc:
@@ -175,39 +243,77 @@ class ExecutionMixin:
             with self.store.transaction() as conn:
                 self.store.fail(key, owner, error, conn=conn)
                 self.store.append_execution(conn, status="failed", error=error, **execution)
-                self.store.append_events(conn, [self._event("failed", spec=spec, ctx=ctx, row=row,
-                                                            args_hash_=frozen, key=key, error=error)])  # fmt: skip
+                self.store.append_events(
+                    conn,
+                    [
+                        self._event(
+                            "failed", spec=spec, ctx=ctx, row=row, args_hash_=frozen, key=key, error=error
+                        )
+                    ],
+                )
             raise
         after = spec.snapshot(args) if spec.snapshot else None
         with self.store.transaction() as conn:
             self._flush_into(conn)
             record = self.store.complete(key, owner, result, conn=conn)
             if row is not None:
-                self.store.update_approval(conn, row.id, expect_status=["approved"],
-                                           values={"status": "executed", "updated_at": self.clock.now()})  # fmt: skip
-            self.store.append_execution(conn, status="succeeded", result_json=to_json(result),
-                                        after_json=to_json(after) if spec.snapshot else None,
-                                        **{k: v for k, v in execution.items() if k != "after_json"})  # fmt: skip
-            self.store.append_events(conn, [self._event("executed" if row else "write", spec=spec, ctx=ctx, row=row,
-                                                        args_hash_=frozen, key=key)])  # fmt: skip
-        return Executed(tool=spec.name, result=record.result, approval_id=row.id if row else None,
-                        version=row.version if row else None, idempotency_key=key,
-                        before=json.loads(execution["before_json"]) if spec.snapshot else None,
-                        after=json.loads(to_json(after)) if spec.snapshot else None)  # fmt: skip
+                self.store.update_approval(
+                    conn,
+                    row.id,
+                    expect_status=["approved"],
+                    values={"status": "executed", "updated_at": self.clock.now()},
+                )
+            self.store.append_execution(
+                conn,
+                status="succeeded",
+                result_json=to_json(result),
+                after_json=to_json(after) if spec.snapshot else None,
+                **{k: v for k, v in execution.items() if k != "after_json"},
+            )
+            self.store.append_events(
+                conn,
+                [
+                    self._event(
+                        "executed" if row else "write",
+                        spec=spec,
+                        ctx=ctx,
+                        row=row,
+                        args_hash_=frozen,
+                        key=key,
+                    )
+                ],
+            )
+        return Executed(
+            tool=spec.name,
+            result=record.result,
+            approval_id=row.id if row else None,
+            version=row.version if row else None,
+            idempotency_key=key,
+            before=json.loads(to_json(before)) if spec.snapshot else None,
+            after=json.loads(to_json(after)) if spec.snapshot else None,
+        )
 
-    def _notify_unknown(self, row: ApprovalRow | None, key: str, reason: str, ref: str | None,
-                        *, tool: str | None = None) -> None:  # fmt: skip
+    def _notify_unknown(
+        self, row: ApprovalRow | None, key: str, reason: str, ref: str | None, *, tool: str | None = None
+    ) -> None:
         """Page the approver role; a failing hook is recorded and never breaks the gate."""
         from .gate import ReconciliationNotice
 
-        notice = ReconciliationNotice(key=key, tool=row.tool if row else (tool or ""), reason=reason,
-                                      approval_id=row.id if row else None,
-                                      approver_role=row.approver_role if row else None, provider_ref=ref)  # fmt: skip
+        notice = ReconciliationNotice(
+            key=key,
+            tool=row.tool if row else (tool or ""),
+            reason=reason,
+            approval_id=row.id if row else None,
+            approver_role=row.approver_role if row else None,
+            provider_ref=ref,
+        )
         if self._notify is None:
             return
         try:
             self._notify(notice)
-            self._record(self._event("notified", row=row, tool=notice.tool, key=key, role=notice.approver_role))
+            self._record(
+                self._event("notified", row=row, tool=notice.tool, key=key, role=notice.approver_role)
+            )
         except Exception as exc:
             self._record(self._event("notify_failed", row=row, tool=notice.tool, key=key, error=repr(exc)))
 
@@ -221,8 +327,14 @@ class ExecutionMixin:
         record = self.store.get(exec_key(row))
         if record is None or record.status != "succeeded":
             return None
-        return Executed(tool=row.tool, result=record.result, replay=True, approval_id=row.id,
-                        version=row.version, idempotency_key=record.key)  # fmt: skip
+        return Executed(
+            tool=row.tool,
+            result=record.result,
+            replay=True,
+            approval_id=row.id,
+            version=row.version,
+            idempotency_key=record.key,
+        )
 
     def reconcile(self, approval_id: str) -> Executed | None:
         """Settle a `needs_reconciliation` approval through the tool's `reconcile(key)` hook.
@@ -238,10 +350,14 @@ class ExecutionMixin:
         key = exec_key(row)
         record = self.store.get(key)
         if record is None or record.status != "needs_reconciliation":
-            raise PolicyViolation(f"approval {approval_id} is not awaiting reconciliation", code="not_reconcilable")
+            raise PolicyViolation(
+                f"approval {approval_id} is not awaiting reconciliation", code="not_reconcilable"
+            )
         spec = self._current_spec(row)
         if spec.reconcile is None:
-            raise PolicyViolation(f"{row.tool} has no reconcile hook; settle it with gate.settle()", code="not_reconcilable")
+            raise PolicyViolation(
+                f"{row.tool} has no reconcile hook; settle it with gate.settle()", code="not_reconcilable"
+            )
         found = yield _flow.Invoke(spec.reconcile, {"key": key})
         if found is None:
             return None
@@ -253,29 +369,68 @@ class ExecutionMixin:
         claim = self.store.claim(key, row.args_hash, lease_seconds=self.policy.lease_seconds)
         if isinstance(claim, Stored):  # pragma: no cover - released just above
             return None
-        tool_context = ToolContext(idempotency_key=key, call=context_of(row), approval_id=row.id,
-                                   version=row.version, attempt=claim.attempt)  # fmt: skip
-        result = yield from self._run_claimed(spec, json.loads(row.args_json), row.args_hash, context_of(row),
-                                              key=key, owner=claim.owner, tool_context=tool_context, row=row)  # fmt: skip
+        tool_context = ToolContext(
+            idempotency_key=key,
+            call=context_of(row),
+            approval_id=row.id,
+            version=row.version,
+            attempt=claim.attempt,
+        )
+        result = yield from self._run_claimed(
+            spec,
+            json.loads(row.args_json),
+            row.args_hash,
+            context_of(row),
+            key=key,
+            owner=claim.owner,
+            tool_context=tool_context,
+            row=row,
+        )
         return result
 
-    def _settle_found(self, row: ApprovalRow, spec: ToolSpec, key: str, result: Any, ref: str | None, *, by: str) -> Executed:
+    def _settle_found(
+        self, row: ApprovalRow, spec: ToolSpec, key: str, result: Any, ref: str | None, *, by: str
+    ) -> Executed:
         with self.store.transaction() as conn:
             record = self.store.resolve(key, result, provider_ref=ref, conn=conn)
-            self.store.update_approval(conn, row.id, expect_status=["approved"],
-                                       values={"status": "executed", "updated_at": self.clock.now()})  # fmt: skip
+            self.store.update_approval(
+                conn,
+                row.id,
+                expect_status=["approved"],
+                values={"status": "executed", "updated_at": self.clock.now()},
+            )
             self.store.append_execution(
-                conn, approval_id=row.id, version=row.version, tool=row.tool, effect=row.effect,
-                args_hash=row.args_hash, args_json=row.args_json, idempotency_key=key, status="succeeded",
-                table_fingerprint=self.table.fingerprint, row_fingerprint=spec.fingerprint,
-                result_json=to_json(result), error=f"settled by {by}",
+                conn,
+                approval_id=row.id,
+                version=row.version,
+                tool=row.tool,
+                effect=row.effect,
+                args_hash=row.args_hash,
+                args_json=row.args_json,
+                idempotency_key=key,
+                status="succeeded",
+                table_fingerprint=self.table.fingerprint,
+                row_fingerprint=spec.fingerprint,
+                result_json=to_json(result),
+                error=f"settled by {by}",
                 **{k: v for k, v in context_of(row).as_record().items() if k != "tool_call_id"},
-            )  # fmt: skip
-            self.store.append_events(conn, [self._event("reconciled", row=row, key=key, by=by, provider_ref=ref)])
-        return Executed(tool=row.tool, result=record.result, approval_id=row.id, version=row.version, idempotency_key=key)
+            )
+            self.store.append_events(
+                conn, [self._event("reconciled", row=row, key=key, by=by, provider_ref=ref)]
+            )
+        return Executed(
+            tool=row.tool, result=record.result, approval_id=row.id, version=row.version, idempotency_key=key
+        )
 
-    def settle(self, approval_id: str, *, happened: bool, result: Any = None, by: str,
-               provider_ref: str | None = None) -> Executed | None:  # fmt: skip
+    def settle(
+        self,
+        approval_id: str,
+        *,
+        happened: bool,
+        result: Any = None,
+        by: str,
+        provider_ref: str | None = None,
+    ) -> Executed | None:
         """A person settles a reconciliation: the effect happened (with its result), or it did not
         (the record becomes `failed`; the unexpired grant may run it again with the same key)."""
         row = self.store.get_approval(approval_id)
@@ -301,9 +456,12 @@ class ExecutionMixin:
             reason = f"lease of {record.lease_owner} expired while in flight"
             with self.store.transaction() as conn:
                 changed = self.store._transition(
-                    conn, record.key, from_status=("in_progress",), lease_expired_before=now,
+                    conn,
+                    record.key,
+                    from_status=("in_progress",),
+                    lease_expired_before=now,
                     values={"status": "needs_reconciliation", "error": reason, "updated_at": now},
-                )  # fmt: skip
+                )
             if not changed:
                 continue
             touched.append(record.key)

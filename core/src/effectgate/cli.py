@@ -81,7 +81,9 @@ def _gate(args: argparse.Namespace, store: SQLStore, *, need_app: bool) -> Effec
             raise UsageError(f"--app {args.app} returned {type(gate).__name__}, not an EffectGate")
         return gate
     if need_app:
-        raise UsageError(f"{args.command} re-runs the table's checks: pass --app module:factory (or EFFECTGATE_APP)")
+        raise UsageError(
+            f"{args.command} re-runs the table's checks: pass --app module:factory (or EFFECTGATE_APP)"
+        )
     return EffectGate(EffectTable(), store, policy=Policy(), keyring=keyring_for(args.db))
 
 
@@ -117,8 +119,15 @@ def _cmd_pending(args: argparse.Namespace, out: Console) -> int:
     for col in ("id", "v", "tool", "role", "subject", "args", "approvals"):
         table.add_column(col)
     for c in cards:
-        table.add_row(c.approval_id, str(c.version), c.tool, c.approver_role, json.dumps(c.subject),
-                      json.dumps(dict(c.args), sort_keys=True), f"{c.approvals_given}/{c.approvals_required}")  # fmt: skip
+        table.add_row(
+            c.approval_id,
+            str(c.version),
+            c.tool,
+            c.approver_role,
+            json.dumps(c.subject),
+            json.dumps(dict(c.args), sort_keys=True),
+            f"{c.approvals_given}/{c.approvals_required}",
+        )
     out.print(table)
     return 0
 
@@ -139,8 +148,10 @@ def _cmd_approve(args: argparse.Namespace, out: Console) -> int:
             args.id, version=args.version, approver=Approver(args.approver, args.role)
         )
     if isinstance(decision, Grant):
-        out.print(f"approved {decision.approval_id} v{decision.version}; grant token (single use, expires "
-                  f"{decision.expires_at:.0f}):")  # fmt: skip
+        out.print(
+            f"approved {decision.approval_id} v{decision.version}; grant token (single use, expires "
+            f"{decision.expires_at:.0f}):"
+        )
         print(decision.token)
     else:
         out.print(f"recorded: {decision.message}")
@@ -164,14 +175,19 @@ def _cmd_audit(args: argparse.Namespace, out: Console) -> int:
         out.print_json(json.dumps(report.to_dict()))
     else:
         for f in report.findings:
-            out.print(f"[red]{f.kind}[/red] {f.tool} approval={f.approval_id} execution={f.execution_id}: {f.detail}")
+            out.print(
+                f"[red]{f.kind}[/red] {f.tool} approval={f.approval_id} "
+                f"execution={f.execution_id}: {f.detail}"
+            )
         m = report.metrics
         assert m is not None
-        out.print(f"{'clean' if report.clean else 'DIVERGED'}: {len(report.findings)} finding(s); "
-                  f"{m.executions} executions, {m.approved} approved, {m.denied} denied, "
-                  f"{m.replays_absorbed} replays absorbed, p95 approval latency "
-                  f"{'-' if m.approval_latency_p95_s is None else f'{m.approval_latency_p95_s:.1f}s'}, "
-                  f"{m.gated_proposals_per_1000_sessions:.0f} gated proposals per 1,000 sessions")  # fmt: skip
+        out.print(
+            f"{'clean' if report.clean else 'DIVERGED'}: {len(report.findings)} finding(s); "
+            f"{m.executions} executions, {m.approved} approved, {m.denied} denied, "
+            f"{m.replays_absorbed} replays absorbed, p95 approval latency "
+            f"{'-' if m.approval_latency_p95_s is None else f'{m.approval_latency_p95_s:.1f}s'}, "
+            f"{m.gated_proposals_per_1000_sessions:.0f} gated proposals per 1,000 sessions"
+        )
     return 0 if report.clean else 1
 
 
@@ -197,7 +213,9 @@ def _cmd_demo(args: argparse.Namespace, out: Console) -> int:
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     # SUPPRESS: a subcommand's unset option must not overwrite one given before the subcommand.
-    common.add_argument("--db", default=argparse.SUPPRESS, help=f"database URL (default $EFFECTGATE_DB or {DEFAULT_DB})")
+    common.add_argument(
+        "--db", default=argparse.SUPPRESS, help=f"database URL (default $EFFECTGATE_DB or {DEFAULT_DB})"
+    )
     common.add_argument("--app", default=argparse.SUPPRESS, help="module:factory returning an EffectGate")
     parser = argparse.ArgumentParser(prog="effectgate", description=__doc__.split("\n")[0], parents=[common])
     parser.set_defaults(db=None, app=os.environ.get("EFFECTGATE_APP"))
@@ -230,9 +248,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace, Console], int]] = {
-    "pending": _cmd_pending, "show": _cmd_show, "approve": _cmd_approve, "deny": _cmd_deny,
-    "audit": _cmd_audit, "export": _cmd_export, "demo": _cmd_demo,
-}  # fmt: skip
+    "pending": _cmd_pending,
+    "show": _cmd_show,
+    "approve": _cmd_approve,
+    "deny": _cmd_deny,
+    "audit": _cmd_audit,
+    "export": _cmd_export,
+    "demo": _cmd_demo,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

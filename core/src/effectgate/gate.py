@@ -39,7 +39,7 @@ from .errors import (
     UnknownApproval,
     WrongApprover,
 )
-from .outcomes import Card, Executed, Grant, Invalid, Outcome, PartialApproval, Pending, Refused, RefusalCode
+from .outcomes import Card, Executed, Grant, Invalid, Outcome, PartialApproval, Pending, RefusalCode, Refused
 from .stores.base import Stored
 from .stores.records import ApprovalRow
 from .stores.sql import SQLStore
@@ -123,22 +123,48 @@ class EffectGate(ExecutionMixin):
         if full:
             self.flush()
 
-    def _event(self, kind: str, *, spec: ToolSpec | None = None, tool: str | None = None,
-               ctx: CallContext | None = None, row: ApprovalRow | None = None,
-               args_hash_: str | None = None, **detail: Any) -> dict[str, Any]:  # fmt: skip
-        event: dict[str, Any] = {"at": self.clock.now(), "kind": kind, "detail_json": detail,
-                                 "table_fingerprint": self.table.fingerprint}  # fmt: skip
+    def _event(
+        self,
+        kind: str,
+        *,
+        spec: ToolSpec | None = None,
+        tool: str | None = None,
+        ctx: CallContext | None = None,
+        row: ApprovalRow | None = None,
+        args_hash_: str | None = None,
+        **detail: Any,
+    ) -> dict[str, Any]:
+        event: dict[str, Any] = {
+            "at": self.clock.now(),
+            "kind": kind,
+            "detail_json": detail,
+            "table_fingerprint": self.table.fingerprint,
+        }
         if spec is not None:
             event.update(tool=spec.name, effect=str(spec.effect), row_fingerprint=spec.fingerprint)
         if tool is not None:
             event["tool"] = tool
         if row is not None:
-            event.update(approval_id=row.id, version=row.version, tool=row.tool, effect=row.effect,
-                         args_hash=row.args_hash, session_id=row.session_id, user_id=row.user_id,
-                         origin_message_id=row.origin_message_id, agent_id=row.agent_id, run_id=row.run_id)  # fmt: skip
+            event.update(
+                approval_id=row.id,
+                version=row.version,
+                tool=row.tool,
+                effect=row.effect,
+                args_hash=row.args_hash,
+                session_id=row.session_id,
+                user_id=row.user_id,
+                origin_message_id=row.origin_message_id,
+                agent_id=row.agent_id,
+                run_id=row.run_id,
+            )
         if ctx is not None:
-            event.update(session_id=ctx.session_id, origin_message_id=ctx.origin_message_id,
-                         user_id=ctx.user_id, agent_id=ctx.agent_id, run_id=ctx.run_id)  # fmt: skip
+            event.update(
+                session_id=ctx.session_id,
+                origin_message_id=ctx.origin_message_id,
+                user_id=ctx.user_id,
+                agent_id=ctx.agent_id,
+                run_id=ctx.run_id,
+            )
             if ctx.tool_call_id:
                 event["detail_json"] = {**detail, "tool_call_id": ctx.tool_call_id}
         if args_hash_ is not None:
@@ -174,11 +200,13 @@ class EffectGate(ExecutionMixin):
         refusals: list[dict[str, Any]] = []
         for call in calls:
             name, args = call[0], call[1]
-            call_ctx = _with_call_id(ctx, call[2] if len(call) > 2 else None)  # type: ignore[misc]
+            call_ctx = _with_call_id(ctx, call[2] if len(call) > 2 else None)
             spec = self.table.get(name)
             if spec is not None and self.policy.gates(spec.effect) and counts[name] > 1:
-                message = (f"{counts[name]} calls of {name} in one step; none was registered. "
-                           f"Make one call with the arguments you intend.")  # fmt: skip
+                message = (
+                    f"{counts[name]} calls of {name} in one step; none was registered. "
+                    f"Make one call with the arguments you intend."
+                )
                 out.append((None, Refused(code="parallel_calls", message=message, tool=name)))
                 refusals.append(self._event("refused", spec=spec, ctx=call_ctx, code="parallel_calls"))
             else:
@@ -187,10 +215,26 @@ class EffectGate(ExecutionMixin):
             self._record(*refusals)
         return out
 
-    def _refuse(self, code: RefusalCode, message: str, name: str, ctx: CallContext,
-                spec: ToolSpec | None = None, approval_id: str | None = None) -> Refused:  # fmt: skip
-        self._record(self._event("refused", spec=spec, tool=name, ctx=ctx, code=code, message=message,
-                                 refused_approval=approval_id))  # fmt: skip
+    def _refuse(
+        self,
+        code: RefusalCode,
+        message: str,
+        name: str,
+        ctx: CallContext,
+        spec: ToolSpec | None = None,
+        approval_id: str | None = None,
+    ) -> Refused:
+        self._record(
+            self._event(
+                "refused",
+                spec=spec,
+                tool=name,
+                ctx=ctx,
+                code=code,
+                message=message,
+                refused_approval=approval_id,
+            )
+        )
         return Refused(code=code, message=message, tool=name, approval_id=approval_id)
 
     def _call_flow(self, name: str, args: Mapping[str, Any], ctx: CallContext) -> _flow.Flow[Outcome]:
@@ -201,13 +245,17 @@ class EffectGate(ExecutionMixin):
             return self._refuse("not_allowed", f"agent {ctx.agent_id!r} may not call {name}", name, ctx, spec)
         invalid = self._validate(spec, args)
         if invalid is not None:
-            self._record(self._event("invalid", spec=spec, ctx=ctx, errors=[e.__dict__ for e in invalid.errors]))
+            self._record(
+                self._event("invalid", spec=spec, ctx=ctx, errors=[e.__dict__ for e in invalid.errors])
+            )
             return invalid
         frozen = args_hash(name, args)
         if self.policy.gates(spec.effect):
             return self._propose(spec, args, frozen, ctx)
         if not self._in_scope(spec, args, ctx):
-            return self._refuse("out_of_scope", f"{name}: the caller may not access this subject", name, ctx, spec)
+            return self._refuse(
+                "out_of_scope", f"{name}: the caller may not access this subject", name, ctx, spec
+            )
         if spec.effect is Effect.READ:
             return (yield from self._read(spec, args, frozen, ctx))
         return (yield from self._write(spec, args, frozen, ctx))
@@ -233,7 +281,9 @@ class EffectGate(ExecutionMixin):
         except Exception:  # a check that cannot decide denies
             return False
 
-    def _read(self, spec: ToolSpec, args: Mapping[str, Any], frozen: str, ctx: CallContext) -> _flow.Flow[Outcome]:
+    def _read(
+        self, spec: ToolSpec, args: Mapping[str, Any], frozen: str, ctx: CallContext
+    ) -> _flow.Flow[Outcome]:
         attempt = 0
         while True:
             try:
@@ -242,19 +292,31 @@ class EffectGate(ExecutionMixin):
             except spec.transient as exc:
                 attempt += 1
                 if attempt > self.policy.read_retries:
-                    self._log_read(self._event("read_failed", spec=spec, ctx=ctx, args_hash_=frozen,
-                                               attempts=attempt, error=repr(exc)))  # fmt: skip
+                    self._log_read(
+                        self._event(
+                            "read_failed",
+                            spec=spec,
+                            ctx=ctx,
+                            args_hash_=frozen,
+                            attempts=attempt,
+                            error=repr(exc),
+                        )
+                    )
                     raise
                 self.clock.sleep(self.policy.retry_backoff * 2 ** (attempt - 1))
         self._log_read(self._event("read", spec=spec, ctx=ctx, args_hash_=frozen, attempts=attempt + 1))
         return Executed(tool=spec.name, result=result)
 
-    def _write(self, spec: ToolSpec, args: Mapping[str, Any], frozen: str, ctx: CallContext) -> _flow.Flow[Outcome]:
+    def _write(
+        self, spec: ToolSpec, args: Mapping[str, Any], frozen: str, ctx: CallContext
+    ) -> _flow.Flow[Outcome]:
         key = "w_" + key_of("write", ctx.session_id, spec.name, ctx.origin_message_id, frozen)
         try:
             claim = self.store.claim(key, frozen, lease_seconds=self.policy.lease_seconds)
         except InProgress:
-            return self._refuse("in_progress", f"{spec.name}: the same write is running now", spec.name, ctx, spec)
+            return self._refuse(
+                "in_progress", f"{spec.name}: the same write is running now", spec.name, ctx, spec
+            )
         except NeedsReconciliation as exc:
             return self._refuse("needs_reconciliation", str(exc), spec.name, ctx, spec)
         if isinstance(claim, Stored):
@@ -271,8 +333,13 @@ class EffectGate(ExecutionMixin):
     def _propose(self, spec: ToolSpec, args: Mapping[str, Any], frozen: str, ctx: CallContext) -> Outcome:
         subject = spec.subject_of(args)
         subject_key = digest({"subject": subject}) if subject is not None else f"args:{frozen}"
-        intent = key_of("intent", ctx.session_id, spec.name, ctx.origin_message_id,
-                        subject if subject is not None else dict(args))  # fmt: skip
+        intent = key_of(
+            "intent",
+            ctx.session_id,
+            spec.name,
+            ctx.origin_message_id,
+            subject if subject is not None else dict(args),
+        )
         role, notes = spec.role_for(args)
         assert role is not None  # check_policy guarantees a role for every gated row
         now = self.clock.now()
@@ -285,52 +352,112 @@ class EffectGate(ExecutionMixin):
             if existing is not None and existing.status != "pending":
                 return self._replayed(conn, existing, frozen, ctx)
             if existing is None and not self._in_scope(spec, args, ctx):
-                row = self._new_row(spec, args, frozen, ctx, subject, subject_key, role, notes, now, status="rejected")
+                row = self._new_row(
+                    spec, args, frozen, ctx, subject, subject_key, role, notes, now, status="rejected"
+                )
                 row.reason = "out of scope: the caller may not act on this subject"
                 self.store.insert_approval(conn, row)
                 self.store.add_key(conn, intent, row.id, 1, ctx.origin_message_id)
-                self.store.append_events(conn, [self._event("rejected", row=row, spec=spec, code="out_of_scope")])
-                return Refused(code="out_of_scope", message=f"{spec.name}: {row.reason}", tool=spec.name, approval_id=row.id)
+                self.store.append_events(
+                    conn, [self._event("rejected", row=row, spec=spec, code="out_of_scope")]
+                )
+                return Refused(
+                    code="out_of_scope",
+                    message=f"{spec.name}: {row.reason}",
+                    tool=spec.name,
+                    approval_id=row.id,
+                )
             pending = existing or self.store.pending_in_session(conn, ctx.session_id, spec.name, subject_key)
             if pending is not None:
-                return self._amend(conn, spec, pending, args, frozen, ctx, intent, role, notes, replay=existing is not None)
+                return self._amend(
+                    conn, spec, pending, args, frozen, ctx, intent, role, notes, replay=existing is not None
+                )
             busy = self.store.in_flight_elsewhere(conn, subject_key, ctx.session_id)
             if busy is not None:
-                message = (f"{spec.name}: approval {busy.id} ({busy.tool}) is already in flight on "
-                           f"this subject from another session")  # fmt: skip
-                self.store.append_events(conn, [self._event("refused", spec=spec, ctx=ctx, code="subject_busy", busy=busy.id)])
+                message = (
+                    f"{spec.name}: approval {busy.id} ({busy.tool}) is already in flight on "
+                    f"this subject from another session"
+                )
+                self.store.append_events(
+                    conn, [self._event("refused", spec=spec, ctx=ctx, code="subject_busy", busy=busy.id)]
+                )
                 return Refused(code="subject_busy", message=message, tool=spec.name, approval_id=busy.id)
             if self.store.count_pending(conn, ctx.session_id) >= self.policy.max_pending_per_session:
-                self.store.append_events(conn, [self._event("refused", spec=spec, ctx=ctx, code="too_many_pending")])
+                self.store.append_events(
+                    conn, [self._event("refused", spec=spec, ctx=ctx, code="too_many_pending")]
+                )
                 message = f"this session already has {self.policy.max_pending_per_session} approvals waiting"
                 return Refused(code="too_many_pending", message=message, tool=spec.name)
             reason = self._confirm(conn, spec, args, ctx, subject_key, exclude=None)
             if reason is not None:
-                self.store.append_events(conn, [self._event("refused", spec=spec, ctx=ctx, code="confirm_failed", reason=reason)])
+                self.store.append_events(
+                    conn, [self._event("refused", spec=spec, ctx=ctx, code="confirm_failed", reason=reason)]
+                )
                 return Refused(code="confirm_failed", message=f"{spec.name}: {reason}", tool=spec.name)
-            row = self._new_row(spec, args, frozen, ctx, subject, subject_key, role, notes, now, status="pending")
+            row = self._new_row(
+                spec, args, frozen, ctx, subject, subject_key, role, notes, now, status="pending"
+            )
             self.store.insert_approval(conn, row)
             self.store.add_key(conn, intent, row.id, 1, ctx.origin_message_id)
             self.store.append_events(conn, [self._event("proposed", row=row, spec=spec)])
             return Pending(approval_id=row.id, version=1, card=Card.from_record(row))
 
-    def _new_row(self, spec: ToolSpec, args: Mapping[str, Any], frozen: str, ctx: CallContext,
-                 subject: dict[str, Any] | None, subject_key: str, role: str, notes: list[str],
-                 now: float, *, status: str) -> ApprovalRow:  # fmt: skip
+    def _new_row(
+        self,
+        spec: ToolSpec,
+        args: Mapping[str, Any],
+        frozen: str,
+        ctx: CallContext,
+        subject: dict[str, Any] | None,
+        subject_key: str,
+        role: str,
+        notes: list[str],
+        now: float,
+        *,
+        status: str,
+    ) -> ApprovalRow:
         return ApprovalRow(
-            id=self._ids(), session_id=ctx.session_id, origin_message_id=ctx.origin_message_id,
-            user_id=ctx.user_id, agent_id=ctx.agent_id, run_id=ctx.run_id, tool=spec.name,
-            effect=str(spec.effect), reversibility=str(spec.reversibility), owner=spec.owner,
-            subject_key=subject_key, subject_json=json.dumps(subject) if subject is not None else None,
-            args_json=json.dumps(dict(args), sort_keys=True), args_hash=frozen, approver_role=role,
-            notes_json=json.dumps(notes), approvals_required=self.policy.approvals_needed(spec.effect),
-            status=status, version=1, created_at=now, updated_at=now,
-            expires_at=now + self.policy.pending_ttl, row_fingerprint=spec.fingerprint,
-            table_fingerprint=self.table.fingerprint, has_confirm=spec.confirm is not None,
-        )  # fmt: skip
+            id=self._ids(),
+            session_id=ctx.session_id,
+            origin_message_id=ctx.origin_message_id,
+            user_id=ctx.user_id,
+            agent_id=ctx.agent_id,
+            run_id=ctx.run_id,
+            tool=spec.name,
+            effect=str(spec.effect),
+            reversibility=str(spec.reversibility),
+            owner=spec.owner,
+            subject_key=subject_key,
+            subject_json=json.dumps(subject) if subject is not None else None,
+            args_json=json.dumps(dict(args), sort_keys=True),
+            args_hash=frozen,
+            approver_role=role,
+            notes_json=json.dumps(notes),
+            approvals_required=self.policy.approvals_needed(spec.effect),
+            status=status,
+            version=1,
+            created_at=now,
+            updated_at=now,
+            expires_at=now + self.policy.pending_ttl,
+            row_fingerprint=spec.fingerprint,
+            table_fingerprint=self.table.fingerprint,
+            has_confirm=spec.confirm is not None,
+        )
 
-    def _amend(self, conn: Any, spec: ToolSpec, row: ApprovalRow, args: Mapping[str, Any], frozen: str,
-               ctx: CallContext, intent: str, role: str, notes: list[str], *, replay: bool) -> Outcome:  # fmt: skip
+    def _amend(
+        self,
+        conn: Any,
+        spec: ToolSpec,
+        row: ApprovalRow,
+        args: Mapping[str, Any],
+        frozen: str,
+        ctx: CallContext,
+        intent: str,
+        role: str,
+        notes: list[str],
+        *,
+        replay: bool,
+    ) -> Outcome:
         if row.args_hash == frozen:
             if not replay:
                 self.store.add_key(conn, intent, row.id, row.version, ctx.origin_message_id)
@@ -338,15 +465,28 @@ class EffectGate(ExecutionMixin):
             return Pending(approval_id=row.id, version=row.version, card=self._card(conn, row), replay=True)
         reason = self._confirm(conn, spec, args, ctx, row.subject_key, exclude=row.id)
         if reason is not None:
-            self.store.append_events(conn, [self._event("refused", spec=spec, ctx=ctx, code="confirm_failed", reason=reason)])
-            return Refused(code="confirm_failed", message=f"{spec.name}: {reason}", tool=spec.name, approval_id=row.id)
+            self.store.append_events(
+                conn, [self._event("refused", spec=spec, ctx=ctx, code="confirm_failed", reason=reason)]
+            )
+            return Refused(
+                code="confirm_failed", message=f"{spec.name}: {reason}", tool=spec.name, approval_id=row.id
+            )
         now = self.clock.now()
-        values = {"version": row.version + 1, "args_json": json.dumps(dict(args), sort_keys=True),
-                  "args_hash": frozen, "approver_role": role, "notes_json": json.dumps(notes),
-                  "updated_at": now, "expires_at": now + self.policy.pending_ttl,
-                  "row_fingerprint": spec.fingerprint, "table_fingerprint": self.table.fingerprint,
-                  "origin_message_id": ctx.origin_message_id}  # fmt: skip
-        if not self.store.update_approval(conn, row.id, expect_status=["pending"], expect_version=row.version, values=values):
+        values = {
+            "version": row.version + 1,
+            "args_json": json.dumps(dict(args), sort_keys=True),
+            "args_hash": frozen,
+            "approver_role": role,
+            "notes_json": json.dumps(notes),
+            "updated_at": now,
+            "expires_at": now + self.policy.pending_ttl,
+            "row_fingerprint": spec.fingerprint,
+            "table_fingerprint": self.table.fingerprint,
+            "origin_message_id": ctx.origin_message_id,
+        }
+        if not self.store.update_approval(
+            conn, row.id, expect_status=["pending"], expect_version=row.version, values=values
+        ):
             raise StaleApproval(row.id, row.version, row.version + 1)  # pragma: no cover - locked
         self.store.add_key(conn, intent, row.id, row.version + 1, ctx.origin_message_id)
         updated = self.store.approval(conn, row.id)
@@ -358,29 +498,67 @@ class EffectGate(ExecutionMixin):
         """The intent key found a decided approval: answer as before, never a second one."""
         # The intent (session, tool, message, subject) is what counts: a replay whose arguments
         # came out differently still answers with this approval, never a second one.
-        self.store.append_events(conn, [self._event("replay", row=row, ctx=ctx, status=row.status,
-                                                    same_args=row.args_hash == frozen)])  # fmt: skip
+        self.store.append_events(
+            conn,
+            [self._event("replay", row=row, ctx=ctx, status=row.status, same_args=row.args_hash == frozen)],
+        )
         if row.status == "rejected":
-            return Refused(code="out_of_scope", message=f"{row.tool}: {row.reason}", tool=row.tool, approval_id=row.id)
+            return Refused(
+                code="out_of_scope", message=f"{row.tool}: {row.reason}", tool=row.tool, approval_id=row.id
+            )
         if row.status == "denied":
-            return Refused(code="denied", message=f"{row.tool} was denied: {row.reason}", tool=row.tool, approval_id=row.id)
+            return Refused(
+                code="denied",
+                message=f"{row.tool} was denied: {row.reason}",
+                tool=row.tool,
+                approval_id=row.id,
+            )
         if row.status == "expired":
-            return Refused(code="expired", message=f"approval {row.id} for {row.tool} expired undecided",
-                           tool=row.tool, approval_id=row.id)  # fmt: skip
+            return Refused(
+                code="expired",
+                message=f"approval {row.id} for {row.tool} expired undecided",
+                tool=row.tool,
+                approval_id=row.id,
+            )
         if row.status == "executed":
             record = self.store._load(conn, exec_key(row))
             result = record.result if record is not None else None
-            return Executed(tool=row.tool, result=result, replay=True, approval_id=row.id,
-                            version=row.version, idempotency_key=exec_key(row))  # fmt: skip
-        return Pending(approval_id=row.id, version=row.version, card=self._card(conn, row), status=row.status, replay=True)
+            return Executed(
+                tool=row.tool,
+                result=result,
+                replay=True,
+                approval_id=row.id,
+                version=row.version,
+                idempotency_key=exec_key(row),
+            )
+        return Pending(
+            approval_id=row.id,
+            version=row.version,
+            card=self._card(conn, row),
+            status=row.status,
+            replay=True,
+        )
 
-    def _confirm(self, conn: Any, spec: ToolSpec, args: Mapping[str, Any], ctx: CallContext,
-                 subject_key: str, *, exclude: str | None) -> str | None:  # fmt: skip
+    def _confirm(
+        self,
+        conn: Any,
+        spec: ToolSpec,
+        args: Mapping[str, Any],
+        ctx: CallContext,
+        subject_key: str,
+        *,
+        exclude: str | None,
+    ) -> str | None:
         if spec.confirm is None:
             return None
         history = tuple(
-            SubjectEntry(approval_id=r.id, status=r.status, version=r.version, args=json.loads(r.args_json),
-                         created_at=r.created_at)  # fmt: skip
+            SubjectEntry(
+                approval_id=r.id,
+                status=r.status,
+                version=r.version,
+                args=json.loads(r.args_json),
+                created_at=r.created_at,
+            )
             for r in self.store.subject_history(conn, spec.name, subject_key, exclude)
         )
         try:
@@ -388,10 +566,14 @@ class EffectGate(ExecutionMixin):
         except Exception as exc:  # a check that cannot decide refuses
             return f"confirm check raised {type(exc).__name__}: {exc}"
 
-    def _expire_due(self, conn: Any, *, session_id: str | None = None, approval_id: str | None = None) -> None:
+    def _expire_due(
+        self, conn: Any, *, session_id: str | None = None, approval_id: str | None = None
+    ) -> None:
         now = self.clock.now()
         for row in self.store.approvals_due(conn, now, session_id=session_id, approval_id=approval_id):
-            if self.store.update_approval(conn, row.id, expect_status=["pending"], values={"status": "expired", "updated_at": now}):
+            if self.store.update_approval(
+                conn, row.id, expect_status=["pending"], values={"status": "expired", "updated_at": now}
+            ):
                 self.store.append_events(conn, [self._event("expired", row=row)])
 
     def expire(self) -> None:
@@ -414,7 +596,10 @@ class EffectGate(ExecutionMixin):
         """Approvals waiting for a decision, newest first."""
         self.expire()
         with self.store.reading() as conn:
-            return [self._card(conn, r) for r in self.store.approvals(status="pending", role=role, session_id=session_id)]
+            return [
+                self._card(conn, r)
+                for r in self.store.approvals(status="pending", role=role, session_id=session_id)
+            ]
 
     # -- decisions
 
@@ -431,36 +616,71 @@ class EffectGate(ExecutionMixin):
                 if version != row.version:
                     raise StaleApproval(approval_id, version, row.version)
                 spec = self._current_spec(row)
-                decisions = [d for d in self.store.decisions(conn, row.id, row.version) if d.decision == "approve"]
+                decisions = [
+                    d for d in self.store.decisions(conn, row.id, row.version) if d.decision == "approve"
+                ]
                 if any(d.approver_id == approver.id for d in decisions):
-                    raise WrongApprover(approval_id, f"{approver.id} already approved; a second, distinct approver is needed")
+                    raise WrongApprover(
+                        approval_id, f"{approver.id} already approved; a second, distinct approver is needed"
+                    )
                 ctx = context_of(row)
                 args = json.loads(row.args_json)
                 if not self._in_scope(spec, args, ctx):
-                    raise PolicyViolation(f"{row.tool}: the caller is no longer in scope for this subject", code="out_of_scope")
+                    raise PolicyViolation(
+                        f"{row.tool}: the caller is no longer in scope for this subject", code="out_of_scope"
+                    )
                 reason = self._confirm(conn, spec, args, ctx, row.subject_key, exclude=row.id)
                 if reason is not None:
                     raise ConfirmFailed(row.tool, reason)
-                self.store.add_decision(conn, approval_id=row.id, version=row.version, approver_id=approver.id,
-                                        role=approver.role, decision="approve")  # fmt: skip
+                self.store.add_decision(
+                    conn,
+                    approval_id=row.id,
+                    version=row.version,
+                    approver_id=approver.id,
+                    role=approver.role,
+                    decision="approve",
+                )
                 if len(decisions) + 1 < row.approvals_required:
-                    self.store.append_events(conn, [self._event("approved_partial", row=row, approver=approver.id)])
-                    return PartialApproval(approval_id=row.id, version=row.version,
-                                           approvals=len(decisions) + 1, required=row.approvals_required)  # fmt: skip
+                    self.store.append_events(
+                        conn, [self._event("approved_partial", row=row, approver=approver.id)]
+                    )
+                    return PartialApproval(
+                        approval_id=row.id,
+                        version=row.version,
+                        approvals=len(decisions) + 1,
+                        required=row.approvals_required,
+                    )
                 now = self.clock.now()
                 expires = now + self.policy.token_ttl
-                token = self.keyring.mint(approval_id=row.id, version=row.version, args_hash=row.args_hash, expires_at=expires)
-                values = {"status": "approved", "decided_at": now, "updated_at": now, "token_hash": token_hash(token),
-                          "token_kid": self.keyring.current, "token_expires_at": expires}  # fmt: skip
-                if not self.store.update_approval(conn, row.id, expect_status=["pending"], expect_version=row.version, values=values):
+                token = self.keyring.mint(
+                    approval_id=row.id, version=row.version, args_hash=row.args_hash, expires_at=expires
+                )
+                values = {
+                    "status": "approved",
+                    "decided_at": now,
+                    "updated_at": now,
+                    "token_hash": token_hash(token),
+                    "token_kid": self.keyring.current,
+                    "token_expires_at": expires,
+                }
+                if not self.store.update_approval(
+                    conn, row.id, expect_status=["pending"], expect_version=row.version, values=values
+                ):
                     raise StaleApproval(approval_id, version, row.version)  # pragma: no cover - locked
-                self.store.append_events(conn, [self._event("approved", row=row, approver=approver.id, role=approver.role),
-                                                self._event("token_minted", row=row, kid=self.keyring.current, expires_at=expires)])  # fmt: skip
+                self.store.append_events(
+                    conn,
+                    [
+                        self._event("approved", row=row, approver=approver.id, role=approver.role),
+                        self._event("token_minted", row=row, kid=self.keyring.current, expires_at=expires),
+                    ],
+                )
                 return Grant(approval_id=row.id, version=row.version, token=token, expires_at=expires)
         assert expired
         raise ApprovalExpired(approval_id)
 
-    def deny(self, approval_id: str, *, approver: Approver, reason: str, version: int | None = None) -> Refused:
+    def deny(
+        self, approval_id: str, *, approver: Approver, reason: str, version: int | None = None
+    ) -> Refused:
         """Close a pending (or approved, not yet executed) approval; the model will be told why."""
         if not reason or not reason.strip():
             raise PolicyViolation("a denial needs a reason the model can be told")
@@ -473,18 +693,34 @@ class EffectGate(ExecutionMixin):
                 if version is not None and version != row.version:
                     raise StaleApproval(approval_id, version, row.version)
                 now = self.clock.now()
-                self.store.add_decision(conn, approval_id=row.id, version=row.version, approver_id=approver.id,
-                                        role=approver.role, decision="deny", reason=reason)  # fmt: skip
-                if not self.store.update_approval(conn, row.id, expect_status=["pending", "approved"],
-                                                  values={"status": "denied", "reason": reason, "decided_at": now, "updated_at": now}):  # fmt: skip
+                self.store.add_decision(
+                    conn,
+                    approval_id=row.id,
+                    version=row.version,
+                    approver_id=approver.id,
+                    role=approver.role,
+                    decision="deny",
+                    reason=reason,
+                )
+                if not self.store.update_approval(
+                    conn,
+                    row.id,
+                    expect_status=["pending", "approved"],
+                    values={"status": "denied", "reason": reason, "decided_at": now, "updated_at": now},
+                ):
                     raise AlreadyDecided(approval_id, "executing")  # pragma: no cover - locked
-                self.store.append_events(conn, [self._event("denied", row=row, approver=approver.id, reason=reason)])
-        if raise_expired:
+                self.store.append_events(
+                    conn, [self._event("denied", row=row, approver=approver.id, reason=reason)]
+                )
+        if raise_expired or row is None:
             raise ApprovalExpired(approval_id)
-        return Refused(code="denied", message=f"{row.tool} was denied: {reason}", tool=row.tool, approval_id=approval_id)
+        return Refused(
+            code="denied", message=f"{row.tool} was denied: {reason}", tool=row.tool, approval_id=approval_id
+        )
 
-    def _decidable(self, conn: Any, approval_id: str, approver: Approver,
-                   allow: tuple[str, ...] = ("pending",)) -> ApprovalRow | None:  # fmt: skip
+    def _decidable(
+        self, conn: Any, approval_id: str, approver: Approver, allow: tuple[str, ...] = ("pending",)
+    ) -> ApprovalRow | None:
         """The row if `approver` may decide it now; None if it just expired (marked so)."""
         row = self.store.approval(conn, approval_id)
         if row is None:
@@ -498,7 +734,9 @@ class EffectGate(ExecutionMixin):
                 raise ApprovalExpired(approval_id)
             raise AlreadyDecided(approval_id, row.status)
         if not self.policy.role_satisfies(approver.role, row.approver_role):
-            raise WrongApprover(approval_id, f"{row.tool} needs role {row.approver_role}; {approver.id} holds {approver.role}")
+            raise WrongApprover(
+                approval_id, f"{row.tool} needs role {row.approver_role}; {approver.id} holds {approver.role}"
+            )
         return row
 
     def _current_spec(self, row: ApprovalRow) -> ToolSpec:
@@ -506,8 +744,11 @@ class EffectGate(ExecutionMixin):
         if spec is None:
             raise PolicyViolation(f"{row.tool} is no longer in the effect table", code="reclassified")
         if spec.fingerprint != row.row_fingerprint:
-            raise PolicyViolation(f"{row.tool} changed in the effect table since this approval was proposed; "
-                                  "it needs a fresh proposal", code="reclassified")  # fmt: skip
+            raise PolicyViolation(
+                f"{row.tool} changed in the effect table since this approval was proposed; "
+                "it needs a fresh proposal",
+                code="reclassified",
+            )
         return spec
 
     def audit(self, *, table: EffectTable | None = None) -> AuditReport:
@@ -517,15 +758,21 @@ class EffectGate(ExecutionMixin):
 
     # -- async twins of the decision API (store work off the event loop)
 
-    async def aapprove(self, approval_id: str, *, version: int, approver: Approver) -> Grant | PartialApproval:
+    async def aapprove(
+        self, approval_id: str, *, version: int, approver: Approver
+    ) -> Grant | PartialApproval:
         import asyncio
 
         return await asyncio.to_thread(lambda: self.approve(approval_id, version=version, approver=approver))
 
-    async def adeny(self, approval_id: str, *, approver: Approver, reason: str, version: int | None = None) -> Refused:
+    async def adeny(
+        self, approval_id: str, *, approver: Approver, reason: str, version: int | None = None
+    ) -> Refused:
         import asyncio
 
-        return await asyncio.to_thread(lambda: self.deny(approval_id, approver=approver, reason=reason, version=version))
+        return await asyncio.to_thread(
+            lambda: self.deny(approval_id, approver=approver, reason=reason, version=version)
+        )
 
 
 def _with_call_id(ctx: CallContext, call_id: str | None) -> CallContext:

@@ -55,31 +55,53 @@ class Card:
     @classmethod
     def from_record(cls, row: ApprovalRow, *, approvals_given: int = 0) -> Card:
         return cls(
-            approval_id=row.id, version=row.version, status=row.status, tool=row.tool,
-            effect=row.effect, reversibility=row.reversibility, args=json.loads(row.args_json),
-            args_hash=row.args_hash, subject=json.loads(row.subject_json) if row.subject_json else None,
-            approver_role=row.approver_role, notes=tuple(json.loads(row.notes_json)),
-            approvals_required=row.approvals_required, approvals_given=approvals_given,
-            owner=row.owner, session_id=row.session_id, user_id=row.user_id,
-            created_at=row.created_at, expires_at=row.expires_at,
-        )  # fmt: skip
+            approval_id=row.id,
+            version=row.version,
+            status=row.status,
+            tool=row.tool,
+            effect=row.effect,
+            reversibility=row.reversibility,
+            args=json.loads(row.args_json),
+            args_hash=row.args_hash,
+            subject=json.loads(row.subject_json) if row.subject_json else None,
+            approver_role=row.approver_role,
+            notes=tuple(json.loads(row.notes_json)),
+            approvals_required=row.approvals_required,
+            approvals_given=approvals_given,
+            owner=row.owner,
+            session_id=row.session_id,
+            user_id=row.user_id,
+            created_at=row.created_at,
+            expires_at=row.expires_at,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "approval_id": self.approval_id, "version": self.version, "status": self.status,
-            "tool": self.tool, "effect": self.effect, "reversibility": self.reversibility,
-            "args": dict(self.args), "args_hash": self.args_hash,
+            "approval_id": self.approval_id,
+            "version": self.version,
+            "status": self.status,
+            "tool": self.tool,
+            "effect": self.effect,
+            "reversibility": self.reversibility,
+            "args": dict(self.args),
+            "args_hash": self.args_hash,
             "subject": dict(self.subject) if self.subject is not None else None,
-            "approver_role": self.approver_role, "notes": list(self.notes),
-            "approvals_required": self.approvals_required, "approvals_given": self.approvals_given,
-            "owner": self.owner, "session_id": self.session_id, "user_id": self.user_id,
-            "created_at": self.created_at, "expires_at": self.expires_at,
-        }  # fmt: skip
+            "approver_role": self.approver_role,
+            "notes": list(self.notes),
+            "approvals_required": self.approvals_required,
+            "approvals_given": self.approvals_given,
+            "owner": self.owner,
+            "session_id": self.session_id,
+            "user_id": self.user_id,
+            "created_at": self.created_at,
+            "expires_at": self.expires_at,
+        }
 
     def render(self) -> str:
         """A plain-text card (used where no richer surface is available)."""
         lines = [
-            f"{self.tool}  [{self.effect}, {self.reversibility}]  approval {self.approval_id} v{self.version}",
+            f"{self.tool}  [{self.effect}, {self.reversibility}]"
+            f"  approval {self.approval_id} v{self.version}",
             f"status: {self.status}   approver role: {self.approver_role}"
             f"   approvals: {self.approvals_given} of {self.approvals_required}",
             f"subject: {json.dumps(self.subject, sort_keys=True) if self.subject else '-'}",

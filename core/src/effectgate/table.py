@@ -17,7 +17,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import fastjsonschema  # type: ignore[import-untyped]
+import fastjsonschema
 import jsonschema
 import pydantic
 
@@ -29,7 +29,7 @@ from .errors import TableError
 ScopeCheck = Callable[[Mapping[str, Any], CallContext], bool]
 ConfirmCheck = Callable[[Mapping[str, Any], Confirmation], str | None]
 Snapshot = Callable[[Mapping[str, Any]], Any]
-Reconcile = Callable[[str], "Reconciled"]
+Reconcile = Callable[[str], "Reconciled | None"]
 
 
 @dataclass(frozen=True)
@@ -92,9 +92,7 @@ class Escalate:
         )
 
     @classmethod
-    def when(
-        cls, predicate: Callable[[Mapping[str, Any]], bool], *, role: str, note: str
-    ) -> Escalate:
+    def when(cls, predicate: Callable[[Mapping[str, Any]], bool], *, role: str, note: str) -> Escalate:
         return cls(role=role, note=note, predicate=predicate, rule={"when": _qualname(predicate)})
 
     @classmethod
@@ -154,9 +152,7 @@ def derive_schema(name: str, fn: Callable[..., Any]) -> dict[str, Any]:
         hint = hints.get(param.name, Any)
         default = ... if param.default is param.empty else param.default
         fields[param.name] = (hint, default)
-    model = pydantic.create_model(  # type: ignore[call-overload]
-        f"{name}_args", __config__=pydantic.ConfigDict(extra="forbid"), **fields
-    )
+    model = pydantic.create_model(f"{name}_args", __config__=pydantic.ConfigDict(extra="forbid"), **fields)
     schema: dict[str, Any] = model.model_json_schema()
     schema.pop("title", None)
     return schema
@@ -164,7 +160,7 @@ def derive_schema(name: str, fn: Callable[..., Any]) -> dict[str, Any]:
 
 def _compile(schema: Mapping[str, Any]) -> Callable[[Any], Any] | None:
     try:
-        return fastjsonschema.compile(dict(schema))  # type: ignore[no-any-return]
+        return fastjsonschema.compile(dict(schema))
     except Exception:  # a construct the fast compiler lacks: the full validator alone decides
         return None
 
@@ -189,33 +185,36 @@ class ToolSpec:
     unknown_outcome: tuple[type[Exception], ...] = ()
     reconcile: Reconcile | None = None
     description: str = ""
-    _derived: dict[str, Any] = field(
-        default_factory=dict[str, Any], init=False, repr=False, compare=False
-    )
+    _derived: dict[str, Any] = field(default_factory=dict[str, Any], init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
         if not isinstance(self.name, str) or not self.name.strip():
             raise TableError(str(self.name), "name", "a tool needs a non-empty name")
-        if not isinstance(self.effect, Effect):  # a label from another taxonomy
-            if not isinstance(self.effect, str):
+        effect: object = self.effect  # callers may pass a label from another taxonomy
+        if not isinstance(effect, Effect):
+            if not isinstance(effect, str):
                 raise TableError(self.name, "effect", "every row needs an effect")
             try:
-                set_(self, "effect", Effect.from_label(self.effect))
+                set_(self, "effect", Effect.from_label(effect))
             except ValueError as exc:
                 raise TableError(self.name, "effect", str(exc)) from exc
         if not callable(self.fn):
             raise TableError(self.name, "fn", "fn must be callable")
-        if isinstance(self.subject, str):
-            set_(self, "subject", (self.subject,))
-        if isinstance(self.reversibility, str):
-            set_(self, "reversibility", Reversibility(self.reversibility))
+        subject: object = self.subject
+        if isinstance(subject, str):
+            set_(self, "subject", (subject,))
+        reversibility: object = self.reversibility
+        if not isinstance(reversibility, Reversibility):
+            set_(self, "reversibility", Reversibility(str(reversibility)))
         set_(self, "escalate", tuple(self.escalate))
         if self.schema is None:
             set_(self, "schema", derive_schema(self.name, self.fn))
         schema = self.schema
         if not isinstance(schema, Mapping) or schema.get("type") != "object":
-            raise TableError(self.name, "schema", 'the schema must be a JSON object schema ("type": "object")')
+            raise TableError(
+                self.name, "schema", 'the schema must be a JSON object schema ("type": "object")'
+            )
         try:
             jsonschema.Draft202012Validator.check_schema(dict(schema))
         except jsonschema.SchemaError as exc:
@@ -253,7 +252,10 @@ class ToolSpec:
         validator: jsonschema.Draft202012Validator = self._derived["validator"]
         errors = sorted(validator.iter_errors(args), key=lambda e: list(map(str, e.absolute_path)))
         return [
-            SchemaError("".join(f"/{str(p).replace('~', '~0').replace('/', '~1')}" for p in e.absolute_path), e.message)
+            SchemaError(
+                "".join(f"/{str(p).replace('~', '~0').replace('/', '~1')}" for p in e.absolute_path),
+                e.message,
+            )
             for e in errors
         ]
 
@@ -320,7 +322,9 @@ class EffectTable:
         """Set the tools `agent_id` may call; each must already be a row of the table."""
         wanted = frozenset(names)
         for name in sorted(wanted - self._specs.keys()):
-            raise TableError(name, "allowlist", f"agent {agent_id!r} is allowed a tool the table does not have")
+            raise TableError(
+                name, "allowlist", f"agent {agent_id!r} is allowed a tool the table does not have"
+            )
         self._allow[agent_id] = wanted
         self.__dict__.pop("fingerprint", None)
 
@@ -369,9 +373,7 @@ class EffectTable:
         )
 
     @classmethod
-    def from_toml(
-        cls, source: str | Path, bindings: Mapping[str, Callable[..., Any]]
-    ) -> EffectTable:
+    def from_toml(cls, source: str | Path, bindings: Mapping[str, Callable[..., Any]]) -> EffectTable:
         """Load a table from TOML owned by the downstream teams, binding names to callables.
 
         ``source`` is a path, or TOML text when it contains a newline. Each ``[tools.NAME]``
@@ -394,9 +396,20 @@ class EffectTable:
 
 
 _TOML_FIELDS = {
-    "effect", "fn", "approver_role", "owner", "reversibility", "subject", "schema", "scope",
-    "confirm", "snapshot", "reconcile", "escalate", "description",
-}  # fmt: skip
+    "effect",
+    "fn",
+    "approver_role",
+    "owner",
+    "reversibility",
+    "subject",
+    "schema",
+    "scope",
+    "confirm",
+    "snapshot",
+    "reconcile",
+    "escalate",
+    "description",
+}
 
 
 def _spec_from_toml(

@@ -134,8 +134,12 @@ class Keyring:
         expected = self._mac(
             claims.kid,
             self._body(
-                claims.kid, claims.approval_id, claims.version, round(claims.expires_at * 1000),
-                claims.nonce, args_hash,
+                claims.kid,
+                claims.approval_id,
+                claims.version,
+                round(claims.expires_at * 1000),
+                claims.nonce,
+                args_hash,
             ),
         )
         if not hmac.compare_digest(expected, claims.mac):

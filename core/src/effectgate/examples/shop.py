@@ -43,14 +43,18 @@ class PaymentProvider:
         with self._lock:
             if key in self.refunds:
                 return self.refunds[key]
-            refund = {"refund_id": f"re_{len(self.refunds) + 1}", "order_id": order_id,
-                      "amount": amount, "currency": currency}  # fmt: skip
+            refund = {
+                "refund_id": f"re_{len(self.refunds) + 1}",
+                "order_id": order_id,
+                "amount": amount,
+                "currency": currency,
+            }
             self.refunds[key] = refund
             self.receiver.record("refund", idempotency_key=key, order_id=order_id, amount=amount)
             if self.timeouts_to_inject:
                 # The refund happened, but the reply is lost: the caller cannot know.
                 self.timeouts_to_inject -= 1
-                raise OutcomeUnknown("payment provider timed out", provider_ref=refund["refund_id"])
+                raise OutcomeUnknown("payment provider timed out", provider_ref=str(refund["refund_id"]))
             return refund
 
     def lookup(self, key: str) -> dict[str, Any] | None:
@@ -64,19 +68,25 @@ class Shop:
 
     receiver: EffectRecorder = field(default_factory=EffectRecorder)
     customers: dict[str, str] = field(default_factory=lambda: {"u1": "Ada", "u2": "Grace"})
-    orders: dict[str, dict[str, Any]] = field(default_factory=lambda: {
-        "1042": {"user_id": "u1", "total": 12000, "currency": "GBP", "status": "shipped"},
-        "1043": {"user_id": "u1", "total": 3500, "currency": "GBP", "status": "processing"},
-        "2001": {"user_id": "u2", "total": 50000, "currency": "GBP", "status": "delivered"},
-    })  # fmt: skip
-    subscriptions: dict[str, dict[str, Any]] = field(default_factory=lambda: {
-        "sub_u1": {"user_id": "u1", "status": "active"},
-        "sub_u2": {"user_id": "u2", "status": "active"},
-    })  # fmt: skip
-    tickets: dict[str, dict[str, Any]] = field(default_factory=lambda: {
-        "t-17": {"user_id": "u1", "tags": ["billing"], "subject": "refund for 1042"},
-        "t-18": {"user_id": "u2", "tags": [], "subject": "login trouble"},
-    })  # fmt: skip
+    orders: dict[str, dict[str, Any]] = field(
+        default_factory=lambda: {
+            "1042": {"user_id": "u1", "total": 12000, "currency": "GBP", "status": "shipped"},
+            "1043": {"user_id": "u1", "total": 3500, "currency": "GBP", "status": "processing"},
+            "2001": {"user_id": "u2", "total": 50000, "currency": "GBP", "status": "delivered"},
+        }
+    )
+    subscriptions: dict[str, dict[str, Any]] = field(
+        default_factory=lambda: {
+            "sub_u1": {"user_id": "u1", "status": "active"},
+            "sub_u2": {"user_id": "u2", "status": "active"},
+        }
+    )
+    tickets: dict[str, dict[str, Any]] = field(
+        default_factory=lambda: {
+            "t-17": {"user_id": "u1", "tags": ["billing"], "subject": "refund for 1042"},
+            "t-18": {"user_id": "u2", "tags": [], "subject": "login trouble"},
+        }
+    )
     deleted: set[str] = field(default_factory=set[str])
     provider: PaymentProvider = field(init=False)
 
@@ -88,13 +98,21 @@ class Shop:
     def get_order(self, order_id: str) -> dict[str, Any]:
         """Look up an order's status and total."""
         order = self.orders[order_id]
-        return {"order_id": order_id, "status": order["status"], "total": order["total"],
-                "currency": order["currency"]}  # fmt: skip
+        return {
+            "order_id": order_id,
+            "status": order["status"],
+            "total": order["total"],
+            "currency": order["currency"],
+        }
 
     def search_tickets(self, query: str) -> list[dict[str, Any]]:
         """Search support tickets by text."""
         q = query.lower()
-        return [{"ticket_id": t, "subject": v["subject"]} for t, v in self.tickets.items() if q in v["subject"].lower()]
+        return [
+            {"ticket_id": t, "subject": v["subject"]}
+            for t, v in self.tickets.items()
+            if q in v["subject"].lower()
+        ]
 
     def update_ticket_tags(self, ticket_id: str, tags: list[str]) -> dict[str, Any]:
         """Replace a ticket's tags."""
@@ -102,9 +120,13 @@ class Shop:
         self.receiver.record("ticket_tags", ticket_id=ticket_id, tags=sorted(set(tags)))
         return {"ticket_id": ticket_id, "tags": self.tickets[ticket_id]["tags"]}
 
-    def refund_order(self, order_id: str, amount: int, currency: str, tool_context: ToolContext) -> dict[str, Any]:
+    def refund_order(
+        self, order_id: str, amount: int, currency: str, tool_context: ToolContext
+    ) -> dict[str, Any]:
         """Refund part or all of an order through the payment provider."""
-        return self.provider.refund(key=tool_context.idempotency_key, order_id=order_id, amount=amount, currency=currency)
+        return self.provider.refund(
+            key=tool_context.idempotency_key, order_id=order_id, amount=amount, currency=currency
+        )
 
     def send_email(self, to: list[str], subject: str, body: str) -> dict[str, Any]:
         """Send an email to one or more recipients."""
@@ -169,42 +191,94 @@ class Shop:
 
     def table(self) -> EffectTable:
         specs = [
-            ToolSpec(name="get_order", effect=Effect.READ, fn=self.get_order, subject=("order_id",),
-                     scope=self.owns_order, owner="orders"),
+            ToolSpec(
+                name="get_order",
+                effect=Effect.READ,
+                fn=self.get_order,
+                subject=("order_id",),
+                scope=self.owns_order,
+                owner="orders",
+            ),
             ToolSpec(name="search_tickets", effect=Effect.READ, fn=self.search_tickets, owner="support"),
-            ToolSpec(name="update_ticket_tags", effect=Effect.WRITE, fn=self.update_ticket_tags,
-                     reversibility=Reversibility.REVERSIBLE, subject=("ticket_id",), scope=self.owns_ticket,
-                     snapshot=self.tags_of, owner="support"),
-            ToolSpec(name="refund_order", effect=Effect.MONEY, fn=self.refund_order, approver_role="finance",
-                     reversibility=Reversibility.COMPENSABLE, subject=("order_id",), scope=self.owns_order,
-                     confirm=self.refund_within_balance, reconcile=self.reconcile_refund, owner="payments",
-                     escalate=(Escalate.above("amount", 100000, role="finance_lead",
-                                              note="refund above 1000.00"),)),
-            ToolSpec(name="send_email", effect=Effect.SEND, fn=self.send_email, approver_role="support_lead",
-                     reversibility=Reversibility.IRREVERSIBLE, subject=("to",), owner="messaging",
-                     escalate=(Escalate.count_above("to", 500, role="marketing_lead", note="bulk send"),)),
-            ToolSpec(name="cancel_subscription", effect=Effect.MONEY, fn=self.cancel_subscription,
-                     approver_role="billing", reversibility=Reversibility.COMPENSABLE,
-                     subject=("subscription_id",), scope=self.owns_subscription, owner="billing"),
-            ToolSpec(name="delete_customer_data", effect=Effect.DESTRUCTIVE, fn=self.delete_customer_data,
-                     approver_role="privacy", reversibility=Reversibility.IRREVERSIBLE,
-                     subject=("customer_id",), scope=self.is_self, owner="privacy"),
-        ]  # fmt: skip
+            ToolSpec(
+                name="update_ticket_tags",
+                effect=Effect.WRITE,
+                fn=self.update_ticket_tags,
+                reversibility=Reversibility.REVERSIBLE,
+                subject=("ticket_id",),
+                scope=self.owns_ticket,
+                snapshot=self.tags_of,
+                owner="support",
+            ),
+            ToolSpec(
+                name="refund_order",
+                effect=Effect.MONEY,
+                fn=self.refund_order,
+                approver_role="finance",
+                reversibility=Reversibility.COMPENSABLE,
+                subject=("order_id",),
+                scope=self.owns_order,
+                confirm=self.refund_within_balance,
+                reconcile=self.reconcile_refund,
+                owner="payments",
+                escalate=(
+                    Escalate.above("amount", 100000, role="finance_lead", note="refund above 1000.00"),
+                ),
+            ),
+            ToolSpec(
+                name="send_email",
+                effect=Effect.SEND,
+                fn=self.send_email,
+                approver_role="support_lead",
+                reversibility=Reversibility.IRREVERSIBLE,
+                subject=("to",),
+                owner="messaging",
+                escalate=(Escalate.count_above("to", 500, role="marketing_lead", note="bulk send"),),
+            ),
+            ToolSpec(
+                name="cancel_subscription",
+                effect=Effect.MONEY,
+                fn=self.cancel_subscription,
+                approver_role="billing",
+                reversibility=Reversibility.COMPENSABLE,
+                subject=("subscription_id",),
+                scope=self.owns_subscription,
+                owner="billing",
+            ),
+            ToolSpec(
+                name="delete_customer_data",
+                effect=Effect.DESTRUCTIVE,
+                fn=self.delete_customer_data,
+                approver_role="privacy",
+                reversibility=Reversibility.IRREVERSIBLE,
+                subject=("customer_id",),
+                scope=self.is_self,
+                owner="privacy",
+            ),
+        ]
         table = EffectTable(specs)
         table.allow_all(SUPPORT_AGENT)
         table.allow(SUMMARY_AGENT, [s.name for s in specs if s.name not in ("send_email", "refund_order")])
         return table
 
 
-def context(message_id: str, *, user_id: str = "u1", session_id: str = "s-ada",
-            agent_id: str = SUPPORT_AGENT, run_id: str = "run-1") -> CallContext:  # fmt: skip
+def context(
+    message_id: str,
+    *,
+    user_id: str = "u1",
+    session_id: str = "s-ada",
+    agent_id: str = SUPPORT_AGENT,
+    run_id: str = "run-1",
+) -> CallContext:
     """The CallContext the shop's backend builds for a user message."""
-    return CallContext(session_id=session_id, origin_message_id=message_id, user_id=user_id,
-                       agent_id=agent_id, run_id=run_id)  # fmt: skip
+    return CallContext(
+        session_id=session_id, origin_message_id=message_id, user_id=user_id, agent_id=agent_id, run_id=run_id
+    )
 
 
-def app(store: SQLStore, *, keyring: Keyring | None = None, clock: Clock | None = None,
-        shop: Shop | None = None) -> EffectGate:  # fmt: skip
+def app(
+    store: SQLStore, *, keyring: Keyring | None = None, clock: Clock | None = None, shop: Shop | None = None
+) -> EffectGate:
     """The shop's gate: `effectgate --app effectgate.examples.shop:app ...` uses this."""
     shop = shop or Shop()
     return EffectGate(shop.table(), store, policy=SHOP_POLICY, keyring=keyring, clock=clock)

@@ -32,9 +32,11 @@ def make_engine(url: str) -> Engine:
             raise MissingDependency("psycopg", "postgres") from exc
         # pool_pre_ping: a server restart must not surface as a failed claim on a dead socket.
         return sa.create_engine(
-            parsed.set(drivername="postgresql+psycopg"), pool_size=8, max_overflow=32,
+            parsed.set(drivername="postgresql+psycopg"),
+            pool_size=8,
+            max_overflow=32,
             pool_pre_ping=True,
-        )  # fmt: skip
+        )
     raise StoreError(f"unsupported database URL {url!r}: use sqlite:///... or postgresql+psycopg://...")
 
 
@@ -107,10 +109,12 @@ def append_only_ddl(conn: Connection, tables: tuple[str, ...]) -> None:
                 )
         else:
             # sa.text, not exec_driver_sql: psycopg would read plpgsql's '%' as a placeholder.
-            conn.execute(sa.text(
-                "CREATE OR REPLACE FUNCTION eg_append_only() RETURNS trigger LANGUAGE plpgsql AS "
-                "$$ BEGIN RAISE EXCEPTION '% is append-only', TG_TABLE_NAME; END $$"
-            ))
+            conn.execute(
+                sa.text(
+                    "CREATE OR REPLACE FUNCTION eg_append_only() RETURNS trigger LANGUAGE plpgsql AS "
+                    "$$ BEGIN RAISE EXCEPTION '% is append-only', TG_TABLE_NAME; END $$"
+                )
+            )
             conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {table}_append_only ON {table}")
             conn.exec_driver_sql(
                 f"CREATE TRIGGER {table}_append_only BEFORE UPDATE OR DELETE ON {table} "

@@ -150,8 +150,14 @@ class IdempotencyStore(ABC):
         now = self.clock.now()
         lease = {"lease_owner": owner, "lease_expires_at": now + lease_seconds, "updated_at": now}
         with self._tx(conn) as c:
-            values = {"key": key, "payload_hash": payload_hash, "status": "in_progress",
-                      "attempts": 1, "created_at": now, **lease}  # fmt: skip
+            values = {
+                "key": key,
+                "payload_hash": payload_hash,
+                "status": "in_progress",
+                "attempts": 1,
+                "created_at": now,
+                **lease,
+            }
             if self._insert_claim(c, values):
                 return Claimed(key, owner, 1)
             record = self._load(c, key)
@@ -162,7 +168,9 @@ class IdempotencyStore(ABC):
             if record.status == "succeeded":
                 return Stored(record)
             if record.status == "needs_reconciliation":
-                raise NeedsReconciliation(key, record.error or "outcome unknown", provider_ref=record.provider_ref)
+                raise NeedsReconciliation(
+                    key, record.error or "outcome unknown", provider_ref=record.provider_ref
+                )
             retry = {**lease, "status": "in_progress", "attempts": record.attempts + 1, "error": None}
             if record.status == "failed":
                 if self._transition(c, key, from_status=("failed",), values=retry):
@@ -172,26 +180,45 @@ class IdempotencyStore(ABC):
             if record.lease_expires_at is not None and record.lease_expires_at > now:
                 raise InProgress(key, record.lease_owner)
             if on_expired_lease == "reclaim":
-                if self._transition(c, key, from_status=("in_progress",), lease_expired_before=now, values=retry):
+                if self._transition(
+                    c, key, from_status=("in_progress",), lease_expired_before=now, values=retry
+                ):
                     return Claimed(key, owner, record.attempts + 1)
                 raise InProgress(key, None)  # pragma: no cover
             reason = f"lease of {record.lease_owner} expired while in flight"
-            self._transition(c, key, from_status=("in_progress",), lease_expired_before=now,
-                             values={"status": "needs_reconciliation", "error": reason, "updated_at": now})  # fmt: skip
+            self._transition(
+                c,
+                key,
+                from_status=("in_progress",),
+                lease_expired_before=now,
+                values={"status": "needs_reconciliation", "error": reason, "updated_at": now},
+            )
         raise NeedsReconciliation(key, reason, provider_ref=record.provider_ref)
 
     def complete(
-        self, key: str, owner: str, result: Any, *, provider_ref: str | None = None,
+        self,
+        key: str,
+        owner: str,
+        result: Any,
+        *,
+        provider_ref: str | None = None,
         conn: Connection | None = None,
-    ) -> IdempotencyRecord:  # fmt: skip
+    ) -> IdempotencyRecord:
         """Store the result; the lease owner only (also settles a reconciliation it caused)."""
         now = self.clock.now()
-        values = {"status": "succeeded", "result_json": to_json(result), "updated_at": now,
-                  "lease_expires_at": None, "error": None}  # fmt: skip
+        values = {
+            "status": "succeeded",
+            "result_json": to_json(result),
+            "updated_at": now,
+            "lease_expires_at": None,
+            "error": None,
+        }
         if provider_ref is not None:
             values["provider_ref"] = provider_ref
         with self._tx(conn) as c:
-            if not self._transition(c, key, from_status=("in_progress", "needs_reconciliation"), owner=owner, values=values):
+            if not self._transition(
+                c, key, from_status=("in_progress", "needs_reconciliation"), owner=owner, values=values
+            ):
                 raise LeaseLost(key, owner)
             record = self._load(c, key)
         assert record is not None
@@ -206,9 +233,14 @@ class IdempotencyStore(ABC):
                 raise LeaseLost(key, owner)
 
     def mark_needs_reconciliation(
-        self, key: str, owner: str, reason: str, *, provider_ref: str | None = None,
+        self,
+        key: str,
+        owner: str,
+        reason: str,
+        *,
+        provider_ref: str | None = None,
         conn: Connection | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """The outcome is unknown (timeout, lost reply): park it for reconciliation."""
         now = self.clock.now()
         values: dict[str, Any] = {"status": "needs_reconciliation", "error": reason, "updated_at": now}
@@ -221,12 +253,18 @@ class IdempotencyStore(ABC):
     def set_provider_ref(self, key: str, owner: str, provider_ref: str) -> None:
         """Persist the provider's reference (e.g. a 202 processing id) while still in flight."""
         with self.transaction() as c:
-            if not self._transition(c, key, from_status=("in_progress",), owner=owner,
-                                    values={"provider_ref": provider_ref, "updated_at": self.clock.now()}):  # fmt: skip
+            if not self._transition(
+                c,
+                key,
+                from_status=("in_progress",),
+                owner=owner,
+                values={"provider_ref": provider_ref, "updated_at": self.clock.now()},
+            ):
                 raise LeaseLost(key, owner)
 
-    def resolve(self, key: str, result: Any, *, provider_ref: str | None = None,
-                conn: Connection | None = None) -> IdempotencyRecord:  # fmt: skip
+    def resolve(
+        self, key: str, result: Any, *, provider_ref: str | None = None, conn: Connection | None = None
+    ) -> IdempotencyRecord:
         """Reconciliation found the effect happened: the record succeeds with `result`."""
         now = self.clock.now()
         values = {"status": "succeeded", "result_json": to_json(result), "updated_at": now, "error": None}
@@ -246,9 +284,7 @@ class IdempotencyStore(ABC):
             if not self._transition(c, key, from_status=("needs_reconciliation",), values=values):
                 raise StoreError(f"key {key} is not awaiting reconciliation")
 
-    def run(
-        self, key: str, payload_hash: str, fn: Callable[[], Any], *, lease_seconds: float = 60.0
-    ) -> Any:
+    def run(self, key: str, payload_hash: str, fn: Callable[[], Any], *, lease_seconds: float = 60.0) -> Any:
         """Run `fn` at most once for `key`: claim, run, complete; or return the stored result."""
         claim = self.claim(key, payload_hash, lease_seconds=lease_seconds)
         if isinstance(claim, Stored):

@@ -112,11 +112,18 @@ class SQLStore(IdempotencyStore):
             return None
         m = row._mapping
         return IdempotencyRecord(
-            key=m["key"], payload_hash=m["payload_hash"], status=m["status"],
-            lease_owner=m["lease_owner"], lease_expires_at=m["lease_expires_at"],
-            result=from_json(m["result_json"]), error=m["error"], provider_ref=m["provider_ref"],
-            attempts=m["attempts"], created_at=m["created_at"], updated_at=m["updated_at"],
-        )  # fmt: skip
+            key=m["key"],
+            payload_hash=m["payload_hash"],
+            status=m["status"],
+            lease_owner=m["lease_owner"],
+            lease_expires_at=m["lease_expires_at"],
+            result=from_json(m["result_json"]),
+            error=m["error"],
+            provider_ref=m["provider_ref"],
+            attempts=m["attempts"],
+            created_at=m["created_at"],
+            updated_at=m["updated_at"],
+        )
 
     def _transition(
         self,
@@ -152,24 +159,35 @@ class SQLStore(IdempotencyStore):
         return None if row is None else ApprovalRow(**row._mapping)
 
     def approval(self, conn: Connection, approval_id: str) -> ApprovalRow | None:
-        return self._approval(conn.execute(sa.select(T_APPROVALS).where(T_APPROVALS.c.id == approval_id)).first())
+        return self._approval(
+            conn.execute(sa.select(T_APPROVALS).where(T_APPROVALS.c.id == approval_id)).first()
+        )
 
     def approval_for_key(self, conn: Connection, key: str) -> ApprovalRow | None:
-        q = sa.select(T_APPROVALS).join(T_KEYS, T_KEYS.c.approval_id == T_APPROVALS.c.id).where(T_KEYS.c.key == key)
+        q = (
+            sa.select(T_APPROVALS)
+            .join(T_KEYS, T_KEYS.c.approval_id == T_APPROVALS.c.id)
+            .where(T_KEYS.c.key == key)
+        )
         return self._approval(conn.execute(q).first())
 
-    def pending_in_session(self, conn: Connection, session_id: str, tool: str, subject_key: str) -> ApprovalRow | None:
+    def pending_in_session(
+        self, conn: Connection, session_id: str, tool: str, subject_key: str
+    ) -> ApprovalRow | None:
         q = sa.select(T_APPROVALS).where(
-            T_APPROVALS.c.session_id == session_id, T_APPROVALS.c.tool == tool,
-            T_APPROVALS.c.subject_key == subject_key, T_APPROVALS.c.status == "pending",
-        )  # fmt: skip
+            T_APPROVALS.c.session_id == session_id,
+            T_APPROVALS.c.tool == tool,
+            T_APPROVALS.c.subject_key == subject_key,
+            T_APPROVALS.c.status == "pending",
+        )
         return self._approval(conn.execute(q.order_by(T_APPROVALS.c.created_at.desc())).first())
 
     def in_flight_elsewhere(self, conn: Connection, subject_key: str, session_id: str) -> ApprovalRow | None:
         q = sa.select(T_APPROVALS).where(
-            T_APPROVALS.c.subject_key == subject_key, T_APPROVALS.c.status.in_(IN_FLIGHT),
+            T_APPROVALS.c.subject_key == subject_key,
+            T_APPROVALS.c.status.in_(IN_FLIGHT),
             T_APPROVALS.c.session_id != session_id,
-        )  # fmt: skip
+        )
         return self._approval(conn.execute(q.order_by(T_APPROVALS.c.created_at)).first())
 
     def approvals_due(
@@ -184,12 +202,16 @@ class SQLStore(IdempotencyStore):
         return [ApprovalRow(**r._mapping) for r in conn.execute(q)]
 
     def count_pending(self, conn: Connection, session_id: str) -> int:
-        q = sa.select(sa.func.count()).select_from(T_APPROVALS).where(
-            T_APPROVALS.c.session_id == session_id, T_APPROVALS.c.status == "pending"
+        q = (
+            sa.select(sa.func.count())
+            .select_from(T_APPROVALS)
+            .where(T_APPROVALS.c.session_id == session_id, T_APPROVALS.c.status == "pending")
         )
         return int(conn.execute(q).scalar_one())
 
-    def subject_history(self, conn: Connection, tool: str, subject_key: str, exclude: str | None) -> list[ApprovalRow]:
+    def subject_history(
+        self, conn: Connection, tool: str, subject_key: str, exclude: str | None
+    ) -> list[ApprovalRow]:
         q = sa.select(T_APPROVALS).where(T_APPROVALS.c.tool == tool, T_APPROVALS.c.subject_key == subject_key)
         if exclude is not None:
             q = q.where(T_APPROVALS.c.id != exclude)
@@ -199,9 +221,14 @@ class SQLStore(IdempotencyStore):
         conn.execute(sa.insert(T_APPROVALS).values(**row.model_dump()))
 
     def update_approval(
-        self, conn: Connection, approval_id: str, *, expect_status: Sequence[str],
-        expect_version: int | None = None, values: Mapping[str, Any],
-    ) -> bool:  # fmt: skip
+        self,
+        conn: Connection,
+        approval_id: str,
+        *,
+        expect_status: Sequence[str],
+        expect_version: int | None = None,
+        values: Mapping[str, Any],
+    ) -> bool:
         """Compare-and-set on status (and version); True if the row changed."""
         cond = [T_APPROVALS.c.id == approval_id, T_APPROVALS.c.status.in_(list(expect_status))]
         if expect_version is not None:
@@ -210,8 +237,13 @@ class SQLStore(IdempotencyStore):
         return conn.execute(stmt).first() is not None
 
     def add_key(self, conn: Connection, key: str, approval_id: str, version: int, origin: str) -> bool:
-        values = {"key": key, "approval_id": approval_id, "version": version,
-                  "origin_message_id": origin, "created_at": self.clock.now()}  # fmt: skip
+        values = {
+            "key": key,
+            "approval_id": approval_id,
+            "version": version,
+            "origin_message_id": origin,
+            "created_at": self.clock.now(),
+        }
         return conn.execute(_dialect.insert_if_absent(conn, T_KEYS, values, "key")).first() is not None
 
     def add_decision(self, conn: Connection, **values: Any) -> None:
@@ -225,8 +257,15 @@ class SQLStore(IdempotencyStore):
 
     def append_events(self, conn: Connection, events: Sequence[Mapping[str, Any]]) -> None:
         if events:
-            rows = [{**e, "detail_json": json.dumps(e.get("detail_json") or {}) if not isinstance(
-                e.get("detail_json"), str) else e["detail_json"]} for e in events]  # fmt: skip
+            rows = [
+                {
+                    **e,
+                    "detail_json": json.dumps(e.get("detail_json") or {})
+                    if not isinstance(e.get("detail_json"), str)
+                    else e["detail_json"],
+                }
+                for e in events
+            ]
             conn.execute(sa.insert(T_EVENTS), rows)
 
     def append_execution(self, conn: Connection, **values: Any) -> None:
@@ -235,9 +274,13 @@ class SQLStore(IdempotencyStore):
     # -- reading for the CLI, the audit and the export
 
     def approvals(
-        self, *, status: str | Sequence[str] | None = None, role: str | None = None,
-        session_id: str | None = None, limit: int | None = None,
-    ) -> list[ApprovalRow]:  # fmt: skip
+        self,
+        *,
+        status: str | Sequence[str] | None = None,
+        role: str | None = None,
+        session_id: str | None = None,
+        limit: int | None = None,
+    ) -> list[ApprovalRow]:
         q = sa.select(T_APPROVALS)
         if status is not None:
             q = q.where(T_APPROVALS.c.status.in_([status] if isinstance(status, str) else list(status)))
@@ -275,4 +318,7 @@ class SQLStore(IdempotencyStore):
 
     def all_decisions(self) -> list[DecisionRow]:
         with self.reading() as conn:
-            return [DecisionRow(**r._mapping) for r in conn.execute(sa.select(T_DECISIONS).order_by(T_DECISIONS.c.id))]
+            return [
+                DecisionRow(**r._mapping)
+                for r in conn.execute(sa.select(T_DECISIONS).order_by(T_DECISIONS.c.id))
+            ]

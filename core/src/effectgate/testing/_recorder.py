@@ -35,7 +35,8 @@ class EffectRecorder:
         """A function that records `kind` (with its keyword arguments) and then calls `fn`."""
 
         def recorded(*args: P.args, **kwargs: P.kwargs) -> R:
-            self.record(kind, **{k: v for k, v in kwargs.items() if not k.startswith("_")})
+            with self._lock:
+                self._effects.append(Effect(kind, {k: v for k, v in kwargs.items() if not k.startswith("_")}))
             return fn(*args, **kwargs)
 
         recorded.__name__ = getattr(fn, "__name__", kind)

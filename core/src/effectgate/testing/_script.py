@@ -36,7 +36,7 @@ class Step:
     calls: tuple[Call, ...]
 
 
-def call(name: str, /, *, id: str | None = None, **args: Any) -> Call:  # noqa: A002
+def call(name: str, /, *, id: str | None = None, **args: Any) -> Call:
     return Call(name, args) if id is None else Call(name, args, id)
 
 
@@ -80,4 +80,4 @@ class Script:
 
     def assert_complete(self) -> None:
         if self.remaining:
-            raise ScriptError(f"{self.remaining} scripted turn(s) were never used: {self.turns[self._pos:]}")
+            raise ScriptError(f"{self.remaining} scripted turn(s) were never used: {self.turns[self._pos :]}")
