@@ -372,7 +372,7 @@ class EffectGate(ExecutionMixin):
                 return self._amend(
                     conn, spec, pending, args, frozen, ctx, intent, role, notes, replay=existing is not None
                 )
-            busy = self.store.in_flight_elsewhere(conn, subject_key, ctx.session_id)
+            busy = self.store.in_flight_elsewhere(conn, subject_key, ctx.session_id, now)
             if busy is not None:
                 message = (
                     f"{spec.name}: approval {busy.id} ({busy.tool}) is already in flight on "
@@ -690,6 +690,8 @@ class EffectGate(ExecutionMixin):
                 raise_expired = True
             else:
                 raise_expired = False
+                if row.token_used_at is not None:  # the grant was presented: too late to revoke
+                    raise AlreadyDecided(approval_id, "executing")
                 if version is not None and version != row.version:
                     raise StaleApproval(approval_id, version, row.version)
                 now = self.clock.now()

@@ -40,7 +40,6 @@ T_EXECUTIONS: sa.Table = ExecutionRow.__table__  # type: ignore[attr-defined]
 T_IDEMPOTENCY: sa.Table = IdempotencyRow.__table__  # type: ignore[attr-defined]
 T_VERSION: sa.Table = SchemaVersionRow.__table__  # type: ignore[attr-defined]
 
-IN_FLIGHT = ("pending", "approved")
 
 
 def open_store(url: str = "sqlite:///effectgate.db", *, clock: Clock | None = None) -> SQLStore:
@@ -182,11 +181,22 @@ class SQLStore(IdempotencyStore):
         )
         return self._approval(conn.execute(q.order_by(T_APPROVALS.c.created_at.desc())).first())
 
-    def in_flight_elsewhere(self, conn: Connection, subject_key: str, session_id: str) -> ApprovalRow | None:
-        q = sa.select(T_APPROVALS).where(
-            T_APPROVALS.c.subject_key == subject_key,
-            T_APPROVALS.c.status.in_(IN_FLIGHT),
-            T_APPROVALS.c.session_id != session_id,
+    def in_flight_elsewhere(
+        self, conn: Connection, subject_key: str, session_id: str, now: float
+    ) -> ApprovalRow | None:
+        """Another session's approval on this subject that is pending, or granted and still usable
+        (an unexpired grant, or one already presented whose execution has not finished)."""
+        t = T_APPROVALS
+        q = sa.select(t).where(
+            t.c.subject_key == subject_key,
+            t.c.session_id != session_id,
+            sa.or_(
+                t.c.status == "pending",
+                sa.and_(
+                    t.c.status == "approved",
+                    sa.or_(t.c.token_expires_at > now, t.c.token_used_at.is_not(None)),
+                ),
+            ),
         )
         return self._approval(conn.execute(q.order_by(T_APPROVALS.c.created_at)).first())
 
