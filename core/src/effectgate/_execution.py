@@ -71,7 +71,6 @@ class ExecutionMixin:
     if TYPE_CHECKING:
 
         def _event(self, kind: str, **kw: Any) -> dict[str, Any]: ...
-        def _flush_into(self, conn: Any) -> None: ...
         def _record(self, *events: dict[str, Any]) -> None: ...
         def _current_spec(self, row: ApprovalRow) -> ToolSpec: ...
 
@@ -90,7 +89,6 @@ class ExecutionMixin:
         claims = Keyring.read(token)
         deferred: NeedsReconciliation | None = None
         with self.store.transaction() as conn:
-            self._flush_into(conn)
             row = self.store.approval(conn, claims.approval_id)
             if row is None:
                 raise TokenError("forged", "the token names no known approval")
@@ -254,7 +252,6 @@ class ExecutionMixin:
             raise
         after = spec.snapshot(args) if spec.snapshot else None
         with self.store.transaction() as conn:
-            self._flush_into(conn)
             record = self.store.complete(key, owner, result, conn=conn)
             if row is not None:
                 self.store.update_approval(

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Callable, Generator, Mapping
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from .context import ToolContext
@@ -19,20 +18,31 @@ from .context import ToolContext
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
 class Invoke:
-    """Run `fn(**args)` (plus the ToolContext parameters it declares) and send back the result."""
+    """Run `fn(**args)` (plus the ToolContext parameters it declares) and send back the result.
 
-    fn: Callable[..., Any]
-    args: Mapping[str, Any]
-    context_params: frozenset[str] = frozenset()
-    tool_context: ToolContext | None = None
+    A plain slotted class, not a dataclass: one is built per tool call on the read hot path."""
 
-    def kwargs(self) -> dict[str, Any]:
+    __slots__ = ("args", "context_params", "fn", "tool_context")
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        args: Mapping[str, Any],
+        context_params: frozenset[str] = frozenset(),
+        tool_context: ToolContext | None = None,
+    ) -> None:
+        self.fn = fn
+        self.args = args
+        self.context_params = context_params
+        self.tool_context = tool_context
+
+    def kwargs(self) -> Mapping[str, Any]:
+        if self.tool_context is None or not self.context_params:
+            return self.args
         kwargs = dict(self.args)
-        if self.tool_context is not None:
-            for name in self.context_params:
-                kwargs[name] = self.tool_context
+        for name in self.context_params:
+            kwargs[name] = self.tool_context
         return kwargs
 
 
@@ -41,19 +51,22 @@ Flow = Generator[Invoke, Any, T]
 
 def _call_sync(req: Invoke) -> Any:
     value = req.fn(**req.kwargs())
-    if inspect.isawaitable(value):
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(_await(value))
-        close = getattr(value, "close", None)
-        if callable(close):
-            close()
-        raise RuntimeError(
-            "this tool is async and an event loop is running: use the gate's async methods "
-            "(acall, aexecute) instead of call/execute"
-        )
-    return value
+    if type(value) in _PLAIN or not inspect.isawaitable(value):
+        return value
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(_await(value))
+    close = getattr(value, "close", None)
+    if callable(close):
+        close()
+    raise RuntimeError(
+        "this tool is async and an event loop is running: use the gate's async methods "
+        "(acall, aexecute) instead of call/execute"
+    )
+
+
+_PLAIN = frozenset({dict, list, str, int, float, bool, type(None), tuple})
 
 
 async def _await(value: Any) -> Any:

@@ -7,7 +7,9 @@ is computed here, so two processes that see the same arguments always agree on t
 from __future__ import annotations
 
 import hashlib
+import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -24,7 +26,7 @@ def _escape(token: str) -> str:
     return token.replace("~", "~0").replace("/", "~1")
 
 
-def _check(value: Any, pointer: str) -> None:
+def check_json(value: Any, pointer: str = "") -> None:
     """Raise ArgumentError at the first value RFC 8785 cannot represent exactly."""
     if value is None or isinstance(value, bool | str):
         return
@@ -40,22 +42,55 @@ def _check(value: Any, pointer: str) -> None:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise ArgumentError(pointer, f"object key {key!r} is not a string")
-            _check(item, f"{pointer}/{_escape(key)}")
+            check_json(item, f"{pointer}/{_escape(key)}")
         return
     if isinstance(value, Sequence) and not isinstance(value, bytes | bytearray):
         for index, item in enumerate(value):
-            _check(item, f"{pointer}/{index}")
+            check_json(item, f"{pointer}/{index}")
         return
     raise ArgumentError(pointer, f"{type(value).__name__} is not a JSON value")
 
 
+def plain_json(value: Any) -> bool:
+    """True when RFC 8785 output equals sorted, compact `json.dumps` for this value.
+
+    That holds for trees of dicts, lists, strings, booleans, None and exact integers: both
+    escape the same characters the same way (quote, backslash, \\b \\f \\n \\r \\t, other
+    controls as lowercase \\u00xx). It fails for floats (ECMAScript number formatting), for keys
+    outside the Basic Multilingual Plane (RFC 8785 sorts by UTF-16 code units, Python by code
+    points), and for lone surrogates (refused by RFC 8785). Those take the rfc8785 package.
+    tests/core/test_canonical.py checks the equality on generated values.
+    """
+    if value is None or value is True or value is False:
+        return True
+    kind = type(value)
+    if kind is str:
+        return bool(value.isascii() or not _SURROGATE.search(value))
+    if kind is int:
+        return bool(-MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER)
+    if kind is dict:
+        for k, v in value.items():
+            if type(k) is not str or not (k.isascii() or _BMP_SAFE.fullmatch(k)) or not plain_json(v):
+                return False
+        return True
+    if kind is list:
+        return all(plain_json(v) for v in value)
+    return False
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_BMP_SAFE = re.compile("[^\ud800-\udfff\U00010000-\U0010ffff]*")
+
+
 def canonical_json(value: Any) -> bytes:
     """RFC 8785 bytes of a JSON value; ArgumentError (with a JSON pointer) if it has none."""
+    if plain_json(value):
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
     try:
         return rfc8785.dumps(value)
     except (rfc8785.CanonicalizationError, TypeError):
-        _check(value, "")
-        raise  # pragma: no cover - _check raises for every value rfc8785 refuses
+        check_json(value, "")
+        raise  # pragma: no cover - check_json raises for every value rfc8785 refuses
 
 
 def sha256_hex(data: bytes) -> str:

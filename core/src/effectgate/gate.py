@@ -13,7 +13,6 @@ Routing is a function of the table row and the arguments, never of model text:
 from __future__ import annotations
 
 import json
-import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -22,8 +21,9 @@ from typing import Any
 from . import _flow
 from ._clock import SYSTEM_CLOCK, Clock
 from ._execution import ExecutionMixin, context_of, exec_key
+from ._readlog import ReadLog
 from .audit import AuditReport, audit
-from .canonical import args_hash, digest, key_of
+from .canonical import args_hash, check_json, digest, key_of, plain_json
 from .context import Approver, CallContext, Confirmation, SubjectEntry, ToolContext
 from .effects import Effect, Policy
 from .errors import (
@@ -85,9 +85,7 @@ class EffectGate(ExecutionMixin):
         self.clock = clock or store.clock or SYSTEM_CLOCK
         self._ids = ids or (lambda: uuid.uuid4().hex)
         self._notify = on_needs_reconciliation
-        self._read_log: list[dict[str, Any]] = []
-        self._read_log_lock = threading.Lock()
-        self._read_log_batch = max(1, read_log_batch)
+        self._reads = ReadLog(store, batch=read_log_batch)
         if not store._ready:
             try:
                 with store.reading() as conn:
@@ -98,30 +96,17 @@ class EffectGate(ExecutionMixin):
     # -- lifecycle
 
     def flush(self) -> None:
-        """Write buffered read records now (they are also written with every other transaction)."""
-        with self.store.transaction() as conn:
-            self._flush_into(conn)
+        """Write buffered read records now (a background thread writes them within 200 ms)."""
+        self._reads.flush()
 
     def close(self) -> None:
-        self.flush()
+        self._reads.close()
 
     def __enter__(self) -> EffectGate:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def _flush_into(self, conn: Any) -> None:
-        with self._read_log_lock:
-            batch, self._read_log = self._read_log, []
-        self.store.append_events(conn, batch)
-
-    def _log_read(self, event: dict[str, Any]) -> None:
-        with self._read_log_lock:
-            self._read_log.append(event)
-            full = len(self._read_log) >= self._read_log_batch
-        if full:
-            self.flush()
 
     def _event(
         self,
@@ -173,7 +158,6 @@ class EffectGate(ExecutionMixin):
 
     def _record(self, *events: dict[str, Any]) -> None:
         with self.store.transaction() as conn:
-            self._flush_into(conn)
             self.store.append_events(conn, list(events))
 
     # -- calls
@@ -249,6 +233,12 @@ class EffectGate(ExecutionMixin):
                 self._event("invalid", spec=spec, ctx=ctx, errors=[e.__dict__ for e in invalid.errors])
             )
             return invalid
+        if spec.effect is Effect.READ:  # READ is always autonomous (Policy refuses to gate it)
+            if not self._in_scope(spec, args, ctx):
+                return self._refuse(
+                    "out_of_scope", f"{name}: the caller may not access this subject", name, ctx, spec
+                )
+            return (yield from self._read(spec, args, ctx))
         frozen = args_hash(name, args)
         if self.policy.gates(spec.effect):
             return self._propose(spec, args, frozen, ctx)
@@ -256,8 +246,6 @@ class EffectGate(ExecutionMixin):
             return self._refuse(
                 "out_of_scope", f"{name}: the caller may not access this subject", name, ctx, spec
             )
-        if spec.effect is Effect.READ:
-            return (yield from self._read(spec, args, frozen, ctx))
         return (yield from self._write(spec, args, frozen, ctx))
 
     @staticmethod
@@ -265,9 +253,9 @@ class EffectGate(ExecutionMixin):
         if not isinstance(args, Mapping):
             return Invalid(tool=spec.name, errors=(SchemaError("", "arguments must be a JSON object"),))
         errors = spec.validate(dict(args))
-        if not errors:
+        if not errors and not plain_json(args):  # plain JSON is exact by construction
             try:
-                args_hash(spec.name, args)
+                check_json(args)
             except ArgumentError as exc:
                 errors = [SchemaError(exc.pointer, str(exc).split(": ", 1)[-1])]
         return Invalid(tool=spec.name, errors=tuple(errors)) if errors else None
@@ -281,9 +269,7 @@ class EffectGate(ExecutionMixin):
         except Exception:  # a check that cannot decide denies
             return False
 
-    def _read(
-        self, spec: ToolSpec, args: Mapping[str, Any], frozen: str, ctx: CallContext
-    ) -> _flow.Flow[Outcome]:
+    def _read(self, spec: ToolSpec, args: Mapping[str, Any], ctx: CallContext) -> _flow.Flow[Outcome]:
         attempt = 0
         while True:
             try:
@@ -292,19 +278,11 @@ class EffectGate(ExecutionMixin):
             except spec.transient as exc:
                 attempt += 1
                 if attempt > self.policy.read_retries:
-                    self._log_read(
-                        self._event(
-                            "read_failed",
-                            spec=spec,
-                            ctx=ctx,
-                            args_hash_=frozen,
-                            attempts=attempt,
-                            error=repr(exc),
-                        )
-                    )
+                    failed = self._event("read_failed", spec=spec, ctx=ctx, attempts=attempt, error=repr(exc))
+                    self._reads.add(failed, args)
                     raise
                 self.clock.sleep(self.policy.retry_backoff * 2 ** (attempt - 1))
-        self._log_read(self._event("read", spec=spec, ctx=ctx, args_hash_=frozen, attempts=attempt + 1))
+        self._reads.add(self._event("read", spec=spec, ctx=ctx, attempts=attempt + 1), args)
         return Executed(tool=spec.name, result=result)
 
     def _write(
@@ -346,7 +324,6 @@ class EffectGate(ExecutionMixin):
         with self.store.transaction() as conn:
             self.store.lock(conn, f"session:{ctx.session_id}")
             self.store.lock(conn, f"subject:{subject_key}")
-            self._flush_into(conn)
             self._expire_due(conn, session_id=ctx.session_id)
             existing = self.store.approval_for_key(conn, intent)
             if existing is not None and existing.status != "pending":

@@ -87,6 +87,12 @@ def insert_if_absent(conn: Connection, table: sa.Table, values: dict[str, Any], 
     return insert(table).values(**values).on_conflict_do_nothing(index_elements=[key]).returning(table.c[key])
 
 
+def insert_many_sql(conn: Connection, table: str, columns: tuple[str, ...]) -> str:
+    """A plain INSERT for executemany: sqlite3 takes `?` placeholders, psycopg `%s`."""
+    mark = "?" if conn.dialect.name == "sqlite" else "%s"
+    return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join([mark] * len(columns))})"
+
+
 def lock_name(conn: Connection, name: str) -> None:
     """Serialise transactions that touch the same subject or session.
 

@@ -41,6 +41,9 @@ T_IDEMPOTENCY: sa.Table = IdempotencyRow.__table__  # type: ignore[attr-defined]
 T_VERSION: sa.Table = SchemaVersionRow.__table__  # type: ignore[attr-defined]
 
 
+_EVENT_COLUMNS = tuple(c.name for c in T_EVENTS.columns if c.name != "id")
+_DETAIL_AT = _EVENT_COLUMNS.index("detail_json")
+
 
 def open_store(url: str = "sqlite:///effectgate.db", *, clock: Clock | None = None) -> SQLStore:
     """Open (not create) a store; call `setup()` once to create or check the schema."""
@@ -266,17 +269,17 @@ class SQLStore(IdempotencyStore):
         return [DecisionRow(**r._mapping) for r in conn.execute(q.order_by(T_DECISIONS.c.id))]
 
     def append_events(self, conn: Connection, events: Sequence[Mapping[str, Any]]) -> None:
-        if events:
-            rows = [
-                {
-                    **e,
-                    "detail_json": json.dumps(e.get("detail_json") or {})
-                    if not isinstance(e.get("detail_json"), str)
-                    else e["detail_json"],
-                }
-                for e in events
-            ]
-            conn.execute(sa.insert(T_EVENTS), rows)
+        """Append audit events. One driver-level executemany: read logs arrive in batches of
+        hundreds, and compiling an ORM-style insert per row would cost more than the read itself."""
+        if not events:
+            return
+        rows = []
+        for e in events:
+            detail = e.get("detail_json")
+            row = [e.get(c) for c in _EVENT_COLUMNS]
+            row[_DETAIL_AT] = detail if isinstance(detail, str) else json.dumps(detail or {}, default=str)
+            rows.append(tuple(row))
+        conn.exec_driver_sql(_dialect.insert_many_sql(conn, "eg_events", _EVENT_COLUMNS), rows)
 
     def append_execution(self, conn: Connection, **values: Any) -> None:
         conn.execute(sa.insert(T_EXECUTIONS).values(at=self.clock.now(), **values))
