@@ -63,11 +63,14 @@ class SQLStore(IdempotencyStore):
 
     def setup(self) -> None:
         """Create the tables (idempotent) and check or record the schema version."""
-        SQLModel.metadata.create_all(
-            self.engine,
-            tables=[T_VERSION, T_APPROVALS, T_KEYS, T_DECISIONS, T_EVENTS, T_EXECUTIONS, T_IDEMPOTENCY],
-        )
         with self.transaction() as conn:
+            # Concurrent set-ups queue on one lock and create the tables inside it (PostgreSQL DDL
+            # is transactional); create_all's check-then-create would otherwise collide.
+            self.lock(conn, "effectgate:setup")
+            SQLModel.metadata.create_all(
+                conn,
+                tables=[T_VERSION, T_APPROVALS, T_KEYS, T_DECISIONS, T_EVENTS, T_EXECUTIONS, T_IDEMPOTENCY],
+            )
             row = conn.execute(sa.select(T_VERSION.c.version).where(T_VERSION.c.id == 1)).first()
             if row is None:
                 values = {"id": 1, "version": SCHEMA_VERSION, "applied_at": self.clock.now()}
