@@ -95,15 +95,50 @@ def start() -> str:
     if os.geteuid() == 0:
         shutil.chown(DATA, "postgres", "postgres")
     pgdata = DATA / "data"
-    subprocess.run(_as_owner([str(bindir / "initdb"), "-D", str(pgdata), "-U", "postgres", "-A", "trust",
-                              "-E", "UTF8", "--no-sync"]), check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    subprocess.run(
+        _as_owner(
+            [
+                str(bindir / "initdb"),
+                "-D",
+                str(pgdata),
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ]
+        ),
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     port = _free_port()
     # fsync off: a throwaway test cluster; durability is tested against SQLite FULL and by kills,
     # not by pulling the power. max_connections covers 16 racing processes with pools.
-    opts = (f"-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={DATA} "
-            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300")  # fmt: skip
-    subprocess.run(_as_owner([str(bindir / "pg_ctl"), "-D", str(pgdata), "-l", str(DATA / "log"),
-                              "-o", opts, "-w", "-t", "60", "start"]), check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    opts = (
+        f"-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={DATA} "
+        "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300"
+    )
+    subprocess.run(
+        _as_owner(
+            [
+                str(bindir / "pg_ctl"),
+                "-D",
+                str(pgdata),
+                "-l",
+                str(DATA / "log"),
+                "-o",
+                opts,
+                "-w",
+                "-t",
+                "60",
+                "start",
+            ]
+        ),
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     PORT_FILE.write_text(str(port))
     deadline = time.monotonic() + 30
     while not _ready(port):
@@ -118,8 +153,12 @@ def stop() -> None:
     pgdata = DATA / "data"
     if bindir is None or not pgdata.exists():
         return
-    subprocess.run(_as_owner([str(bindir / "pg_ctl"), "-D", str(pgdata), "-m", "fast", "-w", "stop"]),
-                   check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    subprocess.run(
+        _as_owner([str(bindir / "pg_ctl"), "-D", str(pgdata), "-m", "fast", "-w", "stop"]),
+        check=False,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     PORT_FILE.unlink(missing_ok=True)
 
 
