@@ -88,60 +88,68 @@ class ExecutionMixin:
     def _execute_flow(self, token: str, args: Mapping[str, Any] | None) -> _flow.Flow[Executed]:
         claims = Keyring.read(token)
         deferred: NeedsReconciliation | None = None
-        with self.store.transaction() as conn:
-            row = self.store.approval(conn, claims.approval_id)
-            if row is None:
-                raise TokenError("forged", "the token names no known approval")
-            self.store.lock(conn, f"subject:{row.subject_key}")
-            self.keyring.verify(claims, args_hash=row.args_hash)
-            if row.token_hash is None or not hmac.compare_digest(token_hash(token), row.token_hash):
+        try:
+            with self.store.transaction() as conn:
+                row = self.store.approval(conn, claims.approval_id)
+                if row is None:
+                    raise TokenError("forged", "the token names no known approval")
+                self.store.lock(conn, f"subject:{row.subject_key}")
+                row = self.store.approval(conn, claims.approval_id)  # re-read under the lock
+                assert row is not None
+                self.keyring.verify(claims, args_hash=row.args_hash)
+                if row.token_hash is None or not hmac.compare_digest(token_hash(token), row.token_hash):
+                    if row.status == "denied":
+                        raise TokenError("revoked", f"approval {row.id} was denied")
+                    raise TokenError("forged", f"this is not the token granted for approval {row.id}")
+                if claims.version != row.version:
+                    raise TokenError(
+                        "mismatch", f"token is for version {claims.version}, approval is at {row.version}"
+                    )
+                if args is not None and args_hash(row.tool, args) != row.args_hash:
+                    raise TokenError("mismatch", "the arguments do not hash to the approved value")
                 if row.status == "denied":
                     raise TokenError("revoked", f"approval {row.id} was denied")
-                raise TokenError("forged", f"this is not the token granted for approval {row.id}")
-            if claims.version != row.version:
-                raise TokenError(
-                    "mismatch", f"token is for version {claims.version}, approval is at {row.version}"
-                )
-            if args is not None and args_hash(row.tool, args) != row.args_hash:
-                self.store.append_events(conn, [self._event("token_refused", row=row, reason="mismatch")])
-                raise TokenError("mismatch", "the arguments do not hash to the approved value")
-            if row.status == "denied":
-                raise TokenError("revoked", f"approval {row.id} was denied")
-            if row.status == "executed":
-                raise TokenError("used", f"approval {row.id} has already executed")
-            if row.status != "approved":
-                raise TokenError("mismatch", f"approval {row.id} is {row.status}")
-            key = exec_key(row)
-            now = self.clock.now()
-            record = self.store._load(conn, key)
-            if record is not None and record.status == "succeeded":
-                return self._finish_stored(conn, row, record.result)
-            if (
-                record is not None
-                and record.status == "in_progress"
-                and record.lease_expires_at is not None
-                and record.lease_expires_at > now
-            ):
-                raise TokenError("used", f"approval {row.id} is executing now")
-            if now >= (row.token_expires_at or claims.expires_at):
-                raise TokenError("expired", f"the grant for approval {row.id} expired")
-            spec = self._current_spec(row)
-            try:
-                claim = self.store.claim(
-                    key, row.args_hash, lease_seconds=self.policy.lease_seconds, conn=conn
-                )
-            except NeedsReconciliation as exc:
-                deferred = exc
-                self.store.append_events(
-                    conn, [self._event("needs_reconciliation", row=row, reason=exc.reason)]
-                )
-            else:
-                if isinstance(claim, Stored):  # pragma: no cover - handled by the load above
-                    return self._finish_stored(conn, row, claim.result)
-                self.store.update_approval(
-                    conn, row.id, expect_status=["approved"], values={"token_used_at": now}
-                )
-                self.store.append_events(conn, [self._event("token_used", row=row, attempt=claim.attempt)])
+                if row.status == "executed":
+                    raise TokenError("used", f"approval {row.id} has already executed")
+                if row.status != "approved":
+                    raise TokenError("mismatch", f"approval {row.id} is {row.status}")
+                key = exec_key(row)
+                now = self.clock.now()
+                record = self.store._load(conn, key)
+                if record is not None and record.status == "succeeded":
+                    return self._finish_stored(conn, row, record.result)
+                if (
+                    record is not None
+                    and record.status == "in_progress"
+                    and record.lease_expires_at is not None
+                    and record.lease_expires_at > now
+                ):
+                    raise TokenError("used", f"approval {row.id} is executing now")
+                if now >= (row.token_expires_at or claims.expires_at):
+                    raise TokenError("expired", f"the grant for approval {row.id} expired")
+                spec = self._current_spec(row)
+                try:
+                    claim = self.store.claim(
+                        key, row.args_hash, lease_seconds=self.policy.lease_seconds, conn=conn
+                    )
+                except NeedsReconciliation as exc:
+                    deferred = exc
+                    self.store.append_events(
+                        conn, [self._event("needs_reconciliation", row=row, reason=exc.reason)]
+                    )
+                else:
+                    if isinstance(claim, Stored):  # pragma: no cover - handled by the load above
+                        return self._finish_stored(conn, row, claim.result)
+                    self.store.update_approval(
+                        conn, row.id, expect_status=["approved"], values={"token_used_at": now}
+                    )
+                    self.store.append_events(
+                        conn, [self._event("token_used", row=row, attempt=claim.attempt)]
+                    )
+        except TokenError as exc:
+            # The transaction rolled back; the refusal is recorded on its own.
+            self._record(self._event("token_refused", reason=exc.reason, claimed_approval=claims.approval_id))
+            raise
         if deferred is not None:
             self._notify_unknown(row, key, deferred.reason, deferred.provider_ref)
             raise deferred

@@ -28,6 +28,7 @@ class ReadLog:
         self._interval = interval
         self._items: list[tuple[dict[str, Any], Mapping[str, Any]]] = []
         self._lock = threading.Lock()
+        self._writing = threading.Lock()  # one writer at a time, so flush() sees every record
         self._wake = threading.Event()
         self._stopped = False
         self._thread: threading.Thread | None = None
@@ -54,18 +55,28 @@ class ReadLog:
 
     @staticmethod
     def _rows(items: list[tuple[dict[str, Any], Mapping[str, Any]]]) -> list[dict[str, Any]]:
-        return [{**event, "args_hash": args_hash(event["tool"], args)} for event, args in items]
+        rows = []
+        for event, args in items:
+            try:
+                rows.append({**event, "args_hash": args_hash(event["tool"], args)})
+            except Exception as exc:  # never let one record block the log: keep it, unhashed
+                rows.append(
+                    {**event, "detail_json": {**event.get("detail_json", {}), "unhashable": repr(exc)}}
+                )
+        return rows
 
     def flush(self) -> None:
-        items = self._take()
-        if not items:
-            return
-        try:
-            with self._store.transaction() as conn:
-                self._store.append_events(conn, self._rows(items))
-        except BaseException:
-            self._restore(items)
-            raise
+        """Write everything buffered so far; waits for a batch the background writer holds."""
+        with self._writing:
+            items = self._take()
+            if not items:
+                return
+            try:
+                with self._store.transaction() as conn:
+                    self._store.append_events(conn, self._rows(items))
+            except BaseException:
+                self._restore(items)
+                raise
 
     def _run(self) -> None:
         while not self._stopped:

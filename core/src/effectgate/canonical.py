@@ -28,7 +28,11 @@ def _escape(token: str) -> str:
 
 def check_json(value: Any, pointer: str = "") -> None:
     """Raise ArgumentError at the first value RFC 8785 cannot represent exactly."""
-    if value is None or isinstance(value, bool | str):
+    if isinstance(value, str):
+        if _SURROGATE.search(value):
+            raise ArgumentError(pointer, "a lone surrogate is not valid Unicode text")
+        return
+    if value is None or isinstance(value, bool):
         return
     if isinstance(value, int):
         if abs(value) > MAX_SAFE_INTEGER:

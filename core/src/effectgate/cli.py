@@ -76,7 +76,11 @@ def _open(url: str) -> SQLStore:
 
 def _gate(args: argparse.Namespace, store: SQLStore, *, need_app: bool) -> EffectGate:
     if args.app:
-        gate = _load_app(args.app)(store, keyring=keyring_for(args.db))
+        factory = _load_app(args.app)
+        try:
+            gate = factory(store, keyring=keyring_for(args.db))
+        except TypeError as exc:
+            raise UsageError(f"--app {args.app} must be factory(store, *, keyring): {exc}") from exc
         if not isinstance(gate, EffectGate):
             raise UsageError(f"--app {args.app} returned {type(gate).__name__}, not an EffectGate")
         return gate
@@ -84,7 +88,8 @@ def _gate(args: argparse.Namespace, store: SQLStore, *, need_app: bool) -> Effec
         raise UsageError(
             f"{args.command} re-runs the table's checks: pass --app module:factory (or EFFECTGATE_APP)"
         )
-    return EffectGate(EffectTable(), store, policy=Policy(), keyring=keyring_for(args.db))
+    # Nothing is signed without --app (only approve signs, and approve needs --app).
+    return EffectGate(EffectTable(), store, policy=Policy(), keyring=Keyring.generate())
 
 
 def _card_panel(card: Card) -> Panel:
@@ -116,8 +121,9 @@ def _cmd_pending(args: argparse.Namespace, out: Console) -> int:
         out.print_json(json.dumps([c.to_dict() for c in cards]))
         return 0
     table = Table(title=f"{len(cards)} pending approval(s)")
-    for col in ("id", "v", "tool", "role", "subject", "args", "approvals"):
-        table.add_column(col)
+    table.add_column("id", no_wrap=True, min_width=32)  # approve needs the whole id
+    for col in ("v", "tool", "role", "subject", "args", "approvals"):
+        table.add_column(col, overflow="fold")
     for c in cards:
         table.add_row(
             c.approval_id,
@@ -211,14 +217,20 @@ def _cmd_demo(args: argparse.Namespace, out: Console) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    # SUPPRESS: a subcommand's unset option must not overwrite one given before the subcommand.
-    common.add_argument(
-        "--db", default=argparse.SUPPRESS, help=f"database URL (default $EFFECTGATE_DB or {DEFAULT_DB})"
-    )
-    common.add_argument("--app", default=argparse.SUPPRESS, help="module:factory returning an EffectGate")
-    parser = argparse.ArgumentParser(prog="effectgate", description=__doc__.split("\n")[0], parents=[common])
-    parser.set_defaults(db=None, app=os.environ.get("EFFECTGATE_APP"))
+    def options(default: Any, app_default: Any) -> argparse.ArgumentParser:
+        shared = argparse.ArgumentParser(add_help=False)
+        shared.add_argument(
+            "--db", default=default, help=f"database URL (default $EFFECTGATE_DB or {DEFAULT_DB})"
+        )
+        shared.add_argument("--app", default=app_default, help="module:factory returning an EffectGate")
+        return shared
+
+    # Two copies of the options: argparse shares action objects between parents, and the
+    # subcommands' copy must default to SUPPRESS so that an unset option does not overwrite
+    # one given before the subcommand.
+    common = options(argparse.SUPPRESS, argparse.SUPPRESS)
+    top = options(None, os.environ.get("EFFECTGATE_APP"))
+    parser = argparse.ArgumentParser(prog="effectgate", description=__doc__.split("\n")[0], parents=[top])
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("pending", parents=[common], help="list approvals waiting for a decision")
     p.add_argument("--role")
@@ -260,7 +272,6 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace, Console], int]] = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
-    err = Console(stderr=True, highlight=False)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse already printed its one-line usage error
@@ -272,10 +283,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _COMMANDS[args.command](args, out)
     except (UsageError, EffectGateError, ValueError, LookupError) as exc:
         message: Any = exc.args[0] if isinstance(exc, LookupError) and exc.args else exc
-        err.print(f"effectgate: error: {message}", markup=False)
+        print(f"effectgate: error: {message}", file=sys.stderr)
         return 2
     except sa.exc.OperationalError as exc:
-        err.print(f"effectgate: error: database: {str(exc.orig).splitlines()[0]}", markup=False)
+        print(f"effectgate: error: database: {str(exc.orig).splitlines()[0]}", file=sys.stderr)
         return 2
 
 

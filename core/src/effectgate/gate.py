@@ -328,6 +328,18 @@ class EffectGate(ExecutionMixin):
             existing = self.store.approval_for_key(conn, intent)
             if existing is not None and existing.status != "pending":
                 return self._replayed(conn, existing, frozen, ctx)
+            if existing is not None and (self.store.key_version(conn, intent) or 0) < existing.version:
+                # A replay of a message that a later message already amended: answer with the
+                # current version; an old message must not roll the amendment back.
+                self.store.append_events(
+                    conn, [self._event("replay", row=existing, ctx=ctx, superseded=True)]
+                )
+                return Pending(
+                    approval_id=existing.id,
+                    version=existing.version,
+                    card=self._card(conn, existing),
+                    replay=True,
+                )
             if existing is None and not self._in_scope(spec, args, ctx):
                 row = self._new_row(
                     spec, args, frozen, ctx, subject, subject_key, role, notes, now, status="rejected"
@@ -705,6 +717,8 @@ class EffectGate(ExecutionMixin):
         if row is None:
             raise UnknownApproval(approval_id)
         self.store.lock(conn, f"subject:{row.subject_key}")
+        row = self.store.approval(conn, approval_id)  # re-read under the lock (READ COMMITTED)
+        assert row is not None
         if row.status == "pending" and row.expires_at <= self.clock.now():
             self._expire_due(conn, approval_id=approval_id)
             return None

@@ -102,6 +102,8 @@ class Escalate:
         if not isinstance(role, str) or not role:
             raise ValueError(f"escalation rule {dict(rule)} needs a role")
         note = str(rule.get("note", ""))
+        if ("above" in rule or "count_above" in rule) and not isinstance(rule.get("arg"), str):
+            raise ValueError(f"escalation rule {dict(rule)} needs the argument it tests (arg = ...)")
         if "above" in rule:
             return cls.above(str(rule["arg"]), rule["above"], role=role, note=note)
         if "count_above" in rule:
@@ -412,6 +414,14 @@ _TOML_FIELDS = {
 }
 
 
+def _reversibility(name: str, value: Any) -> Reversibility:
+    try:
+        return Reversibility(value)
+    except ValueError:
+        known = ", ".join(r.value for r in Reversibility)
+        raise TableError(name, "reversibility", f"{value!r} is not one of {known}") from None
+
+
 def _spec_from_toml(
     name: str, row: Mapping[str, Any], bindings: Mapping[str, Callable[..., Any]]
 ) -> ToolSpec:
@@ -440,7 +450,7 @@ def _spec_from_toml(
         schema=row.get("schema"),
         approver_role=row.get("approver_role"),
         owner=row.get("owner"),
-        reversibility=Reversibility(row.get("reversibility", "irreversible")),
+        reversibility=_reversibility(name, row.get("reversibility", "irreversible")),
         subject=tuple([row["subject"]] if isinstance(row.get("subject"), str) else row.get("subject", ())),
         scope=bound("scope"),
         confirm=bound("confirm"),

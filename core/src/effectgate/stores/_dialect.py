@@ -77,14 +77,12 @@ def is_sqlite(conn: Connection | Engine) -> bool:
     return conn.dialect.name == "sqlite"
 
 
-def insert_if_absent(conn: Connection, table: sa.Table, values: dict[str, Any], key: str) -> Any:
-    """INSERT ... ON CONFLICT (key) DO NOTHING RETURNING key: one atomic claim.
-
-    The caller checks whether a row came back; `rowcount` is not portable for this
-    (psycopg reports -1 for ON CONFLICT where SQLite reports 1).
-    """
+def insert_if_absent(conn: Connection, table: sa.Table, key: str) -> Any:
+    """INSERT ... ON CONFLICT (key) DO NOTHING RETURNING key: one atomic claim; execute it with
+    the row's values as parameters. The caller checks whether a row came back: `rowcount` is not
+    portable for this (psycopg reports -1 for ON CONFLICT where SQLite reports 1)."""
     insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
-    return insert(table).values(**values).on_conflict_do_nothing(index_elements=[key]).returning(table.c[key])
+    return insert(table).on_conflict_do_nothing(index_elements=[key]).returning(table.c[key])
 
 
 def insert_many_sql(conn: Connection, table: str, columns: tuple[str, ...]) -> str:

@@ -8,7 +8,7 @@ ledger's primitives that the gate composes into its transactions. Dialect differ
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -58,6 +58,16 @@ class SQLStore(IdempotencyStore):
         self.clock = clock
         self.url = url
         self._ready = False
+        self._stmts: dict[tuple[Any, ...], Any] = {}
+
+    def _q(self, key: tuple[Any, ...], build: Callable[[], Any]) -> Any:
+        """A statement built once per shape and reused: SQLAlchemy memoizes the cache key of a
+        statement object, so the hot path skips construction and cache-key generation (most of
+        the gate's CPU per call before this). Every value reaches it as a bound parameter."""
+        stmt = self._stmts.get(key)
+        if stmt is None:
+            stmt = self._stmts[key] = build()
+        return stmt
 
     # -- lifecycle
 
@@ -74,7 +84,7 @@ class SQLStore(IdempotencyStore):
             row = conn.execute(sa.select(T_VERSION.c.version).where(T_VERSION.c.id == 1)).first()
             if row is None:
                 values = {"id": 1, "version": SCHEMA_VERSION, "applied_at": self.clock.now()}
-                if conn.execute(_dialect.insert_if_absent(conn, T_VERSION, values, "id")).first():
+                if conn.execute(_dialect.insert_if_absent(conn, T_VERSION, "id"), values).first():
                     _dialect.append_only_ddl(conn, APPEND_ONLY)
             elif row.version != SCHEMA_VERSION:
                 raise StoreError(
@@ -109,10 +119,14 @@ class SQLStore(IdempotencyStore):
     # -- idempotency primitives
 
     def _insert_claim(self, conn: Connection, values: dict[str, Any]) -> bool:
-        return conn.execute(_dialect.insert_if_absent(conn, T_IDEMPOTENCY, values, "key")).first() is not None
+        stmt = self._q(("claim",), lambda: _dialect.insert_if_absent(conn, T_IDEMPOTENCY, "key"))
+        return conn.execute(stmt, values).first() is not None
 
     def _load(self, conn: Connection, key: str) -> IdempotencyRecord | None:
-        row = conn.execute(sa.select(T_IDEMPOTENCY).where(T_IDEMPOTENCY.c.key == key)).first()
+        stmt = self._q(
+            ("load",), lambda: sa.select(T_IDEMPOTENCY).where(T_IDEMPOTENCY.c.key == sa.bindparam("p_key"))
+        )
+        row = conn.execute(stmt, {"p_key": key}).first()
         if row is None:
             return None
         m = row._mapping
@@ -140,14 +154,31 @@ class SQLStore(IdempotencyStore):
         lease_expired_before: float | None = None,
         values: dict[str, Any],
     ) -> bool:
-        t = T_IDEMPOTENCY
-        cond = [t.c.key == key, t.c.status.in_(from_status)]
-        if owner is not None:
-            cond.append(t.c.lease_owner == owner)
-        if lease_expired_before is not None:
-            cond.append(t.c.lease_expires_at <= lease_expired_before)
-        stmt = sa.update(t).where(*cond).values(**values).returning(t.c.key)
-        return conn.execute(stmt).first() is not None
+        shape = (
+            "transition",
+            from_status,
+            owner is None,
+            lease_expired_before is None,
+            tuple(sorted(values)),
+        )
+
+        def build() -> Any:
+            t = T_IDEMPOTENCY
+            cond = [t.c.key == sa.bindparam("p_key"), t.c.status.in_(from_status)]
+            if owner is not None:
+                cond.append(t.c.lease_owner == sa.bindparam("p_owner"))
+            if lease_expired_before is not None:
+                cond.append(t.c.lease_expires_at <= sa.bindparam("p_before"))
+            return (
+                sa.update(t)
+                .where(*cond)
+                .values({k: sa.bindparam(f"v_{k}") for k in values})
+                .returning(t.c.key)
+            )
+
+        params = {"p_key": key, "p_owner": owner, "p_before": lease_expired_before}
+        params.update({f"v_{k}": v for k, v in values.items()})
+        return conn.execute(self._q(shape, build), params).first() is not None
 
     def idempotency_records(self, *, status: str | None = None) -> list[IdempotencyRecord]:
         with self.reading() as conn:
@@ -164,28 +195,48 @@ class SQLStore(IdempotencyStore):
         return None if row is None else ApprovalRow(**row._mapping)
 
     def approval(self, conn: Connection, approval_id: str) -> ApprovalRow | None:
-        return self._approval(
-            conn.execute(sa.select(T_APPROVALS).where(T_APPROVALS.c.id == approval_id)).first()
+        stmt = self._q(
+            ("approval",), lambda: sa.select(T_APPROVALS).where(T_APPROVALS.c.id == sa.bindparam("p_id"))
         )
+        return self._approval(conn.execute(stmt, {"p_id": approval_id}).first())
 
     def approval_for_key(self, conn: Connection, key: str) -> ApprovalRow | None:
-        q = (
-            sa.select(T_APPROVALS)
-            .join(T_KEYS, T_KEYS.c.approval_id == T_APPROVALS.c.id)
-            .where(T_KEYS.c.key == key)
+        stmt = self._q(
+            ("for_key",),
+            lambda: (
+                sa.select(T_APPROVALS)
+                .join(T_KEYS, T_KEYS.c.approval_id == T_APPROVALS.c.id)
+                .where(T_KEYS.c.key == sa.bindparam("p_key"))
+            ),
         )
-        return self._approval(conn.execute(q).first())
+        return self._approval(conn.execute(stmt, {"p_key": key}).first())
+
+    def key_version(self, conn: Connection, key: str) -> int | None:
+        """The approval version an intent key was recorded against."""
+        stmt = self._q(
+            ("key_version",), lambda: sa.select(T_KEYS.c.version).where(T_KEYS.c.key == sa.bindparam("p_key"))
+        )
+        row = conn.execute(stmt, {"p_key": key}).first()
+        return None if row is None else int(row.version)
 
     def pending_in_session(
         self, conn: Connection, session_id: str, tool: str, subject_key: str
     ) -> ApprovalRow | None:
-        q = sa.select(T_APPROVALS).where(
-            T_APPROVALS.c.session_id == session_id,
-            T_APPROVALS.c.tool == tool,
-            T_APPROVALS.c.subject_key == subject_key,
-            T_APPROVALS.c.status == "pending",
+        stmt = self._q(
+            ("pending_in_session",),
+            lambda: (
+                sa.select(T_APPROVALS)
+                .where(
+                    T_APPROVALS.c.session_id == sa.bindparam("p_session"),
+                    T_APPROVALS.c.tool == sa.bindparam("p_tool"),
+                    T_APPROVALS.c.subject_key == sa.bindparam("p_subject"),
+                    T_APPROVALS.c.status == "pending",
+                )
+                .order_by(T_APPROVALS.c.created_at.desc())
+            ),
         )
-        return self._approval(conn.execute(q.order_by(T_APPROVALS.c.created_at.desc())).first())
+        params = {"p_session": session_id, "p_tool": tool, "p_subject": subject_key}
+        return self._approval(conn.execute(stmt, params).first())
 
     def in_flight_elsewhere(
         self, conn: Connection, subject_key: str, session_id: str, now: float
@@ -193,37 +244,60 @@ class SQLStore(IdempotencyStore):
         """Another session's approval on this subject that is pending, or granted and still usable
         (an unexpired grant, or one already presented whose execution has not finished)."""
         t = T_APPROVALS
-        q = sa.select(t).where(
-            t.c.subject_key == subject_key,
-            t.c.session_id != session_id,
-            sa.or_(
-                t.c.status == "pending",
-                sa.and_(
-                    t.c.status == "approved",
-                    sa.or_(t.c.token_expires_at > now, t.c.token_used_at.is_not(None)),
-                ),
+        stmt = self._q(
+            ("in_flight",),
+            lambda: (
+                sa.select(t)
+                .where(
+                    t.c.subject_key == sa.bindparam("p_subject"),
+                    t.c.session_id != sa.bindparam("p_session"),
+                    sa.or_(
+                        t.c.status == "pending",
+                        sa.and_(
+                            t.c.status == "approved",
+                            sa.or_(
+                                t.c.token_expires_at > sa.bindparam("p_now"), t.c.token_used_at.is_not(None)
+                            ),
+                        ),
+                    ),
+                )
+                .order_by(t.c.created_at)
             ),
         )
-        return self._approval(conn.execute(q.order_by(T_APPROVALS.c.created_at)).first())
+        params = {"p_subject": subject_key, "p_session": session_id, "p_now": now}
+        return self._approval(conn.execute(stmt, params).first())
 
     def approvals_due(
         self, conn: Connection, now: float, *, session_id: str | None = None, approval_id: str | None = None
     ) -> list[ApprovalRow]:
         """Pending approvals whose deadline has passed."""
-        q = sa.select(T_APPROVALS).where(T_APPROVALS.c.status == "pending", T_APPROVALS.c.expires_at <= now)
-        if session_id is not None:
-            q = q.where(T_APPROVALS.c.session_id == session_id)
-        if approval_id is not None:
-            q = q.where(T_APPROVALS.c.id == approval_id)
-        return [ApprovalRow(**r._mapping) for r in conn.execute(q)]
+
+        def build() -> Any:
+            q = sa.select(T_APPROVALS).where(
+                T_APPROVALS.c.status == "pending", T_APPROVALS.c.expires_at <= sa.bindparam("p_now")
+            )
+            if session_id is not None:
+                q = q.where(T_APPROVALS.c.session_id == sa.bindparam("p_session"))
+            if approval_id is not None:
+                q = q.where(T_APPROVALS.c.id == sa.bindparam("p_id"))
+            return q
+
+        stmt = self._q(("due", session_id is None, approval_id is None), build)
+        params = {"p_now": now, "p_session": session_id, "p_id": approval_id}
+        return [ApprovalRow(**r._mapping) for r in conn.execute(stmt, params)]
 
     def count_pending(self, conn: Connection, session_id: str) -> int:
-        q = (
-            sa.select(sa.func.count())
-            .select_from(T_APPROVALS)
-            .where(T_APPROVALS.c.session_id == session_id, T_APPROVALS.c.status == "pending")
+        stmt = self._q(
+            ("count_pending",),
+            lambda: (
+                sa.select(sa.func.count())
+                .select_from(T_APPROVALS)
+                .where(
+                    T_APPROVALS.c.session_id == sa.bindparam("p_session"), T_APPROVALS.c.status == "pending"
+                )
+            ),
         )
-        return int(conn.execute(q).scalar_one())
+        return int(conn.execute(stmt, {"p_session": session_id}).scalar_one())
 
     def subject_history(
         self, conn: Connection, tool: str, subject_key: str, exclude: str | None
@@ -234,7 +308,7 @@ class SQLStore(IdempotencyStore):
         return [ApprovalRow(**r._mapping) for r in conn.execute(q.order_by(T_APPROVALS.c.created_at))]
 
     def insert_approval(self, conn: Connection, row: ApprovalRow) -> None:
-        conn.execute(sa.insert(T_APPROVALS).values(**row.model_dump()))
+        conn.execute(self._q(("insert_approval",), lambda: sa.insert(T_APPROVALS)), row.model_dump())
 
     def update_approval(
         self,
@@ -246,11 +320,27 @@ class SQLStore(IdempotencyStore):
         values: Mapping[str, Any],
     ) -> bool:
         """Compare-and-set on status (and version); True if the row changed."""
-        cond = [T_APPROVALS.c.id == approval_id, T_APPROVALS.c.status.in_(list(expect_status))]
-        if expect_version is not None:
-            cond.append(T_APPROVALS.c.version == expect_version)
-        stmt = sa.update(T_APPROVALS).where(*cond).values(**values).returning(T_APPROVALS.c.id)
-        return conn.execute(stmt).first() is not None
+        statuses = tuple(expect_status)
+
+        def build() -> Any:
+            t = T_APPROVALS
+            cond = [t.c.id == sa.bindparam("p_id"), t.c.status.in_(statuses)]
+            if expect_version is not None:
+                cond.append(t.c.version == sa.bindparam("p_version"))
+            return (
+                sa.update(t)
+                .where(*cond)
+                .values({k: sa.bindparam(f"v_{k}") for k in values})
+                .returning(t.c.id)
+            )
+
+        stmt = self._q(("update_approval", statuses, expect_version is None, tuple(sorted(values))), build)
+        params = {
+            "p_id": approval_id,
+            "p_version": expect_version,
+            **{f"v_{k}": v for k, v in values.items()},
+        }
+        return conn.execute(stmt, params).first() is not None
 
     def add_key(self, conn: Connection, key: str, approval_id: str, version: int, origin: str) -> bool:
         values = {
@@ -260,16 +350,25 @@ class SQLStore(IdempotencyStore):
             "origin_message_id": origin,
             "created_at": self.clock.now(),
         }
-        return conn.execute(_dialect.insert_if_absent(conn, T_KEYS, values, "key")).first() is not None
+        stmt = self._q(("add_key",), lambda: _dialect.insert_if_absent(conn, T_KEYS, "key"))
+        return conn.execute(stmt, values).first() is not None
 
     def add_decision(self, conn: Connection, **values: Any) -> None:
-        conn.execute(sa.insert(T_DECISIONS).values(at=self.clock.now(), **values))
+        conn.execute(
+            self._q(("decision",), lambda: sa.insert(T_DECISIONS)), {"at": self.clock.now(), **values}
+        )
 
     def decisions(self, conn: Connection, approval_id: str, version: int | None = None) -> list[DecisionRow]:
-        q = sa.select(T_DECISIONS).where(T_DECISIONS.c.approval_id == approval_id)
-        if version is not None:
-            q = q.where(T_DECISIONS.c.version == version)
-        return [DecisionRow(**r._mapping) for r in conn.execute(q.order_by(T_DECISIONS.c.id))]
+        def build() -> Any:
+            q = sa.select(T_DECISIONS).where(T_DECISIONS.c.approval_id == sa.bindparam("p_id"))
+            if version is not None:
+                q = q.where(T_DECISIONS.c.version == sa.bindparam("p_version"))
+            return q.order_by(T_DECISIONS.c.id)
+
+        stmt = self._q(("decisions", version is None), build)
+        return [
+            DecisionRow(**r._mapping) for r in conn.execute(stmt, {"p_id": approval_id, "p_version": version})
+        ]
 
     def append_events(self, conn: Connection, events: Sequence[Mapping[str, Any]]) -> None:
         """Append audit events. One driver-level executemany: read logs arrive in batches of
@@ -285,7 +384,9 @@ class SQLStore(IdempotencyStore):
         conn.exec_driver_sql(_dialect.insert_many_sql(conn, "eg_events", _EVENT_COLUMNS), rows)
 
     def append_execution(self, conn: Connection, **values: Any) -> None:
-        conn.execute(sa.insert(T_EXECUTIONS).values(at=self.clock.now(), **values))
+        conn.execute(
+            self._q(("execution",), lambda: sa.insert(T_EXECUTIONS)), {"at": self.clock.now(), **values}
+        )
 
     # -- reading for the CLI, the audit and the export
 

@@ -1,0 +1,148 @@
+"""`python -m benchmarks [--smoke] [--json FILE] [--dir DIR] [--repeats N]`.
+
+Prints a table (median, p10, p90 per operation) and one ratio line per measurement with its
+target; a ratio is the median over blocks of the gate's block divided by the baseline block
+timed next to it. A full run exits 1 when a target is missed; `--smoke` runs a few iterations, finishes
+in seconds, prints the same lines and always exits 0 (it checks the benchmark runs, not speed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import platform
+import sqlite3
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import effectgate
+
+from . import claims, money_path, read_path
+from ._timing import Plan, Stats
+
+READ_OVERHEAD_TARGET_US = 10.0
+MONEY_RATIO_TARGET = 1.5
+
+FULL = {"read": Plan(n=1024, repeats=15, warmup=2), "money": Plan(20, 15, 1), "claims": Plan(50, 15, 1)}
+SMOKE = {"read": Plan(n=256, repeats=3, warmup=1), "money": Plan(3, 3, 1), "claims": Plan(5, 3, 1)}
+
+
+def _duration(ns: float) -> str:
+    if ns >= 1e6:
+        return f"{ns / 1e6:.2f} ms"
+    if ns >= 1e3:
+        return f"{ns / 1e3:.2f} us"
+    return f"{ns:.0f} ns"
+
+
+def _row(label: str, stats: Stats) -> str:
+    return (
+        f"  {label:<52} {_duration(stats.median):>11} {_duration(stats.p10):>11} {_duration(stats.p90):>11}"
+    )
+
+
+def _verdict(met: bool) -> str:
+    return "met" if met else "MISSED"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
+    parser.add_argument("--smoke", action="store_true", help="a few iterations; always exits 0")
+    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
+    parser.add_argument("--dir", metavar="DIR", help="where the database files go (default: a temp dir)")
+    parser.add_argument("--repeats", type=int, help="timed blocks per case (default 15, smoke 3)")
+    args = parser.parse_args(argv)
+    plans = SMOKE if args.smoke else FULL
+    if args.repeats:
+        plans = {k: dataclasses.replace(p, repeats=args.repeats) for k, p in plans.items()}
+
+    with tempfile.TemporaryDirectory(prefix="effectgate-bench-", dir=args.dir) as tmp:
+        directory = Path(tmp)
+        began = time.perf_counter()
+        read = read_path.run(directory, plans["read"])
+        money = money_path.run(directory, plans["money"])
+        claim = claims.run(directory, plans["claims"])
+        elapsed = time.perf_counter() - began
+
+    mode = "smoke" if args.smoke else "full"
+    raw_commits = sum(money.commits.values())
+    print(
+        f"effectgate {effectgate.__version__} benchmarks ({mode}; median of {plans['read'].repeats} "
+        f"blocks after warm-up; SQLite {sqlite3.sqlite_version} file, WAL, synchronous=FULL; "
+        f"Python {platform.python_version()}; {elapsed:.1f}s)"
+    )
+    print(f"  {'per operation':<52} {'median':>11} {'p10':>11} {'p90':>11}")
+    print(_row("(a) add(1, 2), called directly", read.direct))
+    print(_row('(a) gate.call("add", ...), a read tool', read.gated))
+    print(_row("(b) gate: propose + approve + execute, no-op money", money.gated))
+    print(_row(f"(b) raw sqlite3: the same writes in {raw_commits} commits", money.raw))
+    print(_row("(c) store.claim + store.complete, distinct keys", claim.gated))
+    print(_row("(c) raw sqlite3: the same writes in 2 commits", claim.raw))
+    counted = ", ".join(f"{k} {v}" for k, v in money.commits.items())
+    expected = ", ".join(f"{k} {v}" for k, v in money_path.EXPECTED_COMMITS.items())
+    same = money.commits == money_path.EXPECTED_COMMITS
+    print(
+        f"  commits on the money path: {counted} ({'as the code says' if same else f'EXPECTED {expected}'})"
+    )
+    print()
+
+    read_met = read.overhead_us < READ_OVERHEAD_TARGET_US
+    money_met = money.ratio <= MONEY_RATIO_TARGET
+    print(
+        f"ratio (a) read path, gate.call / direct call: {read.ratio:,.0f}x; overhead "
+        f"{read.overhead_us:.1f} us per call (target: overhead < {READ_OVERHEAD_TARGET_US:.0f} us) "
+        f"{_verdict(read_met)}"
+    )
+    print(
+        f"ratio (b) money path, gate / {raw_commits} raw commits: {money.ratio:.2f}x "
+        f"(target: <= {MONEY_RATIO_TARGET}x) {_verdict(money_met)}"
+    )
+    print(
+        f"ratio (c) claims, claim + complete / 2 raw commits: {claim.ratio:.2f}x; "
+        f"{claim.per_second:,.0f} claims per second (no target)"
+    )
+
+    if args.json:
+        report: dict[str, Any] = {
+            "mode": mode,
+            "effectgate": effectgate.__version__,
+            "python": platform.python_version(),
+            "sqlite": sqlite3.sqlite_version,
+            "platform": platform.platform(),
+            "seconds": elapsed,
+            "plans": {k: dataclasses.asdict(p) for k, p in plans.items()},
+            "cases": {
+                "read_direct": read.direct.to_dict(),
+                "read_gated": read.gated.to_dict(),
+                "money_gated": money.gated.to_dict(),
+                "money_raw": money.raw.to_dict(),
+                "claims_gated": claim.gated.to_dict(),
+                "claims_raw": claim.raw.to_dict(),
+            },
+            "money_commits": money.commits,
+            "ratios": {
+                "read": {
+                    "ratio": read.ratio,
+                    "overhead_us": read.overhead_us,
+                    "target_overhead_us": READ_OVERHEAD_TARGET_US,
+                    "met": read_met,
+                },
+                "money": {"ratio": money.ratio, "target": MONEY_RATIO_TARGET, "met": money_met},
+                "claims": {"ratio": claim.ratio, "per_second": claim.per_second, "target": None},
+            },
+        }
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+        print(f"wrote {args.json}")
+
+    if args.smoke:
+        return 0
+    return 0 if read_met and money_met and same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

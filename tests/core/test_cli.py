@@ -1,0 +1,494 @@
+"""The `effectgate` command, driven through `main(argv)` and once as a real process.
+
+State is set up with the shop from the running example on a file SQLite store; the CLI is then
+run against that file exactly as an approver would run it. The console is pinned to 80 columns
+(what a pipe or a CI log gets), so wrapping and truncation are tested, not left to the terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
+
+from effectgate import Pending, open_store
+from effectgate.cli import keyring_for, main
+from effectgate.errors import TokenError
+from effectgate.examples.shop import Shop, app, context
+
+APP = "effectgate.examples.shop:app"
+REFUND_V1 = {"order_id": "1042", "amount": 5000, "currency": "GBP"}
+REFUND_V2 = {"order_id": "1042", "amount": 6000, "currency": "GBP"}
+
+
+class Setup(NamedTuple):
+    url: str
+    db: Path
+    approval_id: str
+    version: int
+
+
+class Run(NamedTuple):
+    code: int
+    out: str
+    err: str
+
+
+@pytest.fixture(autouse=True)
+def _cli_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in ("EFFECTGATE_DB", "EFFECTGATE_APP", "EFFECTGATE_KEYRING"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.chdir(tmp_path)  # the default sqlite:///effectgate.db must never be the repo's
+
+
+@pytest.fixture
+def refund(tmp_path: Path) -> Setup:
+    """A refund of order 1042 proposed, then amended in place: pending at version 2."""
+    db = tmp_path / "shop.db"
+    url = f"sqlite:///{db}"
+    with open_store(url) as store:
+        store.setup()
+        gate = app(store, keyring=keyring_for(url))
+        gate.call("refund_order", REFUND_V1, context("m1"))
+        amended = gate.call("refund_order", REFUND_V2, context("m2"))
+        gate.close()
+    assert isinstance(amended, Pending)
+    assert amended.version == 2
+    return Setup(url, db, amended.approval_id, amended.version)
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., Run]:
+    def run(*argv: str) -> Run:
+        code = main(list(argv))
+        out, err = capsys.readouterr()
+        return Run(code, out, err)
+
+    return run
+
+
+def _snapshot(url: str) -> dict[str, Any]:
+    """Everything an approve could change: approval rows, decisions, executions, events, keys."""
+    with open_store(url) as store:
+        return {
+            "approvals": [
+                (a.id, a.status, a.version, a.args_hash, a.token_hash, a.token_used_at)
+                for a in store.approvals()
+            ],
+            "decisions": [d.model_dump() for d in store.all_decisions()],
+            "executions": [e.model_dump() for e in store.executions()],
+            "events": len(store.events()),
+            "idempotency": [r.key for r in store.idempotency_records()],
+        }
+
+
+def _flat(text: str) -> str:
+    """The text with whitespace and box-drawing borders removed, so folded values read whole."""
+    return "".join(ch for ch in text if not ch.isspace() and ch not in "│")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+# -- pending
+
+
+def test_pending_lists_the_waiting_approval(refund: Setup, cli: Callable[..., Run]) -> None:
+    """`pending` exits 0 and lists the one waiting approval."""
+    run = cli("pending", "--db", refund.url)
+    assert run.code == 0, run.err
+    assert "1 pending approval(s)" in run.out
+    assert refund.approval_id[:8] in run.out
+
+
+def test_pending_table_shows_the_whole_id(refund: Setup, cli: Callable[..., Run]) -> None:
+    """The human listing shows the full approval id, the one `approve ID` needs."""
+    run = cli("pending", "--db", refund.url)
+    assert refund.approval_id in run.out
+
+
+def test_pending_json_parses_and_filters_by_role(refund: Setup, cli: Callable[..., Run]) -> None:
+    """`pending --json` is a JSON list of cards, and `--role` narrows it to that approver role."""
+    run = cli("pending", "--db", refund.url, "--json")
+    assert run.code == 0, run.err
+    [card] = json.loads(run.out)
+    assert card["approval_id"] == refund.approval_id
+    assert card["version"] == 2
+    assert card["tool"] == "refund_order"
+    assert card["approver_role"] == "finance"
+
+    finance = cli("pending", "--db", refund.url, "--json", "--role", "finance")
+    assert [c["approval_id"] for c in json.loads(finance.out)] == [refund.approval_id]
+    privacy = cli("pending", "--db", refund.url, "--json", "--role", "privacy")
+    assert privacy.code == 0
+    assert json.loads(privacy.out) == []
+
+
+def test_db_before_the_subcommand_is_used(refund: Setup, cli: Callable[..., Run]) -> None:
+    """`effectgate --db URL pending` reads URL, like `effectgate pending --db URL`."""
+    run = cli("--db", refund.url, "pending", "--json")
+    assert run.code == 0, run.err
+    assert [c["approval_id"] for c in json.loads(run.out)] == [refund.approval_id]
+
+
+# -- show
+
+
+def test_show_prints_the_stored_arguments_and_hash(refund: Setup, cli: Callable[..., Run]) -> None:
+    """`show ID` prints the frozen arguments of the current version and their sha256."""
+    with open_store(refund.url) as store:
+        row = store.get_approval(refund.approval_id)
+    assert row is not None
+    run = cli("show", refund.approval_id, "--db", refund.url)
+    assert run.code == 0, run.err
+    flat = _flat(run.out)
+    assert row.args_hash in flat
+    assert '"amount":6000' in flat
+    assert '"order_id":"1042"' in flat
+    assert "version2" in flat
+
+
+def test_show_json_carries_the_stored_arguments_and_hash(refund: Setup, cli: Callable[..., Run]) -> None:
+    """`show ID --json` is the card: stored arguments, args hash, version and status."""
+    with open_store(refund.url) as store:
+        row = store.get_approval(refund.approval_id)
+    assert row is not None
+    run = cli("show", refund.approval_id, "--db", refund.url, "--json")
+    assert run.code == 0, run.err
+    card = json.loads(run.out)
+    assert card["approval_id"] == refund.approval_id
+    assert card["args"] == REFUND_V2
+    assert card["args_hash"] == row.args_hash
+    assert (card["version"], card["status"]) == (2, "pending")
+
+
+# -- approve
+
+
+def _token(out: str) -> str:
+    token = out.strip().splitlines()[-1].strip()
+    assert token.startswith("eg1."), out
+    return token
+
+
+def test_approve_prints_a_token_that_executes_exactly_once(refund: Setup, cli: Callable[..., Run]) -> None:
+    """The token `approve` prints runs the approved refund once through a gate with the same keyring."""
+    run = cli(
+        "approve",
+        refund.approval_id,
+        "--db",
+        refund.url,
+        "--version",
+        "2",
+        "--as",
+        "finance",
+        "--approver",
+        "fiona",
+        "--app",
+        APP,
+    )
+    assert run.code == 0, run.err
+    assert run.err == ""
+    token = _token(run.out)
+
+    shop = Shop()
+    with open_store(refund.url) as store:
+        gate = app(store, keyring=keyring_for(refund.url), shop=shop)
+        done = gate.execute(token)
+        assert done.approval_id == refund.approval_id
+        assert done.result["amount"] == 6000
+        with pytest.raises(TokenError):
+            gate.execute(token)
+        [decision] = store.all_decisions()
+        row = store.get_approval(refund.approval_id)
+    assert shop.receiver.count("refund") == 1
+    assert shop.receiver.count("refund", order_id="1042", amount=6000) == 1
+    assert (decision.approver_id, decision.role, decision.decision) == ("fiona", "finance", "approve")
+    assert row is not None
+    assert row.status == "executed"
+
+
+def _approve(
+    setup: Setup,
+    *,
+    approval_id: str | None = None,
+    db: str | None = None,
+    version: str = "2",
+    role: str = "finance",
+    app_ref: str | None = APP,
+) -> list[str]:
+    """The argv of `effectgate approve` for the pending refund, with one part changed."""
+    argv = ["approve", approval_id or setup.approval_id, "--db", db or setup.url]
+    argv += ["--version", version, "--as", role, "--approver", "fiona"]
+    return [*argv, "--app", app_ref] if app_ref is not None else argv
+
+
+def _not_a_gate(tmp: Path) -> str:
+    (tmp / "eg_not_a_gate.py").write_text("def factory(store, *, keyring=None):\n    return object()\n")
+    return "eg_not_a_gate:factory"
+
+
+# (argv builder, a fragment the error must name)
+BAD_INPUT: dict[str, tuple[Callable[[Setup, Path], list[str]], str]] = {
+    "stale_version": (lambda s, _: _approve(s, version="1"), "version 1 is stale"),
+    "wrong_role": (lambda s, _: _approve(s, role="support_lead"), "needs role finance"),
+    "unknown_id": (lambda s, _: _approve(s, approval_id="nope"), "no approval 'nope'"),
+    "missing_app": (lambda s, _: _approve(s, app_ref=None), "--app"),
+    "app_without_colon": (lambda s, _: _approve(s, app_ref="effectgate.examples.shop"), "module:factory"),
+    "app_unknown_module": (lambda s, _: _approve(s, app_ref="eg_no_such_module:app"), "cannot load"),
+    "app_unknown_attr": (lambda s, _: _approve(s, app_ref="effectgate.examples.shop:nope"), "cannot load"),
+    "app_not_callable": (
+        lambda s, _: _approve(s, app_ref="effectgate.examples.shop:SHOP_POLICY"),
+        "not callable",
+    ),
+    "app_not_a_gate": (lambda s, tmp: _approve(s, app_ref=_not_a_gate(tmp)), "not an EffectGate"),
+    "app_wrong_signature": (
+        lambda s, _: _approve(s, app_ref="effectgate.examples.shop:context"),
+        "--app",
+    ),
+    "no_database": (lambda s, _: _approve(s, db="sqlite:///missing.db"), "no database at missing.db"),
+}
+
+
+def _cases(marks: dict[str, pytest.MarkDecorator]) -> list[Any]:
+    return [pytest.param(name, id=name, marks=marks.get(name, ())) for name in BAD_INPUT]
+
+
+@pytest.mark.parametrize("case", _cases({}))
+def test_approve_bad_input_exits_2_and_changes_nothing(
+    case: str, refund: Setup, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: Callable[..., Run]
+) -> None:
+    """Bad approve input exits 2 with an `effectgate: error:` line, and the store is untouched."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    build, fragment = BAD_INPUT[case]
+    before = _snapshot(refund.url)
+    run = cli(*build(refund, tmp_path))
+    assert run.code == 2
+    assert run.out == ""
+    assert run.err.startswith("effectgate: error:")
+    assert fragment in _one_line(run.err)
+    assert "Traceback" not in run.err
+    assert _snapshot(refund.url) == before
+    [row] = before["approvals"]
+    assert (row[1], row[2]) == ("pending", 2)
+    assert before["decisions"] == []
+    assert not (tmp_path / "missing.db").exists()
+    assert not (tmp_path / "missing.db.keys").exists()
+
+
+@pytest.mark.parametrize("case", _cases({}))
+def test_approve_bad_input_is_one_line_on_stderr(
+    case: str, refund: Setup, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: Callable[..., Run]
+) -> None:
+    """The error for bad approve input is one line on stderr when the console is wide enough."""
+    monkeypatch.setenv("COLUMNS", "1000")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    build, _ = BAD_INPUT[case]
+    run = cli(*build(refund, tmp_path))
+    assert run.code == 2
+    assert len(run.err.splitlines()) == 1, run.err
+
+
+def test_a_long_error_stays_one_line_at_80_columns(refund: Setup, cli: Callable[..., Run]) -> None:
+    """An error longer than the console (a stale version names a 32-character id) is still one line."""
+    run = cli(*_approve(refund, version="1"))
+    assert run.code == 2
+    assert len(run.err.splitlines()) == 1, run.err
+
+
+# -- deny
+
+
+def test_deny_closes_the_approval_with_its_reason(refund: Setup, cli: Callable[..., Run]) -> None:
+    """`deny ID --reason ...` denies the approval, records the decision, and empties `pending`."""
+    run = cli(
+        "deny",
+        refund.approval_id,
+        "--db",
+        refund.url,
+        "--reason",
+        "duplicate of a refund already made",
+        "--as",
+        "finance",
+        "--approver",
+        "xavier",
+    )
+    assert run.code == 0, run.err
+    assert f"denied {refund.approval_id}" in _one_line(run.out)
+    with open_store(refund.url) as store:
+        row = store.get_approval(refund.approval_id)
+        [decision] = store.all_decisions()
+    assert row is not None
+    assert row.status == "denied"
+    assert (decision.approver_id, decision.decision) == ("xavier", "deny")
+    assert decision.reason == "duplicate of a refund already made"
+    assert json.loads(cli("pending", "--db", refund.url, "--json").out) == []
+
+
+# -- audit
+
+
+def _diverge(url: str) -> None:
+    """A money execution with no approval behind it, written straight into the ledger."""
+    with open_store(url) as store, store.transaction() as conn:
+        store.append_execution(
+            conn,
+            approval_id=None,
+            version=None,
+            tool="refund_order",
+            effect="money",
+            args_hash="0" * 64,
+            args_json=json.dumps(REFUND_V2),
+            idempotency_key="rogue-1",
+            status="succeeded",
+            session_id="s-ada",
+            origin_message_id="m9",
+            user_id="u1",
+            agent_id="support",
+            table_fingerprint="f",
+            row_fingerprint="f",
+            result_json="{}",
+        )
+
+
+def test_audit_exits_0_when_clean(refund: Setup, cli: Callable[..., Run]) -> None:
+    """`audit` on a ledger with nothing ungated exits 0 and says clean."""
+    run = cli("audit", "--db", refund.url)
+    assert run.code == 0, run.err
+    assert _one_line(run.out).startswith("clean: 0 finding(s)")
+
+
+def test_audit_exits_1_on_a_divergence(refund: Setup, cli: Callable[..., Run]) -> None:
+    """A money execution with no approval makes `audit` exit 1 and name the finding."""
+    _diverge(refund.url)
+    run = cli("audit", "--db", refund.url)
+    assert run.code == 1
+    text = _one_line(run.out)
+    assert "no_approval refund_order" in text
+    assert "DIVERGED: 1 finding(s)" in text
+
+
+def test_audit_json_reports_clean_and_findings(refund: Setup, cli: Callable[..., Run]) -> None:
+    """`audit --json` parses, says clean, and after a divergence lists it with exit 1."""
+    clean = cli("audit", "--db", refund.url, "--json")
+    assert clean.code == 0, clean.err
+    report = json.loads(clean.out)
+    assert (report["clean"], report["findings"]) == (True, [])
+    assert report["metrics"]["gated_proposals"] == 1
+
+    _diverge(refund.url)
+    dirty = cli("audit", "--db", refund.url, "--json")
+    assert dirty.code == 1
+    report = json.loads(dirty.out)
+    assert report["clean"] is False
+    assert [(f["kind"], f["tool"]) for f in report["findings"]] == [("no_approval", "refund_order")]
+
+
+# -- export
+
+
+def test_export_jsonl_writes_one_tagged_object_per_line(
+    refund: Setup, tmp_path: Path, cli: Callable[..., Run]
+) -> None:
+    """`export --jsonl --out FILE` writes every record as one JSON object a line, tagged by table."""
+    target = tmp_path / "export.jsonl"
+    run = cli("export", "--db", refund.url, "--jsonl", "--out", str(target))
+    assert run.code == 0, run.err
+    lines = target.read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    assert all(isinstance(r, dict) and "table" in r for r in records)
+    assert {r["table"] for r in records} <= {"approvals", "decisions", "executions", "events"}
+    [approval] = [r for r in records if r["table"] == "approvals"]
+    assert (approval["id"], approval["version"]) == (refund.approval_id, 2)
+    assert f"wrote {len(lines)} records" in _one_line(run.out)
+
+
+# -- demo
+
+
+def test_demo_runs_and_reruns_on_its_own_database(tmp_path: Path, cli: Callable[..., Run]) -> None:
+    """`demo --db URL` exits 0, and again on the database it made (it starts that one afresh)."""
+    url = f"sqlite:///{tmp_path}/demo.db"
+    first = cli("demo", "--db", url)
+    assert first.code == 0, first.out[-2000:]
+    second = cli("demo", "--db", url)
+    assert second.code == 0, second.out[-2000:]
+    assert "demo failed" not in second.out
+    with open_store(url) as store:
+        assert len(store.events(kind="demo_started")) == 1  # recreated, not appended to
+
+
+def test_demo_refuses_a_database_it_did_not_make(refund: Setup, cli: Callable[..., Run]) -> None:
+    """`demo` exits 1 rather than delete an existing database it did not create, and leaves it as it was."""
+    before = _snapshot(refund.url)
+    run = cli("demo", "--db", refund.url)
+    assert run.code == 1
+    assert "was not made by the demo" in _one_line(run.out)
+    assert refund.db.exists()
+    assert _snapshot(refund.url) == before
+
+
+def test_demo_refuses_a_foreign_sqlite_file(tmp_path: Path, cli: Callable[..., Run]) -> None:
+    """`demo` exits 1 on a SQLite file that is not an effectgate database, and keeps its bytes."""
+    import sqlite3
+
+    path = tmp_path / "other.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE notes (body TEXT)")
+        conn.execute("INSERT INTO notes VALUES ('keep me')")
+    conn.close()
+    data = path.read_bytes()
+    run = cli("demo", "--db", f"sqlite:///{path}")
+    assert run.code == 1
+    assert path.read_bytes() == data
+
+
+# -- the real command
+
+
+def _subprocess_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EFFECTGATE_")}
+    env["COLUMNS"] = "80"
+    return env
+
+
+def test_the_installed_command_approves_and_reports_errors(refund: Setup, tmp_path: Path) -> None:
+    """The `effectgate` console script approves in its own process, and exits 2 on a stale version."""
+    command = Path(sys.executable).with_name("effectgate")
+    argv = [str(command) if command.exists() else sys.executable]
+    if not command.exists():
+        argv += ["-m", "effectgate.cli"]
+
+    def run(args: list[str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            argv + args,
+            cwd=tmp_path,
+            env=_subprocess_env(),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    stale = run(_approve(refund, version="1"))
+    assert stale.returncode == 2
+    assert stale.stdout == ""
+    assert stale.stderr.startswith("effectgate: error:")
+    assert "Traceback" not in stale.stderr
+
+    ok = run(_approve(refund))
+    assert ok.returncode == 0, ok.stderr
+    shop = Shop()
+    with open_store(refund.url) as store:
+        done = app(store, keyring=keyring_for(refund.url), shop=shop).execute(_token(ok.stdout))
+    assert done.approval_id == refund.approval_id
+    assert shop.receiver.count("refund", order_id="1042") == 1

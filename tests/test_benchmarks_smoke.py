@@ -1,0 +1,37 @@
+"""`python -m benchmarks --smoke` runs to the end and prints its three ratio lines.
+
+Only that the benchmark works is asserted; its timings are never compared with anything here.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_benchmark_smoke_run_prints_the_three_ratios(tmp_path: Path) -> None:
+    """The smoke run exits 0, prints one ratio line per measurement, and writes its JSON report."""
+    report = tmp_path / "bench.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--smoke", "--json", str(report), "--dir", str(tmp_path)],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    for prefix in ("ratio (a) read path", "ratio (b) money path", "ratio (c) claims"):
+        assert sum(line.startswith(prefix) for line in lines) == 1, (prefix, done.stdout)
+    assert "target" in next(line for line in lines if line.startswith("ratio (a)"))
+    assert "target" in next(line for line in lines if line.startswith("ratio (b)"))
+    data = json.loads(report.read_text())
+    assert data["mode"] == "smoke"
+    assert set(data["ratios"]) == {"read", "money", "claims"}
+    assert data["money_commits"] == {"propose": 1, "approve": 1, "execute": 2}
