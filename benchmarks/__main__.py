@@ -22,7 +22,7 @@ from typing import Any
 
 import effectgate
 
-from . import claims, money_path, read_path
+from . import claims, concurrency, money_path, read_path
 from ._timing import Plan, Stats
 
 READ_OVERHEAD_TARGET_US = 10.0
@@ -50,6 +50,26 @@ def _verdict(met: bool) -> str:
     return "met" if met else "MISSED"
 
 
+def _pg_database() -> str | None:
+    """A fresh database on the throwaway test server (started if needed), or None without one."""
+    import uuid
+
+    import sqlalchemy as sa
+
+    from tests import pgserver
+
+    try:
+        base = pgserver.start()
+    except (pgserver.Unavailable, OSError):
+        return None
+    name = f"bench_{uuid.uuid4().hex[:12]}"
+    engine = sa.create_engine(base, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.exec_driver_sql(f"CREATE DATABASE {name}")
+    engine.dispose()
+    return pgserver.url(name)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
     parser.add_argument("--smoke", action="store_true", help="a few iterations; always exits 0")
@@ -67,6 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         read = read_path.run(directory, plans["read"])
         money = money_path.run(directory, plans["money"])
         claim = claims.run(directory, plans["claims"])
+        rates = concurrency.run(directory, _pg_database(), ops=40 if args.smoke else 640)
         elapsed = time.perf_counter() - began
 
     mode = "smoke" if args.smoke else "full"
@@ -107,6 +128,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{claim.per_second:,.0f} claims per second (no target)"
     )
 
+    for r in rates:
+        met = r.ratio >= concurrency.TARGET
+        print(
+            f"ratio (d) {r.backend} with {r.workers:>2} workers, execute path / raw 2 commits: "
+            f"{r.ratio:.2f}x ({r.gate_per_s:,.0f} vs {r.raw_per_s:,.0f} per s; target: >= "
+            f"{concurrency.TARGET}x) {_verdict(met)}"
+        )
+    if not any(r.backend == "postgresql" for r in rates):
+        print("ratio (d) postgresql: not measured (no PostgreSQL server; see tests/pgserver.py)")
+
     if args.json:
         report: dict[str, Any] = {
             "mode": mode,
@@ -134,6 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 },
                 "money": {"ratio": money.ratio, "target": MONEY_RATIO_TARGET, "met": money_met},
                 "claims": {"ratio": claim.ratio, "per_second": claim.per_second, "target": None},
+                "concurrency": [dataclasses.asdict(r) | {"ratio": r.ratio} for r in rates],
             },
         }
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")

@@ -30,13 +30,10 @@ def make_engine(url: str) -> Engine:
             import psycopg  # noqa: F401  (the one place the optional driver is imported)
         except ImportError as exc:
             raise MissingDependency("psycopg", "postgres") from exc
-        # pool_pre_ping: a server restart must not surface as a failed claim on a dead socket.
-        return sa.create_engine(
-            parsed.set(drivername="postgresql+psycopg"),
-            pool_size=8,
-            max_overflow=32,
-            pool_pre_ping=True,
-        )
+        # No pool_pre_ping: it costs a round trip per transaction. A connection the server
+        # dropped fails its first statement before anything is written (the caller may retry),
+        # and SQLAlchemy then discards the pool's stale connections.
+        return sa.create_engine(parsed.set(drivername="postgresql+psycopg"), pool_size=8, max_overflow=32)
     raise StoreError(f"unsupported database URL {url!r}: use sqlite:///... or postgresql+psycopg://...")
 
 

@@ -116,9 +116,9 @@ class IdempotencyStore(ABC):
         owner: str | None = None,
         lease_expired_before: float | None = None,
         values: dict[str, Any],
-    ) -> bool:
+    ) -> IdempotencyRecord | None:
         """Update the record only if it is in one of `from_status` (and held by `owner`, and its
-        lease expired before the given time, when given); True if a row changed."""
+        lease expired before the given time, when given); the updated record, or None."""
 
     # -- semantics
 
@@ -216,12 +216,11 @@ class IdempotencyStore(ABC):
         if provider_ref is not None:
             values["provider_ref"] = provider_ref
         with self._tx(conn) as c:
-            if not self._transition(
+            record = self._transition(
                 c, key, from_status=("in_progress", "needs_reconciliation"), owner=owner, values=values
-            ):
-                raise LeaseLost(key, owner)
-            record = self._load(c, key)
-        assert record is not None
+            )
+        if record is None:
+            raise LeaseLost(key, owner)
         return record
 
     def fail(self, key: str, owner: str, error: str, *, conn: Connection | None = None) -> None:

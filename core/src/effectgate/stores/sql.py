@@ -45,6 +45,22 @@ _EVENT_COLUMNS = tuple(c.name for c in T_EVENTS.columns if c.name != "id")
 _DETAIL_AT = _EVENT_COLUMNS.index("detail_json")
 
 
+def _record_of(m: Any) -> IdempotencyRecord:
+    return IdempotencyRecord(
+        key=m["key"],
+        payload_hash=m["payload_hash"],
+        status=m["status"],
+        lease_owner=m["lease_owner"],
+        lease_expires_at=m["lease_expires_at"],
+        result=from_json(m["result_json"]),
+        error=m["error"],
+        provider_ref=m["provider_ref"],
+        attempts=m["attempts"],
+        created_at=m["created_at"],
+        updated_at=m["updated_at"],
+    )
+
+
 def open_store(url: str = "sqlite:///effectgate.db", *, clock: Clock | None = None) -> SQLStore:
     """Open (not create) a store; call `setup()` once to create or check the schema."""
     return SQLStore(_dialect.make_engine(url), clock=clock or SYSTEM_CLOCK, url=url)
@@ -127,22 +143,7 @@ class SQLStore(IdempotencyStore):
             ("load",), lambda: sa.select(T_IDEMPOTENCY).where(T_IDEMPOTENCY.c.key == sa.bindparam("p_key"))
         )
         row = conn.execute(stmt, {"p_key": key}).first()
-        if row is None:
-            return None
-        m = row._mapping
-        return IdempotencyRecord(
-            key=m["key"],
-            payload_hash=m["payload_hash"],
-            status=m["status"],
-            lease_owner=m["lease_owner"],
-            lease_expires_at=m["lease_expires_at"],
-            result=from_json(m["result_json"]),
-            error=m["error"],
-            provider_ref=m["provider_ref"],
-            attempts=m["attempts"],
-            created_at=m["created_at"],
-            updated_at=m["updated_at"],
-        )
+        return None if row is None else _record_of(row._mapping)
 
     def _transition(
         self,
@@ -153,7 +154,7 @@ class SQLStore(IdempotencyStore):
         owner: str | None = None,
         lease_expired_before: float | None = None,
         values: dict[str, Any],
-    ) -> bool:
+    ) -> IdempotencyRecord | None:
         shape = (
             "transition",
             from_status,
@@ -170,15 +171,13 @@ class SQLStore(IdempotencyStore):
             if lease_expired_before is not None:
                 cond.append(t.c.lease_expires_at <= sa.bindparam("p_before"))
             return (
-                sa.update(t)
-                .where(*cond)
-                .values({k: sa.bindparam(f"v_{k}") for k in values})
-                .returning(t.c.key)
+                sa.update(t).where(*cond).values({k: sa.bindparam(f"v_{k}") for k in values}).returning(*t.c)
             )
 
         params = {"p_key": key, "p_owner": owner, "p_before": lease_expired_before}
         params.update({f"v_{k}": v for k, v in values.items()})
-        return conn.execute(self._q(shape, build), params).first() is not None
+        row = conn.execute(self._q(shape, build), params).first()
+        return None if row is None else _record_of(row._mapping)
 
     def idempotency_records(self, *, status: str | None = None) -> list[IdempotencyRecord]:
         with self.reading() as conn:

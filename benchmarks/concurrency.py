@@ -1,0 +1,165 @@
+"""(d) Claims under concurrency, SQLite and PostgreSQL: the full execute path against raw SQL.
+
+With 1, 8 and 32 worker threads (each raw worker has its own connection; the store shares its
+pool), in one run:
+
+- raw: `INSERT ... ON CONFLICT DO NOTHING RETURNING` (the claim) then an `UPDATE ... RETURNING`
+  (the completion), each its own commit: the two commits an exactly-once execution needs;
+- effectgate: `store.run(key, hash, noop)`: claim, run a no-op tool, complete.
+
+The ratio is effectgate's operations per second over raw's; the target is at least 0.5.
+PostgreSQL runs on the throwaway test server (tests/pgserver.py), which has fsync off, so its
+commits are cheap and the ratio shows effectgate's CPU cost at its most visible.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from effectgate import open_store
+
+WORKERS = (1, 8, 32)
+TARGET = 0.5
+HASH = "h" * 64
+
+
+@dataclass(frozen=True)
+class Rate:
+    backend: str
+    workers: int
+    raw_per_s: float
+    gate_per_s: float
+
+    @property
+    def ratio(self) -> float:
+        return self.gate_per_s / self.raw_per_s
+
+
+def _rate(workers: int, ops_per_worker: int, make_worker: Callable[[int], Callable[[int], None]]) -> float:
+    """Operations per second with `workers` threads, each doing `ops_per_worker` operations."""
+    fns = [make_worker(w) for w in range(workers)]
+    barrier = threading.Barrier(workers + 1)
+
+    def body(w: int) -> None:
+        barrier.wait()
+        fn = fns[w]
+        for i in range(ops_per_worker):
+            fn(i)
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(body, w) for w in range(workers)]
+        barrier.wait()
+        start = time.perf_counter()
+        for f in futures:
+            f.result()
+        elapsed = time.perf_counter() - start
+    return workers * ops_per_worker / elapsed
+
+
+RAW_DDL = (
+    "CREATE TABLE IF NOT EXISTS raw_claims (key TEXT PRIMARY KEY, payload_hash TEXT NOT NULL, "
+    "status TEXT NOT NULL, owner TEXT, result TEXT)"
+)
+
+
+def _sqlite_raw(path: Path) -> Callable[[int], Callable[[int], None]]:
+    setup = sqlite3.connect(path, isolation_level=None)
+    setup.execute("PRAGMA journal_mode=WAL")
+    setup.execute(RAW_DDL)
+    setup.close()
+
+    def make(w: int) -> Callable[[int], None]:
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute("PRAGMA busy_timeout=30000")
+        tag = uuid.uuid4().hex
+
+        def op(i: int) -> None:
+            key = f"{tag}-{i}"
+            conn.execute(
+                "INSERT INTO raw_claims VALUES (?, ?, 'in_progress', ?, NULL) ON CONFLICT (key) DO NOTHING "
+                "RETURNING key",
+                (key, HASH, tag),
+            ).fetchall()
+            conn.execute(
+                "UPDATE raw_claims SET status='succeeded', result=? WHERE key=? AND owner=? RETURNING key",
+                ('{"ok":true}', key, tag),
+            ).fetchall()
+
+        return op
+
+    return make
+
+
+def _pg_raw(url: str) -> Callable[[int], Callable[[int], None]]:
+    import psycopg
+
+    dsn = url.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(RAW_DDL)
+
+    def make(w: int) -> Callable[[int], None]:
+        conn = psycopg.connect(dsn, autocommit=True)
+        tag = uuid.uuid4().hex
+
+        def op(i: int) -> None:
+            key = f"{tag}-{i}"
+            conn.execute(
+                "INSERT INTO raw_claims VALUES (%s, %s, 'in_progress', %s, NULL) "
+                "ON CONFLICT (key) DO NOTHING RETURNING key",
+                (key, HASH, tag),
+            ).fetchall()
+            conn.execute(
+                "UPDATE raw_claims SET status='succeeded', result=%s WHERE key=%s AND owner=%s RETURNING key",
+                ('{"ok":true}', key, tag),
+            ).fetchall()
+
+        return op
+
+    return make
+
+
+def _gate(url: str) -> Callable[[int], Callable[[int], None]]:
+    store = open_store(url)
+    store.setup()
+    ids = itertools.count()
+    lock = threading.Lock()
+
+    def make(w: int) -> Callable[[int], None]:
+        def noop() -> dict[str, Any]:
+            return {"ok": True}
+
+        def op(i: int) -> None:
+            with lock:
+                n = next(ids)
+            store.run(f"k{n}", HASH, noop)
+
+        return op
+
+    return make
+
+
+def run(directory: Path, pg_url: str | None, *, ops: int) -> list[Rate]:
+    """Rates for SQLite (file in `directory`) and, when `pg_url` is given, PostgreSQL."""
+    rates: list[Rate] = []
+    for workers in WORKERS:
+        per_worker = max(2, ops // workers)
+        raw = _rate(workers, per_worker, _sqlite_raw(directory / f"raw-{workers}.db"))
+        gate = _rate(workers, per_worker, _gate(f"sqlite:///{directory / f'gate-{workers}.db'}"))
+        rates.append(Rate("sqlite", workers, raw, gate))
+    if pg_url is not None:
+        for workers in WORKERS:
+            per_worker = max(2, ops // workers)
+            raw = _rate(workers, per_worker, _pg_raw(pg_url))
+            gate = _rate(workers, per_worker, _gate(pg_url))
+            rates.append(Rate("postgresql", workers, raw, gate))
+    return rates
