@@ -36,6 +36,14 @@ if TYPE_CHECKING:
     from .table import EffectTable
 
 EXEC_PREFIX = "eg_"
+WRITE_PREFIX = "w_"
+
+
+def _tool_of_write_key(key: str) -> str | None:
+    """Write keys read `w_<tool>_<sha256 hex>`."""
+    if not key.startswith(WRITE_PREFIX) or "_" not in key[len(WRITE_PREFIX) :]:
+        return None
+    return key[len(WRITE_PREFIX) :].rsplit("_", 1)[0]
 
 
 def exec_key(row: ApprovalRow) -> str:
@@ -148,7 +156,9 @@ class ExecutionMixin:
                     )
         except TokenError as exc:
             # The transaction rolled back; the refusal is recorded on its own.
-            self._record(self._event("token_refused", reason=exc.reason, claimed_approval=claims.approval_id))
+            refused = self._event("token_refused", reason=exc.reason)
+            refused["approval_id"] = claims.approval_id  # as the token claims it; may name nothing
+            self._record(refused)
             raise
         if deferred is not None:
             self._notify_unknown(row, key, deferred.reason, deferred.provider_ref)
@@ -205,7 +215,21 @@ class ExecutionMixin:
         row: ApprovalRow | None,
     ) -> _flow.Flow[Executed]:
         """Run a claimed operation and settle its record: succeeded, failed or needs_reconciliation."""
-        before = spec.snapshot(args) if spec.snapshot else None
+        try:
+            before = spec.snapshot(args) if spec.snapshot else None
+        except Exception as exc:  # nothing ran: a definite failure, the same key may run again
+            error = f"snapshot failed: {type(exc).__name__}: {exc}"
+            with self.store.transaction() as conn:
+                self.store.fail(key, owner, error, conn=conn)
+                self.store.append_events(
+                    conn,
+                    [
+                        self._event(
+                            "failed", spec=spec, ctx=ctx, row=row, args_hash_=frozen, key=key, error=error
+                        )
+                    ],
+                )
+            raise
         execution = {
             "approval_id": row.id if row else None,
             "version": row.version if row else None,
@@ -473,7 +497,9 @@ class ExecutionMixin:
             parsed = _approval_of_key(record.key)
             row = self.store.get_approval(parsed[0]) if parsed else None
             self._record(self._event("needs_reconciliation", row=row, key=record.key, reason=reason))
-            self._notify_unknown(row, record.key, reason, record.provider_ref)
+            self._notify_unknown(
+                row, record.key, reason, record.provider_ref, tool=_tool_of_write_key(record.key)
+            )
             if row is not None:
                 spec = self.table.get(row.tool)
                 if spec is not None and spec.reconcile is not None:

@@ -100,6 +100,7 @@ class SubjectEntry:
     version: int
     args: Mapping[str, Any]
     created_at: float
+    in_effect: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,5 +111,6 @@ class Confirmation:
     history: Sequence[SubjectEntry] = field(default_factory=tuple[SubjectEntry, ...])
 
     def committed(self) -> list[SubjectEntry]:
-        """Approvals of this tool on this subject that were approved or executed."""
-        return [e for e in self.history if e.status in ("approved", "executed")]
+        """Approvals of this tool on this subject that executed, or were approved with a grant
+        that is still usable (or was presented); a grant that expired unused commits nothing."""
+        return [e for e in self.history if e.in_effect]

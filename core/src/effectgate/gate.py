@@ -20,7 +20,7 @@ from typing import Any
 
 from . import _flow
 from ._clock import SYSTEM_CLOCK, Clock
-from ._execution import ExecutionMixin, context_of, exec_key
+from ._execution import WRITE_PREFIX, ExecutionMixin, context_of, exec_key
 from ._readlog import ReadLog
 from .audit import AuditReport, audit
 from .canonical import args_hash, check_json, digest, key_of, plain_json
@@ -288,7 +288,9 @@ class EffectGate(ExecutionMixin):
     def _write(
         self, spec: ToolSpec, args: Mapping[str, Any], frozen: str, ctx: CallContext
     ) -> _flow.Flow[Outcome]:
-        key = "w_" + key_of("write", ctx.session_id, spec.name, ctx.origin_message_id, frozen)
+        key = f"{WRITE_PREFIX}{spec.name}_" + key_of(
+            "write", ctx.session_id, spec.name, ctx.origin_message_id, frozen
+        )
         try:
             claim = self.store.claim(key, frozen, lease_seconds=self.policy.lease_seconds)
         except InProgress:
@@ -540,6 +542,7 @@ class EffectGate(ExecutionMixin):
     ) -> str | None:
         if spec.confirm is None:
             return None
+        now = self.clock.now()
         history = tuple(
             SubjectEntry(
                 approval_id=r.id,
@@ -547,6 +550,11 @@ class EffectGate(ExecutionMixin):
                 version=r.version,
                 args=json.loads(r.args_json),
                 created_at=r.created_at,
+                in_effect=r.status == "executed"
+                or (
+                    r.status == "approved"
+                    and (r.token_used_at is not None or (r.token_expires_at or 0) > now)
+                ),
             )
             for r in self.store.subject_history(conn, spec.name, subject_key, exclude)
         )

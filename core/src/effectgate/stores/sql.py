@@ -251,7 +251,7 @@ class SQLStore(IdempotencyStore):
                     t.c.subject_key == sa.bindparam("p_subject"),
                     t.c.session_id != sa.bindparam("p_session"),
                     sa.or_(
-                        t.c.status == "pending",
+                        sa.and_(t.c.status == "pending", t.c.expires_at > sa.bindparam("p_now")),
                         sa.and_(
                             t.c.status == "approved",
                             sa.or_(
