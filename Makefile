@@ -24,8 +24,8 @@ lint: sync ## ruff lint + format check
 	@$(UV) run --frozen ruff check .
 	@$(UV) run --frozen ruff format --check .
 
-typecheck: sync ## mypy --strict on core/src
-	@$(UV) run --frozen mypy core/src
+typecheck: sync ## mypy --strict on core/src and the adapters
+	@$(UV) run --frozen mypy core/src integrations/langgraph/src
 
 check: lint typecheck ## lint and types
 

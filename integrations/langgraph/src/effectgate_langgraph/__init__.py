@@ -1,0 +1,107 @@
+"""effectgate for LangGraph: a gated tool node (and a create_agent middleware) with interrupt/resume.
+
+    from effectgate_langgraph import GatedToolNode, EffectGateMiddleware, resume, approve
+    builder.add_node("tools", GatedToolNode(gate, agent_id="support"))
+    builder.add_conditional_edges("agent", tools_condition)
+    graph = builder.compile(checkpointer=InMemorySaver())
+
+    out = graph.invoke({"messages": [HumanMessage("refund 1042", id="m3")]}, cfg,
+                       context={"user_id": "u1"}, version="v2")
+    [pause] = out.interrupts                      # pause.value: the payload described below
+    grant = gate.approve(approval_id, version=1, approver=Approver("fiona", "finance"))
+    graph.invoke(resume({approval_id: approve(grant.token)}, pause), cfg, context=..., version="v2")
+
+A model step with gated calls raises ONE interrupt listing every gated call still waiting
+(`effectgate_langgraph._decisions` documents the payload: approval id, version, args hash, the
+stored card, allowed decisions, and the same requests in langchain's HITL `action_requests` /
+`review_configs` shape). Answer it with a mapping from approval id to decision:
+`approve(token)`, `deny(reason)` or `edit(args)`. `resume(decisions, interrupt)` builds
+`Command(resume={interrupt.id: decisions})`, the form that works whatever the approval ids look
+like; `Command(resume=decisions)` works as well.
+
+For `langchain.agents.create_agent`, put `EffectGateMiddleware(gate, agent_id=...)` where
+`HumanInTheLoopMiddleware` would go; it gates each call at `wrap_tool_call`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from langgraph.types import Command, Interrupt
+
+from effectgate import Approver
+
+from ._decisions import ApprovalPayload, ApprovalRequest, RefusedDecision
+from ._identity import MissingIdentity
+from ._messages import ARTIFACT_KEY
+from ._middleware import EffectGateMiddleware
+from ._node import GatedToolNode, gated_tool_node
+from ._tools import spec_tool, table_tools
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ARTIFACT_KEY",
+    "ApprovalPayload",
+    "ApprovalRequest",
+    "EffectGateMiddleware",
+    "GatedToolNode",
+    "MissingIdentity",
+    "RefusedDecision",
+    "__version__",
+    "approve",
+    "deny",
+    "edit",
+    "gated_tool_node",
+    "resume",
+    "spec_tool",
+    "table_tools",
+]
+
+
+def approve(token: str) -> dict[str, Any]:
+    """An approve decision: the grant token from `gate.approve` or `effectgate approve`."""
+    return {"type": "approve", "token": token}
+
+
+def deny(reason: str, *, approver: Approver | None = None) -> dict[str, Any]:
+    """A deny decision; the model is told `reason`. `approver` is recorded when given."""
+    decision: dict[str, Any] = {"type": "deny", "reason": reason}
+    if approver is not None:
+        decision["approver"] = {"id": approver.id, "role": approver.role}
+    return decision
+
+
+def edit(args: Mapping[str, Any]) -> dict[str, Any]:
+    """An edit decision: new arguments, proposed again through the table for their own approval."""
+    return {"type": "edit", "args": dict(args)}
+
+
+def resume(
+    decisions: Mapping[str, Mapping[str, Any]],
+    interrupts: Interrupt | Sequence[Interrupt] | None = None,
+) -> Command[Any]:
+    """The Command answering gated calls with decisions keyed by approval id.
+
+    With the pending interrupt(s) given, each interrupt is addressed by its id and gets the
+    decisions for the approvals its payload lists (a decision naming none of them goes to every
+    interrupt, to be refused there in the open). Without, `Command(resume=decisions)`."""
+    value = {key: dict(d) for key, d in decisions.items()}
+    if interrupts is None:
+        return Command(resume=value)
+    pending = [interrupts] if isinstance(interrupts, Interrupt) else list(interrupts)
+    listed = {i.id: _approval_ids(i) for i in pending}
+    known = set().union(*listed.values())
+    return Command(
+        resume={
+            i.id: {k: d for k, d in value.items() if k in listed[i.id] or k not in known} for i in pending
+        }
+    )
+
+
+def _approval_ids(pending: Interrupt) -> set[str]:
+    value = pending.value
+    if not isinstance(value, Mapping):
+        return set()
+    return {str(r.get("approval_id")) for r in value.get("requests", []) if isinstance(r, Mapping)}

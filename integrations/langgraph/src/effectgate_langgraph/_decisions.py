@@ -1,0 +1,208 @@
+"""The interrupt payload and the decisions a resume may carry.
+
+Nothing here talks to the gate: it shapes what a person sees and reads what they answered. The
+gate (`_step.py`) applies the answer; the core decides whether it holds.
+
+Interrupt payload (one per model step, `type == "effectgate.approval"`)::
+
+    {
+      "type": "effectgate.approval",
+      "session_id": "<thread_id>",
+      "origin_message_id": "<id of the last HumanMessage>",
+      "requests": [                       # every gated call of the step still waiting
+        {
+          "approval_id": "...", "version": 1, "args_hash": "sha256:...",
+          "tool": "refund_order", "tool_call_id": "call_1",   # tool_call_id: audit only
+          "status": "pending",            # or "approved": a grant exists, not yet presented
+          "card": {...},                  # effectgate Card.to_dict(): frozen args, subject,
+                                          # reversibility, approver_role, expiry, notes, ...
+          "allowed_decisions": ["approve", "deny", "edit"],
+        }
+      ],
+      "refused": [{"approval_id": "...", "reason": "..."}],   # the previous answer's refusals
+      # the same requests in langchain's HITL shape, for tools that render HITLRequest:
+      "action_requests": [{"name": "refund_order", "args": {...}, "description": "<card>"}],
+      "review_configs": [{"action_name": "refund_order",
+                          "allowed_decisions": ["approve", "edit", "reject"]}],
+    }
+
+Resume value: a mapping from approval id to decision, and nothing else::
+
+    {"<approval_id>": {"type": "approve", "token": "<grant token>"}}
+    {"<approval_id>": {"type": "deny", "reason": "not this order"}}
+    {"<approval_id>": {"type": "edit", "args": {...}}}
+
+- approve carries the grant token that `gate.approve(...)` or `effectgate approve ...` printed.
+  The token is bound to one approval, version and args hash; the node presents it to
+  `gate.execute` with the call's arguments.
+- deny carries a reason the model is told. It is recorded through `gate.deny` as
+  `approver` (`{"id": ..., "role": ...}`) when given, otherwise as the node's resume identity
+  holding the card's role: whoever may resume the graph may always stop a call.
+- edit carries new arguments (langchain's `{"edited_action": {"name", "args"}}` is read too).
+  They go back through the table as a new version of the same approval, which needs its own
+  approval: the edit is never approved on the reviewer's word alone. It may not change the
+  call's subject.
+- Every decision may also name `"version"` and `"args_hash"`; when present they must match the
+  waiting card. HITL's `"reject"` (with `"message"`) is read as deny.
+
+A decision that names no waiting approval, a token for another approval or version, or a
+version or hash that does not match is refused: nothing runs, and the step asks again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypedDict
+
+from effectgate import Approver, CallContext, Pending
+
+PAYLOAD_TYPE = "effectgate.approval"
+ALLOWED: tuple[str, ...] = ("approve", "deny", "edit")
+HITL_ALLOWED: tuple[str, ...] = ("approve", "edit", "reject")
+
+
+class ApprovalRequest(TypedDict):
+    """One gated call waiting for a person (an entry of the payload's `requests`)."""
+
+    approval_id: str
+    version: int
+    args_hash: str
+    tool: str
+    tool_call_id: str | None
+    status: str
+    card: dict[str, Any]
+    allowed_decisions: list[str]
+
+
+class RefusedDecision(TypedDict):
+    approval_id: str
+    reason: str
+
+
+class ApprovalPayload(TypedDict):
+    """The value of the one interrupt a gated step raises; see the module docstring."""
+
+    type: str
+    session_id: str
+    origin_message_id: str
+    requests: list[ApprovalRequest]
+    refused: list[RefusedDecision]
+    action_requests: list[dict[str, Any]]
+    review_configs: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A gated call of the step whose approval is still open."""
+
+    call_id: str | None
+    tool: str
+    args: Mapping[str, Any]
+    pending: Pending
+
+
+def payload(
+    waiting: Sequence[Waiting], refused: Sequence[RefusedDecision], ctx: CallContext
+) -> ApprovalPayload:
+    requests: list[ApprovalRequest] = []
+    actions: list[dict[str, Any]] = []
+    reviews: list[dict[str, Any]] = []
+    for w in waiting:
+        card = w.pending.card
+        requests.append(
+            {
+                "approval_id": w.pending.approval_id,
+                "version": w.pending.version,
+                "args_hash": card.args_hash,
+                "tool": w.tool,
+                "tool_call_id": w.call_id,
+                "status": w.pending.status,
+                "card": card.to_dict(),
+                "allowed_decisions": list(ALLOWED),
+            }
+        )
+        actions.append({"name": w.tool, "args": dict(card.args), "description": card.render()})
+        reviews.append({"action_name": w.tool, "allowed_decisions": list(HITL_ALLOWED)})
+    return {
+        "type": PAYLOAD_TYPE,
+        "session_id": ctx.session_id,
+        "origin_message_id": ctx.origin_message_id,
+        "requests": requests,
+        "refused": list(refused),
+        "action_requests": actions,
+        "review_configs": reviews,
+    }
+
+
+@dataclass(frozen=True)
+class Approve:
+    token: str
+
+
+@dataclass(frozen=True)
+class Deny:
+    reason: str
+    approver: Approver | None
+
+
+@dataclass(frozen=True)
+class Edit:
+    args: Mapping[str, Any]
+
+
+Decision = Approve | Deny | Edit
+
+
+class DecisionRefused(Exception):
+    """A decision that cannot be applied; `reason` goes back to the person in the next payload."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+def read_decision(raw: object, waiting: Waiting) -> Decision:
+    """Parse one decision against the card it answers; DecisionRefused if it does not fit."""
+    if not isinstance(raw, Mapping):
+        raise DecisionRefused("a decision is an object with a 'type'")
+    kind: object = raw.get("type")
+    if "version" in raw and raw["version"] != waiting.pending.version:
+        raise DecisionRefused(
+            f"the decision is for version {raw['version']!r}; the approval is at version "
+            f"{waiting.pending.version}"
+        )
+    if "args_hash" in raw and raw["args_hash"] != waiting.pending.card.args_hash:
+        raise DecisionRefused("the decision's args_hash does not match the waiting card")
+    if kind == "approve":
+        token = raw.get("token")
+        if not isinstance(token, str) or not token:
+            raise DecisionRefused("approve needs the grant token from gate.approve or `effectgate approve`")
+        return Approve(token)
+    if kind in ("deny", "reject"):
+        reason = raw.get("reason", raw.get("message"))
+        if not isinstance(reason, str) or not reason.strip():
+            raise DecisionRefused("deny needs a reason the model can be told")
+        return Deny(reason, _approver(raw.get("approver")))
+    if kind == "edit":
+        args = raw.get("args")
+        action = raw.get("edited_action")
+        if args is None and isinstance(action, Mapping):
+            if action.get("name", waiting.tool) != waiting.tool:
+                raise DecisionRefused("an edit cannot switch to another tool")
+            args = action.get("args")
+        if not isinstance(args, Mapping):
+            raise DecisionRefused("edit needs 'args', an object of the tool's arguments")
+        return Edit(dict(args))
+    raise DecisionRefused(f"unknown decision type {kind!r}; allowed: approve, deny, edit")
+
+
+def _approver(raw: object) -> Approver | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise DecisionRefused("'approver' is an object with 'id' and 'role'")
+    try:
+        return Approver(str(raw.get("id") or ""), str(raw.get("role") or ""))
+    except ValueError as exc:
+        raise DecisionRefused(str(exc)) from exc

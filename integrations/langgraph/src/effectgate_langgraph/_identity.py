@@ -1,0 +1,101 @@
+"""The CallContext of a step, from what the application gave the graph (never model output).
+
+- session: the config's `thread_id`.
+- origin message: the id of the last `HumanMessage` in the state. LangGraph gives a message
+  without an id a fresh uuid4 when it enters the state, so a client that resubmits the same
+  message must send its own id (`HumanMessage(content=..., id="m-123")`) for the resubmission to
+  count as the same message.
+- user_id and agent_id: from the graph's runtime context (`graph.invoke(..., context=...)`, a
+  mapping or an object with those attributes), else from `config["configurable"]`; a node built
+  with `agent_id=` uses that. Never tool_call_id, task, checkpoint or interrupt ids: those change
+  on replay, so they are kept for the audit only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from langchain_core.messages import AIMessage, AnyMessage, ToolCall
+from langchain_core.runnables import RunnableConfig
+
+from effectgate import CallContext
+from effectgate.errors import EffectGateError
+
+
+class MissingIdentity(EffectGateError, LookupError):
+    """The graph was run without something the gate keys on (thread_id, user id, a user message).
+
+    The application's fault, not the model's: the run fails instead of guessing."""
+
+
+def _field(source: Any, name: str) -> str | None:
+    if source is None:
+        return None
+    value = source.get(name) if isinstance(source, Mapping) else getattr(source, name, None)
+    return value if isinstance(value, str) and value else None
+
+
+def state_of(node_input: Any) -> Any:
+    """The graph state a tool node was given (unwrapping langgraph's per-call Send payload)."""
+    if isinstance(node_input, Mapping) and node_input.get("__type") == "tool_call_with_context":
+        return node_input.get("state")
+    return node_input
+
+
+def messages_of(state: Any, key: str = "messages") -> Sequence[AnyMessage]:
+    if isinstance(state, list):
+        return state
+    found = state.get(key) if isinstance(state, Mapping) else getattr(state, key, None)
+    return found if isinstance(found, list) else []
+
+
+def step_calls(messages: Sequence[AnyMessage]) -> list[ToolCall]:
+    """The tool calls of the latest AIMessage: the model step being executed."""
+    for message in reversed(messages):
+        if isinstance(message, AIMessage):
+            return list(message.tool_calls)
+    return []
+
+
+def origin_message_id(messages: Sequence[AnyMessage]) -> str:
+    for message in reversed(messages):
+        if getattr(message, "type", None) == "human":
+            if not message.id:
+                break
+            return str(message.id)
+    raise MissingIdentity(
+        "no HumanMessage with an id in the state: the gate keys a call on the user message it "
+        "answers (LangGraph assigns ids to messages that enter the state through a reducer)"
+    )
+
+
+def call_context(
+    messages: Sequence[AnyMessage],
+    config: RunnableConfig,
+    context: Any,
+    *,
+    agent_id: str | None = None,
+) -> CallContext:
+    """The CallContext for a step; MissingIdentity when the application did not provide one."""
+    conf: Mapping[str, Any] = config.get("configurable") or {}
+    thread = conf.get("thread_id")
+    if thread is None or str(thread) == "":
+        raise MissingIdentity("the graph was run without config['configurable']['thread_id']")
+    user = _field(context, "user_id") or _field(conf, "user_id")
+    if user is None:
+        raise MissingIdentity(
+            "no user_id: pass it in the runtime context (graph.invoke(..., context={'user_id': ...})) "
+            "or in config['configurable']"
+        )
+    agent = agent_id or _field(context, "agent_id") or _field(conf, "agent_id")
+    if agent is None:
+        raise MissingIdentity("no agent_id: build the node with agent_id= or pass it in the context")
+    run = config.get("run_id")
+    return CallContext(
+        session_id=str(thread),
+        origin_message_id=origin_message_id(messages),
+        user_id=user,
+        agent_id=agent,
+        run_id=str(run) if run is not None else "",
+    )

@@ -1,0 +1,289 @@
+"""One model step's gated calls: register, pause once, apply the answer, repeat until settled.
+
+LangGraph re-runs a node from its first line on every resume, so this flow is written to be run
+again and again with the same result:
+
+1. Register every gated call of the step through `gate.call_step` (the core's intent key finds
+   the same approval on a re-run; two calls of one gated tool register neither). Reads and
+   writes are not touched here: they run after the step is settled, once.
+2. While some gated call still waits, raise ONE `interrupt()` listing all of them, and apply the
+   answer through the core (`execute` with the grant token, `deny`, or `call` with edited
+   arguments). Each loop turn consumes one interrupt slot, so a re-run replays the same answers
+   in the same order; what an answer already did is in the store and comes back as a replay.
+
+The flow is a generator of requests (`Ask`, `Core`) so that one body serves the sync and the
+async node: the drivers below either call the gate or await its async twin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.messages import ToolCall
+from langgraph.config import get_config
+from langgraph.types import interrupt
+
+from effectgate import Approver, CallContext, EffectGate, Keyring, Outcome, Pending
+from effectgate.errors import ApprovalError, PolicyViolation, TokenError
+
+from ._decisions import (
+    ApprovalPayload,
+    Approve,
+    DecisionRefused,
+    Deny,
+    Edit,
+    RefusedDecision,
+    Waiting,
+    payload,
+    read_decision,
+)
+
+# LangGraph reads a resume dict whose keys all look like xxh3 digests (32 lowercase hex) as a
+# map from interrupt id to value. effectgate's default approval ids have that shape too, so a
+# plain `Command(resume={approval_id: decision})` lands in this config entry instead of reaching
+# `interrupt()`. Reading our own approval ids from it keeps that documented form working.
+_RESUME_MAP_KEY = "__pregel_resume_map"
+
+
+@dataclass(frozen=True)
+class Ask:
+    payload: ApprovalPayload
+    approval_ids: frozenset[str]
+
+
+@dataclass(frozen=True)
+class Core:
+    method: str
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict[str, Any])
+
+
+@dataclass
+class Settled:
+    """How one gated call ended: an outcome, or the exception its execution raised."""
+
+    outcome: Outcome | BaseException
+    edited_args: Mapping[str, Any] | None = None
+
+
+@dataclass
+class _Slot:
+    call: ToolCall
+    outcome: Outcome | BaseException
+    args: Mapping[str, Any]
+    edited_args: Mapping[str, Any] | None = None
+
+
+StepFlow = Generator[Ask | Core, Any, dict[str, Settled]]
+
+
+def is_gated(gate: EffectGate, name: str) -> bool:
+    """True when the table's row for `name` is of a class the gate's policy gates."""
+    spec = gate.table.get(name)
+    return spec is not None and gate.policy.gates(spec.effect)
+
+
+def _call_id(call: ToolCall) -> str:
+    return str(call.get("id") or "")
+
+
+def _slot(call: ToolCall, outcome: Outcome) -> _Slot:
+    """A waiting call stands for its approval's frozen arguments: the model's, or an edit's."""
+    slot = _Slot(call=call, outcome=outcome, args=call["args"])
+    if isinstance(outcome, Pending) and dict(outcome.card.args) != dict(call["args"]):
+        slot.args = slot.edited_args = dict(outcome.card.args)
+    return slot
+
+
+def settle_step(
+    gate: EffectGate,
+    calls: Sequence[ToolCall],
+    ctx: CallContext,
+    *,
+    own: frozenset[str] | None = None,
+    resume_identity: str,
+) -> StepFlow:
+    """Settle the gated calls among `calls` (those in `own`, or all); see the module docstring."""
+    gated = [c for c in calls if is_gated(gate, c["name"])]
+    if not gated:
+        return {}
+    outcomes = yield Core("call_step", ([(c["name"], c["args"], c.get("id")) for c in gated], ctx))
+    slots = {
+        _call_id(c): _slot(c, o)
+        for c, o in zip(gated, outcomes, strict=True)
+        if own is None or _call_id(c) in own
+    }
+    refused: list[RefusedDecision] = []
+    while True:
+        waiting = [
+            Waiting(cid, s.call["name"], s.args, s.outcome)
+            for cid, s in slots.items()
+            if isinstance(s.outcome, Pending)
+        ]
+        if not waiting:
+            break
+        answer = yield Ask(payload(waiting, refused, ctx), frozenset(w.pending.approval_id for w in waiting))
+        refused = yield from _apply(gate, answer, waiting, slots, ctx, resume_identity)
+    return {cid: Settled(s.outcome, s.edited_args) for cid, s in slots.items()}
+
+
+def _apply(
+    gate: EffectGate,
+    answer: object,
+    waiting: Sequence[Waiting],
+    slots: dict[str, _Slot],
+    ctx: CallContext,
+    resume_identity: str,
+) -> Generator[Ask | Core, Any, list[RefusedDecision]]:
+    if not isinstance(answer, Mapping):
+        return [
+            {
+                "approval_id": w.pending.approval_id,
+                "reason": "resume with a mapping from approval id to decision",
+            }
+            for w in waiting
+        ]
+    by_id = {w.pending.approval_id: w for w in waiting}
+    refused: list[RefusedDecision] = []
+    for key, raw in answer.items():
+        w = by_id.get(key) if isinstance(key, str) else None
+        if w is None:
+            refused.append(
+                {"approval_id": str(key), "reason": "no approval of this step waits under this id"}
+            )
+            continue
+        slot = slots[w.call_id or ""]
+        try:
+            decision = read_decision(raw, w)
+            yield from _apply_one(gate, decision, w, slot, ctx, resume_identity)
+        except DecisionRefused as exc:
+            refused.append({"approval_id": key, "reason": exc.reason})
+    return refused
+
+
+def _apply_one(
+    gate: EffectGate,
+    decision: Approve | Deny | Edit,
+    w: Waiting,
+    slot: _Slot,
+    ctx: CallContext,
+    resume_identity: str,
+) -> Generator[Ask | Core, Any, None]:
+    call_ctx = dataclasses.replace(ctx, tool_call_id=w.call_id)
+    if isinstance(decision, Approve):
+        try:
+            claims = Keyring.read(decision.token)
+        except TokenError as exc:
+            raise DecisionRefused(f"the token was refused: {exc}") from exc
+        if (claims.approval_id, claims.version) != (w.pending.approval_id, w.pending.version):
+            raise DecisionRefused(
+                f"the token is for approval {claims.approval_id} version {claims.version}, not "
+                f"{w.pending.approval_id} version {w.pending.version}"
+            )
+        try:
+            slot.outcome = yield Core("execute", (decision.token, dict(w.args)))
+        except TokenError as exc:
+            yield from _refresh(slot, w, call_ctx)
+            raise DecisionRefused(f"the token was refused: {exc}") from exc
+        except Exception as exc:  # settled as this call's result: NeedsReconciliation, a tool error
+            slot.outcome = exc
+        return
+    if isinstance(decision, Deny):
+        approver = decision.approver or Approver(resume_identity, w.pending.card.approver_role)
+        try:
+            slot.outcome = yield Core(
+                "deny",
+                (w.pending.approval_id,),
+                {"approver": approver, "reason": decision.reason, "version": w.pending.version},
+            )
+        except (ApprovalError, PolicyViolation) as exc:
+            yield from _refresh(slot, w, call_ctx)
+            raise DecisionRefused(f"the denial was refused: {exc}") from exc
+        return
+    spec = gate.table[w.tool]
+    if spec.subject_of(decision.args) != spec.subject_of(w.args):
+        raise DecisionRefused(
+            f"an edit cannot change what {w.tool} acts on ({spec.subject_of(w.args)}); deny it instead"
+        )
+    out = yield Core("call", (w.tool, decision.args, call_ctx))
+    if not isinstance(out, Pending):
+        raise DecisionRefused(f"the edited call was not accepted: {out.for_model()}")
+    if dict(out.card.args) != dict(decision.args):  # the core answered with the approval as it is
+        raise DecisionRefused(
+            f"approval {out.approval_id} is {out.status} at version {out.version}; an edit needs a "
+            "pending approval (deny it, or approve it as it stands)"
+        )
+    edited = _slot(slot.call, out)
+    slot.outcome, slot.args, slot.edited_args = out, edited.args, edited.edited_args
+
+
+def _refresh(slot: _Slot, w: Waiting, ctx: CallContext) -> Generator[Ask | Core, Any, None]:
+    """After the core refused a decision, ask it again where the call stands (a replay)."""
+    slot.outcome = yield Core("call", (w.tool, dict(slot.args), ctx))
+
+
+# -- drivers
+
+
+def _asker() -> Callable[[Ask], Any]:
+    """`interrupt()`, except that a plain `{approval_id: decision}` resume is read once from the
+    run's resume map (see `_RESUME_MAP_KEY`)."""
+    used = False
+
+    def ask(op: Ask) -> Any:
+        nonlocal used
+        if not used:
+            used = True
+            resume_map = get_config().get("configurable", {}).get(_RESUME_MAP_KEY)
+            if isinstance(resume_map, Mapping):
+                picked = {k: v for k, v in resume_map.items() if k in op.approval_ids}
+                if picked:
+                    return picked
+        return interrupt(op.payload)
+
+    return ask
+
+
+def drive(flow: StepFlow, gate: EffectGate) -> dict[str, Settled]:
+    ask = _asker()
+    try:
+        op = next(flow)
+        while True:
+            if isinstance(op, Ask):
+                op = flow.send(ask(op))  # GraphInterrupt propagates: that is the pause
+                continue
+            try:
+                value = getattr(gate, op.method)(*op.args, **op.kwargs)
+            except Exception as exc:
+                op = flow.throw(exc)
+                continue
+            op = flow.send(value)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+async def adrive(flow: StepFlow, gate: EffectGate) -> dict[str, Settled]:
+    """As `drive`, with the gate's async twins: the store never blocks the event loop."""
+    ask = _asker()
+    try:
+        op = next(flow)
+        while True:
+            if isinstance(op, Ask):
+                op = flow.send(ask(op))
+                continue
+            method = getattr(gate, "a" + op.method, None)
+            try:
+                if method is not None:
+                    value = await method(*op.args, **op.kwargs)
+                else:
+                    value = await asyncio.to_thread(getattr(gate, op.method), *op.args, **op.kwargs)
+            except Exception as exc:
+                op = flow.throw(exc)
+                continue
+            op = flow.send(value)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]

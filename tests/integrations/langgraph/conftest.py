@@ -1,0 +1,82 @@
+"""Fixtures for the LangGraph suite: checkpointers, the harness, and no real model anywhere."""
+
+from __future__ import annotations
+
+import socket
+import sqlite3
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.sqlite import SqliteSaver
+
+from effectgate.testing import FakeClock, Script
+from effectgate_langgraph.testing import ScriptedChatModel
+from tests.conformance.adapters import ShopGate, open_shop_gate
+
+from ._graph import LangGraphHarness
+
+_MODEL_KEYS = (
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "GOOGLE_API_KEY",
+    "MISTRAL_API_KEY",
+    "GROQ_API_KEY",
+    "LANGSMITH_API_KEY",
+    "LANGCHAIN_API_KEY",
+)
+
+
+@pytest.fixture(autouse=True)
+def no_real_models(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Real model clients cannot be built or reach anything: no keys, no tracing, no remote socket."""
+    for key in _MODEL_KEYS:
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("LANGSMITH_TRACING", "false")
+    monkeypatch.setenv("LANGCHAIN_TRACING_V2", "false")
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a real chat model was requested in a test; use ScriptedChatModel")
+
+    import langchain.chat_models
+
+    monkeypatch.setattr(langchain.chat_models, "init_chat_model", refuse)
+    real_connect = socket.socket.connect
+
+    def connect(self: socket.socket, address: Any) -> Any:
+        host = address[0] if isinstance(address, tuple) else address
+        if self.family == socket.AF_UNIX or str(host) in ("127.0.0.1", "::1", "localhost"):
+            return real_connect(self, address)
+        raise AssertionError(f"a test tried to reach {address!r}")
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def checkpointer(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BaseCheckpointSaver[Any]]:
+    if request.param == "memory":
+        yield InMemorySaver()
+        return
+    conn = sqlite3.connect(tmp_path / "checkpoints.db", check_same_thread=False)
+    yield SqliteSaver(conn)
+    conn.close()
+
+
+@pytest.fixture
+def shop_gate(sqlite_url: str, clock: FakeClock) -> Iterator[ShopGate]:
+    with open_shop_gate(sqlite_url, clock) as parts:
+        yield parts
+
+
+MakeLangGraphHarness = Callable[..., LangGraphHarness]
+
+
+@pytest.fixture
+def lg_harness(shop_gate: ShopGate, checkpointer: BaseCheckpointSaver[Any]) -> MakeLangGraphHarness:
+    def make(script: Script, **options: Any) -> LangGraphHarness:
+        return LangGraphHarness(shop_gate.gate, ScriptedChatModel(script=script), checkpointer, **options)
+
+    return make
