@@ -70,6 +70,23 @@ def _pg_database() -> str | None:
     return pgserver.url(name)
 
 
+Framework = tuple[list[str] | None, bool, dict[str, Any] | None]
+
+
+def _frameworks(directory: Path, *, smoke: bool) -> dict[str, Framework]:
+    """Each installed adapter's benchmark: its report lines, whether its target was met, its JSON."""
+    results: dict[str, Framework] = {}
+    try:
+        from . import langgraph
+    except ImportError:
+        results["langgraph"] = (None, True, None)
+    else:
+        result = langgraph.run(directory, langgraph.SMOKE if smoke else langgraph.FULL)
+        lines, met = langgraph.report(result)
+        results["langgraph"] = (lines, met, langgraph.to_json(result))
+    return results
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
     parser.add_argument("--smoke", action="store_true", help="a few iterations; always exits 0")
@@ -88,6 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         money = money_path.run(directory, plans["money"])
         claim = claims.run(directory, plans["claims"])
         rates = concurrency.run(directory, _pg_database(), ops=40 if args.smoke else 640)
+        frameworks = _frameworks(directory, smoke=args.smoke)
         elapsed = time.perf_counter() - began
 
     mode = "smoke" if args.smoke else "full"
@@ -138,6 +156,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not any(r.backend == "postgresql" for r in rates):
         print("ratio (d) postgresql: not measured (no PostgreSQL server; see tests/pgserver.py)")
 
+    frameworks_met = True
+    for name, (lines, met, _) in frameworks.items():
+        if lines is None:
+            print(f"ratio {name}: not measured (install the adapter: uv sync --all-packages)")
+            continue
+        frameworks_met = frameworks_met and met
+        print("\n".join(line for line in lines if line.startswith("ratio ")))
+
     if args.json:
         report: dict[str, Any] = {
             "mode": mode,
@@ -167,13 +193,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "claims": {"ratio": claim.ratio, "per_second": claim.per_second, "target": None},
                 "concurrency": [dataclasses.asdict(r) | {"ratio": r.ratio} for r in rates],
             },
+            "frameworks": {name: data for name, (_, _, data) in frameworks.items()},
         }
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
         print(f"wrote {args.json}")
 
     if args.smoke:
         return 0
-    return 0 if read_met and money_met and same else 1
+    return 0 if read_met and money_met and same and frameworks_met else 1
 
 
 if __name__ == "__main__":

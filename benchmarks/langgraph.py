@@ -2,12 +2,12 @@
 
 `python -m benchmarks.langgraph [--smoke] [--json FILE] [--dir DIR]`
 
-(d) Per tool call: one model step with one read call through `GatedToolNode` (the gate validates,
+(e) Per tool call: one model step with one read call through `GatedToolNode` (the gate validates,
     checks scope, runs the row's function and logs the read) against the same function as a
     `@tool` through a plain `ToolNode`. Both nodes are invoked the same way, outside a compiled
     graph, so the graph's own per-step cost (the same for both) is not in the ratio.
     Target: at most 1.10x.
-(e) One approval round trip on a compiled graph with InMemorySaver: invoke until the pause, then
+(f) One approval round trip on a compiled graph with InMemorySaver: invoke until the pause, then
     resume. With effectgate: the gated node proposes a money call, `gate.approve` mints the grant,
     the resume executes it. Without: an `interrupt()` node before a plain ToolNode. No target: the
     difference is what exactly-once costs next to a person's latency.
@@ -201,22 +201,41 @@ def report(result: LangGraphResult) -> tuple[list[str], bool]:
     """The lines to print, and whether the read-path target was met."""
     met = result.node_ratio <= READ_RATIO_TARGET
     rows = [
-        ("(d) plain ToolNode, one read call", result.plain_node),
-        ("(d) GatedToolNode, the same read through the gate", result.gated_node),
-        ("(e) interrupt + resume, plain ToolNode", result.plain_roundtrip),
-        ("(e) interrupt + approve + resume, effectgate", result.gated_roundtrip),
+        ("(e) plain ToolNode, one read call", result.plain_node),
+        ("(e) GatedToolNode, the same read through the gate", result.gated_node),
+        ("(f) interrupt + resume, plain ToolNode", result.plain_roundtrip),
+        ("(f) interrupt + approve + resume, effectgate", result.gated_roundtrip),
     ]
     lines = [
         f"  {label:<52} {_duration(s.median):>11} {_duration(s.p10):>11} {_duration(s.p90):>11}"
         for label, s in rows
     ]
     lines += [
-        f"ratio (d) langgraph read, GatedToolNode / ToolNode per call: {result.node_ratio:.2f}x "
+        f"ratio (e) langgraph read, GatedToolNode / ToolNode per call: {result.node_ratio:.2f}x "
         f"(target: <= {READ_RATIO_TARGET:.2f}x) {'met' if met else 'MISSED'}",
-        f"ratio (e) langgraph interrupt + resume, with effectgate / without: {result.roundtrip_ratio:.2f}x "
+        f"ratio (f) langgraph interrupt + resume, with effectgate / without: {result.roundtrip_ratio:.2f}x "
         "(no target)",
     ]
     return lines, met
+
+
+def to_json(result: LangGraphResult) -> dict[str, Any]:
+    return {
+        "cases": {
+            "plain_node": result.plain_node.to_dict(),
+            "gated_node": result.gated_node.to_dict(),
+            "plain_roundtrip": result.plain_roundtrip.to_dict(),
+            "gated_roundtrip": result.gated_roundtrip.to_dict(),
+        },
+        "ratios": {
+            "node": {
+                "ratio": result.node_ratio,
+                "target": READ_RATIO_TARGET,
+                "met": result.node_ratio <= READ_RATIO_TARGET,
+            },
+            "roundtrip": {"ratio": result.roundtrip_ratio, "target": None},
+        },
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -236,20 +255,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"  {'per operation':<52} {'median':>11} {'p10':>11} {'p90':>11}")
     print("\n".join(lines))
     if args.json:
-        data = {
-            "mode": mode,
-            "cases": {
-                "plain_node": result.plain_node.to_dict(),
-                "gated_node": result.gated_node.to_dict(),
-                "plain_roundtrip": result.plain_roundtrip.to_dict(),
-                "gated_roundtrip": result.gated_roundtrip.to_dict(),
-            },
-            "ratios": {
-                "node": {"ratio": result.node_ratio, "target": READ_RATIO_TARGET, "met": met},
-                "roundtrip": {"ratio": result.roundtrip_ratio, "target": None},
-            },
-        }
-        Path(args.json).write_text(json.dumps(data, indent=2) + "\n")
+        Path(args.json).write_text(json.dumps({"mode": mode, **to_json(result)}, indent=2) + "\n")
     return 0 if args.smoke or met else 1
 
 

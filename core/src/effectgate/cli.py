@@ -210,10 +210,23 @@ def _cmd_export(args: argparse.Namespace, out: Console) -> int:
     return 0
 
 
-def _cmd_demo(args: argparse.Namespace, out: Console) -> int:
-    from ._demo import run_demo
+_DEMOS = {"core": ("effectgate._demo", None), "langgraph": ("effectgate_langgraph.demo", "langgraph")}
 
-    return run_demo(args.db if args.db_given else "sqlite:///effectgate-demo.db", out)
+
+def _cmd_demo(args: argparse.Namespace, out: Console) -> int:
+    module_name, extra = _DEMOS[args.framework]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if extra is None:
+            raise
+        raise UsageError(
+            f"the {args.framework} demo needs its adapter ({exc.name} is not installed): "
+            f"pip install 'effectgate[{extra}]'"
+        ) from exc
+    default = "sqlite:///effectgate-demo.db" if extra is None else f"sqlite:///effectgate-demo-{extra}.db"
+    run_demo: Callable[[str, Console], int] = module.run_demo
+    return run_demo(args.db if args.db_given else default, out)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -255,7 +268,13 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("export", parents=[common], help="export every record")
     p.add_argument("--jsonl", action="store_true")
     p.add_argument("--out")
-    sub.add_parser("demo", parents=[common], help="run the shop demo (ten conversations)")
+    p = sub.add_parser("demo", parents=[common], help="run the shop demo (ten conversations)")
+    p.add_argument(
+        "--framework",
+        choices=sorted(_DEMOS),
+        default="core",
+        help="core: the gate alone; langgraph: the same shop on a LangGraph graph",
+    )
     return parser
 
 

@@ -33,7 +33,7 @@ def test_langgraph_benchmark_smoke_run_prints_both_ratios(tmp_path: Path) -> Non
     )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    for prefix in ("ratio (d) langgraph read", "ratio (e) langgraph interrupt + resume"):
+    for prefix in ("ratio (e) langgraph read", "ratio (f) langgraph interrupt + resume"):
         assert sum(line.startswith(prefix) for line in lines) == 1, (prefix, done.stdout)
     data = json.loads(report.read_text())
     assert set(data["ratios"]) == {"node", "roundtrip"}
