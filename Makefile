@@ -25,7 +25,7 @@ lint: sync ## ruff lint + format check
 	@$(UV) run --frozen ruff format --check .
 
 typecheck: sync ## mypy --strict on core/src and the adapters
-	@$(UV) run --frozen mypy core/src integrations/langgraph/src
+	@$(UV) run --frozen mypy core/src integrations/*/src
 
 check: lint typecheck ## lint and types
 

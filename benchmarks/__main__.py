@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
+import importlib.util
 import json
 import platform
 import sqlite3
@@ -73,17 +75,25 @@ def _pg_database() -> str | None:
 Framework = tuple[list[str] | None, bool, dict[str, Any] | None]
 
 
+# Each adapter's benchmark module exposes SMOKE, FULL, run(directory, plans), report(result) -> (lines,
+# met) and to_json(result); it is skipped when its framework is not installed.
+FRAMEWORK_BENCHMARKS = ("langgraph", "openai_agents", "smolagents")
+
+
 def _frameworks(directory: Path, *, smoke: bool) -> dict[str, Framework]:
     """Each installed adapter's benchmark: its report lines, whether its target was met, its JSON."""
     results: dict[str, Framework] = {}
-    try:
-        from . import langgraph
-    except ImportError:
-        results["langgraph"] = (None, True, None)
-    else:
-        result = langgraph.run(directory, langgraph.SMOKE if smoke else langgraph.FULL)
-        lines, met = langgraph.report(result)
-        results["langgraph"] = (lines, met, langgraph.to_json(result))
+    for name in FRAMEWORK_BENCHMARKS:
+        if importlib.util.find_spec(f"benchmarks.{name}") is None:
+            continue  # that adapter has no benchmark yet
+        try:
+            module = importlib.import_module(f"benchmarks.{name}")
+        except ModuleNotFoundError:  # the adapter or its framework is not installed
+            results[name] = (None, True, None)
+            continue
+        result = module.run(directory, module.SMOKE if smoke else module.FULL)
+        lines, met = module.report(result)
+        results[name] = (lines, met, module.to_json(result))
     return results
 
 

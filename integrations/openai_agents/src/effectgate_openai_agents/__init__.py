@@ -1,0 +1,3 @@
+"""effectgate for openai_agents (in progress)."""
+
+__version__ = "0.1.0"
