@@ -1,4 +1,4 @@
-"""The `effectgate` command: pending, show, approve, deny, audit, export, demo.
+"""The `effectgate` command: pending, show, approve, deny, audit, export, demo, serve.
 
 `--db URL` everywhere (default: $EFFECTGATE_DB or sqlite:///effectgate.db). Commands that re-run
 the table's checks (approve) need the application's gate: `--app module:factory`, where
@@ -210,6 +210,52 @@ def _cmd_export(args: argparse.Namespace, out: Console) -> int:
     return 0
 
 
+def _cmd_serve(args: argparse.Namespace, out: Console) -> int:
+    try:
+        import uvicorn
+
+        from .web import ApproverRegistry, create_app
+    except ImportError as exc:
+        raise UsageError(f'the inbox needs the web extra ({exc}): pip install "effectgate[web]"') from exc
+    if not args.approvers:
+        raise UsageError("serve needs --approvers FILE (approvers are registered server-side)")
+    try:
+        approvers = ApproverRegistry.from_toml(args.approvers)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot read --approvers {args.approvers}: {exc}") from exc
+    if not len(approvers):
+        raise UsageError(f"{args.approvers} registers no approver")
+    store = _open(args.db)
+    gate = _gate(args, store, need_app=True)
+
+    def execute(grant: Any) -> Any:
+        return gate.execute(grant.token)
+
+    app = create_app(
+        gate,
+        approvers,
+        secret_key=os.environ.get("EFFECTGATE_WEB_SECRET"),
+        on_grant=execute if args.execute else None,
+        sso_header=args.sso_header,
+        https_only=args.https_only,
+    )
+    out.print(f"effectgate inbox on http://{args.host}:{args.port}/ ({len(approvers)} approvers; {args.db})")
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
+def _cmd_hash_secret(args: argparse.Namespace, out: Console) -> int:
+    import getpass
+
+    from .web._auth import hash_secret
+
+    secret = sys.stdin.readline().rstrip("\n") if not sys.stdin.isatty() else getpass.getpass("secret: ")
+    if not secret:
+        raise UsageError("an empty secret")
+    print(hash_secret(secret))
+    return 0
+
+
 _DEMOS = {"core": ("effectgate._demo", None), "langgraph": ("effectgate_langgraph.demo", "langgraph")}
 
 
@@ -268,6 +314,14 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("export", parents=[common], help="export every record")
     p.add_argument("--jsonl", action="store_true")
     p.add_argument("--out")
+    p = sub.add_parser("serve", parents=[common], help="the reviewer inbox (web), on 127.0.0.1")
+    p.add_argument("--approvers", help="TOML file of [[approver]] id, role, secret (effectgate hash-secret)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--execute", action="store_true", help="execute approved calls at once")
+    p.add_argument("--sso-header", help="trust this header from a proxy as the approver id")
+    p.add_argument("--https-only", action="store_true", help="mark the session cookie Secure")
+    sub.add_parser("hash-secret", help="read a secret on stdin; print its scrypt hash for --approvers")
     p = sub.add_parser("demo", parents=[common], help="run the shop demo (ten conversations)")
     p.add_argument(
         "--framework",
@@ -286,6 +340,8 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace, Console], int]] = {
     "audit": _cmd_audit,
     "export": _cmd_export,
     "demo": _cmd_demo,
+    "serve": _cmd_serve,
+    "hash-secret": _cmd_hash_secret,
 }
 
 

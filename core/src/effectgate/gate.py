@@ -61,6 +61,14 @@ class ReconciliationNotice:
     provider_ref: str | None = None
 
 
+@dataclass(frozen=True)
+class SubjectView:
+    """The subject's other approvals of the same tool, newest first, and its balance if known."""
+
+    history: tuple[SubjectEntry, ...]
+    balance: Any = None
+
+
 class EffectGate(ExecutionMixin):
     """Enforces an effect table over a store. Thread-safe; one per process is typical."""
 
@@ -542,8 +550,18 @@ class EffectGate(ExecutionMixin):
     ) -> str | None:
         if spec.confirm is None:
             return None
+        history = self._history(conn, spec.name, subject_key, exclude)
+        try:
+            return spec.confirm(args, Confirmation(call=ctx, history=history))
+        except Exception as exc:  # a check that cannot decide refuses
+            return f"confirm check raised {type(exc).__name__}: {exc}"
+
+    def _history(
+        self, conn: Any, tool: str, subject_key: str, exclude: str | None
+    ) -> tuple[SubjectEntry, ...]:
+        """The subject's other approvals of `tool`, oldest first, each marked whether it is in effect."""
         now = self.clock.now()
-        history = tuple(
+        return tuple(
             SubjectEntry(
                 approval_id=r.id,
                 status=r.status,
@@ -556,12 +574,31 @@ class EffectGate(ExecutionMixin):
                     and (r.token_used_at is not None or (r.token_expires_at or 0) > now)
                 ),
             )
-            for r in self.store.subject_history(conn, spec.name, subject_key, exclude)
+            for r in self.store.subject_history(conn, tool, subject_key, exclude)
         )
-        try:
-            return spec.confirm(args, Confirmation(call=ctx, history=history))
-        except Exception as exc:  # a check that cannot decide refuses
-            return f"confirm check raised {type(exc).__name__}: {exc}"
+
+    def subject_view(self, approval_id: str) -> SubjectView:
+        """What a reviewer sees beside a card: the subject's other approvals of this tool (newest
+        first) and, when the row has a `balance` check, what is left on the subject."""
+        with self.store.reading() as conn:
+            row = self.store.approval(conn, approval_id)
+            if row is None:
+                raise UnknownApproval(approval_id)
+            history = self._history(conn, row.tool, row.subject_key, row.id)
+        spec = self.table.get(row.tool)
+        balance: Any = None
+        if spec is not None and spec.balance is not None:
+            ctx = CallContext(
+                session_id=row.session_id,
+                origin_message_id=row.origin_message_id,
+                user_id=row.user_id,
+                agent_id=row.agent_id,
+            )
+            try:
+                balance = spec.balance(json.loads(row.args_json), Confirmation(call=ctx, history=history))
+            except Exception as exc:  # a display helper must not break the card
+                balance = f"unavailable ({type(exc).__name__})"
+        return SubjectView(history=tuple(reversed(history)), balance=balance)
 
     def _expire_due(
         self, conn: Any, *, session_id: str | None = None, approval_id: str | None = None

@@ -186,6 +186,8 @@ class ToolSpec:
     transient: tuple[type[Exception], ...] = ()
     unknown_outcome: tuple[type[Exception], ...] = ()
     reconcile: Reconcile | None = None
+    # Display only (reviewer cards): what is left on the subject, e.g. the refundable balance.
+    balance: Callable[[Mapping[str, Any], Confirmation], Any] | None = None
     description: str = ""
     _derived: dict[str, Any] = field(default_factory=dict[str, Any], init=False, repr=False, compare=False)
 

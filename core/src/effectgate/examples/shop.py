@@ -219,6 +219,7 @@ class Shop:
                 subject=("order_id",),
                 scope=self.owns_order,
                 confirm=self.refund_within_balance,
+                balance=lambda args, check: {"refundable": self.refundable(args["order_id"], check)},
                 reconcile=self.reconcile_refund,
                 owner="payments",
                 escalate=(

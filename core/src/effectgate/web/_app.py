@@ -1,0 +1,336 @@
+"""The reviewer inbox: a small server-rendered Starlette app over one gate.
+
+Every card is built from the stored approval record (`gate.card`), never from model text.
+Nothing changes state on GET; every POST carries the session's CSRF token, and approve/deny
+carry the approval id, version and args hash the reviewer saw. A refusal (stale version, expired,
+wrong role, failed confirm check, the same approver twice) renders a clear message with status
+4xx and changes nothing: the gate decides, the app only shows.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
+from starlette.middleware.sessions import SessionMiddleware
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Route
+from starlette.templating import Jinja2Templates
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .._execution import EXEC_PREFIX
+from ..context import Approver
+from ..errors import (
+    AlreadyDecided,
+    ApprovalExpired,
+    ConfirmFailed,
+    EffectGateError,
+    PolicyViolation,
+    StaleApproval,
+    UnknownApproval,
+    WrongApprover,
+)
+from ..gate import EffectGate
+from ..outcomes import Executed, Grant, PartialApproval
+from ._auth import ApproverRegistry, RegisteredApprover, csrf_ok, csrf_token
+
+OnGrant = Callable[[Grant], Any]
+_TEMPLATES = Path(__file__).parent / "templates"
+_FOLD = 2000  # characters of one value shown before folding (the rest is one click away, never cut)
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+
+
+def _fold(value: Any) -> list[dict[str, Any]]:
+    """Each top-level argument as (name, text, folded?): long values are folded with their size."""
+    items = value.items() if isinstance(value, dict) else [("", value)]
+    out = []
+    for name, v in items:
+        text = _pretty(v)
+        out.append({"name": name, "text": text, "folded": len(text) > _FOLD, "size": len(text)})
+    return out
+
+
+def _remaining(seconds: float) -> str:
+    if seconds <= 0:
+        return "expired"
+    s = int(seconds)
+    days, s = divmod(s, 86400)
+    hours, s = divmod(s, 3600)
+    minutes, s = divmod(s, 60)
+    parts = [f"{days}d"] if days else []
+    parts += [f"{hours}h"] if hours or days else []
+    parts += [f"{minutes}m", f"{s}s"] if not days else [f"{minutes}m"]
+    return "in " + " ".join(parts)
+
+
+def create_app(
+    gate: EffectGate,
+    approvers: ApproverRegistry,
+    *,
+    secret_key: str | None = None,
+    on_grant: OnGrant | None = None,
+    sso_header: str | None = None,
+    https_only: bool = False,
+) -> Starlette:
+    """The inbox over `gate`. `on_grant(grant)` receives each minted grant (e.g. to resume the
+    agent, or `gate.execute(grant.token)` for a backend that executes on approval) and may return
+    a result to show; without it the page shows the grant token once, for the application.
+    `sso_header`: the header a trusted proxy sets; its value goes through `approvers.verify` (or
+    is the approver id itself without one) and must name a registered approver."""
+    env = Environment(loader=FileSystemLoader(_TEMPLATES), autoescape=select_autoescape(default=True))
+    env.filters["pretty"] = _pretty
+    templates = Jinja2Templates(env=env)
+
+    def who(request: Request) -> RegisteredApprover | None:
+        if sso_header is not None:
+            value = request.headers.get(sso_header)
+            if value:
+                approver_id = approvers.verify(value) if approvers.verify else value
+                return approvers.get(approver_id)
+        return approvers.get(request.session.get("approver"))
+
+    def page(request: Request, name: str, status: int = 200, **context: Any) -> Response:
+        me = who(request)
+        base = {"me": me, "csrf": csrf_token(request.session), "now": gate.clock.now()}
+        return templates.TemplateResponse(request, name, {**base, **context}, status_code=status)
+
+    def signed_in(
+        handler: Callable[[Request, RegisteredApprover], Awaitable[Response]],
+    ) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            me = who(request)
+            if me is None:
+                return RedirectResponse("/login", status_code=303)
+            if request.method == "POST":
+                form = await request.form()
+                if not csrf_ok(request.session, form.get("csrf")):
+                    message = "Missing or wrong CSRF token; nothing was changed."
+                    return page(request, "message.html", 403, title="Refused", message=message)
+            return await handler(request, me)
+
+        return endpoint
+
+    async def login_form(request: Request) -> Response:
+        return page(request, "login.html")
+
+    async def login(request: Request) -> Response:
+        form = await request.form()
+        if not csrf_ok(request.session, form.get("csrf")):
+            return page(request, "login.html", 403, error="Missing or wrong CSRF token.")
+        found = await run_in_threadpool(
+            approvers.check_secret, str(form.get("approver", "")), str(form.get("secret", ""))
+        )
+        if found is None:
+            return page(request, "login.html", 401, error="Unknown approver or wrong secret.")
+        request.session.clear()  # a new session on sign-in: no fixation
+        request.session["approver"] = found.id
+        request.session["csrf"] = secrets.token_urlsafe(32)
+        return RedirectResponse("/", status_code=303)
+
+    async def logout(request: Request) -> Response:
+        form = await request.form()
+        if csrf_ok(request.session, form.get("csrf")):
+            request.session.clear()
+        return RedirectResponse("/login", status_code=303)
+
+    async def inbox(request: Request, me: RegisteredApprover) -> Response:
+        role = request.query_params.get("role") or None
+        session = request.query_params.get("session") or None
+        cards = await run_in_threadpool(gate.pending, role=role, session_id=session)
+        return page(request, "inbox.html", cards=cards, role=role, session=session)
+
+    def card_context(approval_id: str) -> dict[str, Any]:
+        card = gate.card(approval_id)
+        view = gate.subject_view(approval_id)
+        decisions = [d for d in gate.store.all_decisions() if d.approval_id == approval_id]
+        result = gate.result(approval_id) if card.status == "executed" else None
+        return {
+            "card": card,
+            "args": _fold(dict(card.args)),
+            "view": view,
+            "in_flight": [e for e in view.history if e.status in ("pending", "approved")],
+            "decisions": decisions,
+            "result": result,
+            "expires": _remaining(card.expires_at - gate.clock.now()),
+        }
+
+    async def show(request: Request, me: RegisteredApprover) -> Response:
+        try:
+            context = await run_in_threadpool(card_context, request.path_params["id"])
+        except UnknownApproval:
+            return page(request, "message.html", 404, title="Not found", message="No such approval.")
+        return page(request, "card.html", **context)
+
+    def refused(request: Request, status: int, title: str, message: str, link: str | None = None) -> Response:
+        return page(request, "message.html", status, title=title, message=message, link=link)
+
+    async def decide(request: Request, me: RegisteredApprover) -> Response:
+        approval_id = request.path_params["id"]
+        action = request.path_params["action"]
+        if action not in ("approve", "deny"):
+            return refused(request, 404, "Not found", "No such action.")
+        form = await request.form()
+        try:
+            version = int(str(form.get("version", "")))
+        except ValueError:
+            return refused(request, 400, "Refused", "The form names no version; nothing was changed.")
+        approver = Approver(me.id, me.role)
+        try:
+            current = await run_in_threadpool(gate.card, approval_id)
+            if current.version == version and str(form.get("args_hash", "")) != current.args_hash:
+                return refused(
+                    request,
+                    409,
+                    "Stale card",
+                    "The arguments you saw are not the stored ones; "
+                    "nothing was changed: review the card again.",
+                    approval_id,
+                )
+            if action == "approve":
+                outcome: Any = await run_in_threadpool(
+                    lambda: gate.approve(approval_id, version=version, approver=approver)
+                )
+            else:
+                reason = str(form.get("reason", "")).strip()
+                outcome = await run_in_threadpool(
+                    lambda: gate.deny(approval_id, approver=approver, reason=reason, version=version)
+                )
+        except UnknownApproval:
+            return refused(request, 404, "Not found", "No such approval.")
+        except StaleApproval as exc:
+            message = (
+                f"This card changed since you opened it: you saw version {exc.given}, it is now "
+                f"version {exc.current}. Nothing was changed; review it again."
+            )
+            return refused(request, 409, "Stale card", message, approval_id)
+        except ApprovalExpired:
+            return refused(request, 410, "Expired", "This approval expired; nothing changed.", approval_id)
+        except WrongApprover as exc:
+            return refused(request, 403, "Not yours to decide", f"{exc}. Nothing was changed.", approval_id)
+        except (ConfirmFailed, AlreadyDecided, PolicyViolation) as exc:
+            return refused(request, 409, "Refused", f"{exc}. Nothing was changed.", approval_id)
+        shown: Any = None
+        token: str | None = None
+        if isinstance(outcome, Grant):
+            if on_grant is not None:
+                try:
+                    shown = await run_in_threadpool(on_grant, outcome)
+                except EffectGateError as exc:
+                    shown = f"the application could not use the grant: {exc}"
+            else:
+                token = outcome.token
+        if isinstance(shown, Executed):
+            shown = shown.result
+        return page(
+            request,
+            "decided.html",
+            action=action,
+            outcome=outcome,
+            partial=isinstance(outcome, PartialApproval),
+            shown=shown,
+            token=token,
+            approval_id=approval_id,
+        )
+
+    def history_context() -> dict[str, Any]:
+        decided = ["executed", "denied", "expired", "rejected", "approved"]
+        rows = gate.store.approvals(status=decided, limit=200)
+        by_approval: dict[str, list[Any]] = defaultdict(list)
+        for d in gate.store.all_decisions():
+            by_approval[d.approval_id].append(d)
+        results = {e.approval_id: e for e in gate.store.executions() if e.approval_id}
+        return {"rows": rows, "decisions": by_approval, "results": results}
+
+    async def history(request: Request, me: RegisteredApprover) -> Response:
+        return page(request, "history.html", **await run_in_threadpool(history_context))
+
+    def queue() -> list[dict[str, Any]]:
+        out = []
+        for record in gate.store.idempotency_records(status="needs_reconciliation"):
+            approval_id = None
+            if record.key.startswith(EXEC_PREFIX):
+                approval_id = record.key[len(EXEC_PREFIX) :].rpartition("_v")[0]
+            row = gate.store.get_approval(approval_id) if approval_id else None
+            out.append({"record": record, "approval": row})
+        return out
+
+    async def reconciliation(request: Request, me: RegisteredApprover) -> Response:
+        return page(request, "reconciliation.html", items=await run_in_threadpool(queue))
+
+    async def reconcile(request: Request, me: RegisteredApprover) -> Response:
+        approval_id = request.path_params["id"]
+        try:
+            settled = await run_in_threadpool(gate.reconcile, approval_id)
+        except EffectGateError as exc:
+            return refused(request, 409, "Refused", f"{exc}. Nothing was changed.", approval_id)
+        message = (
+            f"Settled: {_pretty(settled.result)}"
+            if settled is not None
+            else "The provider could not say; the record stays in the queue."
+        )
+        return page(request, "message.html", title="Reconciliation", message=message, link=approval_id)
+
+    routes = [
+        Route("/login", login_form, methods=["GET"]),
+        Route("/login", login, methods=["POST"]),
+        Route("/logout", logout, methods=["POST"]),
+        Route("/", signed_in(inbox), methods=["GET"]),
+        Route("/approvals/{id}", signed_in(show), methods=["GET"]),
+        Route("/approvals/{id}/{action:str}", signed_in(decide), methods=["POST"]),
+        Route("/history", signed_in(history), methods=["GET"]),
+        Route("/reconciliation", signed_in(reconciliation), methods=["GET"]),
+        Route("/reconciliation/{id}", signed_in(reconcile), methods=["POST"]),
+    ]
+    middleware = [
+        Middleware(
+            SessionMiddleware,
+            secret_key=secret_key or secrets.token_urlsafe(32),
+            session_cookie="effectgate_session",
+            same_site="strict",
+            https_only=https_only,
+            max_age=8 * 3600,
+        )
+    ]
+    return Starlette(routes=routes, middleware=[Middleware(_SecurityHeaders), *middleware])
+
+
+_HEADERS = [
+    # No framing (a card cannot be overlaid by another page), no scripts, no referrer leaks.
+    (b"x-frame-options", b"DENY"),
+    (
+        b"content-security-policy",
+        b"default-src 'none'; style-src 'self' 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'",
+    ),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"cache-control", b"no-store"),
+]
+
+
+class _SecurityHeaders:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *_HEADERS]
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
