@@ -5,7 +5,7 @@ SHELL := /bin/bash
 UV ?= python3 -m uv
 PY := $(UV) run --frozen python
 
-.PHONY: help uv sync demo test check lint typecheck pytest notebooks bench pg-start pg-stop clean
+.PHONY: help uv sync demo test check lint typecheck pytest notebooks bench browser serve pg-start pg-stop clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -35,11 +35,18 @@ pg-start: sync ## start the throwaway PostgreSQL server on 127.0.0.1
 pg-stop:
 	@$(PY) tests/pgserver.py stop
 
-pytest: sync
+browser: sync ## Debian's chromium for the browser tests (apt-get when root and missing)
+	@$(PY) tests/web/browser.py >/dev/null || echo "no chromium: the browser tests will skip (fail under CI)" >&2
+
+pytest: sync browser
 	@$(PY) tests/pgserver.py start >/dev/null; status=$$?; \
 	if [ $$status -ne 0 ] && [ "$${CI:-}" = "true" ]; then echo "CI: PostgreSQL could not start" >&2; exit 1; fi; \
 	$(UV) run --frozen pytest $(PYTEST_ARGS); rc=$$?; \
 	$(PY) tests/pgserver.py stop; exit $$rc
+
+serve: sync ## the reviewer inbox on the demo database (after make demo), approvers in approvers.toml
+	@$(UV) run --frozen effectgate serve --db sqlite:///effectgate-demo.db --app effectgate.examples.shop:app \
+	  --approvers $${APPROVERS:-approvers.toml}
 
 bench: sync ## benchmarks: ratios measured in one run
 	@$(UV) run --frozen python -m benchmarks
@@ -47,4 +54,4 @@ bench: sync ## benchmarks: ratios measured in one run
 test: check pytest ## the whole suite: lint, types, tests (SQLite and PostgreSQL), notebooks, bench smoke
 
 clean:
-	rm -rf .pgtest .pytest_cache .mypy_cache .ruff_cache effectgate-demo.db*
+	rm -rf .pgtest .pytest_cache .mypy_cache .ruff_cache artifacts effectgate-demo.db*
