@@ -173,6 +173,9 @@ def test_approve_executes_once_and_shows_the_result(inbox: Inbox) -> None:
     again = c.post(f"/approvals/{p.approval_id}/approve", data=form(p, csrf))
     assert again.status_code == 409
     assert inbox.shop.receiver.count("refund") == 1
+    history = c.get("/history").text  # who decided, when, and the stored result
+    assert "approve: fiona (finance) at 20" in history
+    assert "re_1" in history
 
 
 def test_post_without_or_with_a_wrong_csrf_token_changes_nothing(inbox: Inbox) -> None:

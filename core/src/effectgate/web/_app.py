@@ -13,6 +13,7 @@ import json
 import secrets
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,7 @@ from ..errors import (
 )
 from ..gate import EffectGate
 from ..outcomes import Executed, Grant, PartialApproval
+from ..stores.base import from_json
 from ._auth import ApproverRegistry, RegisteredApprover, csrf_ok, csrf_token
 
 OnGrant = Callable[[Grant], Any]
@@ -60,6 +62,12 @@ def _fold(value: Any) -> list[dict[str, Any]]:
         text = _pretty(v)
         out.append({"name": name, "text": text, "folded": len(text) > _FOLD, "size": len(text)})
     return out
+
+
+def _when(epoch: float | None) -> str:
+    if epoch is None:
+        return "-"
+    return datetime.fromtimestamp(epoch, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _remaining(seconds: float) -> str:
@@ -91,6 +99,7 @@ def create_app(
     is the approver id itself without one) and must name a registered approver."""
     env = Environment(loader=FileSystemLoader(_TEMPLATES), autoescape=select_autoescape(default=True))
     env.filters["pretty"] = _pretty
+    env.filters["when"] = _when
     templates = Jinja2Templates(env=env)
 
     def who(request: Request) -> RegisteredApprover | None:
@@ -250,7 +259,11 @@ def create_app(
         by_approval: dict[str, list[Any]] = defaultdict(list)
         for d in gate.store.all_decisions():
             by_approval[d.approval_id].append(d)
-        results = {e.approval_id: e for e in gate.store.executions() if e.approval_id}
+        results = {
+            e.approval_id: {"status": e.status, "result": from_json(e.result_json)}
+            for e in gate.store.executions()
+            if e.approval_id
+        }
         return {"rows": rows, "decisions": by_approval, "results": results}
 
     async def history(request: Request, me: RegisteredApprover) -> Response:
