@@ -13,8 +13,10 @@ from effectgate.errors import (
     AlreadyDecided,
     ApprovalExpired,
     ConfirmFailed,
+    NeedsReconciliation,
     PolicyViolation,
     StaleApproval,
+    TokenError,
     WrongApprover,
 )
 from effectgate.examples.shop import context
@@ -548,3 +550,100 @@ def test_new_message_after_expiry_is_a_fresh_approval(
     fresh = propose(gate, "refund_order", REFUND, "m4")
     assert fresh.approval_id != out.approval_id
     assert sorted(r.status for r in store.approvals()) == ["expired", "pending"]
+
+
+# -- a grant that lapsed unused
+
+
+def test_lapsed_unused_grant_is_granted_again_and_runs_once(
+    shop_gate: ShopGate, store: SQLStore, clock: FakeClock
+) -> None:
+    """An approved refund whose grant expired unpresented can be granted again: the new token runs
+    it once, the old token is void, and both decisions are on record."""
+    shop, gate = shop_gate
+    p = propose(gate, "refund_order", REFUND, "m3")
+    old = grant_of(gate, p)
+    clock.advance(gate.policy.token_ttl + 1)
+    new = grant_of(gate, p, FINANCE_2)
+    assert new.token != old.token
+    with pytest.raises(TokenError):
+        gate.execute(old.token)
+    done = gate.execute(new.token)
+    assert done.result["order_id"] == "1042"
+    assert shop.receiver.count("refund") == 1
+    assert status(store, p.approval_id) == "executed"
+    assert [(d.approver_id, d.decision) for d in store.all_decisions()] == [
+        ("fiona", "approve"),
+        ("frank", "approve"),
+    ]
+    assert len(store.events(kind="regranted")) == 1
+    assert gate.audit().clean
+
+
+def test_usable_grant_is_not_granted_twice(shop_gate: ShopGate, store: SQLStore) -> None:
+    """While a grant is still usable, approving again is refused and mints nothing."""
+    _, gate = shop_gate
+    p = propose(gate, "refund_order", REFUND, "m3")
+    grant_of(gate, p)
+    before = store.get_approval(p.approval_id)
+    with pytest.raises(AlreadyDecided):
+        gate.approve(p.approval_id, version=1, approver=FINANCE_2)
+    assert store.get_approval(p.approval_id) == before
+    assert len(store.all_decisions()) == 1
+
+
+def test_presented_grant_is_not_granted_again(shop_gate: ShopGate, store: SQLStore, clock: FakeClock) -> None:
+    """A grant that was presented (its outcome unknown) is never replaced, even once expired."""
+    shop, gate = shop_gate
+    p = propose(gate, "refund_order", REFUND, "m3")
+    grant = grant_of(gate, p)
+    shop.provider.timeouts_to_inject = 1
+    with pytest.raises(NeedsReconciliation):
+        gate.execute(grant.token)
+    clock.advance(gate.policy.token_ttl + 1)
+    with pytest.raises(AlreadyDecided):
+        gate.approve(p.approval_id, version=1, approver=FINANCE_2)
+    assert len(store.all_decisions()) == 1
+
+
+def test_regrant_refused_when_another_session_took_the_subject(
+    shop_gate: ShopGate, store: SQLStore, clock: FakeClock
+) -> None:
+    """The lapse freed the order; once another session's refund is in flight, the old approval
+    cannot be granted again (two refunds would be in flight) and nothing changes."""
+    shop, gate = shop_gate
+    p = propose(gate, "refund_order", refund(6000), "m3")
+    grant_of(gate, p)
+    clock.advance(gate.policy.token_ttl + 1)
+    other = gate.call("refund_order", refund(6000), context("p1", session_id="s-ada-phone"))
+    assert isinstance(other, Pending)
+    before = store.get_approval(p.approval_id)
+    with pytest.raises(PolicyViolation) as caught:
+        gate.approve(p.approval_id, version=1, approver=FINANCE_2)
+    assert caught.value.code == "subject_busy"
+    assert store.get_approval(p.approval_id) == before
+    assert shop.receiver.count("refund") == 0
+
+
+def test_regrant_after_the_approval_deadline_is_refused(
+    shop_gate: ShopGate, store: SQLStore, clock: FakeClock
+) -> None:
+    """Past the approval's own deadline a lapsed grant is not renewed."""
+    _, gate = shop_gate
+    p = propose(gate, "refund_order", REFUND, "m3")
+    grant_of(gate, p)
+    clock.advance(gate.policy.pending_ttl + 1)
+    with pytest.raises(ApprovalExpired):
+        gate.approve(p.approval_id, version=1, approver=FINANCE_2)
+    assert len(store.all_decisions()) == 1
+
+
+def test_regrant_needs_the_role(shop_gate: ShopGate, store: SQLStore, clock: FakeClock) -> None:
+    """A lapsed grant is renewed only by an approver holding the approval's role."""
+    _, gate = shop_gate
+    p = propose(gate, "refund_order", REFUND, "m3")
+    grant_of(gate, p)
+    clock.advance(gate.policy.token_ttl + 1)
+    with pytest.raises(WrongApprover):
+        gate.approve(p.approval_id, version=1, approver=PRIVACY_1)
+    assert len(store.all_decisions()) == 1

@@ -640,16 +640,19 @@ class EffectGate(ExecutionMixin):
     def approve(self, approval_id: str, *, version: int, approver: Approver) -> Grant | PartialApproval:
         """Approve one version. Checks role (after escalation), version, expiry, and re-runs
         `scope` and `confirm`. Returns a `Grant`, or a `PartialApproval` when a second, distinct
-        approver is still needed. Raises an `ApprovalError` and changes nothing otherwise."""
+        approver is still needed. An approved version whose grant lapsed unpresented gets a fresh
+        grant (see `_regrant`). Raises an `ApprovalError` and changes nothing otherwise."""
         expired = False
         with self.store.transaction() as conn:
-            row = self._decidable(conn, approval_id, approver)
+            row = self._decidable(conn, approval_id, approver, allow=("pending", "approved"))
             if row is None:
                 expired = True
             else:
                 if version != row.version:
                     raise StaleApproval(approval_id, version, row.version)
                 spec = self._current_spec(row)
+                if row.status == "approved":
+                    return self._regrant(conn, spec, row, approver)
                 decisions = [
                     d for d in self.store.decisions(conn, row.id, row.version) if d.decision == "approve"
                 ]
@@ -657,23 +660,7 @@ class EffectGate(ExecutionMixin):
                     raise WrongApprover(
                         approval_id, f"{approver.id} already approved; a second, distinct approver is needed"
                     )
-                ctx = context_of(row)
-                args = json.loads(row.args_json)
-                if not self._in_scope(spec, args, ctx):
-                    raise PolicyViolation(
-                        f"{row.tool}: the caller is no longer in scope for this subject", code="out_of_scope"
-                    )
-                reason = self._confirm(conn, spec, args, ctx, row.subject_key, exclude=row.id)
-                if reason is not None:
-                    raise ConfirmFailed(row.tool, reason)
-                self.store.add_decision(
-                    conn,
-                    approval_id=row.id,
-                    version=row.version,
-                    approver_id=approver.id,
-                    role=approver.role,
-                    decision="approve",
-                )
+                self._recheck_and_record(conn, spec, row, approver)
                 if len(decisions) + 1 < row.approvals_required:
                     self.store.append_events(
                         conn, [self._event("approved_partial", row=row, approver=approver.id)]
@@ -685,32 +672,84 @@ class EffectGate(ExecutionMixin):
                         required=row.approvals_required,
                     )
                 now = self.clock.now()
-                expires = now + self.policy.token_ttl
-                token = self.keyring.mint(
-                    approval_id=row.id, version=row.version, args_hash=row.args_hash, expires_at=expires
-                )
-                values = {
-                    "status": "approved",
-                    "decided_at": now,
-                    "updated_at": now,
-                    "token_hash": token_hash(token),
-                    "token_kid": self.keyring.current,
-                    "token_expires_at": expires,
-                }
-                if not self.store.update_approval(
-                    conn, row.id, expect_status=["pending"], expect_version=row.version, values=values
-                ):
-                    raise StaleApproval(approval_id, version, row.version)  # pragma: no cover - locked
-                self.store.append_events(
-                    conn,
-                    [
-                        self._event("approved", row=row, approver=approver.id, role=approver.role),
-                        self._event("token_minted", row=row, kid=self.keyring.current, expires_at=expires),
-                    ],
-                )
-                return Grant(approval_id=row.id, version=row.version, token=token, expires_at=expires)
+                decided = {"status": "approved", "decided_at": now}
+                return self._mint(conn, row, approver, "approved", decided, expect="pending")
         assert expired
         raise ApprovalExpired(approval_id)
+
+    def _regrant(self, conn: Any, spec: ToolSpec, row: ApprovalRow, approver: Approver) -> Grant:
+        """A fresh grant for an approved version whose grant lapsed unused: the approval still
+        stands, but the subject, scope and confirm checks are run again (the lapse freed the
+        subject for other sessions), and the old token is void (its hash is replaced)."""
+        now = self.clock.now()
+        if row.token_used_at is not None or (row.token_expires_at or 0) > now:
+            raise AlreadyDecided(row.id, "approved")  # a usable or presented grant exists
+        if row.expires_at <= now:
+            raise ApprovalExpired(row.id)
+        busy = self.store.in_flight_elsewhere(conn, row.subject_key, row.session_id, now)
+        if busy is not None:
+            raise PolicyViolation(
+                f"{row.tool}: approval {busy.id} is in flight on this subject from another session",
+                code="subject_busy",
+            )
+        self._recheck_and_record(conn, spec, row, approver)
+        return self._mint(conn, row, approver, "regranted", {}, expect="approved")
+
+    def _recheck_and_record(self, conn: Any, spec: ToolSpec, row: ApprovalRow, approver: Approver) -> None:
+        """Re-run `scope` and `confirm` for the stored call, then record the approve decision."""
+        ctx = context_of(row)
+        args = json.loads(row.args_json)
+        if not self._in_scope(spec, args, ctx):
+            raise PolicyViolation(
+                f"{row.tool}: the caller is no longer in scope for this subject", code="out_of_scope"
+            )
+        reason = self._confirm(conn, spec, args, ctx, row.subject_key, exclude=row.id)
+        if reason is not None:
+            raise ConfirmFailed(row.tool, reason)
+        self.store.add_decision(
+            conn,
+            approval_id=row.id,
+            version=row.version,
+            approver_id=approver.id,
+            role=approver.role,
+            decision="approve",
+        )
+
+    def _mint(
+        self,
+        conn: Any,
+        row: ApprovalRow,
+        approver: Approver,
+        kind: str,
+        values: dict[str, Any],
+        *,
+        expect: str,
+    ) -> Grant:
+        """Mint a grant for the row's version, store only its hash, and record `kind`."""
+        now = self.clock.now()
+        expires = now + self.policy.token_ttl
+        token = self.keyring.mint(
+            approval_id=row.id, version=row.version, args_hash=row.args_hash, expires_at=expires
+        )
+        values = {
+            **values,
+            "updated_at": now,
+            "token_hash": token_hash(token),
+            "token_kid": self.keyring.current,
+            "token_expires_at": expires,
+        }
+        if not self.store.update_approval(
+            conn, row.id, expect_status=[expect], expect_version=row.version, values=values
+        ):  # pragma: no cover - the subject lock is held
+            raise StaleApproval(row.id, row.version, row.version)
+        self.store.append_events(
+            conn,
+            [
+                self._event(kind, row=row, approver=approver.id, role=approver.role),
+                self._event("token_minted", row=row, kid=self.keyring.current, expires_at=expires),
+            ],
+        )
+        return Grant(approval_id=row.id, version=row.version, token=token, expires_at=expires)
 
     def deny(
         self, approval_id: str, *, approver: Approver, reason: str, version: int | None = None
