@@ -1,3 +1,61 @@
-"""effectgate for openai_agents (in progress)."""
+"""effectgate for the OpenAI Agents SDK: gated tools, approvals bound to arguments, exactly once.
+
+    from effectgate_openai_agents import gate_agent, pending_approvals, approve_as, reject
+
+    agent = gate_agent(Agent(name="support", tools=[get_order, refund_order]), gate)
+    context = {"session_id": "s-ada", "origin_message_id": "m3", "user_id": "u1"}
+    result = await Runner.run(agent, "Please refund order 1042", context=context)
+    state = result.to_state()                 # to_string() / from_string() across processes
+    [paused] = pending_approvals(state)       # approval id, version, args hash, the SDK item
+    approve_as(gate, state, paused, Approver("fiona", "finance"))
+    result = await Runner.run(agent, state)   # the refund runs once, through the gate
+
+- `gate_tools(tools, gate, agent_id=...)` / `gate_agent(agent, gate)`: the effect table decides
+  `needs_approval`, and every call runs through the gate (`_tools` documents how).
+- `pending_approvals`, `approval_of`, `approve`, `approve_as`, `reject`: the approval flow (`_approvals`).
+- `mode="deferred"`, `deferred_operations`, `execute_deferred`, `with_outcome`: deferred results.
+- The run context is a dict with `session_id`, `origin_message_id`, `user_id` (`EffectGateContext`).
+"""
+
+from ._approvals import PendingApproval, approval_of, approve, approve_as, pending_approvals, reject
+from ._context import STATE_KEY, EffectGateContext, MissingIdentity, call_context
+from ._deferred import aexecute_deferred, deferred_operations, execute_deferred, outcome_message, with_outcome
+from ._tools import (
+    StepHooks,
+    UnknownTool,
+    deferred_payload,
+    gate_agent,
+    gate_tools,
+    is_deferred,
+    spec_tool,
+    table_tools,
+)
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "STATE_KEY",
+    "EffectGateContext",
+    "MissingIdentity",
+    "PendingApproval",
+    "StepHooks",
+    "UnknownTool",
+    "__version__",
+    "aexecute_deferred",
+    "approval_of",
+    "approve",
+    "approve_as",
+    "call_context",
+    "deferred_operations",
+    "deferred_payload",
+    "execute_deferred",
+    "gate_agent",
+    "gate_tools",
+    "is_deferred",
+    "outcome_message",
+    "pending_approvals",
+    "reject",
+    "spec_tool",
+    "table_tools",
+    "with_outcome",
+]

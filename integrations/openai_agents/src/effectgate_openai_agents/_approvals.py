@@ -1,0 +1,156 @@
+"""The SDK's approval flow in effectgate's terms: map a `ToolApprovalItem` to its approval, decide.
+
+    result = await Runner.run(agent, "Please refund order 1042", context=context)
+    state = result.to_state()                      # or: await RunState.from_string(agent, stored)
+    [paused] = pending_approvals(state)            # approval id, version, args hash, the SDK item
+    grant = gate.approve(paused.approval_id, version=paused.version, approver=fiona)
+    approve(state, paused, grant)                  # the token rides in the run context; SDK approves
+    result = await Runner.run(agent, state)        # the refund runs once, through the gate
+
+`approve_as(gate, state, paused, approver)` does the two middle steps at once; `reject(...)` denies
+in effectgate and rejects in the SDK, so the model is told the reason and the call never runs.
+
+The mapping from call id to approval lives in the run context (serialized with the state), so a
+snapshot restored in another process maps the same way. An interruption effectgate registered
+nothing for (its arguments did not parse, so the SDK forced approval without asking the gate) has
+`approval_id=None`: reject it; approving it in the SDK alone runs nothing either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from agents import RunResult, RunState
+from agents.items import ToolApprovalItem
+
+from effectgate import Approver, EffectGate, Grant, Keyring, PartialApproval, Refused
+
+from ._context import adapter_state
+
+
+@dataclass(frozen=True)
+class PendingApproval:
+    """One paused call: the SDK's item and the effectgate approval it registered."""
+
+    item: ToolApprovalItem
+    call_id: str
+    tool: str
+    approval_id: str | None
+    version: int | None
+    args_hash: str | None
+
+
+def _context_of(source: RunResult | RunState[Any, Any]) -> Any:
+    # RunState keeps its context privately (0.24); a RunResult exposes it
+    wrapper = getattr(source, "_context", None) if isinstance(source, RunState) else source.context_wrapper
+    if wrapper is None:
+        raise ValueError("this run state has no context (it was not produced by a run)")
+    return wrapper.context
+
+
+def _items(source: RunResult | RunState[Any, Any]) -> list[ToolApprovalItem]:
+    return list(source.get_interruptions() if isinstance(source, RunState) else source.interruptions)
+
+
+def pending_approvals(source: RunResult | RunState[Any, Any]) -> list[PendingApproval]:
+    """The paused calls of a result or state, each with its effectgate approval (if any)."""
+    records = adapter_state(_context_of(source))["approvals"]
+    out = []
+    for item in _items(source):
+        call_id = str(item.call_id or "")
+        record = records.get(call_id)
+        record = record if isinstance(record, Mapping) else {}
+        out.append(
+            PendingApproval(
+                item=item,
+                call_id=call_id,
+                tool=str(item.name or record.get("tool") or ""),
+                approval_id=record.get("approval_id"),
+                version=record.get("version"),
+                args_hash=record.get("args_hash"),
+            )
+        )
+    return out
+
+
+def approval_of(source: RunResult | RunState[Any, Any], item: ToolApprovalItem) -> PendingApproval:
+    """The effectgate approval behind one SDK item (matched by call id, since items compare by
+    identity and are copied on restore)."""
+    for paused in pending_approvals(source):
+        if paused.call_id == item.call_id:
+            return paused
+    raise LookupError(f"no pending call {item.call_id!r} in this run state")
+
+
+def _registered(paused: PendingApproval) -> str:
+    if paused.approval_id is None:
+        raise LookupError(
+            f"effectgate registered no approval for call {paused.call_id!r} ({paused.tool}): its "
+            f"arguments did not reach the gate; reject it"
+        )
+    return paused.approval_id
+
+
+def _state_item(state: RunState[Any, Any], paused: PendingApproval) -> ToolApprovalItem:
+    for item in state.get_interruptions():
+        if item.call_id == paused.call_id:
+            return item
+    raise LookupError(f"call {paused.call_id!r} is not pending in this run state")
+
+
+def approve(state: RunState[Any, Any], paused: PendingApproval, grant: Grant | str) -> None:
+    """Attach the grant token (from `gate.approve` or `effectgate approve`) and approve in the SDK.
+
+    The token is checked at execution time against effectgate's record; it must be the grant of
+    this call's approval."""
+    approval_id = _registered(paused)
+    token = grant.token if isinstance(grant, Grant) else grant
+    claims = Keyring.read(token)
+    if claims.approval_id != approval_id:
+        raise ValueError(
+            f"this grant is for approval {claims.approval_id}, not {approval_id} ({paused.tool})"
+        )
+    adapter_state(_context_of(state))["grants"][approval_id] = token
+    state.approve(_state_item(state, paused))
+
+
+def approve_as(
+    gate: EffectGate, state: RunState[Any, Any], paused: PendingApproval, approver: Approver
+) -> Grant | PartialApproval:
+    """Approve through the gate as `approver`; when that mints a grant, approve in the SDK too.
+
+    A destructive call returns `PartialApproval` after its first approver: the SDK item stays
+    pending until a second, distinct approver grants it."""
+    approval_id = _registered(paused)
+    version = paused.version
+    if version is None:
+        raise LookupError(f"no version recorded for approval {approval_id}")
+    decision = gate.approve(approval_id, version=version, approver=approver)
+    if isinstance(decision, Grant):
+        approve(state, paused, decision)
+    return decision
+
+
+def reject(
+    gate: EffectGate,
+    state: RunState[Any, Any],
+    paused: PendingApproval,
+    *,
+    approver: Approver,
+    reason: str,
+) -> Refused | None:
+    """Deny in effectgate (when it registered the call) and reject in the SDK with the reason, so
+    the model is told why and the call never runs. Returns the core's refusal, if any."""
+    refused: Refused | None = None
+    message = f"Refused (denied): {paused.tool} was denied: {reason}"
+    if paused.approval_id is not None:
+        row = gate.store.get_approval(paused.approval_id)
+        if row is not None and row.status == "denied":
+            message = f"Refused (denied): {paused.tool} was denied: {row.reason}"
+        else:
+            refused = gate.deny(paused.approval_id, approver=approver, reason=reason, version=paused.version)
+            message = refused.for_model()
+    state.reject(_state_item(state, paused), rejection_message=message)
+    return refused

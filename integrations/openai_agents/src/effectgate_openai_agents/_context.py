@@ -1,0 +1,90 @@
+"""Who is calling, from the run context the backend passes to `Runner.run` (never model output).
+
+The run context is a plain dict (a `Mapping`), because the SDK serializes only mappings into
+`RunState` (anything else is silently replaced by `{}`), and the gate's keys must survive a
+snapshot that is resumed in another process:
+
+    context = {"session_id": "s-ada", "origin_message_id": "m3", "user_id": "u1"}
+    result = await Runner.run(agent, "Please refund order 1042", context=context)
+
+`session_id`, `origin_message_id` and `user_id` are required; `run_id` is optional (audit only).
+The agent id is fixed when the tools are wrapped (`gate_tools(..., agent_id=...)`), never read
+from the context. The SDK's tool-call id is kept for the audit and never used as a key.
+
+effectgate keeps its own small state in the same dict under the reserved key `"effectgate"`:
+which approval each paused call registered (so a `ToolApprovalItem` maps to its approval id in any
+process) and the grant tokens the application attached with `approve()` until they are spent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, MutableMapping
+from typing import Any, NotRequired, TypedDict
+
+from agents.exceptions import UserError
+
+from effectgate import CallContext
+from effectgate.errors import EffectGateError
+
+STATE_KEY = "effectgate"
+
+
+class EffectGateContext(TypedDict):
+    """The run context effectgate reads (a TypedDict: pass a plain dict with these keys)."""
+
+    session_id: str
+    origin_message_id: str
+    user_id: str
+    run_id: NotRequired[str]
+
+
+class MissingIdentity(EffectGateError, UserError):
+    """The run was started without something the gate keys on; the application's fault.
+
+    A `UserError`, so the SDK ends the run with it instead of treating it as a tool failure."""
+
+
+def _mapping(context: Any) -> Mapping[str, Any]:
+    if not isinstance(context, Mapping):
+        raise MissingIdentity(
+            "effectgate needs the run context to be a dict with session_id, origin_message_id and "
+            f"user_id (Runner.run(..., context={{...}})); got {type(context).__name__}. The SDK "
+            "serializes only mappings into RunState, so the keys would not survive a resume."
+        )
+    return context
+
+
+def call_context(context: Any, *, agent_id: str, tool_call_id: str | None = None) -> CallContext:
+    """The CallContext of one call; MissingIdentity when the backend left something out."""
+    ctx = _mapping(context)
+    values: dict[str, str] = {}
+    for name in ("session_id", "origin_message_id", "user_id"):
+        value = ctx.get(name)
+        if not isinstance(value, str) or not value:
+            raise MissingIdentity(
+                f"the run context has no {name}: pass context={{'session_id': ..., "
+                f"'origin_message_id': ..., 'user_id': ...}} to Runner.run (the id of the user "
+                f"message this run answers is what makes a replay find the same approval)"
+            )
+        values[name] = value
+    run_id = ctx.get("run_id")
+    return CallContext(
+        **values,
+        agent_id=agent_id,
+        run_id=run_id if isinstance(run_id, str) else "",
+        tool_call_id=tool_call_id,
+    )
+
+
+def adapter_state(context: Any) -> MutableMapping[str, Any]:
+    """effectgate's own entry in the run context, created on first use."""
+    ctx = _mapping(context)
+    if not isinstance(ctx, MutableMapping):
+        raise MissingIdentity("the run context must be a mutable dict (effectgate records approvals in it)")
+    state = ctx.get(STATE_KEY)
+    if not isinstance(state, MutableMapping):
+        state = ctx[STATE_KEY] = {}
+    for key in ("approvals", "grants"):
+        if not isinstance(state.get(key), MutableMapping):
+            state[key] = {}
+    return state

@@ -1,0 +1,386 @@
+"""Gated FunctionTools: the effect table decides `needs_approval`, and every call runs through the gate.
+
+`gate_tools(tools, gate, agent_id=...)` returns one FunctionTool per tool, with the same name,
+description and JSON schema (what the model sees), and two things replaced:
+
+- `needs_approval`: `False` for read and write rows (they never pause, so the SDK never forces an
+  approval on them), and for gated rows a callable that registers the call with the gate and asks
+  the SDK to pause only when the core answers `Pending`. A replayed message whose call already ran
+  (`Executed`), a bad argument (`Invalid`) or a refusal does not pause: the model is told at once.
+- `on_invoke_tool`: the call goes through the core with the raw arguments the model sent, so the
+  arguments validated, frozen and hashed are the ones that run. What runs is the effect table's
+  function for that row; the SDK's approval alone never runs a gated call. A gated call runs only
+  with a grant token the application attached (`approve()`), checked against effectgate's record,
+  version and args hash; a call the SDK approved without one is refused.
+
+Parallel calls: with `gate_agent` (which installs agent hooks that record each model response's
+calls in the run context), the gated calls of one model turn are registered together through
+`gate.acall_step`, so the core's rule holds: two calls of one gated tool in a turn register neither.
+Tools wrapped with `gate_tools` on an agent without those hooks register call by call.
+
+Deferred mode (`mode="deferred"`): gated calls never pause; the tool answers
+`{"status": "deferred", "operation_id": <approval id>, ...}` and the run ends with that payload as
+its final output (see `_deferred`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, Literal
+
+from agents import Agent, AgentHooks, FunctionTool, ModelResponse, RunContextWrapper, function_tool
+from agents.agent import ToolsToFinalOutputResult
+from agents.strict_schema import ensure_strict_json_schema
+from agents.tool import FunctionToolResult
+from agents.tool_context import ToolContext
+from openai.types.responses import ResponseFunctionToolCall
+
+from effectgate import CallContext, EffectGate, Executed, Outcome, Pending, ToolSpec
+from effectgate.errors import EffectGateError, TokenError
+
+from ._context import STATE_KEY, MissingIdentity, adapter_state, call_context
+
+Mode = Literal["approval", "deferred"]
+Unknown = Literal["raise", "refuse"]
+
+_CACHE_LIMIT = 4096
+
+
+class UnknownTool(EffectGateError, LookupError):
+    """A tool to wrap has no row in the effect table (or the agent may not call it)."""
+
+
+def deferred_payload(outcome: Pending | Executed) -> dict[str, Any]:
+    """What a gated tool answers in deferred mode: the operation id is the approval id."""
+    status = "executed" if isinstance(outcome, Executed) else outcome.status
+    tool = outcome.tool if isinstance(outcome, Executed) else outcome.card.tool
+    body: dict[str, Any] = {
+        "status": "deferred",
+        "operation_id": outcome.approval_id,
+        "tool": tool,
+        "approval_status": status,
+    }
+    if isinstance(outcome, Pending):
+        body["version"] = outcome.version
+        body["args_hash"] = outcome.card.args_hash
+        body["approver_role"] = outcome.card.approver_role
+        body["message"] = (
+            f"{tool} is waiting for approval by {outcome.card.approver_role}; it has not run. "
+            f"Tell the user it is pending review."
+        )
+    else:
+        body["message"] = f"{tool} has already run for this request; its result is on record."
+    return body
+
+
+def is_deferred(output: Any) -> bool:
+    if isinstance(output, str):
+        try:
+            output = json.loads(output)
+        except ValueError:
+            return False
+    return isinstance(output, Mapping) and output.get("status") == "deferred" and "operation_id" in output
+
+
+def _text(outcome: Outcome) -> str:
+    return outcome.for_model()
+
+
+def _parse(arguments: str) -> Any:
+    """The model's arguments as JSON; what does not parse goes to the gate as is (-> Invalid)."""
+    try:
+        return json.loads(arguments) if arguments.strip() else {}
+    except ValueError:
+        return arguments
+
+
+def _as_function_tool(tool: FunctionTool | Callable[..., Any]) -> FunctionTool:
+    if isinstance(tool, FunctionTool):
+        return tool
+    if callable(tool):
+        made = function_tool(tool)
+        if isinstance(made, FunctionTool):
+            return made
+    raise TypeError(
+        f"gate_tools wraps FunctionTools and plain functions; got {type(tool).__name__} "
+        f"(hosted tools, handoffs and MCP tools are not gated by this adapter)"
+    )
+
+
+class GatedTools:
+    """The shared state of one `gate_tools` call: step registrations and per-call outcomes."""
+
+    def __init__(self, gate: EffectGate, *, agent_id: str, mode: Mode) -> None:
+        if mode not in ("approval", "deferred"):
+            raise ValueError(f"mode must be 'approval' or 'deferred', not {mode!r}")
+        if not agent_id:
+            raise ValueError("gate_tools needs the agent_id the effect table's allowlist names")
+        self.gate = gate
+        self.agent_id = agent_id
+        self.mode: Mode = mode
+        self.names: set[str] = set()
+        # outcomes decided before the call runs (needs_approval), taken once by on_invoke
+        self._decided: OrderedDict[tuple[str, str, str], Outcome] = OrderedDict()
+        # one registration per model turn: (session, origin, call ids) -> task
+        self._steps: OrderedDict[tuple[str, str, tuple[str, ...]], asyncio.Future[dict[str, Outcome]]] = (
+            OrderedDict()
+        )
+
+    # -- wrapping
+
+    def wrap(self, tool: FunctionTool, unknown: Unknown) -> FunctionTool:
+        spec = self.gate.table.get(tool.name)
+        known = spec is not None and self.gate.table.allowed(self.agent_id, tool.name)
+        if not known and unknown != "refuse":
+            why = "is not in the effect table" if spec is None else f"is not allowed for {self.agent_id!r}"
+            raise UnknownTool(
+                f"tool {tool.name!r} {why}: add a row for it, or wrap with unknown='refuse' "
+                f"to have the model told at call time"
+            )
+        gated = spec is not None and self.gate.policy.gates(spec.effect)
+        self.names.add(tool.name)
+        name = tool.name
+
+        async def on_invoke(ctx: ToolContext[Any], arguments: str) -> Any:
+            return await self.invoke(name, ctx, arguments, gated=gated)
+
+        needs: bool | Callable[[RunContextWrapper[Any], dict[str, Any], str], Awaitable[bool]] = False
+        if gated and self.mode == "approval":
+
+            async def needs_approval(
+                ctx: RunContextWrapper[Any], params: dict[str, Any], call_id: str
+            ) -> bool:
+                return await self.needs_approval(name, ctx, params, call_id)
+
+            needs = needs_approval
+        return dataclasses.replace(tool, on_invoke_tool=on_invoke, needs_approval=needs)
+
+    # -- registration
+
+    def _remember(self, key: tuple[str, str, str], outcome: Outcome) -> None:
+        self._decided[key] = outcome
+        while len(self._decided) > _CACHE_LIMIT:
+            self._decided.popitem(last=False)
+
+    async def _register(self, name: str, context: Any, args: Any, call_id: str, cctx: CallContext) -> Outcome:
+        """Register one gated call, together with its turn's other gated calls when known."""
+        turn = adapter_state(context).get("turn")
+        calls: list[tuple[str, Any, str]] = []
+        if isinstance(turn, Mapping) and call_id in turn:
+            for cid, (tname, targs) in turn.items():
+                spec = self.gate.table.get(tname)
+                if tname in self.names and spec is not None and self.gate.policy.gates(spec.effect):
+                    calls.append((tname, _parse(targs), cid))
+        if not any(cid == call_id for _, _, cid in calls):
+            return await self.gate.acall(name, args, cctx)
+        key = (cctx.session_id, cctx.origin_message_id, tuple(cid for _, _, cid in calls))
+        step = self._steps.get(key)
+        if step is None:
+            step = asyncio.ensure_future(self._register_step(calls, cctx))
+            self._steps[key] = step
+            while len(self._steps) > _CACHE_LIMIT:
+                self._steps.popitem(last=False)
+        outcomes = await step
+        return outcomes[call_id]
+
+    async def _register_step(
+        self, calls: list[tuple[str, Any, str]], cctx: CallContext
+    ) -> dict[str, Outcome]:
+        outcomes = await self.gate.acall_step(calls, dataclasses.replace(cctx, tool_call_id=None))
+        return {cid: o for (_, _, cid), o in zip(calls, outcomes, strict=True)}
+
+    async def needs_approval(
+        self, name: str, ctx: RunContextWrapper[Any], params: dict[str, Any], call_id: str
+    ) -> bool:
+        cctx = call_context(ctx.context, agent_id=self.agent_id, tool_call_id=call_id)
+        outcome = await self._register(name, ctx.context, params, call_id, cctx)
+        if isinstance(outcome, Pending):
+            adapter_state(ctx.context)["approvals"][call_id] = {
+                "approval_id": outcome.approval_id,
+                "version": outcome.version,
+                "args_hash": outcome.card.args_hash,
+                "tool": name,
+            }
+            return True
+        self._remember((cctx.session_id, cctx.origin_message_id, call_id), outcome)
+        return False
+
+    # -- execution
+
+    async def invoke(self, name: str, ctx: ToolContext[Any], arguments: str, *, gated: bool) -> Any:
+        cctx = call_context(ctx.context, agent_id=self.agent_id, tool_call_id=ctx.tool_call_id)
+        decided = self._decided.pop((cctx.session_id, cctx.origin_message_id, ctx.tool_call_id), None)
+        args = _parse(arguments)
+        try:
+            if decided is not None:
+                outcome: Outcome = decided
+            elif not gated:
+                outcome = await self.gate.acall(name, args, cctx)
+            elif self.mode == "deferred":
+                outcome = await self._register(name, ctx.context, args, ctx.tool_call_id, cctx)
+            else:
+                outcome = await self.gate.acall(name, args, cctx)
+            deferred = gated and self.mode == "deferred" and isinstance(outcome, Pending | Executed)
+            if deferred and outcome.approval_id is not None:  # type: ignore[union-attr]
+                return deferred_payload(outcome)  # type: ignore[arg-type]
+            if isinstance(outcome, Pending):
+                return await self._run_granted(ctx, outcome, args)
+            return _text(outcome)
+        except MissingIdentity:
+            raise
+        except TokenError as exc:
+            return f"Refused (token_{exc.reason}): {exc}"
+        except EffectGateError as exc:
+            return f"Refused: {exc}"
+        except Exception as exc:  # the tool's own failure: recorded by the gate, told to the model
+            return f"{name} failed: {type(exc).__name__}: {exc}"
+
+    async def _run_granted(self, ctx: ToolContext[Any], pending: Pending, args: Any) -> str:
+        grants = adapter_state(ctx.context)["grants"]
+        token = grants.get(pending.approval_id)
+        if not isinstance(token, str) or pending.status != "approved":
+            return (
+                f"Refused (not_approved): {pending.card.tool} is approved in the run state but "
+                f"effectgate holds no grant for approval {pending.approval_id} (version "
+                f"{pending.version}, status {pending.status}); it has not run."
+            )
+        executed = await self.gate.aexecute(token, args)
+        grants.pop(pending.approval_id, None)
+        return _text(executed)
+
+
+def gate_tools(
+    tools: Iterable[FunctionTool | Callable[..., Any]],
+    gate: EffectGate,
+    *,
+    agent_id: str,
+    unknown: Unknown = "raise",
+    mode: Mode = "approval",
+) -> list[FunctionTool]:
+    """Gated copies of `tools` (FunctionTools or plain functions) for the agent `agent_id`.
+
+    A tool without a row in the table (or outside the agent's allowlist) raises `UnknownTool`
+    here, unless `unknown="refuse"`: then it is kept and every call of it is refused and recorded.
+    """
+    shared = GatedTools(gate, agent_id=agent_id, mode=mode)
+    return [shared.wrap(_as_function_tool(t), unknown) for t in tools]
+
+
+class StepHooks(AgentHooks[Any]):
+    """Agent hooks that record each model response's function calls in the run context, so the
+    gated calls of one turn are registered together; forwards every hook to the agent's own."""
+
+    def __init__(self, inner: AgentHooks[Any] | None = None) -> None:
+        self.inner = inner
+
+    async def on_llm_end(
+        self, context: RunContextWrapper[Any], agent: Agent[Any], response: ModelResponse
+    ) -> None:
+        if isinstance(context.context, Mapping):
+            calls = {
+                item.call_id: [item.name, item.arguments]
+                for item in response.output
+                if isinstance(item, ResponseFunctionToolCall)
+            }
+            adapter_state(context.context)["turn"] = calls
+        if self.inner is not None:
+            await self.inner.on_llm_end(context, agent, response)
+
+    def __getattribute__(self, name: str) -> Any:
+        if name.startswith("on_") and name != "on_llm_end":
+            inner = object.__getattribute__(self, "inner")
+            if inner is not None:
+                return getattr(inner, name)
+        return object.__getattribute__(self, name)
+
+
+def _deferred_behavior(original: Any) -> Callable[..., Any]:
+    if original != "run_llm_again" and not callable(original):
+        raise ValueError(
+            "deferred mode ends the run on a deferred result, so it needs the agent's "
+            f"tool_use_behavior to be 'run_llm_again' or a function; got {original!r}"
+        )
+
+    async def behavior(context: RunContextWrapper[Any], results: list[FunctionToolResult]) -> Any:
+        deferred = [r.output for r in results if is_deferred(r.output)]
+        if deferred:
+            return ToolsToFinalOutputResult(is_final_output=True, final_output=deferred[0])
+        if callable(original):
+            answer = original(context, results)
+            return await answer if asyncio.iscoroutine(answer) else answer
+        return ToolsToFinalOutputResult(is_final_output=False, final_output=None)
+
+    return behavior
+
+
+def gate_agent(
+    agent: Agent[Any],
+    gate: EffectGate,
+    *,
+    agent_id: str | None = None,
+    unknown: Unknown = "raise",
+    mode: Mode = "approval",
+    tools: Sequence[FunctionTool | Callable[..., Any]] | None = None,
+) -> Agent[Any]:
+    """A clone of `agent` whose function tools are gated (see `gate_tools`); other tools are kept.
+
+    `agent_id` defaults to the agent's name. In deferred mode the clone's `tool_use_behavior` ends
+    the run on the first deferred result."""
+    source: list[Any] = list(agent.tools) if tools is None else list(tools)
+    for t in source:
+        if not isinstance(t, FunctionTool) and not (callable(t) and not hasattr(t, "name")):
+            raise TypeError(
+                f"{getattr(t, 'name', t)!r} is a {type(t).__name__}, which effectgate cannot gate "
+                f"(it does not run through on_invoke_tool); remove it or pass tools= without it"
+            )
+    wrapped = gate_tools(source, gate, agent_id=agent_id or agent.name, unknown=unknown, mode=mode)
+    changes: dict[str, Any] = {"tools": wrapped, "hooks": StepHooks(agent.hooks)}
+    if mode == "deferred":
+        changes["tool_use_behavior"] = _deferred_behavior(agent.tool_use_behavior)
+    return agent.clone(**changes)
+
+
+def spec_tool(spec: ToolSpec) -> FunctionTool:
+    """A FunctionTool for one effect-table row (name, description, the row's schema).
+
+    Called outside the gate it refuses; wrap it with `gate_tools` (or `gate_agent`)."""
+    schema = dict(spec.schema or {"type": "object", "properties": {}})
+    try:
+        strict_schema = ensure_strict_json_schema(json.loads(json.dumps(schema)))
+        strict = strict_schema == schema
+    except Exception:
+        strict = False
+
+    async def through_gate_only(ctx: ToolContext[Any], arguments: str) -> Any:
+        raise EffectGateError(f"{spec.name} runs only through effectgate: wrap it with gate_tools")
+
+    return FunctionTool(
+        name=spec.name,
+        description=spec.description or spec.name,
+        params_json_schema=schema,
+        on_invoke_tool=through_gate_only,
+        strict_json_schema=strict,
+    )
+
+
+def table_tools(gate: EffectGate, *, agent_id: str) -> list[FunctionTool]:
+    """Unwrapped FunctionTools for every row `agent_id` may call (wrap them with `gate_tools`)."""
+    return [spec_tool(s) for s in gate.table if gate.table.allowed(agent_id, s.name)]
+
+
+__all__ = [
+    "STATE_KEY",
+    "GatedTools",
+    "StepHooks",
+    "UnknownTool",
+    "deferred_payload",
+    "gate_agent",
+    "gate_tools",
+    "is_deferred",
+    "spec_tool",
+    "table_tools",
+]

@@ -1,0 +1,50 @@
+"""Fixtures for the OpenAI Agents suite: the harness, and no real model or tracing anywhere."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from agents import set_tracing_disabled
+
+from effectgate.testing import FakeClock, Script
+from tests.conformance.adapters import ShopGate, open_shop_gate
+
+from ._harness import OpenAIAgentsHarness
+
+set_tracing_disabled(True)
+
+
+@pytest.fixture(autouse=True)
+def no_real_models(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No key, no tracing exporter, no socket off this machine: a real model cannot be reached."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.setenv("OPENAI_AGENTS_DISABLE_TRACING", "1")
+    real_connect = socket.socket.connect
+
+    def connect(self: socket.socket, address: Any) -> Any:
+        host = address[0] if isinstance(address, tuple) else address
+        if self.family == socket.AF_UNIX or str(host) in ("127.0.0.1", "::1", "localhost"):
+            return real_connect(self, address)
+        raise AssertionError(f"a test tried to reach {address!r}")
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+
+
+@pytest.fixture
+def shop_gate(sqlite_url: str, clock: FakeClock) -> Iterator[ShopGate]:
+    with open_shop_gate(sqlite_url, clock) as parts:
+        yield parts
+
+
+MakeOpenAIHarness = Callable[..., OpenAIAgentsHarness]
+
+
+@pytest.fixture
+def oa_harness(shop_gate: ShopGate) -> MakeOpenAIHarness:
+    def make(script: Script, **options: Any) -> OpenAIAgentsHarness:
+        return OpenAIAgentsHarness(shop_gate.gate, script, **options)
+
+    return make

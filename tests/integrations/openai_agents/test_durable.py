@@ -1,0 +1,181 @@
+"""Durable RunState: pause in one process, approve with the CLI, resume in another; replays and tampering."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agents import Agent, RunState, Runner, function_tool
+from agents._tool_invocation import tool_invocation_identity
+from agents.exceptions import ModelBehaviorError
+
+from effectgate import Approver, Keyring, open_store
+from effectgate.testing import Script, call, say
+from effectgate_openai_agents import approve, pending_approvals
+from effectgate_openai_agents.testing import ScriptedModel
+from tests.conformance.adapters import REFUND, ShopGate, grant
+
+from .conftest import MakeOpenAIHarness
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        args,
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def _process(command: str, env: dict[str, str], *extra: str) -> dict[str, Any]:
+    argv = [sys.executable, "-m", "tests.integrations.openai_agents._process", command]
+    done = _run([*argv, "--db", env["EG_TEST_DB"], "--state", env["EG_TEST_STATE"], *extra], env)
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def test_pause_approve_with_the_cli_and_resume_in_another_process(tmp_path: Path) -> None:
+    """RunState.to_string() in one process, `effectgate approve` in a second, resume in a third: one refund."""
+    db = f"sqlite:///{tmp_path}/effectgate.db"
+    env = {
+        **os.environ,
+        "EFFECTGATE_KEYRING": Keyring.generate().dumps(),
+        "EG_TEST_DB": db,
+        "EG_TEST_STATE": str(tmp_path / "state.json"),
+    }
+    env.pop("EFFECTGATE_APP", None)
+    paused = _process("pause", env)
+    [request] = paused["paused"]
+    assert (request["tool"], paused["refunds_here"]) == ("refund_order", 0)
+    cli = Path(sys.executable).with_name("effectgate")
+    approved = _run(
+        [
+            str(cli),
+            *("--db", db, "--app", "effectgate.examples.shop:app", "approve", request["approval_id"]),
+            *("--version", str(request["version"]), "--as", "finance", "--approver", "fiona"),
+        ],
+        env,
+    )
+    token = approved.stdout.strip().splitlines()[-1]
+    resumed = _process("resume", env, "--token", token)
+    assert [(r["tool"], r["ok"]) for r in resumed["results"]] == [("refund_order", True)]
+    assert resumed["refunds_here"] == 1
+    again = _process("resume", env, "--token", token)  # the same paused snapshot, a second time
+    assert again["refunds_here"] == 0
+    assert [(r["tool"], r["ok"]) for r in again["results"]] == [("refund_order", True)]
+    store = open_store(db)
+    try:
+        assert [(e.tool, e.status, e.approval_id) for e in store.executions()] == [
+            ("refund_order", "succeeded", request["approval_id"])
+        ]
+        row = store.get_approval(request["approval_id"])
+        assert row is not None and row.status == "executed"
+    finally:
+        store.close()
+
+
+def _approved_snapshot(oa_harness: MakeOpenAIHarness, shop_gate: ShopGate, *later: Any) -> tuple[Any, str]:
+    """A harness paused on the refund, and the snapshot string taken after approving it."""
+    h = oa_harness(Script([call("refund_order", **REFUND), *later]))
+    [paused] = h.send("Please refund order 1042", message_id="m3").paused
+    state = h.restore()
+    [waiting] = pending_approvals(state)
+    approve(state, waiting, grant(shop_gate.gate, paused))
+    return h, state.to_string()
+
+
+def test_resuming_one_approved_snapshot_twice_executes_once(
+    oa_harness: MakeOpenAIHarness, shop_gate: ShopGate
+) -> None:
+    """Two restores of the same approved snapshot: the second gets the stored result, no second refund."""
+    h, approved = _approved_snapshot(oa_harness, shop_gate, say("Refunded."), say("Refunded again?"))
+    first = h.resume(asyncio.run(RunState.from_string(h.agent, approved)))
+    second = h.resume(asyncio.run(RunState.from_string(h.agent, approved)))
+    assert [(r.tool, r.ok) for r in first.results] == [("refund_order", True)]
+    assert [(r.tool, r.ok) for r in second.results] == [("refund_order", True)]
+    assert first.results[0].content == second.results[0].content
+    assert shop_gate.shop.receiver.count("refund") == 1
+    assert [e.status for e in shop_gate.store.executions()] == ["succeeded"]
+    assert shop_gate.gate.audit().clean
+    h.script.assert_complete()
+
+
+def test_the_sdk_alone_executes_an_approved_snapshot_twice() -> None:
+    """The hazard the gate removes: without effectgate, two resumes of one approved snapshot run twice."""
+    runs: list[int] = []
+
+    @function_tool(needs_approval=True)
+    def refund(amount: int) -> str:
+        """Refund."""
+        runs.append(amount)
+        return "ok"
+
+    model = ScriptedModel(Script([call("refund", amount=5), say("done"), say("done")]))
+    agent = Agent(name="plain", model=model, tools=[refund])
+    result = Runner.run_sync(agent, "refund 5")
+    state = result.to_state()
+    state.approve(state.get_interruptions()[0])
+    snapshot = state.to_string()
+    for _ in range(2):
+        Runner.run_sync(agent, asyncio.run(RunState.from_string(agent, snapshot)))
+    assert runs == [5, 5]
+
+
+def _tamper(snapshot: str, old: str, new: str, *, refingerprint: bool) -> str:
+    tampered = snapshot.replace(old.replace('"', '\\"'), new.replace('"', '\\"'))
+    if refingerprint:
+        data = json.loads(tampered)
+        for item in data["generated_items"]:
+            if item["type"] == "tool_call_item":
+                _, call_id, fingerprint = tool_invocation_identity(item["raw_item"])  # type: ignore[misc]
+                data["context"]["tool_invocations"][call_id]["fingerprint"] = fingerprint
+        tampered = json.dumps(data)
+    assert tampered != snapshot
+    return tampered
+
+
+@pytest.mark.parametrize("refingerprint", [False, True], ids=["args-only", "args-and-fingerprint"])
+def test_a_tampered_snapshot_refunds_nothing(
+    oa_harness: MakeOpenAIHarness, shop_gate: ShopGate, refingerprint: bool
+) -> None:
+    """Arguments raised in an approved snapshot (and its unkeyed fingerprint recomputed): no refund runs,
+    the approval stays unexecuted, and the grant never moves to the new arguments."""
+    h, approved = _approved_snapshot(oa_harness, shop_gate, say("Sorry."))
+    tampered = _tamper(approved, '"amount":12000', '"amount":99000', refingerprint=refingerprint)
+    try:
+        turn = h.resume(asyncio.run(RunState.from_string(h.agent, tampered)))
+    except ModelBehaviorError:
+        assert not refingerprint  # the SDK's own check caught the plain edit
+    else:
+        assert [(r.tool, r.ok) for r in turn.results] == [("refund_order", False)]
+    assert shop_gate.shop.receiver.count("refund") == 0
+    assert shop_gate.store.executions() == []
+    [original, *_] = shop_gate.store.approvals()
+    assert (original.status, original.token_used_at) == ("approved", None)
+
+
+def test_a_grant_of_another_approval_is_refused(oa_harness: MakeOpenAIHarness, shop_gate: ShopGate) -> None:
+    """`approve()` will not attach a token minted for a different approval to this call."""
+    h = oa_harness(Script([call("refund_order", **REFUND)]))
+    [paused] = h.send("Please refund order 1042", message_id="m3").paused
+    other = oa_harness(Script([call("send_email", to=["ada@example.com"], subject="Hi", body="Refund soon")]))
+    [elsewhere] = other.send("email me", message_id="m9").paused
+    state = h.restore()
+    [waiting] = pending_approvals(state)
+    with pytest.raises(ValueError, match="not"):
+        approve(state, waiting, grant(shop_gate.gate, elsewhere, Approver("sam", "support_lead")))
+    assert state.get_interruptions()  # still pending in the SDK
+    assert shop_gate.shop.receiver.count("refund") == 0
