@@ -7,9 +7,10 @@ Every pause is serialized with `RunState.to_string()` and every answer restores 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import Any
 
-from agents import Agent, FunctionTool, RunResult, Runner, RunState, function_tool
+from agents import Agent, FunctionTool, Runner, RunResult, RunState, function_tool
 from agents.items import ToolCallItem, ToolCallOutputItem
 
 from effectgate import Approver, EffectGate
@@ -49,8 +50,17 @@ def context(message_id: str, *, session_id: str = SESSION, user_id: str = USER) 
     return {"session_id": session_id, "origin_message_id": message_id, "user_id": user_id}
 
 
-def tool_results(result: RunResult) -> tuple[ToolResult, ...]:
-    """The tool outputs the model was given during this run, by tool name."""
+@dataclass(frozen=True)
+class Output:
+    call_id: str
+    result: ToolResult
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.result, name)
+
+
+def tool_results(result: RunResult) -> tuple[Output, ...]:
+    """The tool outputs in a run's new items, by call id and tool name."""
     names = {}
     for item in result.new_items:
         if isinstance(item, ToolCallItem):
@@ -66,7 +76,8 @@ def tool_results(result: RunResult) -> tuple[ToolResult, ...]:
             call_id = raw.get("call_id") if isinstance(raw, dict) else getattr(raw, "call_id", None)
             content = item.output if isinstance(item.output, str) else str(item.output)
             ok = not content.startswith(_FAILED) and "not approved" not in content
-            out.append(ToolResult(tool=str(names.get(call_id, "?")), ok=ok, content=content))
+            tool = ToolResult(tool=str(names.get(call_id, "?")), ok=ok, content=content)
+            out.append(Output(call_id=str(call_id), result=tool))
     return tuple(out)
 
 
@@ -78,6 +89,7 @@ class OpenAIAgentsHarness:
         self.agent = support_agent(gate, self.model, **options)
         self.snapshot: str | None = None
         self.last: RunResult | None = None
+        self._reported: set[str] = set()
 
     def _turn(self, result: RunResult) -> Turn:
         self.last = result
@@ -86,7 +98,10 @@ class OpenAIAgentsHarness:
             for p in pending_approvals(result)
         )
         self.snapshot = result.to_state().to_string() if result.interruptions else None
-        return Turn(paused=paused, results=tool_results(result))
+        # a resumed run's new_items repeat the outputs of the run it continues: report each once
+        fresh = tuple(r for r in tool_results(result) if r.call_id not in self._reported)
+        self._reported.update(r.call_id for r in fresh)
+        return Turn(paused=paused, results=tuple(r.result for r in fresh))
 
     def send(self, text: str, *, message_id: str) -> Turn:
         result = Runner.run_sync(self.agent, [{"role": "user", "content": text}], context=context(message_id))

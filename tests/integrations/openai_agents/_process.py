@@ -57,7 +57,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
         script.assert_complete()
         return {
             "paused": paused,
-            "results": [r.__dict__ for r in tool_results(result)],
+            "results": [r.result.__dict__ for r in tool_results(result)],
             "final_output": result.final_output,
             "refunds_here": shop.receiver.count("refund"),
         }

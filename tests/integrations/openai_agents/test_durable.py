@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agents import Agent, RunState, Runner, function_tool
+from agents import Agent, Runner, RunState, function_tool
 from agents._tool_invocation import tool_invocation_identity
 from agents.exceptions import ModelBehaviorError
 
@@ -21,6 +21,7 @@ from effectgate_openai_agents import approve, pending_approvals
 from effectgate_openai_agents.testing import ScriptedModel
 from tests.conformance.adapters import REFUND, ShopGate, grant
 
+from ._harness import tool_results
 from .conftest import MakeOpenAIHarness
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -48,7 +49,7 @@ def _process(command: str, env: dict[str, str], *extra: str) -> dict[str, Any]:
 
 
 def test_pause_approve_with_the_cli_and_resume_in_another_process(tmp_path: Path) -> None:
-    """RunState.to_string() in one process, `effectgate approve` in a second, resume in a third: one refund."""
+    """to_string() in one process, `effectgate approve` in a second, resume in a third: one refund."""
     db = f"sqlite:///{tmp_path}/effectgate.db"
     env = {
         **os.environ,
@@ -82,7 +83,8 @@ def test_pause_approve_with_the_cli_and_resume_in_another_process(tmp_path: Path
             ("refund_order", "succeeded", request["approval_id"])
         ]
         row = store.get_approval(request["approval_id"])
-        assert row is not None and row.status == "executed"
+        assert row is not None
+        assert row.status == "executed"
     finally:
         store.close()
 
@@ -102,11 +104,14 @@ def test_resuming_one_approved_snapshot_twice_executes_once(
 ) -> None:
     """Two restores of the same approved snapshot: the second gets the stored result, no second refund."""
     h, approved = _approved_snapshot(oa_harness, shop_gate, say("Refunded."), say("Refunded again?"))
-    first = h.resume(asyncio.run(RunState.from_string(h.agent, approved)))
-    second = h.resume(asyncio.run(RunState.from_string(h.agent, approved)))
-    assert [(r.tool, r.ok) for r in first.results] == [("refund_order", True)]
-    assert [(r.tool, r.ok) for r in second.results] == [("refund_order", True)]
-    assert first.results[0].content == second.results[0].content
+    outputs = []
+    for _ in range(2):
+        h.resume(asyncio.run(RunState.from_string(h.agent, approved)))
+        assert h.last is not None
+        outputs.append([o.result for o in tool_results(h.last)])
+    first, second = outputs
+    assert [(r.tool, r.ok) for r in first] == [("refund_order", True)]
+    assert second == first  # the stored result, word for word
     assert shop_gate.shop.receiver.count("refund") == 1
     assert [e.status for e in shop_gate.store.executions()] == ["succeeded"]
     assert shop_gate.gate.audit().clean
@@ -170,7 +175,7 @@ def test_a_tampered_snapshot_refunds_nothing(
 def test_a_grant_of_another_approval_is_refused(oa_harness: MakeOpenAIHarness, shop_gate: ShopGate) -> None:
     """`approve()` will not attach a token minted for a different approval to this call."""
     h = oa_harness(Script([call("refund_order", **REFUND)]))
-    [paused] = h.send("Please refund order 1042", message_id="m3").paused
+    h.send("Please refund order 1042", message_id="m3")
     other = oa_harness(Script([call("send_email", to=["ada@example.com"], subject="Hi", body="Refund soon")]))
     [elsewhere] = other.send("email me", message_id="m9").paused
     state = h.restore()
