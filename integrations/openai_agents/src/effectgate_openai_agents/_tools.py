@@ -19,8 +19,8 @@ calls in the run context), the gated calls of one model turn are registered toge
 Tools wrapped with `gate_tools` on an agent without those hooks register call by call.
 
 Deferred mode (`mode="deferred"`): gated calls never pause; the tool answers
-`{"status": "deferred", "operation_id": <approval id>, ...}` and the run ends with that payload as
-its final output (see `_deferred`).
+`{"status": "deferred", "operation_id": <approval id>, ...}` and the run ends with that payload (as
+a JSON string) as its final output (see `_deferred`).
 """
 
 from __future__ import annotations
@@ -308,7 +308,9 @@ def _deferred_behavior(original: Any) -> Callable[..., Any]:
     async def behavior(context: RunContextWrapper[Any], results: list[FunctionToolResult]) -> Any:
         deferred = [r.output for r in results if is_deferred(r.output)]
         if deferred:
-            return ToolsToFinalOutputResult(is_final_output=True, final_output=deferred[0])
+            first = deferred[0]
+            text = first if isinstance(first, str) else json.dumps(first, sort_keys=True)
+            return ToolsToFinalOutputResult(is_final_output=True, final_output=text)
         if callable(original):
             answer = original(context, results)
             return await answer if asyncio.iscoroutine(answer) else answer
