@@ -33,6 +33,7 @@ def test_benchmark_smoke_run_prints_every_ratio(tmp_path: Path) -> None:
         "ratio (c) claims",
         "ratio (e) langgraph read",
         "ratio (f) langgraph interrupt + resume",
+        "ratio (g) openai-agents read",
     ):
         assert sum(line.startswith(prefix) for line in lines) == 1, (prefix, done.stdout)
     assert "target" in next(line for line in lines if line.startswith("ratio (a)"))
@@ -41,4 +42,5 @@ def test_benchmark_smoke_run_prints_every_ratio(tmp_path: Path) -> None:
     assert data["mode"] == "smoke"
     assert set(data["ratios"]) >= {"read", "money", "claims", "concurrency"}
     assert set(data["frameworks"]["langgraph"]["ratios"]) == {"node", "roundtrip"}
+    assert set(data["frameworks"]["openai_agents"]["ratios"]) == {"run"}
     assert data["money_commits"] == {"propose": 1, "approve": 1, "execute": 2}

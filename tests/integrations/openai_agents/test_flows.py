@@ -364,3 +364,30 @@ def test_the_scripted_model_is_strict(shop_gate: ShopGate) -> None:
 def test_missing_identity_ends_the_run_as_a_user_error() -> None:
     """The SDK treats other exceptions in needs_approval as "approval required"; this one ends the run."""
     assert issubclass(MissingIdentity, UserError)
+
+
+def test_async_table_functions_run_on_the_loop(tmp_path: Any) -> None:
+    """A row whose function is a coroutine is awaited through the core's async driver."""
+    from effectgate import Effect, EffectGate, EffectTable, Keyring, ToolSpec, open_store
+
+    seen: list[int] = []
+
+    async def lookup(n: int) -> dict[str, int]:
+        """Look a number up."""
+        seen.append(n)
+        return {"n": n}
+
+    store = open_store(f"sqlite:///{tmp_path}/async.db")
+    store.setup()
+    table = EffectTable([ToolSpec(name="lookup", effect=Effect.READ, fn=lookup)])
+    table.allow("support", ["lookup"])
+    gate = EffectGate(table, store, keyring=Keyring.generate())
+    try:
+        model = ScriptedModel(Script([call("lookup", n=7), say("7")]))
+        agent = gate_agent(Agent(name="support", model=model, tools=[function_tool(lookup)]), gate)
+        result = Runner.run_sync(agent, "look up 7", context=context("m1"))
+        assert [(o.result.tool, o.result.ok) for o in tool_results(result)] == [("lookup", True)]
+        assert seen == [7]
+    finally:
+        gate.close()
+        store.close()

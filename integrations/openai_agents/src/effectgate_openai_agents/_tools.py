@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
 import json
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -159,6 +160,20 @@ class GatedTools:
             needs = needs_approval
         return dataclasses.replace(tool, on_invoke_tool=on_invoke, needs_approval=needs)
 
+    # -- the core, off the event loop
+
+    def _sync(self, name: str) -> bool:
+        spec = self.gate.table.get(name)
+        return spec is None or not inspect.iscoroutinefunction(spec.fn)
+
+    async def _call(self, name: str, args: Any, cctx: CallContext) -> Outcome:
+        """One call through the core. A sync tool runs the whole call in one worker thread (one
+        hop, as the SDK does for a plain sync function tool); an async tool uses the core's async
+        driver, which awaits it on the loop. Either way the loop never waits on the database."""
+        if self._sync(name):
+            return await asyncio.to_thread(self.gate.call, name, args, cctx)
+        return await self.gate.acall(name, args, cctx)
+
     # -- registration
 
     def _remember(self, key: tuple[str, str, str], outcome: Outcome) -> None:
@@ -176,7 +191,7 @@ class GatedTools:
                 if tname in self.names and spec is not None and self.gate.policy.gates(spec.effect):
                     calls.append((tname, _parse(targs), cid))
         if not any(cid == call_id for _, _, cid in calls):
-            return await self.gate.acall(name, args, cctx)
+            return await self._call(name, args, cctx)
         key = (cctx.session_id, cctx.origin_message_id, tuple(cid for _, _, cid in calls))
         step = self._steps.get(key)
         if step is None:
@@ -190,7 +205,9 @@ class GatedTools:
     async def _register_step(
         self, calls: list[tuple[str, Any, str]], cctx: CallContext
     ) -> dict[str, Outcome]:
-        outcomes = await self.gate.acall_step(calls, dataclasses.replace(cctx, tool_call_id=None))
+        outcomes = await asyncio.to_thread(
+            self.gate.call_step, calls, dataclasses.replace(cctx, tool_call_id=None)
+        )
         return {cid: o for (_, _, cid), o in zip(calls, outcomes, strict=True)}
 
     async def needs_approval(
@@ -219,11 +236,11 @@ class GatedTools:
             if decided is not None:
                 outcome: Outcome = decided
             elif not gated:
-                outcome = await self.gate.acall(name, args, cctx)
+                outcome = await self._call(name, args, cctx)
             elif self.mode == "deferred":
                 outcome = await self._register(name, ctx.context, args, ctx.tool_call_id, cctx)
             else:
-                outcome = await self.gate.acall(name, args, cctx)
+                outcome = await self._call(name, args, cctx)
             deferred = gated and self.mode == "deferred" and isinstance(outcome, Pending | Executed)
             if deferred and outcome.approval_id is not None:  # type: ignore[union-attr]
                 return deferred_payload(outcome)  # type: ignore[arg-type]
@@ -248,7 +265,11 @@ class GatedTools:
                 f"effectgate holds no grant for approval {pending.approval_id} (version "
                 f"{pending.version}, status {pending.status}); it has not run."
             )
-        executed = await self.gate.aexecute(token, args)
+        executed = (
+            await asyncio.to_thread(self.gate.execute, token, args)
+            if self._sync(pending.card.tool)
+            else await self.gate.aexecute(token, args)
+        )
         grants.pop(pending.approval_id, None)
         return _text(executed)
 
