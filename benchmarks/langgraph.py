@@ -15,10 +15,7 @@
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,6 +33,7 @@ from langgraph.types import Command, interrupt
 from effectgate import Approver, Effect, EffectGate, EffectTable, Grant, Keyring, ToolSpec, open_store
 from effectgate_langgraph import GatedToolNode, approve, resume
 
+from . import _adapter
 from ._timing import Plan, Stats, interleaved, paired_ratio
 
 READ_RATIO_TARGET = 1.10
@@ -193,10 +191,6 @@ def run(directory: Path, plans: dict[str, Plan]) -> LangGraphResult:
     )
 
 
-def _duration(ns: float) -> str:
-    return f"{ns / 1e6:.2f} ms" if ns >= 1e6 else f"{ns / 1e3:.1f} us"
-
-
 def report(result: LangGraphResult) -> tuple[list[str], bool]:
     """The lines to print, and whether the read-path target was met."""
     met = result.node_ratio <= READ_RATIO_TARGET
@@ -206,10 +200,7 @@ def report(result: LangGraphResult) -> tuple[list[str], bool]:
         ("(f) interrupt + resume, plain ToolNode", result.plain_roundtrip),
         ("(f) interrupt + approve + resume, effectgate", result.gated_roundtrip),
     ]
-    lines = [
-        f"  {label:<52} {_duration(s.median):>11} {_duration(s.p10):>11} {_duration(s.p90):>11}"
-        for label, s in rows
-    ]
+    lines = _adapter.rows(rows)
     lines += [
         f"ratio (e) langgraph read, GatedToolNode / ToolNode per call: {result.node_ratio:.2f}x "
         f"(target: <= {READ_RATIO_TARGET:.2f}x) {'met' if met else 'MISSED'}",
@@ -239,24 +230,7 @@ def to_json(result: LangGraphResult) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.langgraph", description=__doc__.split("\n")[0]
-    )
-    parser.add_argument("--smoke", action="store_true", help="a few iterations; always exits 0")
-    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
-    parser.add_argument("--dir", metavar="DIR", help="where the database file goes (default: a temp dir)")
-    args = parser.parse_args(argv)
-    plans = SMOKE if args.smoke else FULL
-    with tempfile.TemporaryDirectory(prefix="effectgate-bench-lg-", dir=args.dir) as tmp:
-        result = run(Path(tmp), plans)
-    lines, met = report(result)
-    mode = "smoke" if args.smoke else "full"
-    print(f"effectgate LangGraph benchmarks ({mode}; median per operation over blocks, after warm-up)")
-    print(f"  {'per operation':<52} {'median':>11} {'p10':>11} {'p90':>11}")
-    print("\n".join(lines))
-    if args.json:
-        Path(args.json).write_text(json.dumps({"mode": mode, **to_json(result)}, indent=2) + "\n")
-    return 0 if args.smoke or met else 1
+    return _adapter.main(sys.modules[__name__], "LangGraph", argv)
 
 
 if __name__ == "__main__":

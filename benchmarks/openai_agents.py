@@ -11,10 +11,8 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
-import tempfile
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,6 +26,7 @@ from effectgate.testing import Script, call, say
 from effectgate_openai_agents import gate_agent
 from effectgate_openai_agents.testing import ScriptedModel
 
+from . import _adapter
 from ._timing import Plan, Stats, interleaved, paired_ratio
 
 READ_RATIO_TARGET = 1.10
@@ -103,10 +102,6 @@ def run(directory: Path, plans: dict[str, Plan]) -> OpenAIAgentsResult:
     return OpenAIAgentsResult(plain_run=timed["plain_run"], gated_run=timed["gated_run"])
 
 
-def _duration(ns: float) -> str:
-    return f"{ns / 1e6:.2f} ms" if ns >= 1e6 else f"{ns / 1e3:.1f} us"
-
-
 def report(result: OpenAIAgentsResult) -> tuple[list[str], bool]:
     """The lines to print, and whether the target was met."""
     met = result.run_ratio <= READ_RATIO_TARGET
@@ -114,10 +109,7 @@ def report(result: OpenAIAgentsResult) -> tuple[list[str], bool]:
         ("(g) Runner.run, one read call, plain function_tool", result.plain_run),
         ("(g) Runner.run, the same read through gate_agent", result.gated_run),
     ]
-    lines = [
-        f"  {label:<52} {_duration(s.median):>11} {_duration(s.p10):>11} {_duration(s.p90):>11}"
-        for label, s in rows
-    ]
+    lines = _adapter.rows(rows)
     lines.append(
         f"ratio (g) openai-agents read, gated / plain Runner.run: {result.run_ratio:.2f}x "
         f"(target: <= {READ_RATIO_TARGET:.2f}x) {'met' if met else 'MISSED'}"
@@ -139,27 +131,8 @@ def to_json(result: OpenAIAgentsResult) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.openai_agents", description=__doc__.split("\n")[0]
-    )
-    parser.add_argument("--smoke", action="store_true", help="a few iterations; always exits 0")
-    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
-    parser.add_argument("--dir", metavar="DIR", help="where the database file goes (default: a temp dir)")
-    args = parser.parse_args(argv)
-    plans = SMOKE if args.smoke else FULL
-    with tempfile.TemporaryDirectory(prefix="effectgate-bench-oa-", dir=args.dir) as tmp:
-        result = run(Path(tmp), plans)
-    lines, met = report(result)
-    mode = "smoke" if args.smoke else "full"
-    print(f"effectgate OpenAI Agents benchmarks ({mode}; median per operation over blocks, after warm-up)")
-    print(f"  {'per operation':<52} {'median':>11} {'p10':>11} {'p90':>11}")
-    print("\n".join(lines))
-    if args.json:
-        Path(args.json).write_text(json.dumps({"mode": mode, **to_json(result)}, indent=2) + "\n")
-    return 0 if args.smoke or met else 1
+    return _adapter.main(sys.modules[__name__], "OpenAI Agents", argv)
 
 
 if __name__ == "__main__":
-    import sys
-
     sys.exit(main())

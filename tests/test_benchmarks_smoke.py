@@ -6,27 +6,16 @@ Only that the benchmark works is asserted; its timings are never compared with a
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests._helpers import run_module
 
 
 def test_benchmark_smoke_run_prints_every_ratio(tmp_path: Path) -> None:
     """The smoke run exits 0, prints one ratio line per measurement, and writes its JSON report."""
     report = tmp_path / "bench.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--smoke", "--json", str(report), "--dir", str(tmp_path)],
-        cwd=ROOT,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
+    stdout = run_module("benchmarks", "--smoke", "--json", str(report), "--dir", str(tmp_path))
+    lines = stdout.splitlines()
     for prefix in (
         "ratio (a) read path",
         "ratio (b) money path",
@@ -35,7 +24,7 @@ def test_benchmark_smoke_run_prints_every_ratio(tmp_path: Path) -> None:
         "ratio (f) langgraph interrupt + resume",
         "ratio (g) openai-agents read",
     ):
-        assert sum(line.startswith(prefix) for line in lines) == 1, (prefix, done.stdout)
+        assert sum(line.startswith(prefix) for line in lines) == 1, (prefix, stdout)
     assert "target" in next(line for line in lines if line.startswith("ratio (a)"))
     assert "target" in next(line for line in lines if line.startswith("ratio (b)"))
     data = json.loads(report.read_text())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,6 +14,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 
 from effectgate.testing import FakeClock, Script
 from effectgate_langgraph.testing import ScriptedChatModel
+from tests._helpers import refuse_remote_sockets
 from tests.conformance.adapters import ShopGate, open_shop_gate
 
 from ._graph import LangGraphHarness
@@ -44,15 +44,7 @@ def no_real_models(monkeypatch: pytest.MonkeyPatch) -> None:
     import langchain.chat_models
 
     monkeypatch.setattr(langchain.chat_models, "init_chat_model", refuse)
-    real_connect = socket.socket.connect
-
-    def connect(self: socket.socket, address: Any) -> Any:
-        host = address[0] if isinstance(address, tuple) else address
-        if self.family == socket.AF_UNIX or str(host) in ("127.0.0.1", "::1", "localhost"):
-            return real_connect(self, address)
-        raise AssertionError(f"a test tried to reach {address!r}")
-
-    monkeypatch.setattr(socket.socket, "connect", connect)
+    refuse_remote_sockets(monkeypatch)
 
 
 @pytest.fixture(params=["memory", "sqlite"])

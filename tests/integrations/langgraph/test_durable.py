@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,45 +11,25 @@ import pytest
 
 from effectgate import Keyring, open_store
 from effectgate.testing import Script, call, say
+from tests._helpers import last_json_line, run_checked, run_module
 from tests.conformance.adapters import REFUND, ShopGate, grant
 
 from .conftest import MakeLangGraphHarness
 
-ROOT = Path(__file__).resolve().parents[3]
-
-
-def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        args,
-        cwd=ROOT,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return done
-
 
 def _process(command: str, env: dict[str, str], *extra: str) -> dict[str, Any]:
-    db, checkpoints = env["EG_TEST_DB"], env["EG_TEST_CHECKPOINTS"]
-    done = _run(
-        [
-            sys.executable,
-            "-m",
+    return last_json_line(
+        run_module(
             "tests.integrations.langgraph._process",
             command,
             "--db",
-            db,
+            env["EG_TEST_DB"],
             "--checkpoints",
-            checkpoints,
+            env["EG_TEST_CHECKPOINTS"],
             *extra,
-        ],
-        env,
+            env=env,
+        )
     )
-    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
 def test_pause_approve_with_the_cli_and_resume_in_three_processes(tmp_path: Path) -> None:
@@ -69,7 +47,7 @@ def test_pause_approve_with_the_cli_and_resume_in_three_processes(tmp_path: Path
     [request] = payload["requests"]
     assert paused["refunds_here"] == 0
     cli = Path(sys.executable).with_name("effectgate")
-    approved = _run(
+    approved = run_checked(
         [
             str(cli),
             "--db",
@@ -87,7 +65,7 @@ def test_pause_approve_with_the_cli_and_resume_in_three_processes(tmp_path: Path
         ],
         env,
     )
-    token = approved.stdout.strip().splitlines()[-1]
+    token = approved.strip().splitlines()[-1]
     resumed = _process("resume", env, "--approval", request["approval_id"], "--token", token)
     assert resumed["interrupts"] == []
     assert resumed["tool_results"] == ["success"]

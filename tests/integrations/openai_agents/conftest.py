@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -10,6 +9,7 @@ import pytest
 from agents import set_tracing_disabled
 
 from effectgate.testing import FakeClock, Script
+from tests._helpers import refuse_remote_sockets
 from tests.conformance.adapters import ShopGate, open_shop_gate
 
 from ._harness import OpenAIAgentsHarness
@@ -22,15 +22,7 @@ def no_real_models(monkeypatch: pytest.MonkeyPatch) -> None:
     """No key, no tracing exporter, no socket off this machine: a real model cannot be reached."""
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.setenv("OPENAI_AGENTS_DISABLE_TRACING", "1")
-    real_connect = socket.socket.connect
-
-    def connect(self: socket.socket, address: Any) -> Any:
-        host = address[0] if isinstance(address, tuple) else address
-        if self.family == socket.AF_UNIX or str(host) in ("127.0.0.1", "::1", "localhost"):
-            return real_connect(self, address)
-        raise AssertionError(f"a test tried to reach {address!r}")
-
-    monkeypatch.setattr(socket.socket, "connect", connect)
+    refuse_remote_sockets(monkeypatch)
 
 
 @pytest.fixture

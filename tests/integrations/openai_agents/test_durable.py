@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,33 +18,26 @@ from effectgate import Approver, Keyring, open_store
 from effectgate.testing import Script, call, say
 from effectgate_openai_agents import approve, pending_approvals
 from effectgate_openai_agents.testing import ScriptedModel
+from tests._helpers import last_json_line, run_checked, run_module
 from tests.conformance.adapters import REFUND, ShopGate, grant
 
 from ._harness import tool_results
 from .conftest import MakeOpenAIHarness
 
-ROOT = Path(__file__).resolve().parents[3]
-
-
-def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        args,
-        cwd=ROOT,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return done
-
 
 def _process(command: str, env: dict[str, str], *extra: str) -> dict[str, Any]:
-    argv = [sys.executable, "-m", "tests.integrations.openai_agents._process", command]
-    done = _run([*argv, "--db", env["EG_TEST_DB"], "--state", env["EG_TEST_STATE"], *extra], env)
-    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    return last_json_line(
+        run_module(
+            "tests.integrations.openai_agents._process",
+            command,
+            "--db",
+            env["EG_TEST_DB"],
+            "--state",
+            env["EG_TEST_STATE"],
+            *extra,
+            env=env,
+        )
+    )
 
 
 def test_pause_approve_with_the_cli_and_resume_in_another_process(tmp_path: Path) -> None:
@@ -62,7 +54,7 @@ def test_pause_approve_with_the_cli_and_resume_in_another_process(tmp_path: Path
     [request] = paused["paused"]
     assert (request["tool"], paused["refunds_here"]) == ("refund_order", 0)
     cli = Path(sys.executable).with_name("effectgate")
-    approved = _run(
+    approved = run_checked(
         [
             str(cli),
             *("--db", db, "--app", "effectgate.examples.shop:app", "approve", request["approval_id"]),
@@ -70,7 +62,7 @@ def test_pause_approve_with_the_cli_and_resume_in_another_process(tmp_path: Path
         ],
         env,
     )
-    token = approved.stdout.strip().splitlines()[-1]
+    token = approved.strip().splitlines()[-1]
     resumed = _process("resume", env, "--token", token)
     assert [(r["tool"], r["ok"]) for r in resumed["results"]] == [("refund_order", True)]
     assert resumed["refunds_here"] == 1
