@@ -116,6 +116,24 @@ class Keyring:
         mac = self._mac(kid, self._body(kid, approval_id, version, expires_ms, nonce, args_hash))
         return f"{PREFIX}.{kid}.{approval_id}.{version}.{expires_ms}.{nonce}.{mac}"
 
+    def sign(self, purpose: str, data: bytes) -> str:
+        """A MAC over `data` for one purpose (domain-separated from grant tokens), with its key id:
+        for state the application stores and must get back unchanged (e.g. an agent's memory)."""
+        kid = self.current
+        return f"{kid}.{self._mac(kid, self._signed_body(purpose, data))}"
+
+    def verify_signature(self, purpose: str, data: bytes, signature: str) -> None:
+        """Raise TokenError("forged") unless `signature` is this keyring's MAC of `data` for `purpose`."""
+        kid, _, mac = signature.partition(".")
+        if not mac or kid not in self._keys:
+            raise TokenError("forged", "the signature names no key of this keyring")
+        if not hmac.compare_digest(mac, self._mac(kid, self._signed_body(purpose, data))):
+            raise TokenError("forged", f"the {purpose} does not match its signature")
+
+    @staticmethod
+    def _signed_body(purpose: str, data: bytes) -> str:
+        return f"{PREFIX}-signed|{purpose}|{hashlib.sha256(data).hexdigest()}"
+
     @staticmethod
     def read(token: str) -> TokenClaims:
         """Split a token into its claims; TokenError(malformed) if it is not one."""

@@ -1,3 +1,55 @@
-"""effectgate for smolagents (in progress)."""
+"""effectgate for smolagents: gated tools, a run that stops at a gated call, and its continuation.
+
+    from effectgate_smolagents import GatedAgent, Approve, Deny, AwaitingApproval
+
+    support = GatedAgent(ToolCallingAgent(tools=[...], model=model), gate, agent_id="support")
+    out = support.run("Please refund order 1042", session_id="s-ada", origin_message_id="m3", user_id="u1")
+    if isinstance(out, AwaitingApproval):                  # approval ids and cards, identity
+        grant = gate.approve(out.approval_ids[0], version=1, approver=Approver("fiona", "finance"))
+        out = support.resume(out, {out.approval_ids[0]: Approve(grant)})   # runs once, continues
+
+Works for `ToolCallingAgent` and `CodeAgent` alike (`_agent` documents how each is stopped).
+`save_memory` / `restore_memory` move a paused run's memory to another process, signed.
+"""
+
+from ._agent import (
+    ApprovalRequired,
+    Approve,
+    AwaitingApproval,
+    Decision,
+    Deny,
+    Finished,
+    GatedAgent,
+    GatedTool,
+    MissingIdentity,
+    RunOutcome,
+    UnknownTool,
+    continuation,
+    gate_agent,
+    spec_tool,
+    table_tools,
+)
+from ._memory import restore_memory, save_memory
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "ApprovalRequired",
+    "Approve",
+    "AwaitingApproval",
+    "Decision",
+    "Deny",
+    "Finished",
+    "GatedAgent",
+    "GatedTool",
+    "MissingIdentity",
+    "RunOutcome",
+    "UnknownTool",
+    "__version__",
+    "continuation",
+    "gate_agent",
+    "restore_memory",
+    "save_memory",
+    "spec_tool",
+    "table_tools",
+]

@@ -1,0 +1,495 @@
+"""Gated smolagents tools, and a run that stops at a gated call and continues after the decision.
+
+smolagents has no pause primitive, so `GatedAgent` builds one from what it has:
+
+- Every tool of the agent (except `final_answer`) is replaced by a `GatedTool` with the same name,
+  description, inputs and output type. Its `forward` sends the call through the gate, with the
+  identity of the current run (never anything the model wrote).
+- A read or a write runs through the gate and returns its result. A bad argument or a refusal
+  returns the gate's message as the tool's result, so the model can correct itself. A tool that
+  raises returns its error as text too, so the other calls of a parallel step keep their
+  observations (smolagents#2457 drops them when one call raises); the gate's records hold what ran.
+- A gated call registers its approval. In a `ToolCallingAgent` the tool answers "needs approval"
+  and calls `agent.interrupt()`, so the step's other calls finish and are kept in memory, and the
+  run stops before the next model call. In a `CodeAgent` it raises `ApprovalRequired`, a
+  `BaseException` no handler in smolagents catches, so nothing after the gated call in the code
+  block runs. Either way `GatedAgent.run` returns `AwaitingApproval` (approval ids, cards).
+- `GatedAgent.resume(awaiting, decisions)` executes approved calls through the gate (once: a
+  second resume gets the stored result), records denials, and continues the run with
+  `agent.run(..., reset=False)`. The continuation's task tells the model how each call ended. A
+  model that issues the approved call again is matched by the stable key (session, origin
+  message, tool, subject) and the args hash, and gets the stored result: one effect.
+
+For a `ToolCallingAgent`, smolagents' own argument check (`validate_tool_arguments`) is skipped
+for gated tools. The gate validates the arguments against the effect table instead, so a bad
+argument is recorded as `invalid` and no approval is created. The one model step's gated calls
+are registered together (`gate.call_step`): two calls of one gated tool in a step register neither.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import json
+import threading
+import types
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from smolagents import CodeAgent, Tool, ToolCallingAgent
+from smolagents.agents import MultiStepAgent
+from smolagents.utils import AgentError
+
+from effectgate import (
+    Approver,
+    CallContext,
+    EffectGate,
+    Executed,
+    Grant,
+    Outcome,
+    Pending,
+    Refused,
+    ToolSpec,
+)
+from effectgate.canonical import args_hash
+from effectgate.errors import ApprovalError, EffectGateError, TokenError
+
+Unknown = Literal["raise", "refuse"]
+_CURRENT: contextvars.ContextVar[CallContext | None] = contextvars.ContextVar("effectgate_smolagents_call")
+
+
+class MissingIdentity(EffectGateError, LookupError):
+    """A gated tool was called outside `GatedAgent.run`: there is no identity to key the call on."""
+
+
+class UnknownTool(EffectGateError, LookupError):
+    """A tool to wrap has no row in the effect table (or the agent may not call it)."""
+
+
+class ApprovalRequired(BaseException):
+    """Raised inside a CodeAgent's code at the gated call: stops the snippet there.
+
+    A BaseException, because smolagents turns every Exception from a tool into an observation and
+    runs the rest of the code."""
+
+    def __init__(self, pending: Pending) -> None:
+        super().__init__(f"{pending.card.tool} awaits approval {pending.approval_id}")
+        self.pending = pending
+
+
+class _Stop(BaseException):
+    """Carries an application error (no identity) out of smolagents' handlers to `GatedAgent.run`."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The run ended with a final answer. `observations`: (tool, what the model was given) per call."""
+
+    output: Any
+    observations: tuple[tuple[str, str], ...] = ()
+    decided: tuple[tuple[str, Outcome], ...] = ()
+
+
+@dataclass(frozen=True)
+class AwaitingApproval:
+    """The run stopped at gated calls; store this (`to_dict`) with the memory and resume later."""
+
+    pending: tuple[Pending, ...]
+    session_id: str
+    origin_message_id: str
+    user_id: str
+    run_id: str = ""
+    observations: tuple[tuple[str, str], ...] = ()
+    decided: tuple[tuple[str, Outcome], ...] = ()
+
+    @property
+    def approval_ids(self) -> tuple[str, ...]:
+        return tuple(p.approval_id for p in self.pending)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Identity and approval ids only: the cards are re-read from the store."""
+        return {
+            "approval_ids": list(self.approval_ids),
+            "session_id": self.session_id,
+            "origin_message_id": self.origin_message_id,
+            "user_id": self.user_id,
+            "run_id": self.run_id,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], gate: EffectGate) -> AwaitingApproval:
+        pending = []
+        for approval_id in data["approval_ids"]:
+            card = gate.card(str(approval_id))
+            pending.append(
+                Pending(approval_id=card.approval_id, version=card.version, card=card, status=card.status)
+            )
+        return cls(
+            pending=tuple(pending),
+            session_id=str(data["session_id"]),
+            origin_message_id=str(data["origin_message_id"]),
+            user_id=str(data["user_id"]),
+            run_id=str(data.get("run_id", "")),
+        )
+
+
+RunOutcome = Finished | AwaitingApproval
+
+
+@dataclass(frozen=True)
+class Approve:
+    """Run the approved call with this grant (from `gate.approve` or `effectgate approve`)."""
+
+    grant: Grant | str
+
+
+@dataclass(frozen=True)
+class Deny:
+    approver: Approver
+    reason: str
+
+
+Decision = Approve | Deny
+
+
+class GatedTool(Tool):
+    """A smolagents Tool standing for `inner`, whose every call goes through the gate."""
+
+    skip_forward_signature_validation = True
+
+    def __init__(self, inner: Tool, owner: GatedAgent) -> None:
+        self.name = inner.name
+        self.description = inner.description
+        self.inputs = dict(inner.inputs)
+        self.output_type = inner.output_type
+        self.output_schema = getattr(inner, "output_schema", None)
+        self.inner = inner
+        self._owner = owner
+        super().__init__()
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if args:
+            kwargs = {**dict(zip(self.inputs, args, strict=False)), **kwargs}
+        return self._owner._call(self.name, kwargs)
+
+
+def _text(outcome: Outcome) -> str:
+    return outcome.for_model()
+
+
+def _arguments(raw: Any) -> Any:
+    if isinstance(raw, str):
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw
+    return raw if raw is not None else {}
+
+
+class GatedAgent:
+    """A smolagents agent (ToolCallingAgent or CodeAgent) whose tools run through the gate.
+
+    The agent is changed in place (its tools are replaced by `GatedTool`s) and kept as `.agent`.
+    """
+
+    def __init__(
+        self, agent: MultiStepAgent, gate: EffectGate, *, agent_id: str, unknown: Unknown = "raise"
+    ) -> None:
+        if not agent_id:
+            raise ValueError("GatedAgent needs the agent_id the effect table's allowlist names")
+        self.agent = agent
+        self.gate = gate
+        self.agent_id = agent_id
+        self.code = isinstance(agent, CodeAgent)
+        self._lock = threading.Lock()
+        self._pending: dict[str, Pending] = {}
+        self._step: dict[tuple[str, str], list[Outcome]] = {}
+        for name, tool in list(agent.tools.items()):
+            if name == "final_answer" or isinstance(tool, GatedTool):
+                continue
+            known = gate.table.get(name) is not None and gate.table.allowed(agent_id, name)
+            if not known and unknown != "refuse":
+                why = (
+                    "is not in the effect table"
+                    if gate.table.get(name) is None
+                    else f"is not allowed for {agent_id!r}"
+                )
+                raise UnknownTool(
+                    f"tool {name!r} {why}: add a row for it, or wrap with unknown='refuse' to have "
+                    f"the model told at call time"
+                )
+            agent.tools[name] = GatedTool(tool, self)
+        if isinstance(agent, ToolCallingAgent):
+            self._patch_tool_calling(agent)
+
+    # -- smolagents hooks
+
+    def _patch_tool_calling(self, agent: ToolCallingAgent) -> None:
+        original_execute = agent.execute_tool_call
+        original_process = agent.process_tool_calls
+        owner = self
+
+        def execute_tool_call(self_: Any, tool_name: str, arguments: Any) -> Any:
+            tool = self_.tools.get(tool_name)
+            if isinstance(tool, GatedTool):  # the gate validates against the table, and records it
+                arguments = self_._substitute_state_variables(arguments)
+                if isinstance(arguments, Mapping):
+                    return tool(**arguments, sanitize_inputs_outputs=True)
+                return owner._call(tool_name, arguments)
+            return original_execute(tool_name, arguments)
+
+        def process_tool_calls(self_: Any, chat_message: Any, memory_step: Any) -> Any:
+            owner._register_step(chat_message.tool_calls or [])
+            try:
+                yield from original_process(chat_message, memory_step)
+            finally:
+                with owner._lock:
+                    owner._step.clear()
+
+        agent.execute_tool_call = types.MethodType(execute_tool_call, agent)
+        agent.process_tool_calls = types.MethodType(process_tool_calls, agent)
+
+    def _gated(self, name: str) -> bool:
+        spec = self.gate.table.get(name)
+        return spec is not None and self.gate.policy.gates(spec.effect)
+
+    def _register_step(self, tool_calls: Sequence[Any]) -> None:
+        """Register one model step's gated calls together (the core's parallel rule)."""
+        calls = [
+            (c.function.name, _arguments(c.function.arguments), c.id)
+            for c in tool_calls
+            if self._gated(c.function.name) and isinstance(self.agent.tools.get(c.function.name), GatedTool)
+        ]
+        if not calls:
+            return
+        outcomes = self.gate.call_step(calls, self._context())
+        with self._lock:
+            for (name, args, _), outcome in zip(calls, outcomes, strict=True):
+                self._step.setdefault(self._step_key(name, args), []).append(outcome)
+
+    @staticmethod
+    def _step_key(name: str, args: Any) -> tuple[str, str]:
+        try:
+            return name, args_hash(name, args)
+        except Exception:
+            return name, repr(args)
+
+    def _context(self) -> CallContext:
+        ctx = _CURRENT.get()
+        if ctx is None:
+            raise _Stop(
+                MissingIdentity(
+                    "a gated smolagents tool ran outside GatedAgent.run(...): the gate keys each call "
+                    "on the session, the user message and the user, which only the application knows"
+                )
+            )
+        return ctx
+
+    # -- one call
+
+    def _call(self, name: str, args: Any) -> Any:
+        ctx = self._context()
+        with self._lock:
+            queued = self._step.get(self._step_key(name, args))
+            decided = queued.pop(0) if queued else None
+        try:
+            outcome = decided if decided is not None else self.gate.call(name, args, ctx)
+        except EffectGateError as exc:
+            return f"Refused: {exc}"
+        except Exception as exc:  # the tool's own failure: the gate recorded it; keep the siblings
+            return f"{name} failed: {type(exc).__name__}: {exc}"
+        if isinstance(outcome, Executed):
+            return outcome.result
+        if isinstance(outcome, Pending):
+            with self._lock:
+                self._pending[outcome.approval_id] = outcome
+            if self.code:
+                raise ApprovalRequired(outcome)
+            self.agent.interrupt()
+        return _text(outcome)
+
+    # -- runs
+
+    def run(
+        self,
+        task: str,
+        *,
+        session_id: str,
+        origin_message_id: str,
+        user_id: str,
+        run_id: str = "",
+        reset: bool = True,
+        max_steps: int | None = None,
+    ) -> RunOutcome:
+        """Run the agent on `task` for this user message; stop at the first step with gated calls."""
+        ctx = CallContext(
+            session_id=session_id,
+            origin_message_id=origin_message_id,
+            user_id=user_id,
+            agent_id=self.agent_id,
+            run_id=run_id,
+        )
+        with self._lock:
+            self._pending.clear()
+            self._step.clear()
+        observations: list[tuple[str, str]] = []
+        final: Any = None
+        token = _CURRENT.set(ctx)
+        try:
+            for event in self.agent.run(task, stream=True, reset=reset, max_steps=max_steps):
+                kind = type(event).__name__
+                if kind == "ToolOutput" and not event.is_final_answer:
+                    observations.append((event.tool_call.name, event.observation))
+                elif kind == "FinalAnswerStep":
+                    final = event.output
+        except ApprovalRequired:
+            pass
+        except AgentError:
+            if not self._pending:
+                raise
+        except _Stop as stop:
+            raise stop.error from None
+        finally:
+            _CURRENT.reset(token)
+            self.agent.interrupt_switch = False
+        with self._lock:
+            pending = tuple(self._pending.values())
+            self._pending.clear()
+        if pending:
+            return AwaitingApproval(
+                pending=pending,
+                session_id=session_id,
+                origin_message_id=origin_message_id,
+                user_id=user_id,
+                run_id=run_id,
+                observations=tuple(observations),
+            )
+        return Finished(output=final, observations=tuple(observations))
+
+    def decide(self, awaiting: AwaitingApproval, decisions: Mapping[str, Decision]) -> dict[str, Outcome]:
+        """Apply decisions through the gate: execute approved calls (once), deny the rest named."""
+        done: dict[str, Outcome] = {}
+        for pending in awaiting.pending:
+            decision = decisions.get(pending.approval_id)
+            if decision is None:
+                continue
+            if isinstance(decision, Approve):
+                stored = self.gate.result(pending.approval_id)
+                if stored is not None:
+                    done[pending.approval_id] = stored
+                    continue
+                token = decision.grant.token if isinstance(decision.grant, Grant) else decision.grant
+                try:
+                    done[pending.approval_id] = self.gate.execute(token)
+                except (TokenError, ApprovalError) as exc:
+                    done[pending.approval_id] = Refused(
+                        code="denied",
+                        message=str(exc),
+                        tool=pending.card.tool,
+                        approval_id=pending.approval_id,
+                    )
+            else:
+                row = self.gate.store.get_approval(pending.approval_id)
+                if row is not None and row.status == "denied":
+                    done[pending.approval_id] = Refused(
+                        code="denied",
+                        message=f"{row.tool} was denied: {row.reason}",
+                        tool=row.tool,
+                        approval_id=row.id,
+                    )
+                else:
+                    done[pending.approval_id] = self.gate.deny(
+                        pending.approval_id, approver=decision.approver, reason=decision.reason
+                    )
+        return done
+
+    def resume(
+        self,
+        awaiting: AwaitingApproval,
+        decisions: Mapping[str, Decision],
+        *,
+        max_steps: int | None = None,
+    ) -> RunOutcome:
+        """Apply the decisions, then continue the run (memory kept) with how each call ended.
+
+        The outcome's `decided` holds each decided approval's outcome (what the model is told)."""
+        done = self.decide(awaiting, decisions)
+        outcome = self.run(
+            continuation(awaiting, done),
+            session_id=awaiting.session_id,
+            origin_message_id=awaiting.origin_message_id,
+            user_id=awaiting.user_id,
+            run_id=awaiting.run_id,
+            reset=False,
+            max_steps=max_steps,
+        )
+        return dataclasses.replace(outcome, decided=tuple(done.items()))
+
+
+def continuation(awaiting: AwaitingApproval, done: Mapping[str, Outcome]) -> str:
+    """The task text that continues a run: how each decided call ended, and what still waits."""
+    lines = ["effectgate: the calls that waited for approval were decided."]
+    for pending in awaiting.pending:
+        card = pending.card
+        call = f"{card.tool}({json.dumps(dict(card.args), sort_keys=True)})"
+        outcome = done.get(pending.approval_id)
+        if isinstance(outcome, Executed):
+            lines.append(
+                f"- {call} was approved and has run; result: {outcome.for_model()}. Do not call it again."
+            )
+        elif outcome is not None:
+            lines.append(
+                f"- {call} did not run: {outcome.for_model()} Do not call it again for this request."
+            )
+        else:
+            lines.append(f"- {call} is still waiting for approval (approval {pending.approval_id}).")
+    lines.append("Continue with the user's request.")
+    return "\n".join(lines)
+
+
+def spec_tool(spec: ToolSpec) -> Tool:
+    """A smolagents Tool for one effect-table row (inputs from the row's JSON schema).
+
+    Called outside the gate it refuses; give it to a `GatedAgent`."""
+    schema = spec.schema or {}
+    properties: Mapping[str, Any] = schema.get("properties", {})
+    required = set(schema.get("required", ()))
+    inputs: dict[str, dict[str, Any]] = {}
+    for name, prop in properties.items():
+        kind = prop.get("type", "any") if isinstance(prop, Mapping) else "any"
+        entry: dict[str, Any] = {
+            "type": kind if isinstance(kind, str) else "any",
+            "description": (prop.get("description") if isinstance(prop, Mapping) else None) or name,
+        }
+        if name not in required:
+            entry["nullable"] = True
+        inputs[name] = entry
+
+    class RowTool(Tool):
+        skip_forward_signature_validation = True
+
+        def forward(self, *args: Any, **kwargs: Any) -> Any:
+            raise EffectGateError(f"{spec.name} runs only through effectgate: give it to a GatedAgent")
+
+    RowTool.name = spec.name
+    RowTool.description = spec.description or spec.name
+    RowTool.inputs = inputs
+    RowTool.output_type = "any"
+    return RowTool()
+
+
+def table_tools(gate: EffectGate, *, agent_id: str) -> list[Tool]:
+    """Unwrapped Tools for every row `agent_id` may call (a `GatedAgent` wraps them)."""
+    return [spec_tool(s) for s in gate.table if gate.table.allowed(agent_id, s.name)]
+
+
+def gate_agent(
+    agent: MultiStepAgent, gate: EffectGate, *, agent_id: str, unknown: Unknown = "raise"
+) -> GatedAgent:
+    """Wrap the agent's whole tool list (in place) and return the `GatedAgent` that runs it."""
+    return GatedAgent(agent, gate, agent_id=agent_id, unknown=unknown)
