@@ -339,7 +339,9 @@ def test_result_of_an_unknown_approval_is_an_error(shop_gate: ShopGate) -> None:
 
 
 def test_concurrent_executions_of_one_grant_refund_once(shop_gate: ShopGate, store: SQLStore) -> None:
-    """Two threads presenting the same grant at once: one runs, the other is refused used."""
+    """Two threads presenting the same grant at once: one runs; the other is refused "used" or, when it
+    arrives after the result was stored but before the approval was marked, gets that stored result
+    as a replay (the crash-recovery path). Either way the provider sees one refund."""
     shop, gate = shop_gate
     grant = granted(gate)
     barrier = threading.Barrier(2)
@@ -360,8 +362,11 @@ def test_concurrent_executions_of_one_grant_refund_once(shop_gate: ShopGate, sto
         t.start()
     for t in threads:
         t.join(timeout=60)
-    assert sorted(type(o).__name__ for o in outcomes) == ["Executed", "str"]
-    assert "used" in outcomes
+    ran = [o for o in outcomes if isinstance(o, Executed) and not o.replay]
+    other = [o for o in outcomes if o not in ran]
+    assert len(ran) == 1
+    assert len(other) == 1
+    assert other[0] == "used" or (isinstance(other[0], Executed) and other[0].replay)
     assert shop.receiver.count("refund") == 1
     assert len(store.executions()) == 1
 

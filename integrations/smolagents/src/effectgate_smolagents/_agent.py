@@ -28,7 +28,6 @@ are registered together (`gate.call_step`): two calls of one gated tool in a ste
 
 from __future__ import annotations
 
-import contextvars
 import dataclasses
 import json
 import threading
@@ -56,7 +55,6 @@ from effectgate.canonical import args_hash
 from effectgate.errors import ApprovalError, EffectGateError, TokenError
 
 Unknown = Literal["raise", "refuse"]
-_CURRENT: contextvars.ContextVar[CallContext | None] = contextvars.ContextVar("effectgate_smolagents_call")
 
 
 class MissingIdentity(EffectGateError, LookupError):
@@ -209,6 +207,9 @@ class GatedAgent:
         self._lock = threading.Lock()
         self._pending: dict[str, Pending] = {}
         self._step: dict[tuple[str, str], list[Outcome]] = {}
+        # the identity of the run in progress: an attribute, not a ContextVar, because a CodeAgent's
+        # executor may run the code in a worker thread that does not inherit the caller's context
+        self._current: CallContext | None = None
         for name, tool in list(agent.tools.items()):
             if name == "final_answer" or isinstance(tool, GatedTool):
                 continue
@@ -280,7 +281,7 @@ class GatedAgent:
             return name, repr(args)
 
     def _context(self) -> CallContext:
-        ctx = _CURRENT.get()
+        ctx = self._current
         if ctx is None:
             raise _Stop(
                 MissingIdentity(
@@ -339,7 +340,9 @@ class GatedAgent:
             self._step.clear()
         observations: list[tuple[str, str]] = []
         final: Any = None
-        token = _CURRENT.set(ctx)
+        if self._current is not None:
+            raise RuntimeError("this GatedAgent is already running (smolagents agents are not reentrant)")
+        self._current = ctx
         try:
             for event in self.agent.run(task, stream=True, reset=reset, max_steps=max_steps):
                 kind = type(event).__name__
@@ -355,7 +358,7 @@ class GatedAgent:
         except _Stop as stop:
             raise stop.error from None
         finally:
-            _CURRENT.reset(token)
+            self._current = None
             self.agent.interrupt_switch = False
         with self._lock:
             pending = tuple(self._pending.values())
