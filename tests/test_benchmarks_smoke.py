@@ -23,6 +23,7 @@ def test_benchmark_smoke_run_prints_every_ratio(tmp_path: Path) -> None:
         "ratio (e) langgraph read",
         "ratio (f) langgraph interrupt + resume",
         "ratio (g) openai-agents read",
+        "ratio (h) smolagents read",
     ):
         assert sum(line.startswith(prefix) for line in lines) == 1, (prefix, stdout)
     assert "target" in next(line for line in lines if line.startswith("ratio (a)"))
@@ -32,4 +33,5 @@ def test_benchmark_smoke_run_prints_every_ratio(tmp_path: Path) -> None:
     assert set(data["ratios"]) >= {"read", "money", "claims", "concurrency"}
     assert set(data["frameworks"]["langgraph"]["ratios"]) == {"node", "roundtrip"}
     assert set(data["frameworks"]["openai_agents"]["ratios"]) == {"run"}
+    assert set(data["frameworks"]["smolagents"]["ratios"]) == {"run"}
     assert data["money_commits"] == {"propose": 1, "approve": 1, "execute": 2}
