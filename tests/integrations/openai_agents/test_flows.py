@@ -370,3 +370,28 @@ def test_async_table_functions_run_on_the_loop(tmp_path: Any) -> None:
     finally:
         gate.close()
         store.close()
+
+
+def test_a_replay_with_the_same_call_ids_is_decided_afresh(
+    oa_harness: MakeOpenAIHarness, shop_gate: ShopGate
+) -> None:
+    """A model that reuses its call ids on a replayed message gets today's answer (the stored result),
+    not the outcome registered for the first run."""
+    h = oa_harness(
+        Script(
+            [
+                call("refund_order", id="call-x", **REFUND),
+                say("Refunded."),
+                call("refund_order", id="call-x", **REFUND),
+                say("Already refunded."),
+            ]
+        )
+    )
+    [paused] = h.send("Please refund order 1042", message_id="m3").paused
+    h.approve(paused, grant(shop_gate.gate, paused))
+    h._reported.clear()
+    again = h.send("Please refund order 1042", message_id="m3")
+    assert again.paused == ()
+    assert [(r.tool, r.ok) for r in again.results] == [("refund_order", True)]
+    assert shop_gate.shop.receiver.count("refund") == 1
+    h.script.assert_complete()

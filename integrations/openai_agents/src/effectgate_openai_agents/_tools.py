@@ -200,7 +200,11 @@ class GatedTools:
             while len(self._steps) > _CACHE_LIMIT:
                 self._steps.popitem(last=False)
         outcomes = await step
-        return outcomes[call_id]
+        # each outcome is taken once: a later turn that reuses these call ids registers afresh
+        outcome = outcomes.pop(call_id, None)
+        if not outcomes:
+            self._steps.pop(key, None)
+        return outcome if outcome is not None else await self._call(name, args, cctx)
 
     async def _register_step(
         self, calls: list[tuple[str, Any, str]], cctx: CallContext
