@@ -9,11 +9,16 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
-from ._timing import Stats
+from effectgate import Effect, EffectGate, EffectTable, Keyring, ToolSpec, open_store
+
+from ._timing import Plan, Stats, interleaved, paired_ratio
 
 
 def duration(ns: float) -> str:
@@ -50,3 +55,73 @@ def main(module: ModuleType, title: str, argv: Sequence[str] | None = None) -> i
     if args.json:
         Path(args.json).write_text(json.dumps({"mode": mode, **module.to_json(result)}, indent=2) + "\n")
     return 0 if args.smoke or met else 1
+
+
+AGENT = "bench"
+
+
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+def read_gate(directory: Path, db_name: str) -> EffectGate:
+    """A gate over one read row, `add`, that the agent `bench` may call: the read-path benchmarks' table."""
+    store = open_store(f"sqlite:///{directory / db_name}")
+    store.setup()
+    table = EffectTable([ToolSpec(name="add", effect=Effect.READ, fn=add)])
+    table.allow(AGENT, ["add"])
+    return EffectGate(table, store, keyring=Keyring.generate())
+
+
+def timed_block(once: Callable[[], None]) -> Callable[[int], int]:
+    """A timing block that runs `once` n times and returns the nanoseconds it took."""
+
+    def run(n: int) -> int:
+        start = time.perf_counter_ns()
+        for _ in range(n):
+            once()
+        return time.perf_counter_ns() - start
+
+    return run
+
+
+@dataclass(frozen=True)
+class RunPair:
+    """One whole agent run timed plain and gated, side by side."""
+
+    plain_run: Stats
+    gated_run: Stats
+
+    @property
+    def run_ratio(self) -> float:
+        return paired_ratio(self.gated_run, self.plain_run)
+
+
+def measure_pair(gate: EffectGate, blocks: Mapping[str, Callable[[int], int]], plan: Plan) -> RunPair:
+    """Time the `plain_run` and `gated_run` blocks interleaved; the gate is closed after."""
+    try:
+        timed = interleaved(dict(blocks), plan)
+    finally:
+        gate.close()
+        gate.store.close()
+    return RunPair(plain_run=timed["plain_run"], gated_run=timed["gated_run"])
+
+
+def pair_report(
+    pair: RunPair, *, plain_label: str, gated_label: str, ratio_line: str, target: float
+) -> tuple[list[str], bool]:
+    """The two table rows and the ratio line (`ratio_line` names it), and whether `target` was met."""
+    met = pair.run_ratio <= target
+    lines = rows([(plain_label, pair.plain_run), (gated_label, pair.gated_run)])
+    lines.append(
+        f"{ratio_line}: {pair.run_ratio:.2f}x (target: <= {target:.2f}x) {'met' if met else 'MISSED'}"
+    )
+    return lines, met
+
+
+def pair_json(pair: RunPair, target: float) -> dict[str, Any]:
+    return {
+        "cases": {"plain_run": pair.plain_run.to_dict(), "gated_run": pair.gated_run.to_dict()},
+        "ratios": {"run": {"ratio": pair.run_ratio, "target": target, "met": pair.run_ratio <= target}},
+    }

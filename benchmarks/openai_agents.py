@@ -15,52 +15,27 @@ import asyncio
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from agents import Agent, RunConfig, Runner, function_tool, set_tracing_disabled
 
-from effectgate import Effect, EffectGate, EffectTable, Keyring, ToolSpec, open_store
+from effectgate import EffectGate
 from effectgate.testing import Script, call, say
 from effectgate_openai_agents import gate_agent
 from effectgate_openai_agents.testing import ScriptedModel
 
 from . import _adapter
-from ._timing import Plan, Stats, interleaved, paired_ratio
+from ._timing import Plan
 
 READ_RATIO_TARGET = 1.10
-AGENT = "bench"
 FULL = {"run": Plan(n=100, repeats=15, warmup=2)}
 SMOKE = {"run": Plan(n=5, repeats=3, warmup=1)}
 
 
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
-
-
-@dataclass(frozen=True)
-class OpenAIAgentsResult:
-    plain_run: Stats
-    gated_run: Stats
-
-    @property
-    def run_ratio(self) -> float:
-        return paired_ratio(self.gated_run, self.plain_run)
-
-
-def _gate(directory: Path) -> EffectGate:
-    store = open_store(f"sqlite:///{directory / 'openai_agents.db'}")
-    store.setup()
-    table = EffectTable([ToolSpec(name="add", effect=Effect.READ, fn=add)])
-    table.allow(AGENT, ["add"])
-    return EffectGate(table, store, keyring=Keyring.generate())
-
-
 def _blocks(gate: EffectGate) -> dict[str, Any]:
-    plain = Agent(name=AGENT, tools=[function_tool(add)])
-    gated = gate_agent(Agent(name=AGENT, tools=[function_tool(add)]), gate)
+    plain = Agent(name=_adapter.AGENT, tools=[function_tool(_adapter.add)])
+    gated = gate_agent(Agent(name=_adapter.AGENT, tools=[function_tool(_adapter.add)]), gate)
     context = {"session_id": "bench", "origin_message_id": "m1", "user_id": "u1"}
 
     def config() -> RunConfig:
@@ -91,43 +66,25 @@ def _blocks(gate: EffectGate) -> dict[str, Any]:
     return {"plain_run": block(plain), "gated_run": block(gated)}
 
 
-def run(directory: Path, plans: dict[str, Plan]) -> OpenAIAgentsResult:
+def run(directory: Path, plans: dict[str, Plan]) -> _adapter.RunPair:
     set_tracing_disabled(True)
-    gate = _gate(directory)
-    try:
-        timed = interleaved(_blocks(gate), plans["run"])
-    finally:
-        gate.close()
-        gate.store.close()
-    return OpenAIAgentsResult(plain_run=timed["plain_run"], gated_run=timed["gated_run"])
+    gate = _adapter.read_gate(directory, "openai_agents.db")
+    return _adapter.measure_pair(gate, _blocks(gate), plans["run"])
 
 
-def report(result: OpenAIAgentsResult) -> tuple[list[str], bool]:
+def report(result: _adapter.RunPair) -> tuple[list[str], bool]:
     """The lines to print, and whether the target was met."""
-    met = result.run_ratio <= READ_RATIO_TARGET
-    rows = [
-        ("(g) Runner.run, one read call, plain function_tool", result.plain_run),
-        ("(g) Runner.run, the same read through gate_agent", result.gated_run),
-    ]
-    lines = _adapter.rows(rows)
-    lines.append(
-        f"ratio (g) openai-agents read, gated / plain Runner.run: {result.run_ratio:.2f}x "
-        f"(target: <= {READ_RATIO_TARGET:.2f}x) {'met' if met else 'MISSED'}"
+    return _adapter.pair_report(
+        result,
+        plain_label="(g) Runner.run, one read call, plain function_tool",
+        gated_label="(g) Runner.run, the same read through gate_agent",
+        ratio_line="ratio (g) openai-agents read, gated / plain Runner.run",
+        target=READ_RATIO_TARGET,
     )
-    return lines, met
 
 
-def to_json(result: OpenAIAgentsResult) -> dict[str, Any]:
-    return {
-        "cases": {"plain_run": result.plain_run.to_dict(), "gated_run": result.gated_run.to_dict()},
-        "ratios": {
-            "run": {
-                "ratio": result.run_ratio,
-                "target": READ_RATIO_TARGET,
-                "met": result.run_ratio <= READ_RATIO_TARGET,
-            }
-        },
-    }
+def to_json(result: _adapter.RunPair) -> dict[str, Any]:
+    return _adapter.pair_json(result, READ_RATIO_TARGET)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
