@@ -12,10 +12,10 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 
-from effectgate.testing import FakeClock, Script
+from effectgate.testing import Script
 from effectgate_langgraph.testing import ScriptedChatModel
 from tests._helpers import refuse_remote_sockets
-from tests.conformance.adapters import ShopGate, open_shop_gate
+from tests.conformance.adapters import ShopGate
 
 from ._graph import LangGraphHarness
 
@@ -55,12 +55,6 @@ def checkpointer(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Bas
     conn = sqlite3.connect(tmp_path / "checkpoints.db", check_same_thread=False)
     yield SqliteSaver(conn)
     conn.close()
-
-
-@pytest.fixture
-def shop_gate(sqlite_url: str, clock: FakeClock) -> Iterator[ShopGate]:
-    with open_shop_gate(sqlite_url, clock) as parts:
-        yield parts
 
 
 MakeLangGraphHarness = Callable[..., LangGraphHarness]

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from agents import set_tracing_disabled
 
-from effectgate.testing import FakeClock, Script
+from effectgate.testing import Script
 from tests._helpers import refuse_remote_sockets
-from tests.conformance.adapters import ShopGate, open_shop_gate
+from tests.conformance.adapters import ShopGate
 
 from ._harness import OpenAIAgentsHarness
 
@@ -23,12 +23,6 @@ def no_real_models(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.setenv("OPENAI_AGENTS_DISABLE_TRACING", "1")
     refuse_remote_sockets(monkeypatch)
-
-
-@pytest.fixture
-def shop_gate(sqlite_url: str, clock: FakeClock) -> Iterator[ShopGate]:
-    with open_shop_gate(sqlite_url, clock) as parts:
-        yield parts
 
 
 MakeOpenAIHarness = Callable[..., OpenAIAgentsHarness]

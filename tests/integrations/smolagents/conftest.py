@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from effectgate.testing import FakeClock, Script
+from effectgate.testing import Script
 from tests._helpers import refuse_remote_sockets
-from tests.conformance.adapters import ShopGate, open_shop_gate
+from tests.conformance.adapters import ShopGate
 
 from ._harness import SmolagentsHarness
 
@@ -22,12 +22,6 @@ def no_real_models(monkeypatch: pytest.MonkeyPatch) -> None:
     for key in _MODEL_KEYS:
         monkeypatch.delenv(key, raising=False)
     refuse_remote_sockets(monkeypatch)
-
-
-@pytest.fixture
-def shop_gate(sqlite_url: str, clock: FakeClock) -> Iterator[ShopGate]:
-    with open_shop_gate(sqlite_url, clock) as parts:
-        yield parts
 
 
 MakeSmolHarness = Callable[..., SmolagentsHarness]
