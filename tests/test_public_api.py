@@ -66,6 +66,7 @@ ERRORS = [
     "TableError",
     "TokenError",
     "UnknownApproval",
+    "WebhookSignatureError",
     "WrongApprover",
 ]
 

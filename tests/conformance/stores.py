@@ -719,6 +719,34 @@ class ApprovalStoreContract(_StoreContract):
                 "soon",
             ]
 
+    def test_approvals_expiring(self, store: SQLStore, clock: FakeClock) -> None:
+        """Pending approvals still open whose deadline falls within the window, soonest first."""
+        t = clock.now()
+        self._insert(
+            store,
+            approval_row("later", created_at=t, expires_at=t + 20),
+            approval_row("soon", created_at=t, expires_at=t + 10),
+            approval_row("lapsed", created_at=t, expires_at=t),
+            approval_row("decided", created_at=t, expires_at=t + 5, status="approved"),
+            approval_row("far", created_at=t, expires_at=t + 100),
+        )
+        with store.reading() as conn:
+            assert [r.id for r in store.approvals_expiring(conn, t, t + 20)] == ["soon", "later"]
+            assert [r.id for r in store.approvals_expiring(conn, t, t + 19)] == ["soon"]
+            assert store.approvals_expiring(conn, t + 20, t + 50) == []
+
+    def test_has_event(self, store: SQLStore, clock: FakeClock) -> None:
+        """An event is found by kind, approval and version, and by nothing less."""
+        event = {"at": clock.now(), "kind": "expiry_warning", "approval_id": "a", "version": 2}
+        with store.transaction() as conn:
+            assert not store.has_event(conn, "expiry_warning", "a", 2)
+            store.append_events(conn, [event])
+        with store.reading() as conn:
+            assert store.has_event(conn, "expiry_warning", "a", 2)
+            assert not store.has_event(conn, "expiry_warning", "a", 1)
+            assert not store.has_event(conn, "expiry_warning", "b", 2)
+            assert not store.has_event(conn, "proposed", "a", 2)
+
     def test_subject_history(self, store: SQLStore, clock: FakeClock) -> None:
         """Every approval of this tool on this subject, any session or status, oldest first."""
         t = clock.now()

@@ -30,6 +30,7 @@ from .tokens import Keyring, token_hash
 
 if TYPE_CHECKING:
     from ._clock import Clock
+    from ._notice import NotificationKind
     from .effects import Policy
     from .gate import ReconciliationNotice
     from .stores.sql import SQLStore
@@ -81,6 +82,7 @@ class ExecutionMixin:
         def _event(self, kind: str, **kw: Any) -> dict[str, Any]: ...
         def _record(self, *events: dict[str, Any]) -> None: ...
         def _current_spec(self, row: ApprovalRow) -> ToolSpec: ...
+        def _announce(self, kind: NotificationKind, **kw: Any) -> None: ...
 
     # -- execute
 
@@ -334,6 +336,19 @@ class ExecutionMixin:
             reason=reason,
             approval_id=row.id if row else None,
             approver_role=row.approver_role if row else None,
+            provider_ref=ref,
+        )
+        role = notice.approver_role
+        if role is None and (spec := self.table.get(notice.tool)) is not None:
+            role = spec.owner
+        self._announce(
+            "needs_reconciliation",
+            tool=notice.tool,
+            role=role,
+            approval_id=notice.approval_id,
+            version=row.version if row else None,
+            reason=reason,
+            key=key,
             provider_ref=ref,
         )
         if self._notify is None:

@@ -7,6 +7,7 @@
 - `TokenError`: whoever presents a grant token (expired, used, forged, mismatched arguments).
 - `IdempotencyError`: the state of an operation key (conflict, in progress, needs reconciliation).
 - `StoreError`: the database (schema version, missing driver).
+- `WebhookSignatureError`: whoever sent a webhook request that does not verify.
 
 Control-flow outcomes (a call waiting for approval, a refusal) are values, not errors.
 """
@@ -114,6 +115,14 @@ class TokenError(EffectGateError):
         super().__init__(f"{reason}: {message}")
 
 
+class WebhookSignatureError(EffectGateError):
+    """A webhook request's signature did not verify; `reason` says why. Do not act on it."""
+
+    def __init__(self, reason: Literal["missing", "stale", "unknown_key", "forged"], message: str) -> None:
+        self.reason = reason
+        super().__init__(f"{reason}: {message}")
+
+
 class IdempotencyError(EffectGateError):
     """Root of the errors about one operation key."""
 
@@ -198,5 +207,6 @@ __all__ = [
     "TokenError",
     "TokenReason",
     "UnknownApproval",
+    "WebhookSignatureError",
     "WrongApprover",
 ]

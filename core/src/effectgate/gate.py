@@ -21,6 +21,7 @@ from typing import Any
 from . import _flow
 from ._clock import SYSTEM_CLOCK, Clock
 from ._execution import WRITE_PREFIX, ExecutionMixin, context_of, exec_key
+from ._notice import NoticeMixin, Notify
 from ._readlog import ReadLog
 from .audit import AuditReport, audit
 from .canonical import args_hash, check_json, digest, key_of, plain_json
@@ -69,7 +70,7 @@ class SubjectView:
     balance: Any = None
 
 
-class EffectGate(ExecutionMixin):
+class EffectGate(ExecutionMixin, NoticeMixin):
     """Enforces an effect table over a store. Thread-safe; one per process is typical."""
 
     def __init__(
@@ -82,6 +83,7 @@ class EffectGate(ExecutionMixin):
         clock: Clock | None = None,
         ids: Callable[[], str] | None = None,
         on_needs_reconciliation: Callable[[ReconciliationNotice], None] | None = None,
+        notify: Notify | Sequence[Notify] | None = None,
         read_log_batch: int = 256,
     ) -> None:
         self.table = table
@@ -93,6 +95,16 @@ class EffectGate(ExecutionMixin):
         self.clock = clock or store.clock or SYSTEM_CLOCK
         self._ids = ids or (lambda: uuid.uuid4().hex)
         self._notify = on_needs_reconciliation
+        self._notifiers = (
+            () if notify is None else tuple(notify) if isinstance(notify, Sequence) else (notify,)
+        )
+        for hook in self._notifiers:
+            # A webhook receiver holds its signing key: it must never be able to mint grants.
+            ring = getattr(hook, "keyring", None)
+            if isinstance(ring, Keyring) and ring.shares_key(self.keyring):
+                raise ValueError(
+                    "a notifier must not sign with the gate's grant keyring: give it its own keys"
+                )
         self._reads = ReadLog(store, batch=read_log_batch)
         if not store._ready:
             try:
@@ -249,7 +261,10 @@ class EffectGate(ExecutionMixin):
             return (yield from self._read(spec, args, ctx))
         frozen = args_hash(name, args)
         if self.policy.gates(spec.effect):
-            return self._propose(spec, args, frozen, ctx)
+            outcome = self._propose(spec, args, frozen, ctx)
+            if isinstance(outcome, Pending) and not outcome.replay:
+                self._announce_card("pending", outcome.card)  # a new approval, or a new version
+            return outcome
         if not self._in_scope(spec, args, ctx):
             return self._refuse(
                 "out_of_scope", f"{name}: the caller may not access this subject", name, ctx, spec

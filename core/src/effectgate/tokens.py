@@ -130,6 +130,20 @@ class Keyring:
         if not hmac.compare_digest(mac, self._mac(kid, self._signed_body(purpose, data))):
             raise TokenError("forged", f"the {purpose} does not match its signature")
 
+    def hmac_hex(self, data: bytes, *, kid: str | None = None) -> tuple[str, str]:
+        """(key id, hex HMAC-SHA256 of `data`) with key `kid` (default: current), for signatures
+        another program checks with a plain HMAC (webhooks). Use a keyring of its own for that:
+        never the grant keyring."""
+        kid = kid or self.current
+        key = self._keys.get(kid)
+        if key is None:
+            raise TokenError("unknown_key", f"no key with id {kid!r}")
+        return kid, hmac.new(key, data, hashlib.sha256).hexdigest()
+
+    def shares_key(self, other: Keyring) -> bool:
+        """Whether the two keyrings hold any common secret (constant-time per pair)."""
+        return any(hmac.compare_digest(a, b) for a in self._keys.values() for b in other._keys.values())
+
     @staticmethod
     def _signed_body(purpose: str, data: bytes) -> str:
         return f"{PREFIX}-signed|{purpose}|{hashlib.sha256(data).hexdigest()}"

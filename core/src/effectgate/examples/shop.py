@@ -278,8 +278,14 @@ def context(
 
 
 def app(
-    store: SQLStore, *, keyring: Keyring | None = None, clock: Clock | None = None, shop: Shop | None = None
+    store: SQLStore,
+    *,
+    keyring: Keyring | None = None,
+    clock: Clock | None = None,
+    shop: Shop | None = None,
+    **options: Any,
 ) -> EffectGate:
-    """The shop's gate: `effectgate --app effectgate.examples.shop:app ...` uses this."""
+    """The shop's gate: `effectgate --app effectgate.examples.shop:app ...` uses this. Other
+    keyword options (`notify=`, `on_needs_reconciliation=`) go to EffectGate."""
     shop = shop or Shop()
-    return EffectGate(shop.table(), store, policy=SHOP_POLICY, keyring=keyring, clock=clock)
+    return EffectGate(shop.table(), store, policy=SHOP_POLICY, keyring=keyring, clock=clock, **options)

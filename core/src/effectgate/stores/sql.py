@@ -285,6 +285,39 @@ class SQLStore(IdempotencyStore):
         params = {"p_now": now, "p_session": session_id, "p_id": approval_id}
         return [ApprovalRow(**r._mapping) for r in conn.execute(stmt, params)]
 
+    def approvals_expiring(self, conn: Connection, now: float, until: float) -> list[ApprovalRow]:
+        """Pending approvals still open at `now` whose deadline falls at or before `until`."""
+        stmt = self._q(
+            ("expiring",),
+            lambda: (
+                sa.select(T_APPROVALS)
+                .where(
+                    T_APPROVALS.c.status == "pending",
+                    T_APPROVALS.c.expires_at > sa.bindparam("p_now"),
+                    T_APPROVALS.c.expires_at <= sa.bindparam("p_until"),
+                )
+                .order_by(T_APPROVALS.c.expires_at, T_APPROVALS.c.id)
+            ),
+        )
+        return [ApprovalRow(**r._mapping) for r in conn.execute(stmt, {"p_now": now, "p_until": until})]
+
+    def has_event(self, conn: Connection, kind: str, approval_id: str, version: int) -> bool:
+        """Whether an event of `kind` is recorded for this approval version (read in `conn`)."""
+        stmt = self._q(
+            ("has_event",),
+            lambda: (
+                sa.select(T_EVENTS.c.id)
+                .where(
+                    T_EVENTS.c.kind == sa.bindparam("p_kind"),
+                    T_EVENTS.c.approval_id == sa.bindparam("p_id"),
+                    T_EVENTS.c.version == sa.bindparam("p_version"),
+                )
+                .limit(1)
+            ),
+        )
+        params = {"p_kind": kind, "p_id": approval_id, "p_version": version}
+        return conn.execute(stmt, params).first() is not None
+
     def count_pending(self, conn: Connection, session_id: str) -> int:
         stmt = self._q(
             ("count_pending",),

@@ -9,11 +9,9 @@ wrong role, failed confirm check, the same approver twice) renders a clear messa
 
 from __future__ import annotations
 
-import json
 import secrets
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +26,7 @@ from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .._display import fold, pretty, remaining, when
 from .._execution import EXEC_PREFIX
 from ..context import Approver
 from ..errors import (
@@ -47,40 +46,6 @@ from ._auth import ApproverRegistry, RegisteredApprover, csrf_ok, csrf_token
 
 OnGrant = Callable[[Grant], Any]
 _TEMPLATES = Path(__file__).parent / "templates"
-_FOLD = 2000  # characters of one value shown before folding (the rest is one click away, never cut)
-
-
-def _pretty(value: Any) -> str:
-    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
-
-
-def _fold(value: Any) -> list[dict[str, Any]]:
-    """Each top-level argument as (name, text, folded?): long values are folded with their size."""
-    items = value.items() if isinstance(value, dict) else [("", value)]
-    out = []
-    for name, v in items:
-        text = _pretty(v)
-        out.append({"name": name, "text": text, "folded": len(text) > _FOLD, "size": len(text)})
-    return out
-
-
-def _when(epoch: float | None) -> str:
-    if epoch is None:
-        return "-"
-    return datetime.fromtimestamp(epoch, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def _remaining(seconds: float) -> str:
-    if seconds <= 0:
-        return "expired"
-    s = int(seconds)
-    days, s = divmod(s, 86400)
-    hours, s = divmod(s, 3600)
-    minutes, s = divmod(s, 60)
-    parts = [f"{days}d"] if days else []
-    parts += [f"{hours}h"] if hours or days else []
-    parts += [f"{minutes}m", f"{s}s"] if not days else [f"{minutes}m"]
-    return "in " + " ".join(parts)
 
 
 def create_app(
@@ -98,8 +63,8 @@ def create_app(
     `sso_header`: the header a trusted proxy sets; its value goes through `approvers.verify` (or
     is the approver id itself without one) and must name a registered approver."""
     env = Environment(loader=FileSystemLoader(_TEMPLATES), autoescape=select_autoescape(default=True))
-    env.filters["pretty"] = _pretty
-    env.filters["when"] = _when
+    env.filters["pretty"] = pretty
+    env.filters["when"] = when
     templates = Jinja2Templates(env=env)
 
     def who(request: Request) -> RegisteredApprover | None:
@@ -167,12 +132,12 @@ def create_app(
         result = gate.result(approval_id) if card.status == "executed" else None
         return {
             "card": card,
-            "args": _fold(dict(card.args)),
+            "args": fold(dict(card.args)),
             "view": view,
             "in_flight": [e for e in view.history if e.status in ("pending", "approved")],
             "decisions": decisions,
             "result": result,
-            "expires": _remaining(card.expires_at - gate.clock.now()),
+            "expires": remaining(card.expires_at - gate.clock.now()),
         }
 
     async def show(request: Request, me: RegisteredApprover) -> Response:
@@ -289,7 +254,7 @@ def create_app(
         except EffectGateError as exc:
             return refused(request, 409, "Refused", f"{exc}. Nothing was changed.", approval_id)
         message = (
-            f"Settled: {_pretty(settled.result)}"
+            f"Settled: {pretty(settled.result)}"
             if settled is not None
             else "The provider could not say; the record stays in the queue."
         )

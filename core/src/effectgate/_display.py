@@ -1,0 +1,44 @@
+"""How stored values are shown to a person (web card, webhook, notebook card): one place, so
+every surface prints the same arguments, times and countdowns."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+FOLD = 2000  # characters of one value shown before folding (the rest is one click away, never cut)
+
+
+def pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+
+
+def fold(value: Any) -> list[dict[str, Any]]:
+    """Each top-level argument as (name, text, folded?): long values are folded with their size."""
+    items = value.items() if isinstance(value, dict) else [("", value)]
+    out = []
+    for name, v in items:
+        text = pretty(v)
+        out.append({"name": name, "text": text, "folded": len(text) > FOLD, "size": len(text)})
+    return out
+
+
+def when(epoch: float | None) -> str:
+    if epoch is None:
+        return "-"
+    return datetime.fromtimestamp(epoch, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def remaining(seconds: float) -> str:
+    """A countdown: "in 4m 10s", "in 2h 0m 5s", "in 3d 1h 20m", or "expired"."""
+    if seconds <= 0:
+        return "expired"
+    s = int(seconds)
+    days, s = divmod(s, 86400)
+    hours, s = divmod(s, 3600)
+    minutes, s = divmod(s, 60)
+    parts = [f"{days}d"] if days else []
+    parts += [f"{hours}h"] if hours or days else []
+    parts += [f"{minutes}m", f"{s}s"] if not days else [f"{minutes}m"]
+    return "in " + " ".join(parts)

@@ -1,0 +1,146 @@
+"""Notifications: the gate tells people when a decision waits, is about to lapse, or when an
+operation's outcome is unknown. Delivery is someone else's job (`effectgate.notify`); the gate
+only builds the notice from the stored record, hands it to the hook after its transaction has
+committed, and records a hook that raises. A hook never blocks or breaks a call.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from .outcomes import Card
+
+if TYPE_CHECKING:
+    from ._clock import Clock
+    from .stores.records import ApprovalRow
+    from .stores.sql import SQLStore
+    from .table import EffectTable
+
+log = logging.getLogger("effectgate.notify")
+
+NotificationKind = Literal["pending", "expiring", "needs_reconciliation"]
+
+
+def _no_record(kind: str, detail: Mapping[str, Any]) -> None:
+    return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Notification:
+    """One thing a person must look at, built from the stored record (never from model text).
+
+    `kind`: "pending" (a new approval or a new version of one), "expiring" (a pending approval
+    whose deadline is near; sent once per version), "needs_reconciliation" (the provider's
+    outcome is unknown: page the role). `approver_role` is who should look: the approval's role
+    after escalation, or the tool's owner for a write. `record(kind, detail)` appends an event
+    about this notice to the gate's log (how a notifier records its deliveries)."""
+
+    kind: NotificationKind
+    tool: str
+    approver_role: str | None
+    at: float
+    approval_id: str | None = None
+    version: int | None = None
+    card: Card | None = None
+    reason: str | None = None
+    key: str | None = None
+    provider_ref: str | None = None
+    record: Callable[[str, Mapping[str, Any]], None] = field(default=_no_record, repr=False, compare=False)
+
+
+Notify = Callable[[Notification], None]
+
+
+class NoticeMixin:
+    """The gate's side of notifications: build, hand over, record failures; expiry warnings."""
+
+    table: EffectTable
+    store: SQLStore
+    clock: Clock
+    _notifiers: Sequence[Notify]
+
+    if TYPE_CHECKING:
+
+        def _event(self, kind: str, **kw: Any) -> dict[str, Any]: ...
+        def _record(self, *events: dict[str, Any]) -> None: ...
+        def _card(self, conn: Any, row: ApprovalRow) -> Card: ...
+        def expire(self) -> None: ...
+
+    def _recorder(self, approval_id: str | None, version: int | None, tool: str) -> Callable[..., None]:
+        def record(kind: str, detail: Mapping[str, Any]) -> None:
+            event = self._event(kind, tool=tool, **dict(detail))
+            event.update(approval_id=approval_id, version=version)
+            self._record(event)
+
+        return record
+
+    def _announce(
+        self,
+        kind: NotificationKind,
+        *,
+        tool: str,
+        role: str | None,
+        card: Card | None = None,
+        approval_id: str | None = None,
+        version: int | None = None,
+        **extra: Any,
+    ) -> None:
+        """Hand one notice to every hook; call only after the transaction that caused it committed."""
+        if not self._notifiers:
+            return
+        if card is not None:
+            approval_id, version = card.approval_id, card.version
+        notice = Notification(
+            kind=kind,
+            tool=tool,
+            approver_role=role,
+            at=self.clock.now(),
+            approval_id=approval_id,
+            version=version,
+            card=card,
+            record=self._recorder(approval_id, version, tool),
+            **extra,
+        )
+        for hook in self._notifiers:
+            try:
+                hook(notice)
+            except Exception as exc:  # a notifier must never break the gate; its failure is kept
+                try:
+                    notice.record("notify_failed", {"notification": kind, "error": repr(exc)})
+                except Exception:  # the store itself is down; the call's result stands
+                    log.exception("could not record a failed %s notice for %s", kind, tool)
+
+    def _announce_card(self, kind: NotificationKind, card: Card) -> None:
+        self._announce(kind, tool=card.tool, role=card.approver_role, card=card)
+
+    def warn_expiring(self, *, within: float) -> list[Card]:
+        """Notify about every pending approval that lapses within `within` seconds, once per
+        version (a second scan, from this or another process, sends nothing new). Returns the cards
+        warned about now. Run it periodically (`effectgate notify-expiring`, or a scheduler)."""
+        if within <= 0:
+            raise ValueError("within must be a positive number of seconds")
+        self.expire()
+        now = self.clock.now()
+        with self.store.reading() as conn:
+            candidates = self.store.approvals_expiring(conn, now, now + within)
+        warned: list[Card] = []
+        for candidate in candidates:
+            with self.store.transaction() as conn:
+                # Serialise warnings for one approval across workers: check and record together.
+                self.store.lock(conn, f"expiry-warning:{candidate.id}")
+                row = self.store.approval(conn, candidate.id)
+                if row is None or row.status != "pending" or row.expires_at <= now:
+                    continue
+                if self.store.has_event(conn, "expiry_warning", row.id, row.version):
+                    continue
+                remaining = row.expires_at - now
+                self.store.append_events(
+                    conn, [self._event("expiry_warning", row=row, seconds_left=round(remaining, 3))]
+                )
+                card = self._card(conn, row)
+            warned.append(card)
+            self._announce_card("expiring", card)
+        return warned

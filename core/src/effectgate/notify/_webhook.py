@@ -1,0 +1,242 @@
+"""A webhook notifier: signed, retried with backoff, off the gate's thread, every delivery recorded.
+
+The gate calls the notifier after its transaction commits; the notifier only queues the notice
+(a full queue drops it and records that), and one worker thread posts it. A failing or hanging
+webhook therefore never blocks or breaks a call. Each notice ends as one event in the gate's log:
+`webhook_delivered`, `webhook_failed` (with every attempt's status or error) or `webhook_dropped`.
+Only the webhook's host is recorded: a Slack webhook URL is itself a secret.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import random
+import threading
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from .._clock import SYSTEM_CLOCK, Clock
+from .._notice import Notification, NotificationKind
+from ..tokens import Keyring
+from ._message import DELIVERY, EVENT, delivery_id, message, sign
+
+log = logging.getLogger("effectgate.notify")
+
+ALL_KINDS: tuple[NotificationKind, ...] = ("pending", "expiring", "needs_reconciliation")
+RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
+_STOP = object()
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """How one notice went: `delivered`, the number of attempts and what each one got."""
+
+    delivered: bool
+    delivery_id: str
+    attempts: int
+    statuses: tuple[int | None, ...] = ()
+    error: str | None = None
+    waits: tuple[float, ...] = field(default=())
+
+
+class WebhookNotifier:
+    """Posts each notice to `url` as a Slack-compatible JSON message, signed with `keyring`.
+
+    - `keyring`: the webhook's own keys (`Keyring.generate()` or `Keyring.parse("kid:hex")`);
+      the gate refuses a notifier that shares a key with its grant keyring.
+    - `inbox_url`: where `effectgate serve` is reached; the message links to the card.
+    - `kinds` / `roles`: which notices this webhook gets (e.g. one channel per approver role).
+    - `attempts`, `backoff`, `max_backoff`: up to `attempts` tries; after a connection error, a
+      timeout, 408/425/429 or 5xx it waits `backoff * 2**n` seconds (at most `max_backoff`; a
+      Retry-After header is honoured up to that cap) with jitter, then re-signs and re-sends.
+      Other 4xx answers are final.
+    - `clock`: time for signatures and the waits between attempts (inject a FakeClock in tests).
+    - `background=False` delivers in the caller's thread (scripts, the CLI, tests).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        keyring: Keyring,
+        inbox_url: str | None = None,
+        kinds: Collection[NotificationKind] = ALL_KINDS,
+        roles: Collection[str] | None = None,
+        attempts: int = 5,
+        backoff: float = 1.0,
+        max_backoff: float = 60.0,
+        jitter: bool = True,
+        timeout: float = 5.0,
+        clock: Clock = SYSTEM_CLOCK,
+        client: httpx.Client | None = None,
+        background: bool = True,
+        queue_size: int = 1000,
+    ) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"a webhook URL is http(s)://host/...; got scheme {parts.scheme!r}")
+        unknown = set(kinds) - set(ALL_KINDS)
+        if unknown:
+            raise ValueError(f"unknown notification kinds {sorted(unknown)}; known: {list(ALL_KINDS)}")
+        if attempts < 1:
+            raise ValueError("attempts must be at least 1")
+        self.url = url
+        self.target = parts.hostname
+        self.keyring = keyring
+        self.inbox_url = inbox_url
+        self.kinds = frozenset(kinds)
+        self.roles = frozenset(roles) if roles is not None else None
+        self.attempts = attempts
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.jitter = jitter
+        self.clock = clock
+        self._own_client = client is None
+        self._client = client or httpx.Client(timeout=timeout, follow_redirects=False)
+        self._background = background
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_size)
+        self._worker: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._random = random.Random()  # noqa: S311 - jitter, not a secret
+        self._closed = False
+
+    # -- the hook the gate calls
+
+    def wants(self, n: Notification) -> bool:
+        return n.kind in self.kinds and (self.roles is None or n.approver_role in self.roles)
+
+    def __call__(self, n: Notification) -> None:
+        """Queue `n` for delivery (or deliver it now with `background=False`); never raises for
+        a failing webhook, and never waits for one."""
+        if not self.wants(n):
+            return
+        if not self._background:
+            self.deliver(n)
+            return
+        if self._closed:
+            self._record(n, "webhook_dropped", {"why": "the notifier is closed"})
+            return
+        self._start()
+        try:
+            self._queue.put_nowait(n)
+        except queue.Full:
+            self._record(n, "webhook_dropped", {"why": f"queue full ({self._queue.maxsize})"})
+
+    # -- delivery
+
+    def deliver(self, n: Notification) -> Delivery:
+        """Send one notice now, with retries; record and return how it went."""
+        did = delivery_id(n)
+        statuses: list[int | None] = []
+        waits: list[float] = []
+        error: str | None = None
+        delivered = False
+        try:
+            msg = message(n, inbox_url=self.inbox_url, now=self.clock.now())
+            body = json.dumps(msg, separators=(",", ":"), ensure_ascii=False).encode()
+        except Exception as exc:  # a notice that cannot be rendered is recorded, not raised
+            return self._finish(n, Delivery(False, did, 0, error=f"render: {exc!r}"))
+        for attempt in range(1, self.attempts + 1):
+            retry_after: str | None = None
+            headers = {
+                "Content-Type": "application/json",
+                DELIVERY: did,
+                EVENT: n.kind,
+                **sign(self.keyring, body, int(self.clock.now())),
+            }
+            try:
+                response = self._client.post(self.url, content=body, headers=headers)
+            except httpx.HTTPError as exc:
+                statuses.append(None)
+                error = f"{type(exc).__name__}: {exc}"
+                retryable = True
+            else:
+                statuses.append(response.status_code)
+                if response.is_success:
+                    delivered, error = True, None
+                    break
+                error = f"HTTP {response.status_code}"
+                retryable = response.status_code in RETRY_STATUS
+                retry_after = response.headers.get("retry-after")
+            if not retryable or attempt == self.attempts:
+                break
+            wait = self._wait(attempt, retry_after)
+            waits.append(wait)
+            self.clock.sleep(wait)
+        outcome = Delivery(delivered, did, len(statuses), tuple(statuses), error, tuple(waits))
+        return self._finish(n, outcome)
+
+    def _wait(self, attempt: int, retry_after: str | None) -> float:
+        wait: float = min(self.max_backoff, self.backoff * 2.0 ** (attempt - 1))
+        if self.jitter:
+            wait *= self._random.uniform(0.5, 1.0)
+        if retry_after is not None and retry_after.strip().isdigit():
+            wait = max(wait, min(self.max_backoff, float(retry_after)))
+        return wait
+
+    def _finish(self, n: Notification, d: Delivery) -> Delivery:
+        detail = {
+            "notification": n.kind,
+            "delivery": d.delivery_id,
+            "target": self.target,
+            "attempts": d.attempts,
+            "statuses": list(d.statuses),
+        }
+        if d.error is not None:
+            detail["error"] = d.error
+        self._record(n, "webhook_delivered" if d.delivered else "webhook_failed", detail)
+        if not d.delivered:
+            log.warning("webhook to %s failed after %d attempts: %s", self.target, d.attempts, d.error)
+        return d
+
+    def _record(self, n: Notification, kind: str, detail: dict[str, Any]) -> None:
+        try:
+            n.record(kind, {"target": self.target, **detail})
+        except Exception:  # the store is down: the log line is all that is left
+            log.exception("could not record %s for %s", kind, n.approval_id or n.key)
+
+    # -- the worker thread and the lifecycle
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._worker is None or not self._worker.is_alive():
+                self._worker = threading.Thread(target=self._run, name="effectgate-webhook", daemon=True)
+                self._worker.start()
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            try:
+                if item is _STOP:
+                    return
+                self.deliver(item)
+            except Exception:  # pragma: no cover - deliver records its own failures
+                log.exception("webhook worker")
+            finally:
+                self._queue.task_done()
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every queued notice has been delivered or given up; False on timeout."""
+        with self._queue.all_tasks_done:
+            return self._queue.all_tasks_done.wait_for(lambda: self._queue.unfinished_tasks == 0, timeout)
+
+    def close(self, timeout: float | None = 30.0) -> None:
+        """Deliver what is queued (up to `timeout`), stop the worker, close the HTTP client."""
+        self._closed = True
+        if self._worker is not None and self._worker.is_alive():
+            self._queue.put(_STOP)
+            self._worker.join(timeout)
+        if self._own_client:
+            self._client.close()
+
+    def __enter__(self) -> WebhookNotifier:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
