@@ -69,7 +69,8 @@ def test_new_approval_notifies_once_with_the_stored_card(gate: EffectGate, hook:
     assert (notice.kind, notice.approval_id, notice.version) == ("pending", out.approval_id, 1)
     assert notice.approver_role == "finance"
     assert notice.card == gate.card(out.approval_id)
-    assert notice.card is not None and notice.card.args == REFUND
+    assert notice.card is not None
+    assert notice.card.args == REFUND
 
 
 def test_amendment_notifies_its_new_version(gate: EffectGate, hook: Hook) -> None:
@@ -98,7 +99,8 @@ def test_failing_hook_is_recorded_and_the_call_stands(gate: EffectGate, hook: Ho
     assert (event.approval_id, event.version) == (out.approval_id, 1)
     assert "pager is down" in json.loads(event.detail_json)["error"]
     row = store.get_approval(out.approval_id)
-    assert row is not None and row.status == "pending"
+    assert row is not None
+    assert row.status == "pending"
 
 
 def test_every_hook_of_a_sequence_is_called(store: SQLStore, clock: FakeClock) -> None:
