@@ -152,10 +152,14 @@ class WebhookNotifier:
             }
             try:
                 response = self._client.post(self.url, content=body, headers=headers)
-            except httpx.HTTPError as exc:
+            except httpx.HTTPError as exc:  # connection, timeout, protocol: worth another try
                 statuses.append(None)
                 error = f"{type(exc).__name__}: {exc}"
                 retryable = True
+            except Exception as exc:  # anything else (an invalid URL, a broken client) is final
+                statuses.append(None)
+                error = f"{type(exc).__name__}: {exc}"
+                retryable = False
             else:
                 statuses.append(response.status_code)
                 if response.is_success:
