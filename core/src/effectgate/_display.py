@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .gate import EffectGate
 
 FOLD = 2000  # characters of one value shown before folding (the rest is one click away, never cut)
 
@@ -42,3 +45,22 @@ def remaining(seconds: float) -> str:
     parts += [f"{hours}h"] if hours or days else []
     parts += [f"{minutes}m", f"{s}s"] if not days else [f"{minutes}m"]
     return "in " + " ".join(parts)
+
+
+def card_view(gate: EffectGate, approval_id: str) -> dict[str, Any]:
+    """Everything a reviewer's card shows, read from the store: the card, its arguments folded,
+    the subject's history and balance, other decisions in flight on the subject, the decisions
+    taken, the result once executed, and the countdown. Raises UnknownApproval."""
+    card = gate.card(approval_id)
+    view = gate.subject_view(approval_id)
+    decisions = [d for d in gate.store.all_decisions() if d.approval_id == approval_id]
+    result = gate.result(approval_id) if card.status == "executed" else None
+    return {
+        "card": card,
+        "args": fold(dict(card.args)),
+        "view": view,
+        "in_flight": [e for e in view.history if e.status in ("pending", "approved")],
+        "decisions": decisions,
+        "result": result,
+        "expires": remaining(card.expires_at - gate.clock.now()),
+    }

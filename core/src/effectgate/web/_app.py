@@ -26,7 +26,7 @@ from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .._display import fold, pretty, remaining, when
+from .._display import card_view, pretty, when
 from .._execution import EXEC_PREFIX
 from ..context import Approver
 from ..errors import (
@@ -125,24 +125,9 @@ def create_app(
         cards = await run_in_threadpool(gate.pending, role=role, session_id=session)
         return page(request, "inbox.html", cards=cards, role=role, session=session)
 
-    def card_context(approval_id: str) -> dict[str, Any]:
-        card = gate.card(approval_id)
-        view = gate.subject_view(approval_id)
-        decisions = [d for d in gate.store.all_decisions() if d.approval_id == approval_id]
-        result = gate.result(approval_id) if card.status == "executed" else None
-        return {
-            "card": card,
-            "args": fold(dict(card.args)),
-            "view": view,
-            "in_flight": [e for e in view.history if e.status in ("pending", "approved")],
-            "decisions": decisions,
-            "result": result,
-            "expires": remaining(card.expires_at - gate.clock.now()),
-        }
-
     async def show(request: Request, me: RegisteredApprover) -> Response:
         try:
-            context = await run_in_threadpool(card_context, request.path_params["id"])
+            context = await run_in_threadpool(card_view, gate, request.path_params["id"])
         except UnknownApproval:
             return page(request, "message.html", 404, title="Not found", message="No such approval.")
         return page(request, "card.html", **context)

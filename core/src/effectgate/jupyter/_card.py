@@ -1,0 +1,266 @@
+"""The approval card for notebooks: the web card's stored fields, with Approve and Deny buttons.
+
+Everything shown is read from the store (`card_view`), never from the model's text, and every
+value is HTML-escaped. The buttons call the same gate methods as the inbox with the version the
+card shows, so a card left open while the call was amended refuses with "stale" and changes
+nothing. Without ipywidgets the card is plain text, and `approve()` / `deny()` still work.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Callable
+from typing import Any
+
+from .._display import card_view, pretty, when
+from ..context import Approver
+from ..errors import EffectGateError, StaleApproval
+from ..gate import EffectGate
+from ..outcomes import Card, Executed, Grant, PartialApproval, Pending
+
+Decision = Grant | PartialApproval
+
+try:
+    import ipywidgets as _widgets  # type: ignore[import-untyped]  # ships no type information
+except ImportError:  # the plain-text card; `pip install "effectgate[jupyter]"` for buttons
+    _widgets = None
+
+
+def widgets_available() -> bool:
+    return _widgets is not None
+
+
+def _e(value: Any) -> str:
+    return html.escape(value if isinstance(value, str) else pretty(value))
+
+
+class ApprovalCard:
+    """A decision surface for one approval, for `approver` (whose role the gate checks).
+
+    `on_grant(grant)` receives the grant once it is minted (e.g. resume the agent, or
+    `gate.execute(grant.token)`) and its return value is shown; without it the grant is kept
+    in `.grant` for the notebook. `widgets=False` forces the text card."""
+
+    def __init__(
+        self,
+        gate: EffectGate,
+        pending: Pending | Card | str,
+        *,
+        approver: Approver,
+        on_grant: Callable[[Grant], Any] | None = None,
+        widgets: bool | None = None,
+    ) -> None:
+        self.gate = gate
+        self.approval_id = pending if isinstance(pending, str) else pending.approval_id
+        self.approver = approver
+        self.on_grant = on_grant
+        self.grant: Grant | None = None
+        self.outcome: Decision | None = None
+        self.result: Any = None
+        self.message = ""
+        self._view = card_view(gate, self.approval_id)
+        self.version: int = self._view["card"].version  # the version this card asks about
+        use_widgets = widgets_available() if widgets is None else widgets
+        if use_widgets and _widgets is None:
+            raise EffectGateError('ipywidgets is not installed: pip install "effectgate[jupyter]"')
+        self.widget: Any = self._build() if use_widgets else None
+
+    # -- what the card shows
+
+    @property
+    def card(self) -> Card:
+        return self._view["card"]  # type: ignore[no-any-return]
+
+    def refresh(self) -> None:
+        """Re-read the record (the version the buttons decide stays the one first shown)."""
+        self._view = card_view(self.gate, self.approval_id)
+        self._update()
+
+    def text(self) -> str:
+        """The plain-text card: the same stored fields as the HTML card."""
+        v, card = self._view, self.card
+        lines = [
+            card.render(),
+            f"owner: {card.owner or '-'}   session/user: {card.session_id} / {card.user_id}",
+            f"expires: {when(card.expires_at)} ({v['expires']})",
+        ]
+        if v["view"].balance is not None:
+            lines.append(f"subject balance: {json.dumps(v['view'].balance, default=str)}")
+        for e in v["view"].history:
+            effect = ", in effect" if e.in_effect else ""
+            lines.append(
+                f"history: {e.status} v{e.version}{effect} {json.dumps(dict(e.args), sort_keys=True)}"
+            )
+        for d in v["decisions"]:
+            lines.append(
+                f"decision: v{d.version} {d.decision} by {d.approver_id} ({d.role}) {d.reason or ''}"
+            )
+        if self.version != card.version:
+            lines.append(
+                f"! this card asked about version {self.version}; the record is now version {card.version}"
+            )
+        if self.message:
+            lines.append(f"> {self.message}")
+        return "\n".join(lines)
+
+    def html(self) -> str:
+        v, card = self._view, self.card
+        rows = [
+            ("approval", f"<code>{_e(card.approval_id)}</code> version {card.version}"),
+            ("status", _e(card.status)),
+            ("approver role", _e(card.approver_role)),
+            ("approvals", f"{card.approvals_given} of {card.approvals_required}"),
+            ("subject", f"<pre>{_e(card.subject)}</pre>" if card.subject else "-"),
+            ("arguments (stored)", "".join(self._arg(a) for a in v["args"])),
+            ("args sha256", f"<code>{_e(card.args_hash)}</code>"),
+            ("session / user", f"{_e(card.session_id)} / {_e(card.user_id)}"),
+            ("owner", _e(card.owner or "-")),
+            ("expires", f"{_e(when(card.expires_at))} ({_e(v['expires'])})"),
+        ]
+        rows += [("note", _e(n)) for n in card.notes]
+        if v["view"].balance is not None:
+            rows.append(("subject balance", f"<pre>{_e(v['view'].balance)}</pre>"))
+        history = "".join(
+            f"<li>{_e(e.status)} v{e.version}{' (in effect)' if e.in_effect else ''}: "
+            f"<code>{_e(json.dumps(dict(e.args), sort_keys=True))}</code></li>"
+            for e in v["view"].history
+        )
+        rows.append(
+            (f"other {_e(card.tool)} calls on this subject", f"<ul>{history}</ul>" if history else "none")
+        )
+        decided = "".join(
+            f"<li>v{d.version} {_e(d.decision)} by {_e(d.approver_id)} ({_e(d.role)}) "
+            f"{_e(d.reason or '')}</li>"
+            for d in v["decisions"]
+        )
+        if decided:
+            rows.append(("decisions", f"<ul>{decided}</ul>"))
+        table = "".join(
+            f"<tr><td style='vertical-align:top;padding-right:1em'><b>{k}</b></td><td>{val}</td></tr>"
+            for k, val in rows
+        )
+        head = f"<h4>{_e(card.tool)} [{_e(card.effect)}, {_e(card.reversibility)}]</h4>"
+        return f"<div class='effectgate-card'>{head}<table>{table}</table></div>"
+
+    @staticmethod
+    def _arg(a: dict[str, Any]) -> str:
+        body = f"<pre>{html.escape(a['text'])}</pre>"
+        if a["folded"]:
+            label = f"{_e(a['name'])}: {a['size']} characters (folded; open to read all)"
+            return f"<details><summary>{label}</summary>{body}</details>"
+        return f"<div>{_e(a['name'])}{body}</div>"
+
+    # -- decisions (what the buttons call)
+
+    def approve(self) -> Decision | None:
+        """Approve the version this card shows; a refusal is shown and returns None."""
+        decision: Decision | None = self._decide(
+            lambda: self.gate.approve(self.approval_id, version=self.version, approver=self.approver)
+        )
+        return decision
+
+    def deny(self, reason: str | None = None) -> Any:
+        """Deny the version this card shows with `reason` (the model is told); None on refusal."""
+        why = reason if reason is not None else (self._reason.value if self.widget is not None else "")
+        if not why.strip():
+            self._say("Give a reason to deny (the model is told); nothing was changed.")
+            return None
+        return self._decide(
+            lambda: self.gate.deny(
+                self.approval_id, approver=self.approver, reason=why.strip(), version=self.version
+            )
+        )
+
+    def _decide(self, act: Callable[[], Any]) -> Any:
+        try:
+            outcome = act()
+        except StaleApproval as exc:
+            self.refresh()
+            return self._say(
+                f"This card changed since it was shown: it asked about version {exc.given}, the record is "
+                f"now version {exc.current}. Nothing was changed; show the card again to review it."
+            )
+        except EffectGateError as exc:
+            self.refresh()
+            return self._say(f"Refused: {exc}. Nothing was changed.")
+        if isinstance(outcome, Grant):
+            self.outcome = self.grant = outcome
+            message = f"Approved version {outcome.version} as {self.approver.id} ({self.approver.role})."
+            if self.on_grant is not None:
+                try:
+                    self.result = self.on_grant(outcome)
+                except EffectGateError as exc:
+                    message += f" The application could not use the grant: {exc}."
+                else:
+                    shown = self.result.result if isinstance(self.result, Executed) else self.result
+                    if shown is not None:
+                        message += f" Result: {json.dumps(shown, default=str)}"
+        elif isinstance(outcome, PartialApproval):
+            self.outcome = outcome
+            message = f"Recorded: {outcome.message}."
+        else:
+            message = f"Denied version {self.version} as {self.approver.id}."
+        self.refresh()
+        self._say(message)
+        return outcome
+
+    def _say(self, message: str) -> None:
+        self.message = message
+        self._update()
+
+    # -- widgets
+
+    def _build(self) -> Any:
+        assert _widgets is not None
+        w = _widgets
+        self._body = w.HTML()
+        self.approve_button = w.Button(description=f"Approve v{self.version}", button_style="success")
+        self.deny_button = w.Button(description="Deny", button_style="danger")
+        self._reason = w.Text(placeholder="reason (the model is told)")
+        self._status = w.HTML()
+        self.approve_button.on_click(lambda _b: self.approve())
+        self.deny_button.on_click(lambda _b: self.deny())
+        box = w.VBox(
+            [self._body, w.HBox([self.approve_button, self._reason, self.deny_button]), self._status]
+        )
+        self._widget = box
+        self._update()
+        return box
+
+    def _update(self) -> None:
+        if getattr(self, "_widget", None) is None:
+            return
+        self._body.value = self.html()
+        self._status.value = f"<b>{html.escape(self.message)}</b>" if self.message else ""
+        open_ = self.card.status == "pending" and self.card.version == self.version
+        self.approve_button.disabled = self.deny_button.disabled = not open_
+
+    # -- display
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        bundle: dict[str, Any] = {}
+        render = getattr(self.widget, "_repr_mimebundle_", None) if self.widget is not None else None
+        if callable(render):  # None once the widget's comm is closed: the static card remains
+            bundle.update(render() or {})
+        bundle["text/plain"] = self.text()
+        bundle["text/html"] = self.html()
+        return bundle
+
+    def __repr__(self) -> str:
+        return f"<ApprovalCard {self.card.tool} {self.approval_id} v{self.version} {self.card.status}>"
+
+    def __str__(self) -> str:
+        return self.text()
+
+
+def approval_card(
+    gate: EffectGate,
+    pending: Pending | Card | str,
+    *,
+    approver: Approver,
+    on_grant: Callable[[Grant], Any] | None = None,
+    widgets: bool | None = None,
+) -> ApprovalCard:
+    """The card for `pending` (a Pending, a Card or an approval id); display it as a cell's value."""
+    return ApprovalCard(gate, pending, approver=approver, on_grant=on_grant, widgets=widgets)
