@@ -64,7 +64,9 @@ class ApprovalCard:
         use_widgets = widgets_available() if widgets is None else widgets
         if use_widgets and _widgets is None:
             raise EffectGateError('ipywidgets is not installed: pip install "effectgate[jupyter]"')
-        self.widget: Any = self._build() if use_widgets else None
+        self.widget: Any = None
+        if use_widgets:
+            self._build()
 
     # -- what the card shows
 
@@ -211,7 +213,7 @@ class ApprovalCard:
 
     # -- widgets
 
-    def _build(self) -> Any:
+    def _build(self) -> None:
         assert _widgets is not None
         w = _widgets
         self._body = w.HTML()
@@ -224,12 +226,11 @@ class ApprovalCard:
         box = w.VBox(
             [self._body, w.HBox([self.approve_button, self._reason, self.deny_button]), self._status]
         )
-        self._widget = box
+        self.widget = box
         self._update()
-        return box
 
     def _update(self) -> None:
-        if getattr(self, "_widget", None) is None:
+        if self.widget is None:
             return
         self._body.value = self.html()
         self._status.value = f"<b>{html.escape(self.message)}</b>" if self.message else ""

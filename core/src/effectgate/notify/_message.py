@@ -139,9 +139,13 @@ def message(n: Notification, *, inbox_url: str | None, now: float) -> dict[str, 
     }
 
 
+def _signed(timestamp: int | str, body: bytes) -> bytes:
+    return f"{SCHEME}:{timestamp}:".encode() + body
+
+
 def sign(keyring: Keyring, body: bytes, timestamp: int) -> dict[str, str]:
     """The signature headers for `body` sent at `timestamp` (Unix seconds)."""
-    kid, mac = keyring.hmac_hex(f"{SCHEME}:{timestamp}:".encode() + body)
+    kid, mac = keyring.hmac_hex(_signed(timestamp, body))
     return {SIGNATURE: f"{SCHEME}={mac}", TIMESTAMP: str(timestamp), KEY_ID: kid}
 
 
@@ -162,7 +166,7 @@ def verify_webhook(
     if abs(now - int(stamp)) > tolerance:
         raise WebhookSignatureError("stale", f"the timestamp is more than {tolerance:g}s from now")
     try:
-        _, expected = keyring.hmac_hex(f"{SCHEME}:{stamp}:".encode() + body, kid=kid)
+        _, expected = keyring.hmac_hex(_signed(stamp, body), kid=kid)
     except Exception as exc:
         raise WebhookSignatureError("unknown_key", f"no key with id {kid!r}") from exc
     scheme, _, mac = signature.partition("=")

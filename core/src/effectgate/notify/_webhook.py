@@ -152,14 +152,12 @@ class WebhookNotifier:
             }
             try:
                 response = self._client.post(self.url, content=body, headers=headers)
-            except httpx.HTTPError as exc:  # connection, timeout, protocol: worth another try
+            except Exception as exc:
                 statuses.append(None)
                 error = f"{type(exc).__name__}: {exc}"
-                retryable = True
-            except Exception as exc:  # anything else (an invalid URL, a broken client) is final
-                statuses.append(None)
-                error = f"{type(exc).__name__}: {exc}"
-                retryable = False
+                # Connection, timeout, protocol: worth another try; anything else (an invalid
+                # URL, a broken client) is final.
+                retryable = isinstance(exc, httpx.HTTPError)
             else:
                 statuses.append(response.status_code)
                 if response.is_success:
