@@ -64,6 +64,7 @@ ERRORS = [
     "StaleApproval",
     "StoreError",
     "TableError",
+    "TamperedRecord",
     "TokenError",
     "UnknownApproval",
     "WebhookSignatureError",

@@ -70,6 +70,7 @@ def _assert_empty(store: SQLStore) -> None:
     assert store.executions() == []
     assert store.all_decisions() == []
     assert _count(store, "eg_intent_keys") == 0
+    assert store.rules() == {}
 
 
 def _fill(store: SQLStore) -> None:
@@ -85,6 +86,7 @@ def _fill(store: SQLStore) -> None:
         )
         store.append_events(conn, [{"at": store.clock.now(), "kind": "sentinel"}])
         _append_execution(store, conn)
+        store.add_rules(conn, [("sentinel", "row", "{}")])
 
 
 def _append_execution(store: SQLStore, conn: sa.Connection) -> None:

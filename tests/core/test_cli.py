@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 import pytest
 
 from effectgate import Pending, open_store
+from effectgate.canonical import args_hash
 from effectgate.cli import keyring_for, main
 from effectgate.errors import TokenError
 from effectgate.examples.shop import Shop, app, context
@@ -345,7 +346,7 @@ def _diverge(url: str) -> None:
             version=None,
             tool="refund_order",
             effect="money",
-            args_hash="0" * 64,
+            args_hash=args_hash("refund_order", REFUND_V2),
             args_json=json.dumps(REFUND_V2),
             idempotency_key="rogue-1",
             status="succeeded",

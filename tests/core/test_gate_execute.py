@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import threading
 from typing import Any
@@ -261,7 +262,7 @@ def test_rotated_keyring_still_executes_an_older_grant(shop_gate: ShopGate, make
     """A grant minted under k1 runs on a gate whose keyring now signs with k2 and keeps k1."""
     shop, gate = shop_gate
     grant = granted(gate)
-    rotated = Keyring.parse(f"k2:{'ab' * 32},{gate.keyring.dumps()}")
+    rotated = Keyring.parse(f"k2:{hashlib.sha256(b'ab').hexdigest()},{gate.keyring.dumps()}")
     assert rotated.current == "k2"
     other = make_gate(gate.table, policy=SHOP_POLICY, keyring=rotated)
     other.execute(grant.token)
@@ -554,8 +555,8 @@ class Bank:
         return table
 
 
-def bank_grant(gate: EffectGate) -> Grant:
-    out = gate.call("pay", {"account": "a1", "amount": 500}, context("m1"))
+def bank_grant(gate: EffectGate, message: str = "m1") -> Grant:
+    out = gate.call("pay", {"account": "a1", "amount": 500}, context(message))
     assert isinstance(out, Pending)
     grant = gate.approve(out.approval_id, version=1, approver=FINANCE)
     assert isinstance(grant, Grant)
@@ -594,8 +595,9 @@ def test_reconcile_that_cannot_tell_leaves_the_record(store: SQLStore, make_gate
     assert bank.receiver.count("pay") == 0
 
 
-def test_settled_as_not_happened_lets_the_grant_run_again(store: SQLStore, make_gate: MakeGate) -> None:
-    """A person settling 'did not happen' frees the key; the unexpired grant then runs once."""
+def test_settled_as_not_happened_ends_the_approval_failed(store: SQLStore, make_gate: MakeGate) -> None:
+    """A person settling 'did not happen' is a definite failure: the approval ends `failed`, the
+    spent grant never runs it again, and a new message proposes afresh (the subject is free)."""
     bank = Bank()
     gate = make_gate(bank.table(reconcile=False))
     grant = bank_grant(gate)
@@ -603,9 +605,13 @@ def test_settled_as_not_happened_lets_the_grant_run_again(store: SQLStore, make_
     with pytest.raises(NeedsReconciliation):
         gate.execute(grant.token)
     assert gate.settle(grant.approval_id, happened=False, by="fiona") is None
-    gate.execute(grant.token)
+    assert status(store, grant.approval_id) == "failed"
+    assert token_error(gate, grant.token) == "used"
+    assert bank.receiver.count("pay") == 0
+    again = bank_grant(gate, message="m-again")
+    assert again.approval_id != grant.approval_id
+    gate.execute(again.token)
     assert bank.receiver.count("pay") == 1
-    assert status(store, grant.approval_id) == "executed"
 
 
 def test_settled_as_happened_completes_without_running(store: SQLStore, make_gate: MakeGate) -> None:
@@ -643,10 +649,11 @@ class Vault:
         return 1000
 
 
-def test_failed_snapshot_before_execution_leaves_the_grant_usable(
+def test_failed_snapshot_before_execution_ends_the_approval_failed(
     store: SQLStore, make_gate: MakeGate
 ) -> None:
-    """A snapshot error before the tool runs is a definite failure: the same grant then runs once."""
+    """A snapshot error before the tool runs is a definite failure: nothing ran, the approval ends
+    `failed` with the reason on its card, the grant is spent, and a new proposal runs once."""
     vault = Vault()
     spec = ToolSpec(
         name="withdraw",
@@ -667,7 +674,16 @@ def test_failed_snapshot_before_execution_leaves_the_grant_usable(
     record = store.get(exec_key(grant))
     assert record is not None
     assert record.status == "failed"
-    gate.execute(grant.token)
+    assert status(store, grant.approval_id) == "failed"
+    assert "ledger unavailable" in (gate.card(grant.approval_id).reason or "")
+    assert token_error(gate, grant.token) == "used"
+    assert vault.receiver.count("withdraw") == 0
+    again = gate.call("withdraw", {"account": "a1", "amount": 5}, context("m2"))
+    assert isinstance(again, Pending)
+    assert again.approval_id != out.approval_id
+    second = gate.approve(again.approval_id, version=1, approver=FINANCE)
+    assert isinstance(second, Grant)
+    gate.execute(second.token)
     assert vault.receiver.count("withdraw") == 1
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 from pathlib import Path
@@ -13,6 +14,8 @@ from effectgate.errors import TokenError
 from effectgate.tokens import token_hash
 
 HASH = "a" * 64
+# Fixed, random-looking keys (a key of one repeated byte is refused as not random).
+KEY_01, KEY_02, KEY_07, KEY_CD = (hashlib.sha256(n.encode()).hexdigest() for n in ("01", "02", "07", "cd"))
 EXPIRES = 1_800_000_300.0
 
 
@@ -118,14 +121,14 @@ def test_rotated_keyring_verifies_tokens_of_the_old_key() -> None:
     """After rotation to k2, a token minted under k1 still verifies."""
     old = Keyring.generate("k1")
     token = mint(old)
-    rotated = Keyring.parse(f"k2:{'cd' * 32},{old.dumps()}")
+    rotated = Keyring.parse(f"k2:{KEY_CD},{old.dumps()}")
     rotated.verify(Keyring.read(token), args_hash=HASH)
 
 
 def test_rotated_keyring_mints_with_the_current_key() -> None:
     """New tokens name the current key id, and the old keyring cannot verify them."""
     old = Keyring.generate("k1")
-    rotated = Keyring.parse(f"k2:{'cd' * 32},{old.dumps()}")
+    rotated = Keyring.parse(f"k2:{KEY_CD},{old.dumps()}")
     token = mint(rotated)
     assert Keyring.read(token).kid == "k2"
     assert verify_reason(old, token) == "unknown_key"
@@ -135,7 +138,7 @@ def test_retired_key_no_longer_verifies() -> None:
     """Once k1 is dropped from the keyring, its tokens are refused."""
     old = Keyring.generate("k1")
     token = mint(old)
-    assert verify_reason(Keyring.parse(f"k2:{'cd' * 32}"), token) == "unknown_key"
+    assert verify_reason(Keyring.parse(f"k2:{KEY_CD}"), token) == "unknown_key"
 
 
 # -- parse, dumps, files
@@ -143,7 +146,7 @@ def test_retired_key_no_longer_verifies() -> None:
 
 def test_dumps_and_parse_round_trip() -> None:
     """parse(dumps()) keeps every key and the current one."""
-    ring = Keyring({"k1": b"\x01" * 32, "k2": b"\x02" * 32}, current="k2")
+    ring = Keyring({"k1": bytes.fromhex(KEY_01), "k2": bytes.fromhex(KEY_02)}, current="k2")
     again = Keyring.parse(ring.dumps())
     assert again.current == "k2"
     assert again.dumps() == ring.dumps()
@@ -153,17 +156,17 @@ def test_dumps_and_parse_round_trip() -> None:
 
 def test_dumps_puts_the_current_key_first() -> None:
     """The first entry of the text form is the current key."""
-    ring = Keyring({"k1": b"\x01" * 32, "k2": b"\x02" * 32}, current="k2")
-    assert ring.dumps() == f"k2:{'02' * 32},k1:{'01' * 32}"
+    ring = Keyring({"k1": bytes.fromhex(KEY_01), "k2": bytes.fromhex(KEY_02)}, current="k2")
+    assert ring.dumps() == f"k2:{KEY_02},k1:{KEY_01}"
 
 
 def test_parse_takes_the_first_key_as_current() -> None:
     """In `kid:hex,kid:hex` the first key signs."""
-    ring = Keyring.parse(f" k7:{'07' * 32} , k1:{'01' * 32} ")
+    ring = Keyring.parse(f" k7:{KEY_07} , k1:{KEY_01} ")
     assert ring.current == "k7"
 
 
-@pytest.mark.parametrize("text", ["k1", "k1:zz", f"k1:{'01' * 8}", f"k.1:{'01' * 32}"])
+@pytest.mark.parametrize("text", ["k1", "k1:zz", f"k1:{'01' * 8}", f"k.1:{KEY_01}"])
 def test_parse_refuses_a_malformed_keyring(text: str) -> None:
     """No separator, bad hex, a key under 32 bytes or a key id with '.' is refused."""
     with pytest.raises(ValueError):  # noqa: PT011 - each case has its own message
@@ -173,7 +176,7 @@ def test_parse_refuses_a_malformed_keyring(text: str) -> None:
 def test_current_key_must_be_in_the_keyring() -> None:
     """The current key id must name one of the keys."""
     with pytest.raises(ValueError, match="current"):
-        Keyring({"k1": b"\x01" * 32}, current="k2")
+        Keyring({"k1": bytes.fromhex(KEY_01)}, current="k2")
 
 
 def test_from_env_reads_the_keyring(monkeypatch: pytest.MonkeyPatch) -> None:

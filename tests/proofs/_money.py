@@ -6,8 +6,10 @@ what it knows about the outcome:
 - 200/201: the refund happened; the provider's charge is the result.
 - a timeout or a broken connection after the request may have been sent, a 409 "in progress",
   or a 202 "processing" (its id becomes the `provider_ref`): `OutcomeUnknown`, never a failure.
-- a connection that was never made, a 5xx or another 4xx: `ProviderError`, a definite failure
-  (nothing happened; the same key may be sent again).
+- a connection that was never made (`NotSent`) or a 4xx the provider uses for "refused, nothing
+  happened" (`Declined`): definite failures, which the table row lists in `definite_failures`.
+- anything else, a 5xx included (the provider may have acted before failing): `ProviderError`,
+  which the row does not list, so the gate treats it as an unknown outcome.
 
 `reconcile(key)` asks the provider by key: found, not found, or (when the provider has no
 lookup) None, meaning nobody can tell.
@@ -49,6 +51,14 @@ class ProviderError(Exception):
         super().__init__(f"provider answered {status}: {detail}")
 
 
+class Declined(ProviderError):
+    """The provider refused the refund (400, 402, 422): nothing happened."""
+
+
+class NotSent(ProviderError):
+    """No connection was made, so no request reached the provider."""
+
+
 class Refunds:
     """The `refund` tool and its `reconcile` hook, bound to one provider.
 
@@ -82,7 +92,7 @@ class Refunds:
         try:
             response = self.client.send(request)
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
-            raise ProviderError(0, f"never sent: {exc!r}") from exc  # no connection, no request
+            raise NotSent(0, f"never sent: {exc!r}") from exc  # no connection, no request
         except (httpx.TimeoutException, httpx.TransportError) as exc:
             raise OutcomeUnknown(f"no answer after sending the refund: {exc!r}") from exc
         if self.after_response is not None:
@@ -96,6 +106,8 @@ class Refunds:
             )
         if status == 409:
             raise OutcomeUnknown(f"the provider reports this key in progress: {response.text}")
+        if status in (400, 402, 422):
+            raise Declined(status, response.text)
         raise ProviderError(status, response.text)
 
     def reconcile(self, key: str) -> Reconciled | None:
@@ -122,6 +134,7 @@ def money_table(refunds: Refunds) -> EffectTable:
                 approver_role="finance",
                 subject=("order_id",),
                 reconcile=refunds.reconcile,
+                definite_failures=(Declined, NotSent),
             )
         ]
     )

@@ -1,8 +1,9 @@
 """How the provider's answers become outcomes, with respx standing in for the provider.
 
-The tool is the same `Refunds.refund` the crash proofs run. What must hold: a timeout or a 409
-"in progress" is an unknown outcome (needs_reconciliation, never failed, never retried on its
-own); a 5xx is a definite failure that the same grant may retry with the same key; a 202 keeps
+The tool is the same `Refunds.refund` the crash proofs run. What must hold: a timeout, a 409
+"in progress" or a 5xx is an unknown outcome (needs_reconciliation, never failed, never retried
+with the same grant); only a failure the row declares definite (a 402 "declined") fails, and then
+the approval ends `failed`, the grant is spent and a new request is a new proposal; a 202 keeps
 the provider's processing id on the record until reconciliation settles it by key.
 """
 
@@ -21,7 +22,7 @@ from effectgate.errors import NeedsReconciliation, TokenError
 from effectgate.stores import SQLStore
 from effectgate.testing import FakeClock
 
-from ._money import Refunds, grant, money_table
+from ._money import ProviderError, Refunds, grant, money_table
 
 BASE = "https://provider.test"
 CHARGE = {"id": "re_1", "status": "succeeded", "order_id": "o-1", "amount": 1250}
@@ -110,35 +111,52 @@ def test_conflict_in_progress_is_an_unknown_outcome(
     assert route.call_count == 1
 
 
-def test_server_error_fails_and_the_grant_retries_with_the_same_key(
+def test_server_error_is_an_unknown_outcome(
     gate: EffectGate, provider: respx.MockRouter, notices: list[ReconciliationNotice]
 ) -> None:
-    """A 5xx is a definite failure; the same grant calls the provider again with the same Idempotency-Key."""
-    route = provider.post("/refunds").mock(
-        side_effect=[httpx.Response(503, json={"error": "unavailable"}), httpx.Response(201, json=CHARGE)]
-    )
+    """A 5xx is not declared definite: the provider may have acted, so the refund is parked for
+    reconciliation and the same grant never calls the provider again."""
+    route = provider.post("/refunds").respond(503, json={"error": "unavailable"})
+    granted = grant(gate, "o-1")
+    with pytest.raises(NeedsReconciliation):
+        gate.execute(granted.token)
+    record = assert_parked(gate, granted.approval_id, notices)
+    assert "503" in (record.error or "")
+    with pytest.raises(NeedsReconciliation):
+        gate.execute(granted.token)
+    assert route.call_count == 1
+    assert gate.audit().clean
+
+
+@pytest.mark.parametrize("failure", ["declined", "never_sent"])
+def test_declared_definite_failure_ends_the_approval_failed(
+    gate: EffectGate, provider: respx.MockRouter, notices: list[ReconciliationNotice], failure: str
+) -> None:
+    """A failure the row declares definite (402 declined, a connection never made) ends the
+    approval `failed`: the grant is spent, the subject is free for a new proposal, which runs
+    once under its own key; nobody is paged."""
+    declined = httpx.Response(402, json={"error": "card declined"})
+    first: Any = declined if failure == "declined" else httpx.ConnectError("refused")
+    route = provider.post("/refunds").mock(side_effect=[first, httpx.Response(201, json=CHARGE)])
     granted = grant(gate, "o-1")
     key = key_of(gate, granted.approval_id)
-    with pytest.raises(Exception, match="provider answered 503"):
+    with pytest.raises(ProviderError):
         gate.execute(granted.token)
     record = gate.store.get(key)
     assert record is not None
     assert record.status == "failed"
-    outcome = gate.execute(granted.token)
-    assert (outcome.result, outcome.replay, outcome.idempotency_key) == (CHARGE, False, key)
-    assert route.call_count == 2
-    assert sent_keys(route) == [key, key]
-    record = gate.store.get(key)
-    assert record is not None
-    assert (record.status, record.attempts) == ("succeeded", 2)
-    assert [e.status for e in gate.store.executions(approval_id=granted.approval_id)] == [
-        "failed",
-        "succeeded",
-    ]
+    row = gate.store.get_approval(granted.approval_id)
+    assert row is not None
+    assert row.status == "failed"
     with pytest.raises(TokenError) as used:
         gate.execute(granted.token)
     assert used.value.reason == "used"
-    assert route.call_count == 2
+    again = grant(gate, "o-1", message="m-retry")
+    assert again.approval_id != granted.approval_id
+    outcome = gate.execute(again.token)
+    assert outcome.result == CHARGE
+    new_key = key_of(gate, again.approval_id)
+    assert sent_keys(route) == [key, new_key]  # the second call is the new proposal's, own key
     assert notices == []
     assert gate.audit().clean
 

@@ -19,14 +19,24 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from . import _flow
-from .canonical import args_hash
-from .context import CallContext, ToolContext
-from .errors import NeedsReconciliation, OutcomeUnknown, PolicyViolation, TokenError, UnknownApproval
+from ._seal import approval_intact
+from .canonical import args_hash, freeze
+from .context import Approver, CallContext, ToolContext
+from .errors import (
+    ArgumentError,
+    NeedsReconciliation,
+    OutcomeUnknown,
+    PolicyViolation,
+    TamperedRecord,
+    TokenError,
+    UnknownApproval,
+    WrongApprover,
+)
 from .outcomes import Executed
 from .stores.base import Claimed, Stored, to_json
 from .stores.records import ApprovalRow
 from .table import ToolSpec
-from .tokens import Keyring, token_hash
+from .tokens import Keyring, TokenClaims, token_hash
 
 if TYPE_CHECKING:
     from ._clock import Clock
@@ -37,6 +47,23 @@ if TYPE_CHECKING:
     from .table import EffectTable
 
 EXEC_PREFIX = "eg_"
+
+
+def _definite(spec: ToolSpec, *, gated: bool, exc: Exception) -> bool:
+    """Whether a tool's exception is a definite failure (nothing happened downstream).
+
+    A gated call (send, money, destructive) fails definitely only with an exception type its row
+    lists in `definite_failures` (e.g. a provider's 4xx "card declined"); anything else, a
+    connection reset or an HTTP client's timeout included, is an unknown outcome. A write fails
+    definitely unless the exception is `OutcomeUnknown`, a `TimeoutError` or one its row lists in
+    `unknown_outcome`."""
+    if isinstance(exc, (OutcomeUnknown, TimeoutError, *spec.unknown_outcome)):
+        return False
+    if gated:
+        return isinstance(exc, spec.definite_failures)
+    return True
+
+
 WRITE_PREFIX = "w_"
 
 
@@ -82,6 +109,10 @@ class ExecutionMixin:
         def _event(self, kind: str, **kw: Any) -> dict[str, Any]: ...
         def _record(self, *events: dict[str, Any]) -> None: ...
         def _current_spec(self, row: ApprovalRow) -> ToolSpec: ...
+        def _bar(self, row: ApprovalRow) -> tuple[ToolSpec, str, int]: ...
+        def _approvers(
+            self, conn: Any, row: ApprovalRow, *, round_: int, role: str | None = None
+        ) -> list[Any]: ...
         def _announce(self, kind: NotificationKind, **kw: Any) -> None: ...
 
     # -- execute
@@ -96,9 +127,10 @@ class ExecutionMixin:
         return await _flow.adrive(self._execute_flow(token, args))
 
     def _execute_flow(self, token: str, args: Mapping[str, Any] | None) -> _flow.Flow[Executed]:
-        claims = Keyring.read(token)
         deferred: NeedsReconciliation | None = None
+        claims: TokenClaims | None = None
         try:
+            claims = Keyring.read(token)
             with self.store.transaction() as conn:
                 row = self.store.approval(conn, claims.approval_id)
                 if row is None:
@@ -115,12 +147,22 @@ class ExecutionMixin:
                     raise TokenError(
                         "mismatch", f"token is for version {claims.version}, approval is at {row.version}"
                     )
-                if args is not None and args_hash(row.tool, args) != row.args_hash:
+                if not approval_intact(self.keyring, row):
+                    raise TokenError(
+                        "tampered",
+                        f"approval {row.id}: the stored record (arguments, role or approvers) does not "
+                        "verify; it was changed outside effectgate",
+                    )
+                if args is not None and self._resent_hash(row, args) != row.args_hash:
                     raise TokenError("mismatch", "the arguments do not hash to the approved value")
                 if row.status == "denied":
                     raise TokenError("revoked", f"approval {row.id} was denied")
                 if row.status == "executed":
                     raise TokenError("used", f"approval {row.id} has already executed")
+                if row.status == "failed":
+                    raise TokenError(
+                        "used", f"approval {row.id} ran and failed; a new attempt needs a new proposal"
+                    )
                 if row.status != "approved":
                     raise TokenError("mismatch", f"approval {row.id} is {row.status}")
                 key = exec_key(row)
@@ -128,16 +170,20 @@ class ExecutionMixin:
                 record = self.store._load(conn, key)
                 if record is not None and record.status == "succeeded":
                     return self._finish_stored(conn, row, record.result)
-                if (
-                    record is not None
-                    and record.status == "in_progress"
-                    and record.lease_expires_at is not None
-                    and record.lease_expires_at > now
-                ):
-                    raise TokenError("used", f"approval {row.id} is executing now")
-                if now >= (row.token_expires_at or claims.expires_at):
-                    raise TokenError("expired", f"the grant for approval {row.id} expired")
-                spec = self._current_spec(row)
+                if record is not None and record.status == "in_progress":
+                    if record.lease_expires_at is not None and record.lease_expires_at > now:
+                        raise TokenError("used", f"approval {row.id} is executing now")
+                elif record is not None and record.status == "failed":
+                    raise TokenError("used", f"the grant for approval {row.id} was spent")
+                elif record is None:
+                    if row.token_used_at is not None:
+                        raise TokenError("used", f"the grant for approval {row.id} was spent")
+                    # The signed expiry decides; a stored one can only make it shorter.
+                    if now >= min(claims.expires_at, row.token_expires_at or claims.expires_at):
+                        raise TokenError("expired", f"the grant for approval {row.id} expired")
+                # An in-flight record whose lease ran out, or one awaiting reconciliation: the
+                # claim below raises NeedsReconciliation (never a second run).
+                spec = self._bar_for_execute(conn, row)
                 try:
                     claim = self.store.claim(
                         key, row.args_hash, lease_seconds=self.policy.lease_seconds, conn=conn
@@ -159,7 +205,8 @@ class ExecutionMixin:
         except TokenError as exc:
             # The transaction rolled back; the refusal is recorded on its own.
             refused = self._event("token_refused", reason=exc.reason)
-            refused["approval_id"] = claims.approval_id  # as the token claims it; may name nothing
+            # As the token claims it (may name nothing); a malformed token names no approval.
+            refused["approval_id"] = claims.approval_id if claims is not None else None
             self._record(refused)
             raise
         if deferred is not None:
@@ -184,6 +231,29 @@ class ExecutionMixin:
             row=row,
         )
         return result
+
+    def _resent_hash(self, row: ApprovalRow, args: Mapping[str, Any]) -> str | None:
+        """The hash of arguments a framework re-sends, frozen as a call's arguments are."""
+        spec = self.table.get(row.tool)
+        try:
+            return args_hash(row.tool, freeze(args, spec.schema if spec else None))
+        except ArgumentError:
+            return None
+
+    def _bar_for_execute(self, conn: Any, row: ApprovalRow) -> ToolSpec:
+        """Re-derive, before anything runs, that the grant was made by enough distinct approvers
+        holding the role the table requires (sealed decisions of the round that minted it)."""
+        try:
+            spec, role, required = self._bar(row)
+        except TamperedRecord as exc:
+            raise TokenError("tampered", str(exc)) from exc
+        approvers = self._approvers(conn, row, round_=row.grants - 1, role=role)
+        if row.grants < 1 or len(approvers) < required:
+            raise TokenError(
+                "tampered",
+                f"approval {row.id} has {len(approvers)} valid approval(s) of the {required} it needs",
+            )
+        return spec
 
     def _finish_stored(self, conn: Any, row: ApprovalRow, result: Any) -> Executed:
         """The result was stored but the approval not yet marked: finish, return it as a replay."""
@@ -219,10 +289,11 @@ class ExecutionMixin:
         """Run a claimed operation and settle its record: succeeded, failed or needs_reconciliation."""
         try:
             before = spec.snapshot(args) if spec.snapshot else None
-        except Exception as exc:  # nothing ran: a definite failure, the same key may run again
+        except Exception as exc:  # nothing ran: a definite failure
             error = f"snapshot failed: {type(exc).__name__}: {exc}"
             with self.store.transaction() as conn:
                 self.store.fail(key, owner, error, conn=conn)
+                self._fail_approval(conn, row, error)
                 self.store.append_events(
                     conn,
                     [
@@ -242,13 +313,17 @@ class ExecutionMixin:
             "idempotency_key": key,
             "table_fingerprint": self.table.fingerprint,
             "row_fingerprint": spec.fingerprint,
+            "policy_fingerprint": self.policy.fingerprint,
             **{k: v for k, v in ctx.as_record().items() if k != "tool_call_id"},
             "before_json": to_json(before) if spec.snapshot else None,
         }
-        unknown: tuple[type[Exception], ...] = (OutcomeUnknown, TimeoutError, *spec.unknown_outcome)
         try:
             result = yield _flow.Invoke(spec.fn, args, spec.context_params, tool_context)
-        except unknown as exc:
+        except Exception as exc:
+            if _definite(spec, gated=row is not None, exc=exc):
+                self._record_failure(spec, ctx, row, frozen, key, owner, execution, exc)
+                raise
+
             reason = f"{type(exc).__name__}: {exc}"
             ref = getattr(exc, "provider_ref", None)
             with self.store.transaction() as conn:
@@ -270,21 +345,10 @@ class ExecutionMixin:
                 )
             self._notify_unknown(row, key, reason, ref, tool=spec.name)
             raise NeedsReconciliation(key, reason, provider_ref=ref) from exc
-        except Exception as exc:
-            error = f"{type(exc).__name__}: {exc}"
-            with self.store.transaction() as conn:
-                self.store.fail(key, owner, error, conn=conn)
-                self.store.append_execution(conn, status="failed", error=error, **execution)
-                self.store.append_events(
-                    conn,
-                    [
-                        self._event(
-                            "failed", spec=spec, ctx=ctx, row=row, args_hash_=frozen, key=key, error=error
-                        )
-                    ],
-                )
-            raise
-        after = spec.snapshot(args) if spec.snapshot else None
+        try:
+            after = spec.snapshot(args) if spec.snapshot else None
+        except Exception as exc:  # the effect happened: keep its result, note the missing snapshot
+            after = {"snapshot_failed": f"{type(exc).__name__}: {exc}"}
         with self.store.transaction() as conn:
             record = self.store.complete(key, owner, result, conn=conn)
             if row is not None:
@@ -322,6 +386,41 @@ class ExecutionMixin:
             idempotency_key=key,
             before=json.loads(to_json(before)) if spec.snapshot else None,
             after=json.loads(to_json(after)) if spec.snapshot else None,
+        )
+
+    def _record_failure(
+        self,
+        spec: ToolSpec,
+        ctx: CallContext,
+        row: ApprovalRow | None,
+        frozen: str,
+        key: str,
+        owner: str,
+        execution: dict[str, Any],
+        exc: Exception,
+    ) -> None:
+        """A definite failure: the record is `failed`; a gated approval ends `failed` (terminal)."""
+        error = f"{type(exc).__name__}: {exc}"
+        with self.store.transaction() as conn:
+            self.store.fail(key, owner, error, conn=conn)
+            self._fail_approval(conn, row, error)
+            self.store.append_execution(conn, status="failed", error=error, **execution)
+            self.store.append_events(
+                conn,
+                [self._event("failed", spec=spec, ctx=ctx, row=row, args_hash_=frozen, key=key, error=error)],
+            )
+
+    def _fail_approval(self, conn: Any, row: ApprovalRow | None, error: str) -> None:
+        """End a gated approval in `failed`: the subject is free, the card shows why, and a new
+        attempt is a new proposal (the grant was spent when execution started)."""
+        if row is None:
+            return
+        now = self.clock.now()
+        self.store.update_approval(
+            conn,
+            row.id,
+            expect_status=["approved"],
+            values={"status": "failed", "reason": error, "updated_at": now},
         )
 
     def _notify_unknown(
@@ -380,17 +479,32 @@ class ExecutionMixin:
             idempotency_key=record.key,
         )
 
-    def reconcile(self, approval_id: str) -> Executed | None:
+    def reconcile(self, approval_id: str, *, approver: Approver | None = None) -> Executed | None:
         """Settle a `needs_reconciliation` approval through the tool's `reconcile(key)` hook.
 
         Found at the provider: the record completes with the provider's result. Not found: it runs
-        again with the same key (the provider dedupes on it). Unknown: it stays; returns None."""
-        return _flow.drive(self._reconcile_flow(approval_id))
+        again with the same key (the provider dedupes on it). Unknown: it stays; returns None.
+        A person reconciling passes `approver`: they must hold the approval's role (it can run
+        the operation again), and the events record who did it."""
+        return _flow.drive(self._reconcile_flow(approval_id, approver))
 
-    def _reconcile_flow(self, approval_id: str) -> _flow.Flow[Executed | None]:
+    def _settled_row(self, approval_id: str, approver: Approver | None) -> ApprovalRow:
+        """The approval to reconcile or settle, verified, and `approver` allowed to."""
         row = self.store.get_approval(approval_id)
         if row is None:
             raise UnknownApproval(approval_id)
+        if not approval_intact(self.keyring, row):
+            raise TamperedRecord(approval_id, "its seal or arguments hash does not verify")
+        if approver is not None and not self.policy.role_satisfies(approver.role, row.approver_role):
+            raise WrongApprover(
+                approval_id,
+                f"reconciling {row.tool} needs role {row.approver_role}; {approver.id} holds {approver.role}",
+            )
+        return row
+
+    def _reconcile_flow(self, approval_id: str, approver: Approver | None) -> _flow.Flow[Executed | None]:
+        row = self._settled_row(approval_id, approver)
+        by = f"reconcile by {approver.id} ({approver.role})" if approver is not None else "reconcile"
         key = exec_key(row)
         record = self.store.get(key)
         if record is None or record.status != "needs_reconciliation":
@@ -406,10 +520,10 @@ class ExecutionMixin:
         if found is None:
             return None
         if found.found:
-            return self._settle_found(row, spec, key, found.result, found.provider_ref, by="reconcile")
+            return self._settle_found(row, spec, key, found.result, found.provider_ref, by=by)
         with self.store.transaction() as conn:
             self.store.release(key, "provider never saw the key", conn=conn)
-            self.store.append_events(conn, [self._event("released", row=row, key=key, by="reconcile")])
+            self.store.append_events(conn, [self._event("released", row=row, key=key, by=by)])
         claim = self.store.claim(key, row.args_hash, lease_seconds=self.policy.lease_seconds)
         if isinstance(claim, Stored):  # pragma: no cover - released just above
             return None
@@ -455,6 +569,7 @@ class ExecutionMixin:
                 status="succeeded",
                 table_fingerprint=self.table.fingerprint,
                 row_fingerprint=spec.fingerprint,
+                policy_fingerprint=self.policy.fingerprint,
                 result_json=to_json(result),
                 error=f"settled by {by}",
                 **{k: v for k, v in context_of(row).as_record().items() if k != "tool_call_id"},
@@ -475,16 +590,17 @@ class ExecutionMixin:
         by: str,
         provider_ref: str | None = None,
     ) -> Executed | None:
-        """A person settles a reconciliation: the effect happened (with its result), or it did not
-        (the record becomes `failed`; the unexpired grant may run it again with the same key)."""
-        row = self.store.get_approval(approval_id)
-        if row is None:
-            raise UnknownApproval(approval_id)
+        """A person settles a reconciliation: the effect happened (with its result), or it did not:
+        a definite failure, so the record and the approval end `failed` (the subject is free and
+        a new attempt is a new proposal; the spent grant never runs it again)."""
+        row = self._settled_row(approval_id, None)
         key = exec_key(row)
         if happened:
             return self._settle_found(row, self._current_spec(row), key, result, provider_ref, by=by)
+        error = f"settled by {by}: did not happen"
         with self.store.transaction() as conn:
-            self.store.release(key, f"settled by {by}: did not happen", conn=conn)
+            self.store.release(key, error, conn=conn)
+            self._fail_approval(conn, row, error)
             self.store.append_events(conn, [self._event("released", row=row, key=key, by=by)])
         return None
 

@@ -1,26 +1,53 @@
-"""The audit scan, its metrics, and the JSONL export, all from the append-only rows.
+"""The audit scan, its metrics, and the JSONL export, all from the stored rows.
 
-The scan proves that every gated execution had its approval. It reports a gated execution
-with no approval record, one whose approval was never fully approved, one whose args hash
-differs from the approval's, an approval executed more than once, and a tool whose row changed
-(reclassified) since the approval, or that ran ungated and is gated now.
+A clean audit means: nothing ran that the table, at the time, did not allow. The scan re-derives
+everything it checks from the rows themselves, never trusting a stored copy of a conclusion:
+
+- every hash is recomputed from the stored arguments (approvals and executions);
+- every approval and decision seal is verified with the keyring (when one is given);
+- the table row and the policy each approval was made under are read from `eg_rules` (their
+  canonical form, checked against its fingerprint), and the required role and number of distinct
+  approvers are derived from them and compared with what was recorded and what was decided;
+- every gated execution needs its approval, the same args hash, the executed version, enough
+  distinct, validly sealed approvers holding the required role, and ran once;
+- a policy that lets send, money or destructive calls run alone, or drops the second approver of
+  destructive calls, is reported wherever an approval or execution was made under it.
+
+Each kind of finding has its own code (`FindingKind`).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from .effects import Effect, Policy
-from .stores.records import ApprovalRow
+from ._seal import approval_intact, decision_intact, stored_args_hash
+from .canonical import digest
+from .effects import Effect, Policy, weakened
+from .stores.records import ApprovalRow, DecisionRow, ExecutionRow, RuleRow
 from .stores.sql import SQLStore
-from .table import EffectTable
+from .table import EffectTable, possible_roles
+from .tokens import Keyring
 
-FindingKind = Literal["no_approval", "not_approved", "hash_mismatch", "executed_twice", "reclassified"]
+FindingKind = Literal[
+    "no_approval",
+    "not_approved",
+    "hash_mismatch",
+    "args_tampered",
+    "seal_broken",
+    "decision_forged",
+    "wrong_role",
+    "self_approved",
+    "bar_lowered",
+    "rule_missing",
+    "policy_weakened",
+    "executed_twice",
+    "reclassified",
+]
 
 
 @dataclass(frozen=True)
@@ -50,6 +77,7 @@ class Metrics:
 class AuditReport:
     findings: list[Finding] = field(default_factory=list[Finding])
     metrics: Metrics | None = None
+    seals_checked: bool = True
 
     @property
     def clean(self) -> bool:
@@ -58,6 +86,7 @@ class AuditReport:
     def to_dict(self) -> dict[str, Any]:
         return {
             "clean": self.clean,
+            "seals_checked": self.seals_checked,
             "findings": [asdict(f) for f in self.findings],
             "metrics": asdict(self.metrics) if self.metrics else None,
         }
@@ -70,99 +99,222 @@ def _p95(values: list[float]) -> float | None:
     return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
 
 
-def audit(store: SQLStore, table: EffectTable | None = None, policy: Policy | None = None) -> AuditReport:
-    """Scan the store. With `table`, also compare every approval against the table as it is now."""
-    policy = policy or Policy()
-    approvals: dict[str, ApprovalRow] = {a.id: a for a in store.approvals()}
-    approvals_given: Counter[tuple[str, int]] = Counter(
-        (d.approval_id, d.version) for d in store.all_decisions() if d.decision == "approve"
-    )
-    executions = [e for e in store.executions() if e.status == "succeeded"]
-    per_approval = Counter(e.approval_id for e in executions if e.approval_id)
-    findings: list[Finding] = []
-    flagged_twice: set[str] = set()
-    for ex in executions:
-        spec = table.get(ex.tool) if table is not None else None
-        if not policy.gates(Effect(ex.effect)):
-            if spec is not None and policy.gates(spec.effect):
-                findings.append(
-                    Finding(
-                        "reclassified",
-                        ex.tool,
-                        f"ran ungated as {ex.effect}; the table now says {spec.effect}",
-                        execution_id=ex.id,
-                    )
-                )
-            continue
-        approval = approvals.get(ex.approval_id) if ex.approval_id else None
-        if approval is None:
-            findings.append(
-                Finding(
-                    "no_approval", ex.tool, "gated execution with no approval record", ex.approval_id, ex.id
-                )
+_GATED_CLASSES = frozenset({Effect.SEND, Effect.MONEY, Effect.DESTRUCTIVE})
+
+
+class _Rules:
+    """The recorded rules by fingerprint, each verified against its fingerprint once."""
+
+    def __init__(self, rows: dict[str, RuleRow]) -> None:
+        self._rows = rows
+        self._parsed: dict[str, dict[str, Any] | None] = {}
+
+    def get(self, fingerprint: str) -> dict[str, Any] | None:
+        if fingerprint not in self._parsed:
+            row = self._rows.get(fingerprint)
+            body: dict[str, Any] | None = None
+            if row is not None:
+                try:
+                    parsed = json.loads(row.body_json)
+                    body = parsed if digest(parsed) == fingerprint else None
+                except (ValueError, TypeError, RecursionError):
+                    body = None
+            self._parsed[fingerprint] = body
+        return self._parsed[fingerprint]
+
+
+class _Scan:
+    def __init__(self, store: SQLStore, table: EffectTable | None, keyring: Keyring | None) -> None:
+        self.table = table
+        self.keyring = keyring
+        self.rules = _Rules(store.rules())
+        self.findings: list[Finding] = []
+        self.approvals: dict[str, ApprovalRow] = {a.id: a for a in store.approvals()}
+        self.decisions: dict[tuple[str, int], list[DecisionRow]] = defaultdict(list)
+        self.by_approval: dict[str, list[DecisionRow]] = defaultdict(list)
+        for d in store.all_decisions():
+            self.decisions[(d.approval_id, d.version)].append(d)
+            self.by_approval[d.approval_id].append(d)
+        self.executions: list[ExecutionRow] = store.executions()
+        self.bad_policies: set[str] = set()
+
+    def add(
+        self, kind: FindingKind, tool: str, detail: str, approval: str | None = None, ex: int | None = None
+    ) -> None:
+        self.findings.append(Finding(kind, tool, detail, approval, ex))
+
+    def policy(self, fingerprint: str, tool: str, approval_id: str | None = None) -> Policy | None:
+        body = self.rules.get(fingerprint)
+        if body is None:
+            self.add("rule_missing", tool, f"policy {fingerprint[:12] or '-'} is not recorded", approval_id)
+            return None
+        if fingerprint not in self.bad_policies:
+            self.bad_policies.add(fingerprint)
+            for weakness in weakened(body):
+                self.add("policy_weakened", tool, f"policy {fingerprint[:12]}: {weakness}", approval_id)
+        return Policy.from_canonical(body)
+
+    # -- approvals
+
+    def approval(self, a: ApprovalRow) -> tuple[str, int] | None:
+        """Check one approval; return its (required role, required approvers) when derivable."""
+        if stored_args_hash(a.tool, a.args_json) != a.args_hash:
+            self.add("args_tampered", a.tool, "the stored arguments do not hash to the approval's hash", a.id)
+        if self.keyring is not None and not approval_intact(self.keyring, a):
+            self.add("seal_broken", a.tool, "the approval's seal does not verify", a.id)
+        row = self.rules.get(a.row_fingerprint)
+        policy = self.policy(a.policy_fingerprint, a.tool, a.id)
+        if row is None:
+            self.add("rule_missing", a.tool, f"table row {a.row_fingerprint[:12]} is not recorded", a.id)
+        if row is None or policy is None:
+            return None
+        try:
+            args = json.loads(a.args_json)
+        except ValueError:
+            args = {}
+        effect = Effect(row["effect"])
+        required = policy.approvals_needed(effect)
+        roles = possible_roles(row, args)
+        if a.effect != effect or a.approvals_required != required or a.approver_role not in roles:
+            self.add(
+                "bar_lowered",
+                a.tool,
+                f"recorded {a.effect}, role {a.approver_role}, {a.approvals_required} approver(s); the rule "
+                f"at the time says {effect}, role {' or '.join(sorted(roles))}, {required} approver(s)",
+                a.id,
             )
-            continue
-        if (
-            ex.version != approval.version
-            or approvals_given[(approval.id, approval.version)] < approval.approvals_required
-        ):
-            findings.append(
-                Finding(
-                    "not_approved",
-                    ex.tool,
-                    f"{approvals_given[(approval.id, approval.version)]} of "
-                    f"{approval.approvals_required} approvals for the executed version",
-                    approval.id,
-                    ex.id,
-                )
+        for d in self.by_approval.get(a.id, ()):
+            self.decision(a, d, policy)
+        # The bar an execution is held to: never lower than what the rule at the time says.
+        role = a.approver_role if a.approver_role in roles else sorted(roles)[0]
+        return role, max(required, a.approvals_required)
+
+    def decision(self, a: ApprovalRow, d: DecisionRow, policy: Policy) -> None:
+        if self.keyring is not None and not decision_intact(self.keyring, d):
+            self.add(
+                "decision_forged", a.tool, f"decision {d.id} by {d.approver_id}: seal does not verify", a.id
             )
-        if ex.args_hash != approval.args_hash:
-            findings.append(
-                Finding(
-                    "hash_mismatch",
-                    ex.tool,
-                    f"executed {ex.args_hash[:12]}, approved {approval.args_hash[:12]}",
-                    approval.id,
-                    ex.id,
-                )
+            return
+        if d.decision != "approve":
+            return
+        if not policy.role_satisfies(d.role, a.approver_role):
+            self.add(
+                "wrong_role", a.tool, f"{d.approver_id} approved as {d.role}; {a.approver_role} needed", a.id
             )
-        if per_approval[approval.id] > 1 and approval.id not in flagged_twice:
-            flagged_twice.add(approval.id)
-            findings.append(
-                Finding(
-                    "executed_twice",
-                    ex.tool,
-                    f"executed {per_approval[approval.id]} times",
-                    approval.id,
-                    ex.id,
-                )
+        if d.approver_id == a.user_id and not policy.self_approval:
+            self.add("self_approved", a.tool, f"{d.approver_id} approved their own call", a.id)
+
+    def approvers(self, a: ApprovalRow, version: int, role: str, policy: Policy | None) -> int:
+        """The most distinct, valid approvers holding `role` in any one grant round."""
+        rounds: dict[int, set[str]] = defaultdict(set)
+        for d in self.decisions.get((a.id, version), []):
+            if d.decision != "approve" or (
+                d.approver_id == a.user_id and not (policy and policy.self_approval)
+            ):
+                continue
+            if self.keyring is not None and not decision_intact(self.keyring, d):
+                continue
+            if policy is not None and not policy.role_satisfies(d.role, role):
+                continue
+            rounds[d.grant_round].add(d.approver_id)
+        return max((len(v) for v in rounds.values()), default=0)
+
+    # -- executions
+
+    def execution(
+        self, ex: ExecutionRow, bars: dict[str, tuple[str, int] | None], runs: Counter[str]
+    ) -> None:
+        if stored_args_hash(ex.tool, ex.args_json) != ex.args_hash:
+            self.add(
+                "args_tampered",
+                ex.tool,
+                "the executed arguments do not hash to the recorded hash",
+                ex.approval_id,
+                ex.id,
             )
-        if ex.row_fingerprint != approval.row_fingerprint:
-            findings.append(
-                Finding(
+        policy = (
+            self.policy(ex.policy_fingerprint, ex.tool, ex.approval_id) if ex.policy_fingerprint else None
+        )
+        spec = self.table.get(ex.tool) if self.table is not None else None
+        effect = Effect(ex.effect)
+        gated_now = policy.gates(effect) if policy is not None else effect in _GATED_CLASSES
+        if not gated_now and ex.approval_id is None:
+            if spec is not None and spec.effect in _GATED_CLASSES and spec.effect != effect:
+                self.add(
                     "reclassified",
                     ex.tool,
-                    "the tool's row changed between approval and execution",
-                    approval.id,
-                    ex.id,
+                    f"ran ungated as {ex.effect}; the table now says {spec.effect}",
+                    ex=ex.id,
                 )
+            return
+        a = self.approvals.get(ex.approval_id) if ex.approval_id else None
+        if a is None:
+            self.add("no_approval", ex.tool, "gated execution with no approval record", ex.approval_id, ex.id)
+            return
+        bar = bars.get(a.id)
+        role, required = bar if bar is not None else (a.approver_role, a.approvals_required)
+        given = self.approvers(a, ex.version if ex.version is not None else -1, role, self._policy_of(a))
+        if ex.version != a.version or given < required:
+            self.add(
+                "not_approved",
+                ex.tool,
+                f"{given} of {required} valid approvals for the executed version",
+                a.id,
+                ex.id,
             )
-        if table is not None and (spec is None or spec.fingerprint != approval.row_fingerprint):
+        if ex.args_hash != a.args_hash:
+            self.add(
+                "hash_mismatch",
+                ex.tool,
+                f"executed {ex.args_hash[:12]}, approved {a.args_hash[:12]}",
+                a.id,
+                ex.id,
+            )
+        if ex.status == "succeeded":
+            runs[a.id] += 1
+            if runs[a.id] == 2:
+                self.add("executed_twice", ex.tool, "executed more than once", a.id, ex.id)
+        if ex.row_fingerprint != a.row_fingerprint:
+            self.add(
+                "reclassified", ex.tool, "the tool's row changed between approval and execution", a.id, ex.id
+            )
+        if self.table is not None and (spec is None or spec.fingerprint != a.row_fingerprint):
             now = (
                 "is no longer in the table"
                 if spec is None
                 else f"is now {spec.effect}, role {spec.approver_role}"
             )
-            findings.append(
-                Finding(
-                    "reclassified",
-                    ex.tool,
-                    f"approved as {approval.effect}; the tool {now}",
-                    approval.id,
-                    ex.id,
-                )
-            )
-    return AuditReport(findings, _metrics(store, approvals, len(executions)))
+            self.add("reclassified", ex.tool, f"approved as {a.effect}; the tool {now}", a.id, ex.id)
+
+    def _policy_of(self, a: ApprovalRow) -> Policy | None:
+        body = self.rules.get(a.policy_fingerprint)
+        return Policy.from_canonical(body) if body is not None else None
+
+
+def audit(
+    store: SQLStore,
+    table: EffectTable | None = None,
+    policy: Policy | None = None,
+    *,
+    keyring: Keyring | None = None,
+) -> AuditReport:
+    """Scan the store (see the module docstring). With `table`, also compare every executed
+    approval against the table as it is now (a reclassification shows). With `keyring` (the
+    gate's), every seal is verified; without one, `seals_checked` is False. `policy` is accepted
+    for compatibility: the scan uses the policy recorded with each approval and execution."""
+    del policy
+    scan = _Scan(store, table, keyring)
+    bars: dict[str, tuple[str, int] | None] = {}
+    for a in scan.approvals.values():
+        bars[a.id] = scan.approval(a)
+    runs: Counter[str] = Counter()
+    for ex in scan.executions:
+        if ex.status in ("succeeded", "needs_reconciliation"):
+            scan.execution(ex, bars, runs)
+    succeeded = sum(1 for e in scan.executions if e.status == "succeeded")
+    return AuditReport(
+        scan.findings, _metrics(store, scan.approvals, succeeded), seals_checked=keyring is not None
+    )
 
 
 def _metrics(store: SQLStore, approvals: dict[str, ApprovalRow], executions: int) -> Metrics:

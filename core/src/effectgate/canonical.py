@@ -20,10 +20,137 @@ from .errors import ArgumentError
 # RFC 8785 serialises numbers as IEEE doubles; an integer beyond 2**53 - 1 would be rounded,
 # so two different amounts could hash the same. Refuse them instead.
 MAX_SAFE_INTEGER = 2**53 - 1
+#: Arguments nested deeper than this (objects and arrays) are refused as invalid.
+MAX_DEPTH = 32
 
 
 def _escape(token: str) -> str:
     return token.replace("~", "~0").replace("/", "~1")
+
+
+Schema = Mapping[str, Any]
+
+
+def _resolve(schema: Any, root: Schema) -> Any:
+    """Follow a local `$ref` ("#/$defs/Name" or "#/definitions/Name"); anything else as is."""
+    for _ in range(8):
+        ref = schema.get("$ref") if isinstance(schema, Mapping) else None
+        if not isinstance(ref, str) or not ref.startswith("#/"):
+            return schema
+        node: Any = root
+        for part in ref[2:].split("/"):
+            node = node.get(part.replace("~1", "/").replace("~0", "~")) if isinstance(node, Mapping) else None
+        schema = node
+    return schema
+
+
+def _branches(schema: Any, root: Schema) -> list[Any]:
+    schema = _resolve(schema, root)
+    if not isinstance(schema, Mapping):
+        return []
+    out = [schema]
+    for word in ("anyOf", "oneOf", "allOf"):
+        for branch in schema.get(word, ()):
+            out.extend(_branches(branch, root))
+    return out
+
+
+def _types(schema: Any, root: Schema) -> set[str]:
+    found: set[str] = set()
+    for branch in _branches(schema, root):
+        kind = branch.get("type")
+        found.update([kind] if isinstance(kind, str) else kind if isinstance(kind, list) else [])
+    return found
+
+
+def _child(schema: Any, root: Schema, key: str | int) -> Any:
+    """The sub-schema for one object member or array item (None when the schema says nothing)."""
+    for branch in _branches(schema, root):
+        if isinstance(key, str):
+            props = branch.get("properties")
+            if isinstance(props, Mapping) and key in props:
+                return props[key]
+            extra = branch.get("additionalProperties")
+            if isinstance(extra, Mapping):
+                return extra
+        else:
+            prefix = branch.get("prefixItems")
+            if isinstance(prefix, list) and key < len(prefix):
+                return prefix[key]
+            items = branch.get("items")
+            if isinstance(items, Mapping):
+                return items
+    return None
+
+
+def freeze(value: Any, schema: Schema | None = None) -> Any:
+    """A plain JSON copy of `value`, as it will be hashed, stored and passed to the tool.
+
+    dict (and dict subclasses), list and tuple become dict and list; str, int, float, bool and
+    None stay (subclasses such as IntEnum become the plain value). Where `schema` says a value is
+    an integer (and not any number), an integral float becomes an int: 12000.0 arrives, and is
+    hashed, as 12000. Raises ArgumentError, with a JSON pointer, for every value that has no
+    exact JSON form: other Mapping or Sequence types, non-string keys, lone surrogates in text
+    or keys, NaN and Infinity, integers beyond ±2**53-1, nesting deeper than MAX_DEPTH.
+    The copy is made once, at call time: a caller that mutates its arguments later changes
+    nothing that was checked, hashed or recorded.
+    """
+    root: Schema = schema or {}
+    return _freeze(value, schema, root, "", 0)
+
+
+def _freeze(value: Any, schema: Any, root: Schema, pointer: str, depth: int) -> Any:
+    kind = type(value)
+    if kind is str:
+        if not value.isascii() and _SURROGATE.search(value):
+            raise ArgumentError(pointer, "a lone surrogate is not valid Unicode text")
+        return value
+    if value is None or kind is bool:
+        return value
+    if kind is int:
+        if not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+            raise ArgumentError(pointer, f"integer {value} is outside the exact JSON range ±2**53-1")
+        return value
+    if kind is float:
+        if not math.isfinite(value):
+            raise ArgumentError(pointer, f"{value} is not a JSON number (NaN and Infinity are refused)")
+        if value.is_integer() and schema is not None:
+            types = _types(schema, root)
+            if "integer" in types and "number" not in types:
+                return _freeze(int(value), schema, root, pointer, depth)
+        return value
+    if isinstance(value, dict | list | tuple):
+        if depth >= MAX_DEPTH:
+            raise ArgumentError(pointer, f"nested deeper than {MAX_DEPTH} levels")
+        if isinstance(value, dict):
+            out: dict[str, Any] = {}
+            for key, item in value.items():
+                if type(key) is not str:
+                    if not isinstance(key, str):
+                        raise ArgumentError(pointer, f"object key {key!r} is not a string")
+                    key = str.__str__(key)
+                here = f"{pointer}/{_escape(key)}"
+                if not key.isascii() and _SURROGATE.search(key):
+                    raise ArgumentError(here, "an object key holds a lone surrogate")
+                out[key] = _freeze(item, _child(schema, root, key), root, here, depth + 1)
+            return out
+        return [
+            _freeze(item, _child(schema, root, i), root, f"{pointer}/{i}", depth + 1)
+            for i, item in enumerate(value)
+        ]
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, str):
+        return _freeze(str.__str__(value), schema, root, pointer, depth)
+    if isinstance(value, int):
+        return _freeze(int.__index__(value), schema, root, pointer, depth)
+    if isinstance(value, float):
+        return _freeze(float.__float__(value), schema, root, pointer, depth)
+    if isinstance(value, Mapping | Sequence) and not isinstance(value, bytes | bytearray):
+        raise ArgumentError(
+            pointer, f"{type(value).__name__} is not a JSON value: pass a dict, a list or a tuple"
+        )
+    raise ArgumentError(pointer, f"{type(value).__name__} is not a JSON value")
 
 
 def check_json(value: Any, pointer: str = "") -> None:
@@ -46,6 +173,8 @@ def check_json(value: Any, pointer: str = "") -> None:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise ArgumentError(pointer, f"object key {key!r} is not a string")
+            if _SURROGATE.search(key):
+                raise ArgumentError(f"{pointer}/{_escape(key)}", "an object key holds a lone surrogate")
             check_json(item, f"{pointer}/{_escape(key)}")
         return
     if isinstance(value, Sequence) and not isinstance(value, bytes | bytearray):

@@ -88,8 +88,8 @@ def _gate(args: argparse.Namespace, store: SQLStore, *, need_app: bool) -> Effec
         raise UsageError(
             f"{args.command} re-runs the table's checks: pass --app module:factory (or EFFECTGATE_APP)"
         )
-    # Nothing is signed without --app (only approve signs, and approve needs --app).
-    return EffectGate(EffectTable(), store, policy=Policy(), keyring=Keyring.generate())
+    # Without --app: the stored records alone (seals are verified with the database's keyring).
+    return EffectGate(EffectTable(), store, policy=Policy(), keyring=keyring_for(args.db))
 
 
 def _card_panel(card: Card) -> Panel:

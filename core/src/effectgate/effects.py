@@ -19,6 +19,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cached_property
+from typing import Any
+
+from .canonical import digest
 
 
 class Effect(StrEnum):
@@ -68,6 +72,12 @@ class Policy:
     holds at most 20 pending approvals. A stricter deployment narrows it explicitly.
 
     `role_grants` lets a senior role approve for a junior one: `{"finance_lead": {"finance"}}`.
+    `self_approval` lets the user who made a call approve it (off by default: the requesting
+    user is never one of its approvers).
+
+    The policy is part of what an approval is bound to (`fingerprint`): a decision under another
+    policy is refused, and the audit reports a policy that lets send, money or destructive calls
+    run on their own or drops the second approver for destructive ones (`weakened`).
     """
 
     autonomous: frozenset[Effect] = frozenset({Effect.READ, Effect.WRITE})
@@ -79,6 +89,7 @@ class Policy:
     read_retries: int = 3
     retry_backoff: float = 0.05
     role_grants: Mapping[str, frozenset[str]] = field(default_factory=dict[str, frozenset[str]])
+    self_approval: bool = False
 
     def __post_init__(self) -> None:
         if Effect.READ not in self.autonomous:
@@ -90,6 +101,33 @@ class Policy:
             raise ValueError("Policy.max_pending_per_session must be at least 1")
         if self.read_retries < 0:
             raise ValueError("Policy.read_retries cannot be negative")
+
+    def canonical(self) -> dict[str, Any]:
+        """What decides routing and approval, as JSON (timeouts and retries are left out)."""
+        return {
+            "autonomous": sorted(str(e) for e in self.autonomous),
+            "double_confirmation": sorted(str(e) for e in self.double_confirmation),
+            "role_grants": {k: sorted(v) for k, v in sorted(self.role_grants.items())},
+            "self_approval": self.self_approval,
+        }
+
+    @classmethod
+    def from_canonical(cls, data: Mapping[str, Any]) -> Policy:
+        """The policy a `canonical()` form describes (timeouts and limits at their defaults)."""
+        return cls(
+            autonomous=frozenset(Effect(e) for e in data["autonomous"]),
+            double_confirmation=frozenset(Effect(e) for e in data["double_confirmation"]),
+            role_grants={k: frozenset(v) for k, v in data["role_grants"].items()},
+            self_approval=bool(data["self_approval"]),
+        )
+
+    @cached_property
+    def fingerprint(self) -> str:
+        return digest(self.canonical())
+
+    def weakened(self) -> list[str]:
+        """What this policy lets through that the default does not (empty for a sound policy)."""
+        return weakened(self.canonical())
 
     def gates(self, effect: Effect) -> bool:
         """True when calls of this class wait for an approval."""
@@ -104,3 +142,14 @@ class Policy:
     def role_satisfies(self, held: str, required: str) -> bool:
         """True when an approver holding `held` may decide for `required`."""
         return held == required or required in self.role_grants.get(held, frozenset())
+
+
+_GATED = ("send", "money", "destructive")
+
+
+def weakened(policy: Mapping[str, Any]) -> list[str]:
+    """The weakenings of a policy in its canonical form (as recorded with an approval)."""
+    out = [f"{e} runs without approval" for e in _GATED if e in policy.get("autonomous", ())]
+    if "destructive" not in policy.get("double_confirmation", ()):
+        out.append("destructive needs only one approver")
+    return out

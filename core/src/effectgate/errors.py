@@ -35,6 +35,7 @@ class ArgumentError(EffectGateError, ValueError):
 
     def __init__(self, pointer: str, message: str) -> None:
         self.pointer = pointer
+        self.detail = message
         super().__init__(f"{pointer or '/'}: {message}")
 
 
@@ -104,7 +105,23 @@ class AlreadyDecided(ApprovalError):
         super().__init__(approval_id, f"approval {approval_id} is {status}, not pending")
 
 
-TokenReason = Literal["malformed", "forged", "unknown_key", "expired", "used", "mismatch", "revoked"]
+class TamperedRecord(ApprovalError):
+    """A stored approval or decision does not verify: its seal or its arguments hash no longer
+    match (the row was edited outside effectgate). Nothing is decided or run on it; the audit
+    reports it."""
+
+    def __init__(self, approval_id: str, what: str) -> None:
+        self.what = what
+        super().__init__(
+            approval_id,
+            f"approval {approval_id}: {what}; the row was changed outside effectgate. "
+            "Nothing was changed or run: run `effectgate audit` and propose the call again",
+        )
+
+
+TokenReason = Literal[
+    "malformed", "forged", "unknown_key", "expired", "used", "mismatch", "revoked", "tampered"
+]
 
 
 class TokenError(EffectGateError):
@@ -118,7 +135,9 @@ class TokenError(EffectGateError):
 class WebhookSignatureError(EffectGateError):
     """A webhook request's signature did not verify; `reason` says why. Do not act on it."""
 
-    def __init__(self, reason: Literal["missing", "stale", "unknown_key", "forged"], message: str) -> None:
+    def __init__(
+        self, reason: Literal["missing", "stale", "unknown_key", "forged", "replayed"], message: str
+    ) -> None:
         self.reason = reason
         super().__init__(f"{reason}: {message}")
 
@@ -204,6 +223,7 @@ __all__ = [
     "StaleApproval",
     "StoreError",
     "TableError",
+    "TamperedRecord",
     "TokenError",
     "TokenReason",
     "UnknownApproval",

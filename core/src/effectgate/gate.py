@@ -23,8 +23,9 @@ from ._clock import SYSTEM_CLOCK, Clock
 from ._execution import WRITE_PREFIX, ExecutionMixin, context_of, exec_key
 from ._notice import NoticeMixin, Notify
 from ._readlog import ReadLog
+from ._seal import approval_intact, decision_intact, seal_approval, seal_decision
 from .audit import AuditReport, audit
-from .canonical import args_hash, check_json, digest, key_of, plain_json
+from .canonical import args_hash, canonical_json, digest, freeze, key_of
 from .context import Approver, CallContext, Confirmation, SubjectEntry, ToolContext
 from .effects import Effect, Policy
 from .errors import (
@@ -36,13 +37,13 @@ from .errors import (
     NeedsReconciliation,
     PolicyViolation,
     StaleApproval,
-    StoreError,
+    TamperedRecord,
     UnknownApproval,
     WrongApprover,
 )
 from .outcomes import Card, Executed, Grant, Invalid, Outcome, PartialApproval, Pending, RefusalCode, Refused
 from .stores.base import Stored
-from .stores.records import ApprovalRow
+from .stores.records import ApprovalRow, DecisionRow
 from .stores.sql import SQLStore
 from .table import EffectTable, SchemaError, ToolSpec
 from .tokens import Keyring, token_hash
@@ -105,13 +106,9 @@ class EffectGate(ExecutionMixin, NoticeMixin):
                 raise ValueError(
                     "a notifier must not sign with the gate's grant keyring: give it its own keys"
                 )
+        store.check()  # no schema, or another schema version: refused before anything is read
         self._reads = ReadLog(store, batch=read_log_batch)
-        if not store._ready:
-            try:
-                with store.reading() as conn:
-                    conn.exec_driver_sql("SELECT version FROM eg_schema_version")
-            except Exception as exc:
-                raise StoreError("the store has no effectgate schema: call store.setup() first") from exc
+        self._recorded_rules: set[str] = set()
 
     # -- lifecycle
 
@@ -247,12 +244,13 @@ class EffectGate(ExecutionMixin, NoticeMixin):
             return self._refuse("unknown_tool", f"{name!r} is not a tool in the effect table", name, ctx)
         if not self.table.allowed(ctx.agent_id, name):
             return self._refuse("not_allowed", f"agent {ctx.agent_id!r} may not call {name}", name, ctx, spec)
-        invalid = self._validate(spec, args)
-        if invalid is not None:
+        checked = self._validate(spec, args)
+        if isinstance(checked, Invalid):
             self._record(
-                self._event("invalid", spec=spec, ctx=ctx, errors=[e.__dict__ for e in invalid.errors])
+                self._event("invalid", spec=spec, ctx=ctx, errors=[e.__dict__ for e in checked.errors])
             )
-            return invalid
+            return checked
+        args = checked  # the frozen copy: what is checked, hashed, recorded and run
         if spec.effect is Effect.READ:  # READ is always autonomous (Policy refuses to gate it)
             if not self._in_scope(spec, args, ctx):
                 return self._refuse(
@@ -272,16 +270,16 @@ class EffectGate(ExecutionMixin, NoticeMixin):
         return (yield from self._write(spec, args, frozen, ctx))
 
     @staticmethod
-    def _validate(spec: ToolSpec, args: Any) -> Invalid | None:
+    def _validate(spec: ToolSpec, args: Any) -> dict[str, Any] | Invalid:
+        """The frozen copy of valid arguments (see `canonical.freeze`), or Invalid with pointers."""
         if not isinstance(args, Mapping):
             return Invalid(tool=spec.name, errors=(SchemaError("", "arguments must be a JSON object"),))
-        errors = spec.validate(dict(args))
-        if not errors and not plain_json(args):  # plain JSON is exact by construction
-            try:
-                check_json(args)
-            except ArgumentError as exc:
-                errors = [SchemaError(exc.pointer, str(exc).split(": ", 1)[-1])]
-        return Invalid(tool=spec.name, errors=tuple(errors)) if errors else None
+        try:
+            frozen: dict[str, Any] = freeze(args, spec.schema)
+        except ArgumentError as exc:
+            return Invalid(tool=spec.name, errors=(SchemaError(exc.pointer, exc.detail),))
+        errors = spec.validate(frozen)
+        return Invalid(tool=spec.name, errors=tuple(errors)) if errors else frozen
 
     @staticmethod
     def _in_scope(spec: ToolSpec, args: Mapping[str, Any], ctx: CallContext) -> bool:
@@ -314,6 +312,7 @@ class EffectGate(ExecutionMixin, NoticeMixin):
         key = f"{WRITE_PREFIX}{spec.name}_" + key_of(
             "write", ctx.session_id, spec.name, ctx.origin_message_id, frozen
         )
+        self._note_rules(spec)
         try:
             claim = self.store.claim(key, frozen, lease_seconds=self.policy.lease_seconds)
         except InProgress:
@@ -345,6 +344,7 @@ class EffectGate(ExecutionMixin, NoticeMixin):
         )
         role, notes = spec.role_for(args)
         assert role is not None  # check_policy guarantees a role for every gated row
+        self._note_rules(spec)
         now = self.clock.now()
         with self.store.transaction() as conn:
             self.store.lock(conn, f"session:{ctx.session_id}")
@@ -430,7 +430,7 @@ class EffectGate(ExecutionMixin, NoticeMixin):
         *,
         status: str,
     ) -> ApprovalRow:
-        return ApprovalRow(
+        row = ApprovalRow(
             id=self._ids(),
             session_id=ctx.session_id,
             origin_message_id=ctx.origin_message_id,
@@ -455,8 +455,26 @@ class EffectGate(ExecutionMixin, NoticeMixin):
             expires_at=now + self.policy.pending_ttl,
             row_fingerprint=spec.fingerprint,
             table_fingerprint=self.table.fingerprint,
+            policy_fingerprint=self.policy.fingerprint,
             has_confirm=spec.confirm is not None,
         )
+        row.seal = seal_approval(self.keyring, row)
+        return row
+
+    def _note_rules(self, spec: ToolSpec | None) -> None:
+        """Record the canonical form of `spec`'s row and of the policy (once per process), so the
+        audit can check every approval against the rule it was made under."""
+        rules = []
+        if self.policy.fingerprint not in self._recorded_rules:
+            rules.append(
+                (self.policy.fingerprint, "policy", canonical_json(self.policy.canonical()).decode())
+            )
+        if spec is not None and spec.fingerprint not in self._recorded_rules:
+            rules.append((spec.fingerprint, "row", canonical_json(spec.canonical()).decode()))
+        if rules:
+            with self.store.transaction() as conn:
+                self.store.add_rules(conn, rules)
+            self._recorded_rules.update(r[0] for r in rules)
 
     def _amend(
         self,
@@ -472,6 +490,8 @@ class EffectGate(ExecutionMixin, NoticeMixin):
         *,
         replay: bool,
     ) -> Outcome:
+        if not approval_intact(self.keyring, row):
+            raise TamperedRecord(row.id, "its seal or arguments hash does not verify")
         if row.args_hash == frozen:
             if not replay:
                 self.store.add_key(conn, intent, row.id, row.version, ctx.origin_message_id)
@@ -491,13 +511,16 @@ class EffectGate(ExecutionMixin, NoticeMixin):
             "args_json": json.dumps(dict(args), sort_keys=True),
             "args_hash": frozen,
             "approver_role": role,
+            "approvals_required": self.policy.approvals_needed(spec.effect),
             "notes_json": json.dumps(notes),
             "updated_at": now,
             "expires_at": now + self.policy.pending_ttl,
             "row_fingerprint": spec.fingerprint,
             "table_fingerprint": self.table.fingerprint,
+            "policy_fingerprint": self.policy.fingerprint,
             "origin_message_id": ctx.origin_message_id,
         }
+        values["seal"] = seal_approval(self.keyring, row.model_copy(update=values))
         if not self.store.update_approval(
             conn, row.id, expect_status=["pending"], expect_version=row.version, values=values
         ):
@@ -531,6 +554,13 @@ class EffectGate(ExecutionMixin, NoticeMixin):
             return Refused(
                 code="expired",
                 message=f"approval {row.id} for {row.tool} expired undecided",
+                tool=row.tool,
+                approval_id=row.id,
+            )
+        if row.status == "failed":
+            return Refused(
+                code="failed",
+                message=f"{row.tool} ran and failed: {row.reason}. A new attempt needs a new request",
                 tool=row.tool,
                 approval_id=row.id,
             )
@@ -631,8 +661,11 @@ class EffectGate(ExecutionMixin, NoticeMixin):
             self._expire_due(conn)
 
     def _card(self, conn: Any, row: ApprovalRow) -> Card:
-        given = sum(1 for d in self.store.decisions(conn, row.id, row.version) if d.decision == "approve")
-        return Card.from_record(row, approvals_given=given)
+        intact = approval_intact(self.keyring, row)
+        given = self._approvers(conn, row, round_=row.grants) if intact else []
+        if not given and row.grants > 0 and intact:  # a granted row shows the round that granted it
+            given = self._approvers(conn, row, round_=row.grants - 1)
+        return Card.from_record(row, approvals_given=len(given), intact=intact)
 
     def card(self, approval_id: str) -> Card:
         with self.store.reading() as conn:
@@ -642,21 +675,59 @@ class EffectGate(ExecutionMixin, NoticeMixin):
             return self._card(conn, row)
 
     def pending(self, *, role: str | None = None, session_id: str | None = None) -> list[Card]:
-        """Approvals waiting for a decision, newest first."""
+        """Approvals waiting for a decision, newest first. `role`: only those an approver holding
+        this role may decide (the policy's role grants included)."""
         self.expire()
         with self.store.reading() as conn:
             return [
                 self._card(conn, r)
-                for r in self.store.approvals(status="pending", role=role, session_id=session_id)
+                for r in self.store.approvals(status="pending", session_id=session_id)
+                if role is None or self.policy.role_satisfies(role, r.approver_role)
             ]
+
+    def _approvers(
+        self, conn: Any, row: ApprovalRow, *, round_: int, role: str | None = None
+    ) -> list[DecisionRow]:
+        """The distinct approvers of the row's version in one grant round: decisions whose seal
+        verifies (and whose role satisfies `role`, when given); a forged row counts for nothing."""
+        seen: dict[str, DecisionRow] = {}
+        for d in self.store.decisions(conn, row.id, row.version):
+            if (
+                d.decision == "approve"
+                and d.grant_round == round_
+                and d.approver_id not in seen
+                and decision_intact(self.keyring, d)
+                and (role is None or self.policy.role_satisfies(d.role, role))
+            ):
+                seen[d.approver_id] = d
+        return list(seen.values())
+
+    def _bar(self, row: ApprovalRow) -> tuple[ToolSpec, str, int]:
+        """The table row, the required role and the number of distinct approvers for a stored
+        call, re-derived from this gate's table and policy (never from mutable columns): a call
+        proposed under another row or policy needs a fresh proposal."""
+        spec = self._current_spec(row)
+        if row.policy_fingerprint != self.policy.fingerprint:
+            raise PolicyViolation(
+                f"{row.tool}: the policy changed since this approval was proposed; it needs a fresh proposal",
+                code="reclassified",
+            )
+        role, _ = spec.role_for(json.loads(row.args_json))
+        required = self.policy.approvals_needed(spec.effect)
+        if role != row.approver_role or required != row.approvals_required:
+            raise TamperedRecord(row.id, "its approver role or number of approvers differ from the table's")
+        assert role is not None  # a gated row always names a role (check_policy)
+        return spec, role, required
 
     # -- decisions
 
     def approve(self, approval_id: str, *, version: int, approver: Approver) -> Grant | PartialApproval:
-        """Approve one version. Checks role (after escalation), version, expiry, and re-runs
-        `scope` and `confirm`. Returns a `Grant`, or a `PartialApproval` when a second, distinct
-        approver is still needed. An approved version whose grant lapsed unpresented gets a fresh
-        grant (see `_regrant`). Raises an `ApprovalError` and changes nothing otherwise."""
+        """Approve one version. Checks role (after escalation), version, expiry, that the approver
+        did not make the call (unless `Policy.self_approval`), and re-runs `scope` and `confirm`.
+        Returns a `Grant`, or a `PartialApproval` while more distinct approvers are needed. An
+        approved version whose grant lapsed unpresented can be granted again, by as many distinct
+        approvers as the first grant needed (see `_lapsed`). Raises an `ApprovalError` (or a
+        `PolicyViolation`) and changes nothing otherwise."""
         expired = False
         with self.store.transaction() as conn:
             row = self._decidable(conn, approval_id, approver, allow=("pending", "approved"))
@@ -665,37 +736,39 @@ class EffectGate(ExecutionMixin, NoticeMixin):
             else:
                 if version != row.version:
                     raise StaleApproval(approval_id, version, row.version)
-                spec = self._current_spec(row)
-                if row.status == "approved":
-                    return self._regrant(conn, spec, row, approver)
-                decisions = [
-                    d for d in self.store.decisions(conn, row.id, row.version) if d.decision == "approve"
-                ]
-                if any(d.approver_id == approver.id for d in decisions):
+                spec, role, required = self._bar(row)
+                if approver.id == row.user_id and not self.policy.self_approval:
+                    raise WrongApprover(
+                        approval_id,
+                        f"{approver.id} made this call and may not approve it (Policy.self_approval is off)",
+                    )
+                regrant = row.status == "approved"
+                if regrant:
+                    self._lapsed(conn, row)
+                given = self._approvers(conn, row, round_=row.grants, role=role)
+                if any(d.approver_id == approver.id for d in given):
                     raise WrongApprover(
                         approval_id, f"{approver.id} already approved; a second, distinct approver is needed"
                     )
                 self._recheck_and_record(conn, spec, row, approver)
-                if len(decisions) + 1 < row.approvals_required:
-                    self.store.append_events(
-                        conn, [self._event("approved_partial", row=row, approver=approver.id)]
-                    )
+                if len(given) + 1 < required:
+                    kind = "regrant_partial" if regrant else "approved_partial"
+                    self.store.append_events(conn, [self._event(kind, row=row, approver=approver.id)])
                     return PartialApproval(
-                        approval_id=row.id,
-                        version=row.version,
-                        approvals=len(decisions) + 1,
-                        required=row.approvals_required,
+                        approval_id=row.id, version=row.version, approvals=len(given) + 1, required=required
                     )
-                now = self.clock.now()
-                decided = {"status": "approved", "decided_at": now}
+                if regrant:
+                    return self._mint(conn, row, approver, "regranted", {}, expect="approved")
+                decided = {"status": "approved", "decided_at": self.clock.now()}
                 return self._mint(conn, row, approver, "approved", decided, expect="pending")
         assert expired
         raise ApprovalExpired(approval_id)
 
-    def _regrant(self, conn: Any, spec: ToolSpec, row: ApprovalRow, approver: Approver) -> Grant:
-        """A fresh grant for an approved version whose grant lapsed unused: the approval still
-        stands, but the subject, scope and confirm checks are run again (the lapse freed the
-        subject for other sessions), and the old token is void (its hash is replaced)."""
+    def _lapsed(self, conn: Any, row: ApprovalRow) -> None:
+        """An approved version may be granted again only when its grant lapsed unpresented: the
+        approval still stands, but the subject, scope and confirm checks run again (the lapse
+        freed the subject for other sessions), the old token is void (its hash is replaced), and
+        the new grant needs its own round of distinct approvers."""
         now = self.clock.now()
         if row.token_used_at is not None or (row.token_expires_at or 0) > now:
             raise AlreadyDecided(row.id, "approved")  # a usable or presented grant exists
@@ -707,11 +780,9 @@ class EffectGate(ExecutionMixin, NoticeMixin):
                 f"{row.tool}: approval {busy.id} is in flight on this subject from another session",
                 code="subject_busy",
             )
-        self._recheck_and_record(conn, spec, row, approver)
-        return self._mint(conn, row, approver, "regranted", {}, expect="approved")
 
     def _recheck_and_record(self, conn: Any, spec: ToolSpec, row: ApprovalRow, approver: Approver) -> None:
-        """Re-run `scope` and `confirm` for the stored call, then record the approve decision."""
+        """Re-run `scope` and `confirm` for the stored call, then record the sealed decision."""
         ctx = context_of(row)
         args = json.loads(row.args_json)
         if not self._in_scope(spec, args, ctx):
@@ -721,14 +792,20 @@ class EffectGate(ExecutionMixin, NoticeMixin):
         reason = self._confirm(conn, spec, args, ctx, row.subject_key, exclude=row.id)
         if reason is not None:
             raise ConfirmFailed(row.tool, reason)
-        self.store.add_decision(
-            conn,
-            approval_id=row.id,
-            version=row.version,
-            approver_id=approver.id,
-            role=approver.role,
-            decision="approve",
-        )
+        self._decide(conn, row, approver, "approve")
+
+    def _decide(
+        self, conn: Any, row: ApprovalRow, approver: Approver, decision: str, reason: str | None = None
+    ) -> None:
+        values = {
+            "approval_id": row.id,
+            "version": row.version,
+            "grant_round": row.grants,
+            "approver_id": approver.id,
+            "role": approver.role,
+            "decision": decision,
+        }
+        self.store.add_decision(conn, reason=reason, seal=seal_decision(self.keyring, values), **values)
 
     def _mint(
         self,
@@ -740,7 +817,8 @@ class EffectGate(ExecutionMixin, NoticeMixin):
         *,
         expect: str,
     ) -> Grant:
-        """Mint a grant for the row's version, store only its hash, and record `kind`."""
+        """Mint a grant for the row's version, store only its hash, count the grant in the
+        sealed row (so the next grant needs a new round of approvers), and record `kind`."""
         now = self.clock.now()
         expires = now + self.policy.token_ttl
         token = self.keyring.mint(
@@ -752,7 +830,9 @@ class EffectGate(ExecutionMixin, NoticeMixin):
             "token_hash": token_hash(token),
             "token_kid": self.keyring.current,
             "token_expires_at": expires,
+            "grants": row.grants + 1,
         }
+        values["seal"] = seal_approval(self.keyring, row.model_copy(update=values))
         if not self.store.update_approval(
             conn, row.id, expect_status=[expect], expect_version=row.version, values=values
         ):  # pragma: no cover - the subject lock is held
@@ -783,15 +863,7 @@ class EffectGate(ExecutionMixin, NoticeMixin):
                 if version is not None and version != row.version:
                     raise StaleApproval(approval_id, version, row.version)
                 now = self.clock.now()
-                self.store.add_decision(
-                    conn,
-                    approval_id=row.id,
-                    version=row.version,
-                    approver_id=approver.id,
-                    role=approver.role,
-                    decision="deny",
-                    reason=reason,
-                )
+                self._decide(conn, row, approver, "deny", reason)
                 if not self.store.update_approval(
                     conn,
                     row.id,
@@ -811,13 +883,16 @@ class EffectGate(ExecutionMixin, NoticeMixin):
     def _decidable(
         self, conn: Any, approval_id: str, approver: Approver, allow: tuple[str, ...] = ("pending",)
     ) -> ApprovalRow | None:
-        """The row if `approver` may decide it now; None if it just expired (marked so)."""
+        """The row if `approver` may decide it now; None if it just expired (marked so). The row
+        is read under the subject lock and its seal and arguments hash verified first."""
         row = self.store.approval(conn, approval_id)
         if row is None:
             raise UnknownApproval(approval_id)
         self.store.lock(conn, f"subject:{row.subject_key}")
         row = self.store.approval(conn, approval_id)  # re-read under the lock (READ COMMITTED)
         assert row is not None
+        if not approval_intact(self.keyring, row):
+            raise TamperedRecord(approval_id, "its seal or arguments hash does not verify")
         if row.status == "pending" and row.expires_at <= self.clock.now():
             self._expire_due(conn, approval_id=approval_id)
             return None
@@ -846,7 +921,7 @@ class EffectGate(ExecutionMixin, NoticeMixin):
     def audit(self, *, table: EffectTable | None = None) -> AuditReport:
         """The audit scan against this gate's table (or another, e.g. a proposed reclassification)."""
         self.flush()
-        return audit(self.store, table or self.table, self.policy)
+        return audit(self.store, table or self.table, self.policy, keyring=self.keyring)
 
     # -- async twins of the decision API (store work off the event loop)
 

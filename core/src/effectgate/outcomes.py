@@ -11,8 +11,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ._textcheck import text_warnings
 from .stores.records import ApprovalRow
 from .table import SchemaError
+
+#: The warning a card carries when its stored record does not verify.
+TAMPERED_WARNING = "the stored record does not verify (edited outside effectgate): do not approve"
 
 RefusalCode = Literal[
     "unknown_tool",
@@ -26,6 +30,7 @@ RefusalCode = Literal[
     "expired",
     "needs_reconciliation",
     "in_progress",
+    "failed",
 ]
 
 
@@ -51,9 +56,19 @@ class Card:
     user_id: str
     created_at: float
     expires_at: float
+    reason: str | None = None
+    warnings: Sequence[str] = ()
 
     @classmethod
-    def from_record(cls, row: ApprovalRow, *, approvals_given: int = 0) -> Card:
+    def from_record(cls, row: ApprovalRow, *, approvals_given: int = 0, intact: bool = True) -> Card:
+        """The card of a stored row. `warnings` flags text that is not what it looks like
+        (bidirectional controls, invisible characters, mixed-script words) in the arguments and
+        subject, and a record that does not verify (`intact=False`)."""
+        args = json.loads(row.args_json)
+        subject = json.loads(row.subject_json) if row.subject_json else None
+        warnings = ((TAMPERED_WARNING,) if not intact else ()) + text_warnings(
+            {"args": args, "subject": subject}
+        )
         return cls(
             approval_id=row.id,
             version=row.version,
@@ -61,9 +76,9 @@ class Card:
             tool=row.tool,
             effect=row.effect,
             reversibility=row.reversibility,
-            args=json.loads(row.args_json),
+            args=args,
             args_hash=row.args_hash,
-            subject=json.loads(row.subject_json) if row.subject_json else None,
+            subject=subject,
             approver_role=row.approver_role,
             notes=tuple(json.loads(row.notes_json)),
             approvals_required=row.approvals_required,
@@ -73,6 +88,8 @@ class Card:
             user_id=row.user_id,
             created_at=row.created_at,
             expires_at=row.expires_at,
+            reason=row.reason,
+            warnings=warnings,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -95,6 +112,8 @@ class Card:
             "user_id": self.user_id,
             "created_at": self.created_at,
             "expires_at": self.expires_at,
+            "reason": self.reason,
+            "warnings": list(self.warnings),
         }
 
     def render(self) -> str:
@@ -109,6 +128,8 @@ class Card:
             *("  " + line for line in json.dumps(dict(self.args), indent=2, sort_keys=True).splitlines()),
             f"args sha256: {self.args_hash}",
             *(f"note: {n}" for n in self.notes),
+            *([f"reason: {self.reason}"] if self.reason else []),
+            *(f"WARNING: {w}" for w in self.warnings),
         ]
         return "\n".join(lines)
 

@@ -46,6 +46,36 @@ class Reconciled:
     provider_ref: str | None = None
 
 
+def exceeds(args: Mapping[str, Any], arg: str, limit: int | float) -> bool:
+    """`Escalate.above`'s test: the argument is a number greater than `limit`."""
+    value = args.get(arg)
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > limit
+
+
+def count_of(args: Mapping[str, Any], arg: str) -> int:
+    """`Escalate.count_above`'s count: 1 for a string, the length of a list, else 0."""
+    value = args.get(arg)
+    if isinstance(value, str):
+        return 1
+    return len(value) if isinstance(value, Sequence) else 0
+
+
+def possible_roles(row: Mapping[str, Any], args: Mapping[str, Any]) -> set[str]:
+    """The approver roles a row in its canonical form (as recorded) can require for `args`:
+    declarative rules are evaluated; a `when` predicate (code) may or may not have matched."""
+    roles: set[str] = set()
+    for rule in row.get("escalate", ()):
+        if "above" in rule:
+            if exceeds(args, rule["arg"], rule["above"]):
+                return roles | {rule["role"]}
+        elif "count_above" in rule:
+            if count_of(args, rule["arg"]) > rule["count_above"]:
+                return roles | {rule["role"]}
+        else:
+            roles.add(rule["role"])
+    return roles | {row["approver_role"]}
+
+
 @dataclass(frozen=True, kw_only=True)
 class Escalate:
     """An argument-dependent rule that raises the approver role; the first matching rule wins.
@@ -63,32 +93,22 @@ class Escalate:
 
     @classmethod
     def above(cls, arg: str, limit: int | float, *, role: str, note: str = "") -> Escalate:
-        def over(args: Mapping[str, Any]) -> bool:
-            value = args.get(arg)
-            return isinstance(value, int | float) and value > limit
-
         return cls(
             role=role,
             note=note or f"{arg} above {limit}",
-            predicate=over,
+            predicate=lambda args: exceeds(args, arg, limit),
             rule={"arg": arg, "above": limit},
             describe=lambda args: f"{arg} = {args.get(arg)} (> {limit})",
         )
 
     @classmethod
     def count_above(cls, arg: str, limit: int, *, role: str, note: str = "") -> Escalate:
-        def count(args: Mapping[str, Any]) -> int:
-            value = args.get(arg)
-            if isinstance(value, str):
-                return 1
-            return len(value) if isinstance(value, Sequence) else 0
-
         return cls(
             role=role,
             note=note or f"more than {limit} {arg}",
-            predicate=lambda args: count(args) > limit,
+            predicate=lambda args: count_of(args, arg) > limit,
             rule={"arg": arg, "count_above": limit},
-            describe=lambda args: f"{arg}: {count(args)} (> {limit})",
+            describe=lambda args: f"{arg}: {count_of(args, arg)} (> {limit})",
         )
 
     @classmethod
@@ -185,6 +205,9 @@ class ToolSpec:
     escalate: tuple[Escalate, ...] = ()
     transient: tuple[type[Exception], ...] = ()
     unknown_outcome: tuple[type[Exception], ...] = ()
+    # Gated rows: the exceptions that mean nothing happened downstream (e.g. a provider's
+    # "card declined"); every other exception from a gated tool is an unknown outcome.
+    definite_failures: tuple[type[Exception], ...] = ()
     reconcile: Reconcile | None = None
     # Display only (reviewer cards): what is left on the subject, e.g. the refundable balance.
     balance: Callable[[Mapping[str, Any], Confirmation], Any] | None = None
@@ -212,6 +235,12 @@ class ToolSpec:
         if not isinstance(reversibility, Reversibility):
             set_(self, "reversibility", Reversibility(str(reversibility)))
         set_(self, "escalate", tuple(self.escalate))
+        for name in ("transient", "unknown_outcome", "definite_failures"):
+            value: object = getattr(self, name)
+            types = (value,) if isinstance(value, type) else tuple(value)  # type: ignore[arg-type]
+            if not all(isinstance(t, type) and issubclass(t, Exception) for t in types):
+                raise TableError(self.name, name, "must be exception types (subclasses of Exception)")
+            set_(self, name, types)
         if self.schema is None:
             set_(self, "schema", derive_schema(self.name, self.fn))
         schema = self.schema
@@ -296,6 +325,8 @@ class ToolSpec:
             "scope": _qualname(self.scope),
             "confirm": _qualname(self.confirm),
             "snapshot": _qualname(self.snapshot),
+            "definite_failures": sorted(_qualname(t) or "" for t in self.definite_failures),
+            "unknown_outcome": sorted(_qualname(t) or "" for t in self.unknown_outcome),
         }
 
 
@@ -413,6 +444,9 @@ _TOML_FIELDS = {
     "reconcile",
     "escalate",
     "description",
+    "definite_failures",
+    "unknown_outcome",
+    "transient",
 }
 
 
@@ -441,6 +475,17 @@ def _spec_from_toml(
             raise TableError(name, field_name, f"{ref!r} is not among the bound callables")
         return bindings[ref]
 
+    def exceptions(field_name: str) -> tuple[type[Exception], ...]:
+        names = row.get(field_name, [])
+        if isinstance(names, str) or not isinstance(names, list):
+            raise TableError(name, field_name, "must be a list of names bound to exception types")
+        return tuple(bound_name(field_name, n) for n in names)
+
+    def bound_name(field_name: str, ref: Any) -> Any:
+        if ref not in bindings:
+            raise TableError(name, field_name, f"{ref!r} is not among the bound callables")
+        return bindings[ref]
+
     try:
         escalate = tuple(Escalate.from_rule(rule, bindings) for rule in row.get("escalate", []))
     except ValueError as exc:
@@ -460,4 +505,7 @@ def _spec_from_toml(
         reconcile=bound("reconcile"),
         escalate=escalate,
         description=row.get("description", ""),
+        definite_failures=exceptions("definite_failures"),
+        unknown_outcome=exceptions("unknown_outcome"),
+        transient=exceptions("transient"),
     )

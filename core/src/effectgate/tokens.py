@@ -12,6 +12,7 @@ import base64
 import hashlib
 import hmac
 import os
+import re
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -21,6 +22,11 @@ from .errors import TokenError
 
 PREFIX = "eg1"
 ENV_VAR = "EFFECTGATE_KEYRING"
+MAX_TOKEN = 512
+_KID = re.compile(r"[A-Za-z0-9_-]{1,32}")
+_FIELD = re.compile(r"[A-Za-z0-9_-]{1,128}")
+_DIGITS9 = re.compile(r"[0-9]{1,9}")
+_DIGITS16 = re.compile(r"[0-9]{1,16}")
 
 
 @dataclass(frozen=True)
@@ -47,10 +53,15 @@ class Keyring:
         if current not in keys:
             raise ValueError(f"current key id {current!r} is not in the keyring")
         for kid, secret in keys.items():
-            if not kid or "." in kid or "," in kid or ":" in kid:
-                raise ValueError(f"key id {kid!r} must be non-empty without '.', ',' or ':'")
+            if not _KID.fullmatch(kid):
+                raise ValueError(f"key id {kid!r} must be 1-32 letters, digits, '_' or '-'")
             if len(secret) < 32:
                 raise ValueError(f"key {kid!r} is shorter than 32 bytes")
+            if len(set(secret)) < 8:
+                raise ValueError(
+                    f"key {kid!r} is not random (all zeros, or a few repeated bytes): make one with "
+                    'python -c "import secrets; print(secrets.token_hex(32))"'
+                )
         self._keys = dict(keys)
         self.current = current
 
@@ -67,7 +78,12 @@ class Keyring:
             kid, sep, hexkey = part.strip().partition(":")
             if not sep:
                 raise ValueError("keyring entries look like kid:hexsecret")
-            keys[kid] = bytes.fromhex(hexkey)
+            if kid in keys:
+                raise ValueError(f"key id {kid!r} appears twice in the keyring")
+            try:
+                keys[kid] = bytes.fromhex(hexkey)
+            except ValueError:
+                raise ValueError(f"key {kid!r} is not hex (kid:hexsecret)") from None
         if not keys:
             raise ValueError("empty keyring")
         return cls(keys, current=next(iter(keys)))
@@ -86,17 +102,50 @@ class Keyring:
         """A development keyring kept in a 0600 file, created on first use.
 
         Every process that approves or executes against the same database needs the same keys;
-        in production set EFFECTGATE_KEYRING from a secret store instead.
+        in production set EFFECTGATE_KEYRING from a secret store instead. The file is created
+        atomically (written in full under a temporary name, then linked into place; a process
+        that loses the race reads the winner's key), so concurrent first use yields one key.
+        A file that other users can read or write, or that holds a key that is not random, is
+        refused with the fix in the message.
         """
         path = Path(path)
+        for _ in range(3):
+            try:
+                return cls._load_file(path)
+            except FileNotFoundError:
+                pass
+            ring = cls.generate()
+            tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                with os.fdopen(fd, "w") as fh:
+                    fh.write(ring.dumps())
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                try:
+                    os.link(tmp, path)  # fails if another process linked its file first
+                except FileExistsError:
+                    continue
+                return ring
+            finally:
+                tmp.unlink(missing_ok=True)
+        return cls._load_file(path)
+
+    @classmethod
+    def _load_file(cls, path: Path) -> Keyring:
+        mode = path.stat().st_mode & 0o777
+        if mode & 0o077:
+            raise ValueError(
+                f"keyring file {path} is readable or writable by other users (mode {mode:o}): "
+                f"run chmod 600 {path}"
+            )
         try:
             return cls.parse(path.read_text())
-        except FileNotFoundError:
-            ring = cls.generate()
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as fh:
-                fh.write(ring.dumps())
-            return ring
+        except ValueError as exc:
+            raise ValueError(
+                f"keyring file {path}: {exc}; delete the file to start a new development keyring "
+                "(grants minted with the old one stop working)"
+            ) from exc
 
     def _mac(self, kid: str, body: str) -> str:
         key = self._keys.get(kid)
@@ -124,6 +173,8 @@ class Keyring:
 
     def verify_signature(self, purpose: str, data: bytes, signature: str) -> None:
         """Raise TokenError("forged") unless `signature` is this keyring's MAC of `data` for `purpose`."""
+        if not isinstance(signature, str) or len(signature) > MAX_TOKEN or not signature.isascii():
+            raise TokenError("forged", "the signature is not one of this keyring's")
         kid, _, mac = signature.partition(".")
         if not mac or kid not in self._keys:
             raise TokenError("forged", "the signature names no key of this keyring")
@@ -150,15 +201,22 @@ class Keyring:
 
     @staticmethod
     def read(token: str) -> TokenClaims:
-        """Split a token into its claims; TokenError(malformed) if it is not one."""
+        """Split a token into its claims; TokenError(malformed) if it is not one: every field is
+        checked for its alphabet and length before anything is parsed or looked up."""
         if not isinstance(token, str):
             raise TokenError("malformed", "a token is a string")
+        if len(token) > MAX_TOKEN or not token.isascii():
+            raise TokenError("malformed", "not an effectgate grant token")
         parts = token.split(".")
         if len(parts) != 7 or parts[0] != PREFIX:
             raise TokenError("malformed", "not an effectgate grant token")
         _, kid, approval_id, version, expires_ms, nonce, mac = parts
-        if not version.isdigit() or not expires_ms.isdigit():
-            raise TokenError("malformed", "version and expiry must be integers")
+        if not (_DIGITS9.fullmatch(version) and _DIGITS16.fullmatch(expires_ms)):
+            raise TokenError("malformed", "version and expiry must be short decimal integers")
+        if not (_KID.fullmatch(kid) and _FIELD.fullmatch(approval_id) and _FIELD.fullmatch(nonce)):
+            raise TokenError("malformed", "a token field holds characters or a length it cannot have")
+        if not _FIELD.fullmatch(mac):
+            raise TokenError("malformed", "the signature field is not base64url")
         return TokenClaims(kid, approval_id, int(version), int(expires_ms) / 1000, nonce, mac)
 
     def verify(self, claims: TokenClaims, *, args_hash: str) -> None:

@@ -1,8 +1,14 @@
 """The tables, as SQLModel classes. Times are float seconds since the epoch (see _dialect.py).
 
-Append-only: `eg_events`, `eg_decisions`, `eg_executions` (the dialect installs triggers that
-refuse UPDATE and DELETE on them). Mutable state: `eg_approvals` (status, version, token hash),
-`eg_intent_keys` (insert-only mapping of keys to approvals) and `eg_idempotency`.
+Append-only: `eg_events`, `eg_decisions`, `eg_executions`, `eg_rules` (the dialect installs
+triggers that refuse UPDATE and DELETE on them). Mutable state: `eg_approvals` (status, version,
+token hash), `eg_intent_keys` (insert-only mapping of keys to approvals) and `eg_idempotency`.
+
+What decides (an approval's tool, arguments hash, required role and number of approvers, the
+table row and policy it was proposed under, how many grants it has had; a decision's approver,
+role and round) is sealed with the gate's keyring (`seal` columns, see `_seal.py`) and checked
+again whenever it is read back to decide something: a row edited in the database is refused.
+Version 2 added the seals, `policy_fingerprint`, `grants`, decision rounds and `eg_rules`.
 """
 
 from __future__ import annotations
@@ -10,7 +16,7 @@ from __future__ import annotations
 from sqlalchemy import Column, Index, Text
 from sqlmodel import Field, SQLModel
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 class SchemaVersionRow(SQLModel, table=True):
@@ -53,7 +59,10 @@ class ApprovalRow(SQLModel, table=True):
     reason: str | None = Field(default=None, sa_column=Column(Text))
     row_fingerprint: str
     table_fingerprint: str
+    policy_fingerprint: str = ""
     has_confirm: bool = False
+    grants: int = 0
+    seal: str = ""
     token_hash: str | None = None
     token_kid: str | None = None
     token_expires_at: float | None = None
@@ -74,11 +83,13 @@ class DecisionRow(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     approval_id: str = Field(index=True)
     version: int
+    grant_round: int = 0
     approver_id: str
     role: str
     decision: str
     reason: str | None = Field(default=None, sa_column=Column(Text))
     at: float
+    seal: str = ""
 
 
 class EventRow(SQLModel, table=True):
@@ -120,6 +131,7 @@ class ExecutionRow(SQLModel, table=True):
     run_id: str = ""
     table_fingerprint: str
     row_fingerprint: str
+    policy_fingerprint: str = ""
     before_json: str | None = Field(default=None, sa_column=Column(Text))
     after_json: str | None = Field(default=None, sa_column=Column(Text))
     result_json: str | None = Field(default=None, sa_column=Column(Text))
@@ -141,4 +153,15 @@ class IdempotencyRow(SQLModel, table=True):
     updated_at: float
 
 
-APPEND_ONLY = ("eg_events", "eg_decisions", "eg_executions")
+class RuleRow(SQLModel, table=True):
+    """The canonical form of a table row or a policy, under its fingerprint (content-addressed):
+    the audit checks each approval against the rule as it was when the approval was made."""
+
+    __tablename__ = "eg_rules"
+    fingerprint: str = Field(primary_key=True)
+    kind: str
+    body_json: str = Field(sa_column=Column(Text, nullable=False))
+    at: float
+
+
+APPEND_ONLY = ("eg_events", "eg_decisions", "eg_executions", "eg_rules")

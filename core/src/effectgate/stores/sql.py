@@ -29,6 +29,7 @@ from .records import (
     ExecutionRow,
     IdempotencyRow,
     IntentKeyRow,
+    RuleRow,
     SchemaVersionRow,
 )
 
@@ -39,6 +40,8 @@ T_EVENTS: sa.Table = EventRow.__table__  # type: ignore[attr-defined]
 T_EXECUTIONS: sa.Table = ExecutionRow.__table__  # type: ignore[attr-defined]
 T_IDEMPOTENCY: sa.Table = IdempotencyRow.__table__  # type: ignore[attr-defined]
 T_VERSION: sa.Table = SchemaVersionRow.__table__  # type: ignore[attr-defined]
+T_RULES: sa.Table = RuleRow.__table__  # type: ignore[attr-defined]
+ALL_TABLES = (T_VERSION, T_APPROVALS, T_KEYS, T_DECISIONS, T_EVENTS, T_EXECUTIONS, T_IDEMPOTENCY, T_RULES)
 
 
 _EVENT_COLUMNS = tuple(c.name for c in T_EVENTS.columns if c.name != "id")
@@ -88,25 +91,59 @@ class SQLStore(IdempotencyStore):
     # -- lifecycle
 
     def setup(self) -> None:
-        """Create the tables (idempotent) and check or record the schema version."""
-        with self.transaction() as conn:
+        """Create the tables (idempotent) and check or record the schema version. A database of
+        another schema version is refused before anything is created or written in it."""
+        with self.engine.begin() as conn:
             # Concurrent set-ups queue on one lock and create the tables inside it (PostgreSQL DDL
             # is transactional); create_all's check-then-create would otherwise collide.
             self.lock(conn, "effectgate:setup")
-            SQLModel.metadata.create_all(
-                conn,
-                tables=[T_VERSION, T_APPROVALS, T_KEYS, T_DECISIONS, T_EVENTS, T_EXECUTIONS, T_IDEMPOTENCY],
+            if sa.inspect(conn).has_table(T_VERSION.name):
+                row = conn.execute(sa.select(T_VERSION.c.version).where(T_VERSION.c.id == 1)).first()
+                if row is not None:
+                    self._refuse_version(row.version)
+            SQLModel.metadata.create_all(conn, tables=list(ALL_TABLES))
+            values = {"id": 1, "version": SCHEMA_VERSION, "applied_at": self.clock.now()}
+            if conn.execute(_dialect.insert_if_absent(conn, T_VERSION, "id"), values).first():
+                _dialect.append_only_ddl(conn, APPEND_ONLY)
+        self._ready = True
+
+    def _refuse_version(self, version: int) -> None:
+        if version != SCHEMA_VERSION:
+            raise StoreError(
+                f"the database at {self._where()} has effectgate schema version {version}; this "
+                f"effectgate (schema {SCHEMA_VERSION}) neither reads nor writes it. Use the effectgate "
+                "release that created it, or start a new database"
             )
-            row = conn.execute(sa.select(T_VERSION.c.version).where(T_VERSION.c.id == 1)).first()
-            if row is None:
-                values = {"id": 1, "version": SCHEMA_VERSION, "applied_at": self.clock.now()}
-                if conn.execute(_dialect.insert_if_absent(conn, T_VERSION, "id"), values).first():
-                    _dialect.append_only_ddl(conn, APPEND_ONLY)
-            elif row.version != SCHEMA_VERSION:
-                raise StoreError(
-                    f"database schema is version {row.version}; this effectgate expects "
-                    f"{SCHEMA_VERSION}. Migrate it before use."
-                )
+
+    def _where(self) -> str:
+        try:
+            return sa.engine.make_url(self.url).render_as_string(hide_password=True) if self.url else "?"
+        except sa.exc.ArgumentError:
+            return "?"
+
+    def check(self) -> None:
+        """Refuse (StoreError) a database without the effectgate schema or of another schema
+        version. Every transaction runs this once per store before its first statement."""
+        if self._ready:
+            return
+        with self.engine.connect() as conn:
+            self._check(conn)
+            conn.rollback()
+
+    def _check(self, conn: Connection) -> None:
+        try:
+            row = conn.execute(self._q(("version",), lambda: sa.select(T_VERSION.c.version))).first()
+        except sa.exc.DBAPIError as exc:
+            if not isinstance(exc, sa.exc.OperationalError | sa.exc.ProgrammingError) or _unreachable(exc):
+                raise
+            raise StoreError(
+                f"no effectgate schema at {self._where()}: run `effectgate setup` or call store.setup()"
+            ) from exc
+        if row is None:
+            raise StoreError(
+                f"no effectgate schema at {self._where()}: run `effectgate setup` or call store.setup()"
+            )
+        self._refuse_version(int(row.version))
         self._ready = True
 
     def close(self) -> None:
@@ -120,12 +157,16 @@ class SQLStore(IdempotencyStore):
 
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
+        if not self._ready:
+            self.check()
         with self.engine.begin() as conn:
             yield conn
 
     @contextmanager
     def reading(self) -> Iterator[Connection]:
         """A read-only transaction (SQLite: DEFERRED, so it never waits for the write lock)."""
+        if not self._ready:
+            self.check()
         with self.engine.connect().execution_options(**{_dialect.READONLY: True}) as conn, conn.begin():
             yield conn
 
@@ -390,6 +431,19 @@ class SQLStore(IdempotencyStore):
             self._q(("decision",), lambda: sa.insert(T_DECISIONS)), {"at": self.clock.now(), **values}
         )
 
+    def add_rules(self, conn: Connection, rules: Sequence[tuple[str, str, str]]) -> None:
+        """Record (fingerprint, kind, canonical JSON) rules unless already present."""
+        stmt = self._q(("add_rule",), lambda: _dialect.insert_if_absent(conn, T_RULES, "fingerprint"))
+        now = self.clock.now()
+        for fingerprint, kind, body in rules:
+            conn.execute(
+                stmt, {"fingerprint": fingerprint, "kind": kind, "body_json": body, "at": now}
+            )
+
+    def rules(self) -> dict[str, RuleRow]:
+        with self.reading() as conn:
+            return {r.fingerprint: RuleRow(**r._mapping) for r in conn.execute(sa.select(T_RULES))}
+
     def decisions(self, conn: Connection, approval_id: str, version: int | None = None) -> list[DecisionRow]:
         def build() -> Any:
             q = sa.select(T_DECISIONS).where(T_DECISIONS.c.approval_id == sa.bindparam("p_id"))
@@ -471,3 +525,8 @@ class SQLStore(IdempotencyStore):
                 DecisionRow(**r._mapping)
                 for r in conn.execute(sa.select(T_DECISIONS).order_by(T_DECISIONS.c.id))
             ]
+
+
+def _unreachable(exc: sa.exc.DBAPIError) -> bool:
+    """A connection failure (as opposed to a missing table): the server or file is not there."""
+    return bool(exc.connection_invalidated) or "connect" in str(exc.orig).lower()

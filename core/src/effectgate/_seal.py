@@ -1,0 +1,80 @@
+"""Seals: the gate's MAC over what decides, on every approval and decision row it writes.
+
+A database row is read back before it decides anything (who may approve, how many must, what
+runs). Anyone with write access to the database could edit a column on the way; the seal makes
+that edit visible. It is an HMAC with the gate's keyring (domain-separated from grant tokens,
+with a key id, so keys rotate), over the canonical JSON of the fields below. Mutable state that
+the gate itself changes (status, token hash, times) is not sealed: what it may change is bounded
+by the sealed fields and the signed grant token.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .canonical import canonical_json, digest
+from .errors import TokenError
+from .stores.records import ApprovalRow, DecisionRow
+from .tokens import Keyring
+
+APPROVAL_FIELDS = (
+    "id",
+    "version",
+    "grants",
+    "session_id",
+    "origin_message_id",
+    "user_id",
+    "agent_id",
+    "tool",
+    "effect",
+    "subject_key",
+    "args_hash",
+    "approver_role",
+    "approvals_required",
+    "row_fingerprint",
+    "policy_fingerprint",
+)
+DECISION_FIELDS = ("approval_id", "version", "grant_round", "approver_id", "role", "decision")
+
+
+def _body(values: list[Any]) -> bytes:
+    return canonical_json(values)
+
+
+def seal_approval(keyring: Keyring, row: ApprovalRow) -> str:
+    return keyring.sign("approval", _body([getattr(row, f) for f in APPROVAL_FIELDS]))
+
+
+def approval_intact(keyring: Keyring, row: ApprovalRow) -> bool:
+    """The seal verifies and the stored arguments still hash to the sealed args hash."""
+    return _verifies(keyring, "approval", [getattr(row, f) for f in APPROVAL_FIELDS], row.seal) and (
+        stored_args_hash(row.tool, row.args_json) == row.args_hash
+    )
+
+
+def seal_decision(keyring: Keyring, values: dict[str, Any]) -> str:
+    return keyring.sign("decision", _body([values[f] for f in DECISION_FIELDS]))
+
+
+def decision_intact(keyring: Keyring, row: DecisionRow) -> bool:
+    return _verifies(keyring, "decision", [getattr(row, f) for f in DECISION_FIELDS], row.seal)
+
+
+def stored_args_hash(tool: str, args_json: str) -> str | None:
+    """The args hash recomputed from stored JSON text (None when the text is not JSON)."""
+    import json
+
+    try:
+        return digest({"tool": tool, "args": json.loads(args_json)})
+    except (ValueError, TypeError, RecursionError):
+        return None
+
+
+def _verifies(keyring: Keyring, purpose: str, values: list[Any], seal: str) -> bool:
+    if not seal:
+        return False
+    try:
+        keyring.verify_signature(purpose, _body(values), seal)
+    except (TokenError, ValueError, TypeError):
+        return False
+    return True

@@ -1,0 +1,88 @@
+"""Text that is not what it looks like: warnings a reviewer sees beside the stored arguments.
+
+A model (or a prompt injection) can write arguments that render differently from what they
+are: a right-to-left override that reverses part of an address, a zero-width space inside an
+account number, a Cyrillic "а" inside a Latin domain name. Every reviewer surface (CLI, web,
+Jupyter, webhook) shows the warnings of `text_warnings` next to the values, so an approver sees
+that the text needs a closer look. The values themselves are always shown unchanged.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+# Bidirectional embeddings, overrides and isolates (Trojan Source, CVE-2021-42574), and marks.
+_BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c")
+# Characters that render as nothing (or as a plain space) but are not a space to a program.
+_INVISIBLE = frozenset(
+    "\u200b\u200c\u200d\u2060\u2061\u2062\u2063\u2064\ufeff\u00ad\u180e\u034f\u115f\u1160\u3164\uffa0"
+)
+_WORD = re.compile(r"\w+", re.UNICODE)
+# Scripts whose letters are commonly confused with Latin ones.
+_SCRIPTS = ("LATIN", "CYRILLIC", "GREEK", "ARMENIAN", "CHEROKEE")
+
+
+def _script(ch: str) -> str | None:
+    if not ch.isalpha():
+        return None
+    name = unicodedata.name(ch, "")
+    for script in _SCRIPTS:
+        if name.startswith(script):
+            return script
+    return "OTHER"
+
+
+def _pointers(value: Any, pointer: str = "") -> Iterator[tuple[str, str]]:
+    """(JSON pointer, text) for every string in `value`, object keys included."""
+    if isinstance(value, str):
+        yield pointer or "/", value
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            escaped = str(key).replace("~", "~0").replace("/", "~1")
+            yield f"{pointer}/{escaped} (key)", str(key)
+            yield from _pointers(item, f"{pointer}/{escaped}")
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            yield from _pointers(item, f"{pointer}/{index}")
+
+
+def _describe(ch: str) -> str:
+    return f"U+{ord(ch):04X} {unicodedata.name(ch, 'unnamed')}"
+
+
+def text_warnings(value: Any, *, limit: int = 20) -> tuple[str, ...]:
+    """Warnings for bidirectional controls, invisible characters, other control characters and
+    words that mix lookalike scripts, each naming where (a JSON pointer) and what; at most
+    `limit` of them (the last says how many more there were)."""
+    out: list[str] = []
+    total = 0
+    for pointer, text in _pointers(value):
+        if text.isascii() and text.isprintable():
+            continue
+        found: list[str] = []
+        bidi = sorted({c for c in text if c in _BIDI})
+        if bidi:
+            found.append("bidirectional control " + ", ".join(_describe(c) for c in bidi))
+        invisible = sorted(
+            {c for c in text if c in _INVISIBLE or unicodedata.category(c) == "Cf"} - set(bidi)
+        )
+        if invisible:
+            found.append("invisible character " + ", ".join(_describe(c) for c in invisible))
+        controls = sorted({c for c in text if unicodedata.category(c) == "Cc" and c not in "\n\t"})
+        if controls:
+            found.append("control character " + ", ".join(_describe(c) for c in controls))
+        for word in _WORD.findall(text):
+            scripts = {s for s in map(_script, word) if s is not None and s != "OTHER"}
+            if len(scripts) > 1:
+                found.append(f"mixed scripts ({', '.join(sorted(scripts))}) in {word!r}")
+                break
+        for item in found:
+            total += 1
+            if len(out) < limit:
+                out.append(f"{pointer}: {item}")
+    if total > limit:
+        out[-1] = f"... and {total - limit + 1} more warnings"
+    return tuple(out)
