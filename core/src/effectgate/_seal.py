@@ -45,11 +45,14 @@ def seal_approval(keyring: Keyring, row: ApprovalRow) -> str:
     return keyring.sign("approval", _body([getattr(row, f) for f in APPROVAL_FIELDS]))
 
 
+def approval_sealed(keyring: Keyring, row: ApprovalRow) -> bool:
+    """The seal verifies over the row's sealed fields."""
+    return _verifies(keyring, "approval", [getattr(row, f) for f in APPROVAL_FIELDS], row.seal)
+
+
 def approval_intact(keyring: Keyring, row: ApprovalRow) -> bool:
     """The seal verifies and the stored arguments still hash to the sealed args hash."""
-    return _verifies(keyring, "approval", [getattr(row, f) for f in APPROVAL_FIELDS], row.seal) and (
-        stored_args_hash(row.tool, row.args_json) == row.args_hash
-    )
+    return approval_sealed(keyring, row) and stored_args_hash(row.tool, row.args_json) == row.args_hash
 
 
 def seal_decision(keyring: Keyring, values: dict[str, Any]) -> str:

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from ._seal import approval_intact, decision_intact, stored_args_hash
+from ._seal import approval_sealed, decision_intact, stored_args_hash
 from .canonical import digest
 from .effects import Effect, Policy, weakened
 from .stores.records import ApprovalRow, DecisionRow, ExecutionRow, RuleRow
@@ -160,7 +160,7 @@ class _Scan:
         """Check one approval; return its (required role, required approvers) when derivable."""
         if stored_args_hash(a.tool, a.args_json) != a.args_hash:
             self.add("args_tampered", a.tool, "the stored arguments do not hash to the approval's hash", a.id)
-        if self.keyring is not None and not approval_intact(self.keyring, a):
+        if self.keyring is not None and not approval_sealed(self.keyring, a):
             self.add("seal_broken", a.tool, "the approval's seal does not verify", a.id)
         row = self.rules.get(a.row_fingerprint)
         policy = self.policy(a.policy_fingerprint, a.tool, a.id)

@@ -119,6 +119,7 @@ class Card:
     def render(self) -> str:
         """A plain-text card (used where no richer surface is available)."""
         lines = [
+            *(f"WARNING: {w}" for w in self.warnings),
             f"{self.tool}  [{self.effect}, {self.reversibility}]"
             f"  approval {self.approval_id} v{self.version}",
             f"status: {self.status}   approver role: {self.approver_role}"
@@ -129,7 +130,6 @@ class Card:
             f"args sha256: {self.args_hash}",
             *(f"note: {n}" for n in self.notes),
             *([f"reason: {self.reason}"] if self.reason else []),
-            *(f"WARNING: {w}" for w in self.warnings),
         ]
         return "\n".join(lines)
 
