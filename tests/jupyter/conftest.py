@@ -1,5 +1,5 @@
-"""The card tests use the core suite's shop gate (on SQLite and PostgreSQL)."""
+"""The card tests use the core suite's gates (on SQLite and PostgreSQL)."""
 
-from ..core.conftest import shop_gate
+from ..core.conftest import make_gate, shop_gate
 
-__all__ = ["shop_gate"]
+__all__ = ["make_gate", "shop_gate"]

@@ -24,6 +24,7 @@ def test_notify_all_is_pinned() -> None:
         "Delivery",
         "Notification",
         "NotificationKind",
+        "SeenDeliveries",
         "WebhookNotifier",
         "message",
         "verify_webhook",

@@ -1,16 +1,20 @@
 """The approval card for notebooks: the web card's stored fields, with Approve and Deny buttons.
 
 Everything shown is read from the store (`card_view`), never from the model's text, and every
-value is HTML-escaped. The buttons call the same gate methods as the inbox with the version the
-card shows, so a card left open while the call was amended refuses with "stale" and changes
-nothing. Without ipywidgets the card is plain text, and `approve()` / `deny()` still work.
+value is HTML-escaped. The card's warnings (text that is not what it looks like: bidirectional
+overrides, invisible characters, lookalike scripts; a record that does not verify) come first,
+above everything else, and a failed or denied card says why. The buttons call the same gate
+methods as the inbox with the version the card shows, so a card left open while the call was
+amended refuses with "stale" and changes nothing. Without ipywidgets the card is plain text, and
+`approve()` / `deny()` still work.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._display import card_view, pretty, when
@@ -33,6 +37,18 @@ def widgets_available() -> bool:
 
 def _e(value: Any) -> str:
     return html.escape(value if isinstance(value, str) else pretty(value))
+
+
+def _warning_heading(warnings: Sequence[str]) -> str:
+    count = f"{len(warnings)} warning" + ("" if len(warnings) == 1 else "s")
+    return f"{count}: text on this card is not what it looks like. Read it closely before deciding."
+
+
+def _outcome(card: Card) -> str | None:
+    """Why a card ended, for the statuses that end with a reason (failed, denied)."""
+    if card.status in ("failed", "denied"):
+        return f"{card.status.capitalize()}: {card.reason or 'no reason recorded'}"
+    return None
 
 
 class ApprovalCard:
@@ -82,8 +98,15 @@ class ApprovalCard:
     def text(self) -> str:
         """The plain-text card: the same stored fields as the HTML card."""
         v, card = self._view, self.card
-        lines = [
-            card.render(),
+        lines: list[str] = []
+        if card.warnings:
+            lines += [f"!! {_warning_heading(card.warnings)}", *(f"WARNING: {w}" for w in card.warnings)]
+        outcome = _outcome(card)
+        if outcome is not None:
+            lines.append(f"!! {outcome}")
+        # The warnings, and the reason of a failed or denied card, are shown above instead.
+        lines += [
+            dataclasses.replace(card, warnings=(), reason=None if outcome else card.reason).render(),
             f"owner: {card.owner or '-'}   session/user: {card.session_id} / {card.user_id}",
             f"expires: {when(card.expires_at)} ({v['expires']})",
         ]
@@ -111,6 +134,7 @@ class ApprovalCard:
         rows = [
             ("approval", f"<code>{_e(card.approval_id)}</code> version {card.version}"),
             ("status", _e(card.status)),
+            *([("reason", _e(card.reason))] if card.reason and _outcome(card) is None else []),
             ("approver role", _e(card.approver_role)),
             ("approvals", f"{card.approvals_given} of {card.approvals_required}"),
             ("subject", f"<pre>{_e(card.subject)}</pre>" if card.subject else "-"),
@@ -143,7 +167,25 @@ class ApprovalCard:
             for k, val in rows
         )
         head = f"<h4>{_e(card.tool)} [{_e(card.effect)}, {_e(card.reversibility)}]</h4>"
-        return f"<div class='effectgate-card'>{head}<table>{table}</table></div>"
+        return f"<div class='effectgate-card'>{head}{self._alerts()}<table>{table}</table></div>"
+
+    def _alerts(self) -> str:
+        """The warnings and a failed or denied card's reason, above the fields, escaped."""
+        card, out = self.card, []
+        if card.warnings:
+            items = "".join(f"<li><code>{_e(w)}</code></li>" for w in card.warnings)
+            out.append(
+                "<div class='effectgate-warnings' role='alert' style='border:2px solid #b00020;"
+                "background:#fff0f0;color:#600;padding:0.5em 1em;margin:0.5em 0'>"
+                f"<b>&#9888; {_e(_warning_heading(card.warnings))}</b><ul>{items}</ul></div>"
+            )
+        outcome = _outcome(card)
+        if outcome is not None:
+            out.append(
+                "<div class='effectgate-outcome' role='status' style='border:1px solid #888;"
+                f"padding:0.5em 1em;margin:0.5em 0'><b>{_e(outcome)}</b></div>"
+            )
+        return "".join(out)
 
     @staticmethod
     def _arg(a: dict[str, Any]) -> str:
@@ -194,6 +236,12 @@ class ApprovalCard:
                     self.result = self.on_grant(outcome)
                 except EffectGateError as exc:
                     message += f" The application could not use the grant: {exc}."
+                except Exception as exc:
+                    # The tool itself raised: show the record as it now is (failed, with its
+                    # reason, or still approved) before the error reaches the caller.
+                    self.refresh()
+                    self._say(f"{message} Running it raised {type(exc).__name__}: {exc}.")
+                    raise
                 else:
                     shown = self.result.result if isinstance(self.result, Executed) else self.result
                     if shown is not None:

@@ -6,7 +6,9 @@
     gate = EffectGate(table, store, notify=hook)   # new approvals and needs_reconciliation
     gate.warn_expiring(within=900)                 # periodically: approvals about to lapse
 
-A receiver checks each request with `verify_webhook(keyring, raw_body, headers, now=time.time())`.
+A receiver checks each request with one `seen = SeenDeliveries()` for its lifetime:
+`verify_webhook(keyring, raw_body, headers, now=time.time(), seen=seen)` refuses a bad or stale
+signature and a delivery it has already accepted.
 Needs the `notify` extra: pip install "effectgate[notify]".
 """
 
@@ -20,7 +22,8 @@ except ImportError as exc:  # pragma: no cover - exercised by the install-hint t
     raise MissingDependency("httpx (webhook notifications)", "notify") from exc
 
 from .._notice import Notification, NotificationKind
-from ._message import DELIVERY, EVENT, KEY_ID, SIGNATURE, TIMESTAMP, message, verify_webhook
+from ._message import message
+from ._signature import DELIVERY, EVENT, KEY_ID, SIGNATURE, TIMESTAMP, SeenDeliveries, verify_webhook
 from ._webhook import ALL_KINDS, Delivery, WebhookNotifier
 
 __all__ = [
@@ -33,6 +36,7 @@ __all__ = [
     "Delivery",
     "Notification",
     "NotificationKind",
+    "SeenDeliveries",
     "WebhookNotifier",
     "message",
     "verify_webhook",

@@ -1,41 +1,70 @@
-"""What a webhook says: a Slack-compatible message built from the stored record, and its signature.
+"""What a webhook says: a Slack-compatible message built from the stored record.
 
 The body is what Slack's incoming webhooks accept (`text`, `blocks`), plus Slack's message
-`metadata` carrying the facts a program needs (approval id, version, args hash). It names the
-tool, effect, role, subject and deadline, and links to the card; the arguments themselves are
-shown only on the card, where the reviewer decides. Every value that came from a call (a subject
-id is model-written) is escaped, so it cannot become a link, a mention or formatting.
+`metadata` carrying the facts a program needs (approval id, version, args hash, delivery id). It
+names the tool, effect, role, subject and deadline, warns when the card's text is not what it
+looks like, and links to the card; the arguments themselves are shown only on the card, where
+the reviewer decides.
 
-Signature: `X-Effectgate-Signature: v1=<hex HMAC-SHA256(key, "v1:" + timestamp + ":" + body)>`,
-with `X-Effectgate-Timestamp` (Unix seconds) and `X-Effectgate-Key-Id`; the receiver checks it
-with `verify_webhook`, constant-time, and refuses timestamps outside its tolerance (replays).
+Two kinds of text, kept apart:
+- trusted text (the tool, effect, reversibility and role come from the effect table; counts,
+  versions, times and links from the gate) may be `mrkdwn`, Slack's formatting;
+- every value that came from a call (subject values, session and user ids, reasons, provider
+  references, the warnings that quote them) is a `plain_text` object with `"emoji": false`, so
+  Slack shows it as typed: no bold, italics, strike, code, link, mention or emoji. It is also
+  escaped for &, < and >, clipped to a bounded length (the card shows all of it), and text
+  that is not plain ASCII is wrapped in a Unicode isolate so a bidirectional override inside it
+  cannot reorder the text around it.
+The top-level `text` (what a phone notification shows) holds trusted text only.
 """
 
 from __future__ import annotations
 
 import hashlib
-import hmac
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import quote
 
 from .._display import remaining, when
 from .._notice import Notification
-from ..errors import WebhookSignatureError
-from ..tokens import Keyring
 
-SIGNATURE = "X-Effectgate-Signature"
-TIMESTAMP = "X-Effectgate-Timestamp"
-KEY_ID = "X-Effectgate-Key-Id"
-DELIVERY = "X-Effectgate-Delivery"
-EVENT = "X-Effectgate-Event"
-SCHEME = "v1"
+VALUE_CHARS = 200  # of one call-written value in the message; the card shows all of it
+SUBJECT_ENTRIES = 8
+WARNINGS_SHOWN = 8
+# FIRST STRONG ISOLATE ... POP DIRECTIONAL ISOLATE: closes any embedding or override left open inside.
+_ISOLATE, _POP = "\u2068", "\u2069"
 
 
 def escape(text: object) -> str:
     """Slack's three control characters; after this, text is shown as text."""
     return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def shown(value: object, limit: int = VALUE_CHARS) -> str:
+    """A call-written value as it goes into a plain_text object: as JSON unless a string,
+    escaped, clipped to `limit` characters (never inside an entity) and, unless plain ASCII,
+    isolated."""
+    raw = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    text = escape(raw)
+    if len(text) > limit:
+        cut = text[:limit]
+        amp = cut.rfind("&")
+        if amp != -1 and ";" not in cut[amp:]:
+            cut = cut[:amp]
+        text = cut + "…"
+    return text if raw.isascii() else _ISOLATE + text + _POP
+
+
+def plain(text: str) -> dict[str, Any]:
+    """A text object Slack shows as typed."""
+    return {"type": "plain_text", "text": text, "emoji": False}
+
+
+def trusted(text: str) -> dict[str, Any]:
+    """A mrkdwn text object, for text from the table and the gate only; `verbatim` keeps Slack
+    from turning anything in it into a link or mention."""
+    return {"type": "mrkdwn", "text": text, "verbatim": True}
 
 
 def delivery_id(n: Notification) -> str:
@@ -60,10 +89,15 @@ def _subject(n: Notification) -> str:
     subject = n.card.subject if n.card is not None else None
     if not subject:
         return "-"
-    return ", ".join(f"{k}={v}" for k, v in sorted(subject.items()))
+    entries = sorted(subject.items(), key=lambda kv: str(kv[0]))
+    parts = [f"{shown(k)}={shown(v)}" for k, v in entries[:SUBJECT_ENTRIES]]
+    if len(entries) > SUBJECT_ENTRIES:
+        parts.append(f"… and {len(entries) - SUBJECT_ENTRIES} more")
+    return ", ".join(parts)
 
 
 def _headline(n: Notification, now: float) -> str:
+    """Trusted text only: the tool, its effect and reversibility, the role, the countdown."""
     role = escape(n.approver_role or "the tool's owner")
     tool = escape(n.tool)
     card = n.card
@@ -81,43 +115,77 @@ def _headline(n: Notification, now: float) -> str:
 
 
 def _fields(n: Notification, now: float) -> list[tuple[str, str]]:
+    """(label, text ready for plain_text): call-written values go through `shown`."""
     card = n.card
     if card is None:
-        fields = [("Tool", n.tool), ("Role", n.approver_role or "-")]
-        fields += [("Reason", n.reason or "-"), ("Provider ref", n.provider_ref or "-")]
-        return fields
-    return [
+        return [
+            ("Tool", escape(n.tool)),
+            ("Role", escape(n.approver_role or "-")),
+            ("Reason", shown(n.reason) if n.reason else "-"),
+            ("Provider ref", shown(n.provider_ref) if n.provider_ref else "-"),
+        ]
+    fields = [
         ("Subject", _subject(n)),
         ("Approvals", f"{card.approvals_given} of {card.approvals_required}"),
         ("Version", str(card.version)),
         ("Args sha256", card.args_hash[:16] + "…"),
         ("Expires", f"{when(card.expires_at)} ({remaining(card.expires_at - now)})"),
-        ("Session", card.session_id),
+        ("Session", shown(card.session_id)),
+        ("User", shown(card.user_id)),
     ]
+    if card.reason:
+        fields.append(("Reason", shown(card.reason)))
+    return fields
+
+
+def _warning_blocks(warnings: Iterable[str]) -> list[dict[str, Any]]:
+    """The card's warnings, before anything else about the call: a trusted heading with their
+    count, then the warnings themselves as plain text (they quote call-written keys and words)."""
+    items = list(warnings)
+    if not items:
+        return []
+    lines = [f"• {shown(w)}" for w in items[:WARNINGS_SHOWN]]
+    if len(items) > WARNINGS_SHOWN:
+        lines.append(f"… and {len(items) - WARNINGS_SHOWN} more on the card")
+    heading = (
+        f":warning: *{_count(len(items))}: text on this card is not what it looks like.* "
+        "Read the card closely before deciding."
+    )
+    return [
+        {"type": "section", "text": trusted(heading)},
+        {"type": "section", "text": plain("\n".join(lines))},
+    ]
+
+
+def _count(warnings: int) -> str:
+    return f"{warnings} warning" + ("" if warnings == 1 else "s")
 
 
 def message(n: Notification, *, inbox_url: str | None, now: float) -> dict[str, Any]:
-    """The Slack-compatible body for one notice."""
+    """The Slack-compatible body for one notice (see the module's docstring for what may be
+    formatted and what is plain text)."""
     link = card_url(n, inbox_url)
     headline = _headline(n, now)
-    fields = _fields(n, now)
-    text = headline + (f" <{link}|Open the card>" if link else "")
-    blocks: list[dict[str, Any]] = [
-        {"type": "section", "text": {"type": "mrkdwn", "text": headline}},
-        {
-            "type": "section",
-            "fields": [{"type": "mrkdwn", "text": f"*{k}*\n{escape(v)}"} for k, v in fields],
-        },
-    ]
+    card = n.card
+    warnings = tuple(card.warnings) if card is not None else ()
+    text = headline
+    if warnings:
+        text += f" :warning: {_count(len(warnings))} on the card."
+    if link:
+        text += f" <{link}|Open the card>"
+    blocks: list[dict[str, Any]] = [{"type": "section", "text": trusted(headline)}]
+    blocks += _warning_blocks(warnings)
+    blocks.append(
+        {"type": "section", "fields": [plain(f"{k}\n{v}") for k, v in _fields(n, now)]},
+    )
     if link:
         label = "Open the queue" if n.kind == "needs_reconciliation" else "Open the card"
         blocks.append(
             {
                 "type": "actions",
-                "elements": [{"type": "button", "text": {"type": "plain_text", "text": label}, "url": link}],
+                "elements": [{"type": "button", "text": plain(label), "url": link}],
             }
         )
-    card = n.card
     payload = {
         "kind": n.kind,
         "delivery": delivery_id(n),
@@ -137,38 +205,3 @@ def message(n: Notification, *, inbox_url: str | None, now: float) -> dict[str, 
         "blocks": blocks,
         "metadata": {"event_type": f"effectgate_{n.kind}", "event_payload": payload},
     }
-
-
-def _signed(timestamp: int | str, body: bytes) -> bytes:
-    return f"{SCHEME}:{timestamp}:".encode() + body
-
-
-def sign(keyring: Keyring, body: bytes, timestamp: int) -> dict[str, str]:
-    """The signature headers for `body` sent at `timestamp` (Unix seconds)."""
-    kid, mac = keyring.hmac_hex(_signed(timestamp, body))
-    return {SIGNATURE: f"{SCHEME}={mac}", TIMESTAMP: str(timestamp), KEY_ID: kid}
-
-
-def verify_webhook(
-    keyring: Keyring, body: bytes, headers: Mapping[str, str], *, now: float, tolerance: float = 300
-) -> None:
-    """Check a received request's signature; raise WebhookSignatureError unless the key id is in
-    `keyring`, the MAC matches the raw body (constant-time) and the timestamp is within
-    `tolerance` seconds of `now` (a replayed request is refused)."""
-    lower = {k.lower(): v for k, v in headers.items()}
-    signature = lower.get(SIGNATURE.lower())
-    stamp = lower.get(TIMESTAMP.lower())
-    kid = lower.get(KEY_ID.lower())
-    if not signature or not stamp or not kid:
-        raise WebhookSignatureError("missing", "the request carries no effectgate signature headers")
-    if not stamp.isdigit():
-        raise WebhookSignatureError("missing", "the timestamp is not Unix seconds")
-    if abs(now - int(stamp)) > tolerance:
-        raise WebhookSignatureError("stale", f"the timestamp is more than {tolerance:g}s from now")
-    try:
-        _, expected = keyring.hmac_hex(_signed(stamp, body), kid=kid)
-    except Exception as exc:
-        raise WebhookSignatureError("unknown_key", f"no key with id {kid!r}") from exc
-    scheme, _, mac = signature.partition("=")
-    if scheme != SCHEME or not hmac.compare_digest(mac.encode(), expected.encode()):
-        raise WebhookSignatureError("forged", "the signature does not match the body")

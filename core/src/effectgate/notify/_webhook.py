@@ -24,7 +24,8 @@ import httpx
 from .._clock import SYSTEM_CLOCK, Clock
 from .._notice import Notification, NotificationKind
 from ..tokens import Keyring
-from ._message import DELIVERY, EVENT, delivery_id, message, sign
+from ._message import delivery_id, message
+from ._signature import DELIVERY, EVENT, sign
 
 log = logging.getLogger("effectgate.notify")
 

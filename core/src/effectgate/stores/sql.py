@@ -436,9 +436,7 @@ class SQLStore(IdempotencyStore):
         stmt = self._q(("add_rule",), lambda: _dialect.insert_if_absent(conn, T_RULES, "fingerprint"))
         now = self.clock.now()
         for fingerprint, kind, body in rules:
-            conn.execute(
-                stmt, {"fingerprint": fingerprint, "kind": kind, "body_json": body, "at": now}
-            )
+            conn.execute(stmt, {"fingerprint": fingerprint, "kind": kind, "body_json": body, "at": now})
 
     def rules(self) -> dict[str, RuleRow]:
         with self.reading() as conn:
