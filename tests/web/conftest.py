@@ -1,4 +1,5 @@
-"""The inbox over the shop's gate, with registered approvers, for the ASGI client and the browser."""
+"""The inbox over the shop's gate, with registered approvers, for the ASGI client and the browser;
+on SQLite and PostgreSQL (`store_url`)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import pytest
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
-from effectgate import EffectGate, Grant, Keyring, open_store
-from effectgate.examples.shop import Shop, app
+from effectgate import EffectGate, Grant, Keyring, Pending, open_store
+from effectgate.examples.shop import Shop, app, context
 from effectgate.outcomes import Executed
 from effectgate.stores import SQLStore
 from effectgate.testing import FakeClock
@@ -21,6 +22,7 @@ from effectgate.web import ApproverRegistry, RegisteredApprover, create_app, has
 SECRETS = {"fiona": "fiona-pw", "frank": "frank-pw", "sam": "sam-pw", "pia": "pia-pw", "pete": "pete-pw"}
 ROLES = {"fiona": "finance", "frank": "finance", "sam": "support_lead", "pia": "privacy", "pete": "privacy"}
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+REFUND = {"order_id": "1042", "amount": 12000, "currency": "GBP"}
 
 
 def registry() -> ApproverRegistry:
@@ -56,9 +58,33 @@ def login(client: TestClient, approver: str) -> str:
     return csrf_of(client.get("/").text)
 
 
+def propose(inbox: Inbox, args: dict[str, Any] = REFUND, message: str = "m3", **ctx: Any) -> Pending:
+    """The shop's agent proposes a refund (by default 120.00 GBP on order 1042)."""
+    outcome = inbox.gate.call("refund_order", args, context(message, **ctx))
+    assert isinstance(outcome, Pending), outcome
+    return outcome
+
+
+def snapshot(inbox: Inbox) -> Any:
+    """Everything a refused request must leave unchanged: approvals, decisions, executions, effects."""
+    store = inbox.store
+    return (
+        [(a.id, a.status, a.version, a.token_hash) for a in store.approvals()],
+        [d.model_dump() for d in store.all_decisions()],
+        [e.model_dump() for e in store.executions()],
+        inbox.shop.receiver.effects,
+    )
+
+
+def form(p: Pending, csrf: str, **extra: Any) -> dict[str, Any]:
+    """The approve/deny form fields for the version and arguments the reviewer saw."""
+    return {"csrf": csrf, "version": p.version, "args_hash": p.card.args_hash, **extra}
+
+
 @pytest.fixture
-def inbox(sqlite_url: str, clock: FakeClock) -> Iterator[Inbox]:
-    store = open_store(sqlite_url, clock=clock)
+def inbox(store_url: str, clock: FakeClock) -> Iterator[Inbox]:
+    """The shop's gate and its inbox on each backend (SQLite and PostgreSQL)."""
+    store = open_store(store_url, clock=clock)
     store.setup()
     shop = Shop()
     gate = app(store, keyring=Keyring.generate(), clock=clock, shop=shop)

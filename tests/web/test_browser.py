@@ -151,16 +151,24 @@ def test_post_without_csrf_token_is_refused(inbox: Inbox, server: str, browser: 
 
 
 def test_wrong_role_cannot_approve(inbox: Inbox, server: str, browser: Browser) -> None:
-    """A support lead signed in sees the card but their approval is refused; nothing changes."""
+    """A support lead sees the refund only read-only (no approve button, not in their inbox), and
+    an approve request forged from their session is refused; nothing changes."""
     [pending] = agent_turn(inbox, Script([call("refund_order", **REFUND), say("Waiting.")]), "m3")
     assert isinstance(pending, Pending)
     page = browser.new_page()
     sign_in(page, server, "sam")
+    assert page.locator(f"[data-approval='{pending.approval_id}']").count() == 0
+    page.goto(f"{server}/?all=1")
+    assert page.locator(f"[data-approval='{pending.approval_id}'][data-read-only='1']").count() == 1
     page.goto(f"{server}/approvals/{pending.approval_id}")
-    with page.expect_response(lambda r: r.request.method == "POST") as answer:
-        page.get_by_role("button", name="Approve version 1").click()
-    assert answer.value.status == 403
-    assert "Not yours to decide" in page.content()
+    assert page.get_by_role("button", name="Approve version 1").count() == 0
+    assert "Read-only" in page.locator("#read-only").inner_text()
+    csrf = page.locator("input[name=csrf]").first.get_attribute("value")
+    assert csrf
+    form = {"csrf": csrf, "version": "1", "args_hash": pending.card.args_hash}
+    answer = page.request.post(f"{server}/approvals/{pending.approval_id}/approve", form=form)
+    assert answer.status == 403
+    assert "Not yours to decide" in answer.text()
     assert decisions(inbox) == []
     assert inbox.shop.receiver.count("refund") == 0
     page.close()

@@ -2,37 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from starlette.testclient import TestClient
 
 from effectgate import Approver, Pending
 from effectgate.examples.shop import context
 from effectgate.web import ApproverRegistry, RegisteredApprover, create_app, hash_secret
 
-from .conftest import Inbox, csrf_of, login
-
-REFUND = {"order_id": "1042", "amount": 12000, "currency": "GBP"}
-
-
-def propose(inbox: Inbox, args: dict[str, Any] = REFUND, message: str = "m3", **ctx: Any) -> Pending:
-    outcome = inbox.gate.call("refund_order", args, context(message, **ctx))
-    assert isinstance(outcome, Pending), outcome
-    return outcome
-
-
-def snapshot(inbox: Inbox) -> Any:
-    store = inbox.store
-    return (
-        [(a.id, a.status, a.version, a.token_hash) for a in store.approvals()],
-        [d.model_dump() for d in store.all_decisions()],
-        [e.model_dump() for e in store.executions()],
-        inbox.shop.receiver.effects,
-    )
-
-
-def form(p: Pending, csrf: str, **extra: Any) -> dict[str, Any]:
-    return {"csrf": csrf, "version": p.version, "args_hash": p.card.args_hash, **extra}
+from .conftest import Inbox, csrf_of, form, login, propose, snapshot
 
 
 def test_signed_out_pages_redirect_to_login(inbox: Inbox) -> None:
@@ -78,7 +54,8 @@ def test_session_cookie_is_httponly_and_samesite_strict(inbox: Inbox) -> None:
 
 
 def test_inbox_lists_pending_newest_first_and_filters(inbox: Inbox) -> None:
-    """Pending cards newest first; the role and session filters narrow the list."""
+    """The read-only view lists every pending card newest first; the role and session filters
+    narrow the list."""
     first = propose(inbox)
     inbox.clock.advance(5)
     email = inbox.gate.call(
@@ -95,10 +72,10 @@ def test_inbox_lists_pending_newest_first_and_filters(inbox: Inbox) -> None:
     )
     c = inbox.client()
     login(c, "fiona")
-    page = c.get("/").text
+    page = c.get("/", params={"all": "1"}).text
     order = [page.index(x.approval_id) for x in (other, email, first)]
     assert order == sorted(order)
-    finance = c.get("/", params={"role": "finance"}).text
+    finance = c.get("/", params={"all": "1", "role": "finance"}).text
     assert first.approval_id in finance
     assert email.approval_id not in finance
     grace = c.get("/", params={"session": "s-grace"}).text
@@ -234,9 +211,9 @@ def test_args_hash_that_is_not_the_stored_one_is_refused(inbox: Inbox) -> None:
 def test_expired_approval_is_refused(inbox: Inbox) -> None:
     """Past its deadline an approval cannot be approved; it is expired, not granted."""
     p = propose(inbox)
+    inbox.clock.advance(2 * 86400)
     c = inbox.client()
     csrf = login(c, "fiona")
-    inbox.clock.advance(2 * 86400)
     r = c.post(f"/approvals/{p.approval_id}/approve", data=form(p, csrf))
     assert r.status_code in (409, 410)
     assert inbox.store.all_decisions() == []

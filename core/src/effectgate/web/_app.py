@@ -1,10 +1,16 @@
 """The reviewer inbox: a small server-rendered Starlette app over one gate.
 
-Every card is built from the stored approval record (`gate.card`), never from model text.
-Nothing changes state on GET; every POST carries the session's CSRF token, and approve/deny
-carry the approval id, version and args hash the reviewer saw. A refusal (stale version, expired,
-wrong role, failed confirm check, the same approver twice) renders a clear message with status
-4xx and changes nothing: the gate decides, the app only shows.
+Every card is built from the stored approval record (`gate.card`), never from model text, and
+shows the gate's warnings (text that is not what it looks like, a record that does not verify)
+beside the values. Model-written values are always escaped. The inbox lists what the signed-in
+approver's role may decide; `/?all=1` lists every pending card, read-only for the others. Forms
+to decide or reconcile appear only for an approver whose role may use them, and the gate refuses
+anyone else anyway. Nothing changes state on GET; every POST carries the session's CSRF token,
+and approve/deny carry the approval id, version and args hash the reviewer saw. A refusal (stale
+version, expired, wrong role, failed confirm check, the same approver twice, a record that does
+not verify) renders a clear message with status 4xx and changes nothing: the gate decides, the
+app only shows. Sign-in is throttled per approver id and per client address, and sessions are
+live server-side (see `_sessions`): signing out ends them.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._display import card_view, pretty, when
 from .._execution import EXEC_PREFIX
+from .._textcheck import reveal
 from ..context import Approver
 from ..errors import (
     AlreadyDecided,
@@ -36,16 +43,19 @@ from ..errors import (
     EffectGateError,
     PolicyViolation,
     StaleApproval,
+    TamperedRecord,
     UnknownApproval,
     WrongApprover,
 )
 from ..gate import EffectGate
-from ..outcomes import Executed, Grant, PartialApproval
+from ..outcomes import TAMPERED_WARNING, Card, Executed, Grant, PartialApproval
 from ..stores.base import from_json
 from ._auth import ApproverRegistry, RegisteredApprover, csrf_ok, csrf_token
+from ._sessions import LoginThrottle, Sessions
 
 OnGrant = Callable[[Grant], Any]
 _TEMPLATES = Path(__file__).parent / "templates"
+SESSION_SECONDS = 8 * 3600
 
 
 def create_app(
@@ -56,16 +66,31 @@ def create_app(
     on_grant: OnGrant | None = None,
     sso_header: str | None = None,
     https_only: bool = False,
+    login_failures_per_approver: int = 5,
+    login_failures_per_client: int = 20,
+    login_window_seconds: float = 900.0,
 ) -> Starlette:
     """The inbox over `gate`. `on_grant(grant)` receives each minted grant (e.g. to resume the
     agent, or `gate.execute(grant.token)` for a backend that executes on approval) and may return
     a result to show; without it the page shows the grant token once, for the application.
     `sso_header`: the header a trusted proxy sets; its value goes through `approvers.verify` (or
-    is the approver id itself without one) and must name a registered approver."""
+    is the approver id itself without one) and must name a registered approver.
+    After `login_failures_per_approver` failed sign-ins for one approver id, or
+    `login_failures_per_client` from one client address, within `login_window_seconds`, sign-in
+    answers 429 without checking the secret until the window has passed (behind a proxy every
+    client shares the proxy's address). Time is `gate.clock`."""
     env = Environment(loader=FileSystemLoader(_TEMPLATES), autoescape=select_autoescape(default=True))
     env.filters["pretty"] = pretty
     env.filters["when"] = when
+    env.filters["reveal"] = reveal
     templates = Jinja2Templates(env=env)
+    sessions = Sessions(gate.clock, max_age=SESSION_SECONDS)
+    throttle = LoginThrottle(
+        gate.clock,
+        per_approver=login_failures_per_approver,
+        per_client=login_failures_per_client,
+        window=login_window_seconds,
+    )
 
     def who(request: Request) -> RegisteredApprover | None:
         if sso_header is not None:
@@ -73,7 +98,11 @@ def create_app(
             if value:
                 approver_id = approvers.verify(value) if approvers.verify else value
                 return approvers.get(approver_id)
-        return approvers.get(request.session.get("approver"))
+        return approvers.get(sessions.approver(request.session.get("sid")))
+
+    def may_decide(me: RegisteredApprover, card: Card) -> bool:
+        """Whether `me`'s role may decide `card` (the gate checks again on every decision)."""
+        return gate.policy.role_satisfies(me.role, card.approver_role)
 
     def page(request: Request, name: str, status: int = 200, **context: Any) -> Response:
         me = who(request)
@@ -103,34 +132,55 @@ def create_app(
         form = await request.form()
         if not csrf_ok(request.session, form.get("csrf")):
             return page(request, "login.html", 403, error="Missing or wrong CSRF token.")
-        found = await run_in_threadpool(
-            approvers.check_secret, str(form.get("approver", "")), str(form.get("secret", ""))
-        )
+        approver_id = str(form.get("approver", ""))
+        client = request.client.host if request.client is not None else "unknown"
+        wait = throttle.begin(approver_id, client)
+        if wait is not None:
+            minutes = -(-wait // 60)
+            error = (
+                "Too many failed sign-in attempts for this approver or from this address. "
+                f"Try again in {minutes} minute{'s' if minutes != 1 else ''}; the secret was not checked."
+            )
+            response = page(request, "login.html", 429, error=error)
+            response.headers["retry-after"] = str(wait)
+            return response
+        found = await run_in_threadpool(approvers.check_secret, approver_id, str(form.get("secret", "")))
         if found is None:
             return page(request, "login.html", 401, error="Unknown approver or wrong secret.")
+        throttle.succeeded(approver_id, client)
+        sessions.end(request.session.get("sid"))
         request.session.clear()  # a new session on sign-in: no fixation
-        request.session["approver"] = found.id
+        request.session["sid"] = sessions.start(found.id)
         request.session["csrf"] = secrets.token_urlsafe(32)
         return RedirectResponse("/", status_code=303)
 
     async def logout(request: Request) -> Response:
         form = await request.form()
         if csrf_ok(request.session, form.get("csrf")):
+            sessions.end(request.session.get("sid"))  # a copy of the cookie stops working too
             request.session.clear()
         return RedirectResponse("/login", status_code=303)
 
     async def inbox(request: Request, me: RegisteredApprover) -> Response:
-        role = request.query_params.get("role") or None
+        show_all = request.query_params.get("all") == "1"
         session = request.query_params.get("session") or None
+        role = (request.query_params.get("role") or None) if show_all else me.role
         cards = await run_in_threadpool(gate.pending, role=role, session_id=session)
-        return page(request, "inbox.html", cards=cards, role=role, session=session)
+        yours = {c.approval_id for c in cards if may_decide(me, c)}
+        return page(
+            request, "inbox.html", cards=cards, yours=yours, show_all=show_all, role=role, session=session
+        )
 
     async def show(request: Request, me: RegisteredApprover) -> Response:
         try:
             context = await run_in_threadpool(card_view, gate, request.path_params["id"])
         except UnknownApproval:
             return page(request, "message.html", 404, title="Not found", message="No such approval.")
-        return page(request, "card.html", **context)
+        card: Card = context["card"]
+        yours = may_decide(me, card)
+        intact = TAMPERED_WARNING not in card.warnings
+        decidable = card.status == "pending" and yours and intact
+        return page(request, "card.html", yours=yours, intact=intact, decidable=decidable, **context)
 
     def refused(request: Request, status: int, title: str, message: str, link: str | None = None) -> Response:
         return page(request, "message.html", status, title=title, message=message, link=link)
@@ -178,6 +228,10 @@ def create_app(
             return refused(request, 410, "Expired", "This approval expired; nothing changed.", approval_id)
         except WrongApprover as exc:
             return refused(request, 403, "Not yours to decide", f"{exc}. Nothing was changed.", approval_id)
+        except TamperedRecord as exc:
+            return refused(
+                request, 409, "Record does not verify", f"{exc}. Nothing was changed.", approval_id
+            )
         except (ConfirmFailed, AlreadyDecided, PolicyViolation) as exc:
             return refused(request, 409, "Refused", f"{exc}. Nothing was changed.", approval_id)
         shown: Any = None
@@ -186,8 +240,8 @@ def create_app(
             if on_grant is not None:
                 try:
                     shown = await run_in_threadpool(on_grant, outcome)
-                except EffectGateError as exc:
-                    shown = f"the application could not use the grant: {exc}"
+                except Exception as exc:  # the decision stands: say what happened, never a bare 500
+                    shown = f"the application could not use the grant: {type(exc).__name__}: {exc}"
             else:
                 token = outcome.token
         if isinstance(shown, Executed):
@@ -204,7 +258,7 @@ def create_app(
         )
 
     def history_context() -> dict[str, Any]:
-        decided = ["executed", "denied", "expired", "rejected", "approved"]
+        decided = ["executed", "failed", "denied", "expired", "rejected", "approved"]
         rows = gate.store.approvals(status=decided, limit=200)
         by_approval: dict[str, list[Any]] = defaultdict(list)
         for d in gate.store.all_decisions():
@@ -219,23 +273,30 @@ def create_app(
     async def history(request: Request, me: RegisteredApprover) -> Response:
         return page(request, "history.html", **await run_in_threadpool(history_context))
 
-    def queue() -> list[dict[str, Any]]:
+    def queue(me: RegisteredApprover) -> list[dict[str, Any]]:
+        """The unknown outcomes; `yours` when `me`'s role may settle the approval behind one."""
         out = []
         for record in gate.store.idempotency_records(status="needs_reconciliation"):
             approval_id = None
             if record.key.startswith(EXEC_PREFIX):
                 approval_id = record.key[len(EXEC_PREFIX) :].rpartition("_v")[0]
             row = gate.store.get_approval(approval_id) if approval_id else None
-            out.append({"record": record, "approval": row})
+            yours = row is not None and gate.policy.role_satisfies(me.role, row.approver_role)
+            out.append({"record": record, "approval": row, "yours": yours})
         return out
 
     async def reconciliation(request: Request, me: RegisteredApprover) -> Response:
-        return page(request, "reconciliation.html", items=await run_in_threadpool(queue))
+        return page(request, "reconciliation.html", items=await run_in_threadpool(queue, me))
 
     async def reconcile(request: Request, me: RegisteredApprover) -> Response:
         approval_id = request.path_params["id"]
+        approver = Approver(me.id, me.role)
         try:
-            settled = await run_in_threadpool(gate.reconcile, approval_id)
+            settled = await run_in_threadpool(lambda: gate.reconcile(approval_id, approver=approver))
+        except UnknownApproval:
+            return refused(request, 404, "Not found", "No such approval.")
+        except WrongApprover as exc:
+            return refused(request, 403, "Not yours to settle", f"{exc}. Nothing was changed.", approval_id)
         except EffectGateError as exc:
             return refused(request, 409, "Refused", f"{exc}. Nothing was changed.", approval_id)
         message = (
@@ -263,7 +324,7 @@ def create_app(
             session_cookie="effectgate_session",
             same_site="strict",
             https_only=https_only,
-            max_age=8 * 3600,
+            max_age=SESSION_SECONDS,
         )
     ]
     return Starlette(routes=routes, middleware=[Middleware(_SecurityHeaders), *middleware])

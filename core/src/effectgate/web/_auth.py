@@ -1,8 +1,9 @@
 """Who may decide: approvers registered server-side, their secrets, sessions and CSRF tokens.
 
 The role of a signed-in approver always comes from the registry, looked up again on every request
-(a role change or a removal takes effect at once); the session cookie holds only the approver id
-and the CSRF token. Secrets are stored as scrypt hashes and compared in constant time.
+(a role change or a removal takes effect at once); the session cookie holds only a session id
+(live server-side, see `_sessions`) and the CSRF token. Secrets are stored as scrypt hashes and
+compared in constant time.
 """
 
 from __future__ import annotations
