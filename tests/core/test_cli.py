@@ -1,8 +1,9 @@
 """The `effectgate` command, driven through `main(argv)` and once as a real process.
 
-State is set up with the shop from the running example on a file SQLite store; the CLI is then
-run against that file exactly as an approver would run it. The console is pinned to 80 columns
-(what a pipe or a CI log gets), so wrapping and truncation are tested, not left to the terminal.
+State is set up with the shop from the running example on a file SQLite store (and PostgreSQL
+where a test takes `store_url`); the CLI is then run against that database exactly as an approver
+would run it. COLUMNS is pinned to 80 (what a pipe or a CI log may carry), so the tests see that
+output off a terminal is not wrapped at it.
 """
 
 from __future__ import annotations
@@ -11,17 +12,20 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
+import sqlalchemy as sa
 
-from effectgate import Pending, open_store
+from effectgate import Keyring, Pending, open_store
 from effectgate.canonical import args_hash
 from effectgate.cli import keyring_for, main
 from effectgate.errors import TokenError
 from effectgate.examples.shop import Shop, app, context
+from effectgate.testing import FakeClock
 
 APP = "effectgate.examples.shop:app"
 REFUND_V1 = {"order_id": "1042", "amount": 5000, "currency": "GBP"}
@@ -237,42 +241,46 @@ def _not_a_gate(tmp: Path) -> str:
     return "eg_not_a_gate:factory"
 
 
-# (argv builder, a fragment the error must name)
-BAD_INPUT: dict[str, tuple[Callable[[Setup, Path], list[str]], str]] = {
-    "stale_version": (lambda s, _: _approve(s, version="1"), "version 1 is stale"),
-    "wrong_role": (lambda s, _: _approve(s, role="support_lead"), "needs role finance"),
-    "unknown_id": (lambda s, _: _approve(s, approval_id="nope"), "no approval 'nope'"),
-    "missing_app": (lambda s, _: _approve(s, app_ref=None), "--app"),
-    "app_without_colon": (lambda s, _: _approve(s, app_ref="effectgate.examples.shop"), "module:factory"),
-    "app_unknown_module": (lambda s, _: _approve(s, app_ref="eg_no_such_module:app"), "cannot load"),
-    "app_unknown_attr": (lambda s, _: _approve(s, app_ref="effectgate.examples.shop:nope"), "cannot load"),
+# (argv builder, a fragment the error must name, the exit code)
+BAD_INPUT: dict[str, tuple[Callable[[Setup, Path], list[str]], str, int]] = {
+    "stale_version": (lambda s, _: _approve(s, version="1"), "version 1 is stale", 4),
+    "wrong_role": (lambda s, _: _approve(s, role="support_lead"), "needs role finance", 4),
+    "unknown_id": (lambda s, _: _approve(s, approval_id="nope"), "no approval 'nope'", 3),
+    "missing_app": (lambda s, _: _approve(s, app_ref=None), "--app", 2),
+    "app_without_colon": (lambda s, _: _approve(s, app_ref="effectgate.examples.shop"), "module:factory", 2),
+    "app_unknown_module": (lambda s, _: _approve(s, app_ref="eg_no_such_module:app"), "cannot load", 2),
+    "app_unknown_attr": (lambda s, _: _approve(s, app_ref="effectgate.examples.shop:nope"), "cannot load", 2),
     "app_not_callable": (
         lambda s, _: _approve(s, app_ref="effectgate.examples.shop:SHOP_POLICY"),
         "not callable",
+        2,
     ),
-    "app_not_a_gate": (lambda s, tmp: _approve(s, app_ref=_not_a_gate(tmp)), "not an EffectGate"),
+    "app_not_a_gate": (lambda s, tmp: _approve(s, app_ref=_not_a_gate(tmp)), "not an EffectGate", 2),
     "app_wrong_signature": (
         lambda s, _: _approve(s, app_ref="effectgate.examples.shop:context"),
         "--app",
+        2,
     ),
-    "no_database": (lambda s, _: _approve(s, db="sqlite:///missing.db"), "no database at missing.db"),
+    "no_database": (lambda s, _: _approve(s, db="sqlite:///missing.db"), "no database at missing.db", 3),
+    "version_not_a_number": (lambda s, _: _approve(s, version="two"), "invalid int value", 2),
 }
 
 
-def _cases(marks: dict[str, pytest.MarkDecorator]) -> list[Any]:
-    return [pytest.param(name, id=name, marks=marks.get(name, ())) for name in BAD_INPUT]
+def _cases() -> list[Any]:
+    return [pytest.param(name, id=name) for name in BAD_INPUT]
 
 
-@pytest.mark.parametrize("case", _cases({}))
-def test_approve_bad_input_exits_2_and_changes_nothing(
+@pytest.mark.parametrize("case", _cases())
+def test_approve_bad_input_exits_with_its_code_and_changes_nothing(
     case: str, refund: Setup, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: Callable[..., Run]
 ) -> None:
-    """Bad approve input exits 2 with an `effectgate: error:` line, and the store is untouched."""
+    """Bad approve input exits with its documented code and an `effectgate: error:` line, and the
+    store is untouched."""
     monkeypatch.syspath_prepend(str(tmp_path))
-    build, fragment = BAD_INPUT[case]
+    build, fragment, code = BAD_INPUT[case]
     before = _snapshot(refund.url)
     run = cli(*build(refund, tmp_path))
-    assert run.code == 2
+    assert run.code == code, run.err
     assert run.out == ""
     assert run.err.startswith("effectgate: error:")
     assert fragment in _one_line(run.err)
@@ -285,24 +293,106 @@ def test_approve_bad_input_exits_2_and_changes_nothing(
     assert not (tmp_path / "missing.db.keys").exists()
 
 
-@pytest.mark.parametrize("case", _cases({}))
+@pytest.mark.parametrize("case", _cases())
 def test_approve_bad_input_is_one_line_on_stderr(
     case: str, refund: Setup, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: Callable[..., Run]
 ) -> None:
     """The error for bad approve input is one line on stderr when the console is wide enough."""
     monkeypatch.setenv("COLUMNS", "1000")
     monkeypatch.syspath_prepend(str(tmp_path))
-    build, _ = BAD_INPUT[case]
+    build, _, code = BAD_INPUT[case]
     run = cli(*build(refund, tmp_path))
-    assert run.code == 2
+    assert run.code == code
     assert len(run.err.splitlines()) == 1, run.err
 
 
 def test_a_long_error_stays_one_line_at_80_columns(refund: Setup, cli: Callable[..., Run]) -> None:
     """An error longer than the console (a stale version names a 32-character id) is still one line."""
     run = cli(*_approve(refund, version="1"))
-    assert run.code == 2
+    assert run.code == 4
     assert len(run.err.splitlines()) == 1, run.err
+
+
+# -- refusals: the gate refused the decision (exit 4), nothing was decided
+
+
+def _expired(s: Setup, tmp: Path, cli: Callable[..., Run]) -> list[str]:
+    """A refund of order 1043 proposed three days ago (a clock in the past): long expired."""
+    with open_store(s.url) as store:
+        gate = app(store, keyring=keyring_for(s.url), clock=FakeClock(time.time() - 3 * 86400))
+        old = gate.call(
+            "refund_order", {"order_id": "1043", "amount": 1000, "currency": "GBP"}, context("m5")
+        )
+        gate.close()
+    assert isinstance(old, Pending)
+    return _approve(s, approval_id=old.approval_id, version="1")
+
+
+def _denied(s: Setup, tmp: Path, cli: Callable[..., Run]) -> list[str]:
+    denied = cli("deny", s.approval_id, "--db", s.url, "--reason", "no", "--as", "finance", "--approver", "x")
+    assert denied.code == 0, denied.err
+    return _approve(s)
+
+
+def _over_balance(s: Setup, tmp: Path, cli: Callable[..., Run]) -> list[str]:
+    """An app whose shop has refunded most of order 1042 since: 6000 no longer fits."""
+    (tmp / "eg_small_shop.py").write_text(
+        "from effectgate.examples.shop import Shop, app\n"
+        "def factory(store, *, keyring=None):\n"
+        "    shop = Shop()\n"
+        "    shop.orders['1042']['total'] = 1000\n"
+        "    return app(store, keyring=keyring, shop=shop)\n"
+    )
+    return _approve(s, app_ref="eg_small_shop:factory")
+
+
+def _tampered(s: Setup, tmp: Path, cli: Callable[..., Run]) -> list[str]:
+    """The stored arguments edited outside effectgate (the amount raised)."""
+    _tamper(s.url)
+    return _approve(s)
+
+
+def _blank_reason(s: Setup, tmp: Path, cli: Callable[..., Run]) -> list[str]:
+    return ["deny", s.approval_id, "--db", s.url, "--reason", "  ", "--as", "finance", "--approver", "x"]
+
+
+def _tamper(url: str) -> None:
+    with open_store(url) as store, store.engine.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE eg_approvals SET args_json = :a"),
+            {"a": json.dumps({**REFUND_V2, "amount": 9999})},
+        )
+
+
+# (argv builder, a fragment the error must name)
+REFUSALS: dict[str, tuple[Callable[[Setup, Path, Callable[..., Run]], list[str]], str]] = {
+    "expired": (_expired, "has expired"),
+    "already_decided": (_denied, "is denied, not pending"),
+    "confirm_failed": (_over_balance, "confirm check failed: only 1000 is left"),
+    "tampered_record": (_tampered, "changed outside effectgate"),
+    "policy_violation": (_blank_reason, "a denial needs a reason"),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSALS))
+def test_a_refused_decision_exits_4_and_records_no_decision(
+    case: str, refund: Setup, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: Callable[..., Run]
+) -> None:
+    """When the gate refuses a decision the command exits 4 with one line naming why, and no
+    new decision or grant is recorded."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    build, fragment = REFUSALS[case]
+    argv = build(refund, tmp_path, cli)
+    before = _snapshot(refund.url)
+    run = cli(*argv)
+    assert run.code == 4, run.err
+    assert run.out == ""
+    assert run.err.startswith("effectgate: error:")
+    assert len(run.err.splitlines()) == 1, run.err
+    assert fragment in run.err
+    after = _snapshot(refund.url)
+    assert after["decisions"] == before["decisions"]
+    assert [a[4] for a in after["approvals"]] == [a[4] for a in before["approvals"]]  # no grant
 
 
 # -- deny
@@ -332,6 +422,60 @@ def test_deny_closes_the_approval_with_its_reason(refund: Setup, cli: Callable[.
     assert (decision.approver_id, decision.decision) == ("xavier", "deny")
     assert decision.reason == "duplicate of a refund already made"
     assert json.loads(cli("pending", "--db", refund.url, "--json").out) == []
+
+
+def test_approve_json_is_the_grant(refund: Setup, cli: Callable[..., Run]) -> None:
+    """`approve --json` prints the grant as JSON: kind, approval, version, token and expiry."""
+    run = cli(*_approve(refund), "--json")
+    assert run.code == 0, run.err
+    grant = json.loads(run.out)
+    assert (grant["kind"], grant["approval_id"], grant["version"]) == ("grant", refund.approval_id, 2)
+    assert grant["token"].startswith("eg1.")
+    assert grant["expires_at"] > time.time()
+
+
+def test_approve_json_reports_a_partial_approval_then_the_grant(
+    refund: Setup, cli: Callable[..., Run]
+) -> None:
+    """A destructive call's first `approve --json` is a partial approval (1 of 2); a second,
+    distinct approver's is the grant."""
+    with open_store(refund.url) as store:
+        gate = app(store, keyring=keyring_for(refund.url))
+        erase = gate.call("delete_customer_data", {"customer_id": "u1"}, context("m7"))
+        gate.close()
+    assert isinstance(erase, Pending)
+    argv = ["approve", erase.approval_id, "--db", refund.url, "--version", "1", "--as", "privacy"]
+    first = cli(*argv, "--approver", "pia", "--app", APP, "--json")
+    assert first.code == 0, first.err
+    partial = json.loads(first.out)
+    assert partial["kind"] == "partial_approval"
+    assert (partial["approval_id"], partial["approvals"], partial["required"]) == (erase.approval_id, 1, 2)
+    assert "second, distinct approver" in partial["message"]
+    second = cli(*argv, "--approver", "pete", "--app", APP, "--json")
+    assert second.code == 0, second.err
+    assert json.loads(second.out)["kind"] == "grant"
+
+
+def test_deny_json_is_the_refusal(refund: Setup, cli: Callable[..., Run]) -> None:
+    """`deny --json` prints the refusal the model will be told, as JSON."""
+    run = cli(
+        "deny",
+        refund.approval_id,
+        "--db",
+        refund.url,
+        "--reason",
+        "duplicate",
+        "--as",
+        "finance",
+        "--approver",
+        "xavier",
+        "--json",
+    )
+    assert run.code == 0, run.err
+    refused = json.loads(run.out)
+    assert (refused["kind"], refused["code"], refused["tool"]) == ("refused", "denied", "refund_order")
+    assert refused["approval_id"] == refund.approval_id
+    assert "duplicate" in refused["message"]
 
 
 # -- audit
@@ -391,6 +535,57 @@ def test_audit_json_reports_clean_and_findings(refund: Setup, cli: Callable[...,
     report = json.loads(dirty.out)
     assert report["clean"] is False
     assert [(f["kind"], f["tool"]) for f in report["findings"]] == [("no_approval", "refund_order")]
+
+
+def test_audit_verifies_seals_with_the_database_keyring(refund: Setup, cli: Callable[..., Run]) -> None:
+    """`audit` checks every seal with the database's keyring: under another key the approval's
+    seal is reported broken (exit 1, the finding's kind first on its line)."""
+    keys = Path(f"{refund.db}.keys")
+    original = keys.read_text()
+    keys.unlink()
+    Keyring.load_or_create(keys)  # another key, with the file's proper permissions
+    run = cli("audit", "--db", refund.url)
+    assert run.code == 1
+    assert any(line.startswith("seal_broken refund_order") for line in run.out.splitlines()), run.out
+    keys.write_text(original)
+    assert cli("audit", "--db", refund.url).code == 0
+
+
+def test_audit_without_a_keyring_exits_2_and_makes_none(refund: Setup, cli: Callable[..., Run]) -> None:
+    """Without $EFFECTGATE_KEYRING or the key file beside the database, `audit` exits 2 naming the
+    fix, and does not create a key file (a new key would verify nothing)."""
+    keys = Path(f"{refund.db}.keys")
+    keys.unlink()
+    run = cli("audit", "--db", refund.url)
+    assert run.code == 2
+    assert "EFFECTGATE_KEYRING" in run.err
+    assert len(run.err.splitlines()) == 1
+    assert not keys.exists()
+
+
+def test_audit_reports_tampered_arguments_on_both_backends(
+    store_url: str, monkeypatch: pytest.MonkeyPatch, cli: Callable[..., Run]
+) -> None:
+    """On SQLite and PostgreSQL, `audit` says the seals were verified and exits 0 while the
+    ledger is intact, then exits 1 and prints the `args_tampered` kind once a stored argument is
+    edited; the JSON report lists the same kinds."""
+    monkeypatch.setenv("EFFECTGATE_KEYRING", Keyring.generate().dumps())
+    with open_store(store_url) as store:
+        store.setup()
+        gate = app(store, keyring=keyring_for(store_url))
+        assert isinstance(gate.call("refund_order", REFUND_V2, context("m1")), Pending)
+        gate.close()
+    clean = cli("audit", "--db", store_url)
+    assert clean.code == 0, clean.err
+    assert "seals verified" in clean.out
+    _tamper(store_url)
+    dirty = cli("audit", "--db", store_url)
+    assert dirty.code == 1, dirty.err
+    printed = [line.split()[0] for line in dirty.out.splitlines()[:-1]]
+    assert printed == ["args_tampered"]
+    report = cli("audit", "--db", store_url, "--json")
+    assert report.code == 1
+    assert [f["kind"] for f in json.loads(report.out)["findings"]] == printed
 
 
 # -- export
@@ -462,7 +657,7 @@ def _subprocess_env() -> dict[str, str]:
 
 
 def test_the_installed_command_approves_and_reports_errors(refund: Setup, tmp_path: Path) -> None:
-    """The `effectgate` console script approves in its own process, and exits 2 on a stale version."""
+    """The `effectgate` console script approves in its own process, and exits 4 on a stale version."""
     command = Path(sys.executable).with_name("effectgate")
     argv = [str(command) if command.exists() else sys.executable]
     if not command.exists():
@@ -481,7 +676,7 @@ def test_the_installed_command_approves_and_reports_errors(refund: Setup, tmp_pa
         )
 
     stale = run(_approve(refund, version="1"))
-    assert stale.returncode == 2
+    assert stale.returncode == 4
     assert stale.stdout == ""
     assert stale.stderr.startswith("effectgate: error:")
     assert "Traceback" not in stale.stderr

@@ -88,13 +88,14 @@ def text_warnings(value: Any, *, limit: int = 20) -> tuple[str, ...]:
     return tuple(out)
 
 
+def hidden(ch: str) -> bool:
+    """Whether `ch` renders as nothing or reorders the text around it (bidirectional controls,
+    zero-width and other format characters, fillers, controls other than newline and tab)."""
+    return ch in _INVISIBLE or ch in _BIDI or (unicodedata.category(ch) in ("Cf", "Cc") and ch not in "\n\t")
+
+
 def reveal(text: str) -> str:
     """`text` with every character that renders as nothing or reorders the text around it
     (bidirectional controls, zero-width and other format characters, fillers, controls other
     than newline and tab) written out as `<U+202E>`, so a reviewer sees where they are."""
-    return "".join(
-        f"<U+{ord(c):04X}>"
-        if c in _INVISIBLE or c in _BIDI or (unicodedata.category(c) in ("Cf", "Cc") and c not in "\n\t")
-        else c
-        for c in text
-    )
+    return "".join(f"<U+{ord(c):04X}>" if hidden(c) else c for c in text)
