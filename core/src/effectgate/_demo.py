@@ -12,6 +12,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from rich.console import Console
+from rich.markup import escape
 from rich.panel import Panel
 
 from .cli import _card_panel, keyring_for
@@ -65,12 +66,17 @@ def _fold(value: Any) -> Any:
     return value
 
 
+def _t(value: object) -> str:
+    """A value shown as text inside a markup string: model and record text never becomes markup."""
+    return escape(str(value))
+
+
 def _show(out: Console, outcome: Outcome) -> None:
     if isinstance(outcome, Executed):
         extra = f" before={outcome.before} after={outcome.after}" if outcome.before is not None else ""
         out.print(
             f"  [green]executed[/green]{' (replay: stored result)' if outcome.replay else ''}: "
-            f"{json.dumps(outcome.result)}{extra}"
+            f"{_t(json.dumps(outcome.result))}{_t(extra)}"
         )
     elif isinstance(outcome, Pending):
         out.print(
@@ -78,9 +84,9 @@ def _show(out: Console, outcome: Outcome) -> None:
             f"approval {outcome.approval_id} v{outcome.version}, role {outcome.card.approver_role}"
         )
     elif isinstance(outcome, Refused):
-        out.print(f"  [red]refused[/red] ({outcome.code}): {outcome.message}")
+        out.print(f"  [red]refused[/red] ({outcome.code}): {_t(outcome.message)}")
     elif isinstance(outcome, Invalid):
-        out.print(f"  [red]invalid[/red]: {outcome.message}")
+        out.print(f"  [red]invalid[/red]: {_t(outcome.message)}")
 
 
 class _Run:
@@ -97,16 +103,17 @@ class _Run:
     def turn(self, title: str, user_text: str, ctx: CallContext, script: Script) -> list[Outcome]:
         """Drive one conversation: each scripted step goes through the gate, then the model speaks."""
         self.out.rule(f"[bold]{title}")
-        self.out.print(f"[cyan]{ctx.user_id}[/cyan] ({ctx.origin_message_id}): {user_text}")
+        self.out.print(f"[cyan]{_t(ctx.user_id)}[/cyan] ({_t(ctx.origin_message_id)}): {_t(user_text)}")
         outcomes: list[Outcome] = []
         while script.remaining:
             turn = script.next_turn(outcomes[-1].for_model() if outcomes else user_text)
             if isinstance(turn, Say):
-                self.out.print(f"[magenta]agent[/magenta]: {turn.text}")
+                self.out.print(f"[magenta]agent[/magenta]: {_t(turn.text)}")
                 continue
             assert isinstance(turn, Step)
             for c in turn.calls:
-                self.out.print(f"  model calls {c.name}({json.dumps(_fold(dict(c.args)), sort_keys=True)})")
+                shown = json.dumps(_fold(dict(c.args)), sort_keys=True)
+                self.out.print(f"  model calls {_t(c.name)}({_t(shown)})")
             step_outcomes = self.gate.call_step([(c.name, c.args, c.id) for c in turn.calls], ctx)
             for o in step_outcomes:
                 _show(self.out, o)
@@ -120,7 +127,7 @@ def run_demo(url: str, out: Console) -> int:
         _prepare(url)
         _conversations(_Run(url, out))
     except (DemoFailed, EffectGateError) as exc:
-        out.print(f"[bold red]demo failed:[/bold red] {exc}")
+        out.print(f"[bold red]demo failed:[/bold red] {_t(exc)}")
         return 1
     out.print(f"\nThe records are in {url}. Look at them with:  effectgate --db {url} audit")
     return 0
@@ -207,12 +214,12 @@ def _conversations(run: _Run) -> None:
         gate.approve(p.approval_id, version=1, approver=finance)
         _expect(False, "a decision on version 1 must be refused")
     except StaleApproval as exc:
-        out.print(f"  [red]refused[/red]: {exc}")
+        out.print(f"  [red]refused[/red]: {_t(exc)}")
     try:
         gate.approve(p.approval_id, version=2, approver=Approver("sam", "support_lead"))
         _expect(False, "a support lead cannot approve a refund")
     except WrongApprover as exc:
-        out.print(f"  [red]refused[/red]: {exc}")
+        out.print(f"  [red]refused[/red]: {_t(exc)}")
     grant = gate.approve(p.approval_id, version=2, approver=finance)
     _expect(isinstance(grant, Grant), "finance approves v2")
     assert isinstance(grant, Grant)
@@ -228,7 +235,7 @@ def _conversations(run: _Run) -> None:
         gate.execute(grant.token)
         _expect(False, "a second execution must be refused")
     except TokenError as exc:
-        out.print(f"  [red]second execution refused[/red]: {exc}")
+        out.print(f"  [red]second execution refused[/red]: {_t(exc)}")
     _expect(shop.receiver.count("refund", order_id="1042") == 1, "exactly one refund of 1042 at the provider")
     [o] = run.turn(
         "4'. the original message replayed after it ran",
@@ -273,7 +280,7 @@ def _conversations(run: _Run) -> None:
         gate.execute(grant2.token)
         _expect(False, "a timeout must not look like success")
     except NeedsReconciliation as exc:
-        out.print(f"  [yellow]needs_reconciliation[/yellow]: {exc.reason}; no automatic retry")
+        out.print(f"  [yellow]needs_reconciliation[/yellow]: {_t(exc.reason)}; no automatic retry")
     _expect(len(run.notices) == 1 and run.notices[0].approver_role == "finance", "finance is notified")
     out.print(f"  notified role {run.notices[0].approver_role} about {run.notices[0].key}")
     settled = gate.reconcile(retry.approval_id)
@@ -295,7 +302,7 @@ def _conversations(run: _Run) -> None:
         gate.approve(d.approval_id, version=1, approver=Approver("pia", "privacy"))
         _expect(False, "the same approver twice is refused")
     except WrongApprover as exc:
-        out.print(f"  [red]refused[/red]: {exc}")
+        out.print(f"  [red]refused[/red]: {_t(exc)}")
     grant3 = gate.approve(d.approval_id, version=1, approver=Approver("pete", "privacy"))
     assert isinstance(grant3, Grant)
     out.print(f"  pete: granted; executed: {gate.execute(grant3.token).result}")

@@ -22,6 +22,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.prebuilt import tools_condition
 from langgraph.types import GraphOutput
 from rich.console import Console
+from rich.markup import escape
 
 from effectgate import Approver, Grant, open_store
 from effectgate._demo import DemoFailed, _expect, _prepare
@@ -61,7 +62,7 @@ class _Thread:
         return out
 
     def send(self, text: str, message_id: str) -> GraphOutput[Any]:
-        self.demo.out.print(f"[cyan]u1[/cyan] ({message_id}): {text}")
+        self.demo.out.print(f"[cyan]u1[/cyan] ({escape(message_id)}): {escape(text)}")
         return self.invoke({"messages": [HumanMessage(text, id=message_id)]})
 
     def _print(self, messages: list[AnyMessage]) -> None:
@@ -69,12 +70,13 @@ class _Thread:
         for m in messages[self._shown :]:
             if isinstance(m, AIMessage):
                 for c in m.tool_calls:
-                    out.print(f"  model calls {c['name']}({json.dumps(c['args'], sort_keys=True)})")
+                    shown = escape(json.dumps(c["args"], sort_keys=True))
+                    out.print(f"  model calls {escape(c['name'])}({shown})")
                 if m.content:
-                    out.print(f"[magenta]agent[/magenta]: {m.content}")
+                    out.print(f"[magenta]agent[/magenta]: {escape(str(m.content))}")
             elif isinstance(m, ToolMessage):
                 colour = "red" if m.status == "error" else "green"
-                out.print(f"  [{colour}]{m.name}[/{colour}] -> {m.content}")
+                out.print(f"  [{colour}]{escape(str(m.name))}[/{colour}] -> {escape(str(m.content))}")
         self._shown = len(messages)
 
     def requests(self) -> list[dict[str, Any]]:
@@ -132,7 +134,7 @@ def _conversations(demo: _LangGraphDemo) -> None:
     [write] = demo.store.executions(tool="update_ticket_tags")
     before, after = json.loads(write.before_json or "null"), json.loads(write.after_json or "null")
     _expect(before == ["billing"] and after == ["billing", "urgent"], "write recorded with before/after")
-    out.print(f"  recorded: before={before} after={after}")
+    out.print(f"  recorded: before={escape(str(before))} after={escape(str(after))}")
 
     t = demo.thread(
         "3. a refund pauses with one interrupt; finance approves; the resume runs it once",
@@ -222,7 +224,7 @@ def run_demo(url: str, out: Console) -> int:
         finally:
             conn.close()
     except (DemoFailed, EffectGateError) as exc:
-        out.print(f"[bold red]demo failed:[/bold red] {exc}")
+        out.print(f"[bold red]demo failed:[/bold red] {escape(str(exc))}")
         return 1
     out.print(f"\nThe records are in {url}. Look at them with:  effectgate --db {url} audit")
     return 0
