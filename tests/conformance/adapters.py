@@ -6,6 +6,9 @@ the framework's own fake model, in one conversation (session s-ada, user u1, age
 over the `shop_gate` fixture below. The harness speaks in framework-neutral terms: a turn is
 `send(text, message_id=...)`, a pause lists `Paused` calls, an answer is `approve(paused, token)`
 or `deny(paused, reason)`, and `results` are the tool results the model was given.
+`approve_tampered(paused, token)` is the same approval after an attacker edited what the adapter
+keeps outside the process for the paused run (a saved record's identity, a snapshot's context,
+a checkpoint's call): the adapter must refuse it and run nothing.
 
 Every test asserts record state and effect counts at the receiver, never wording. An adapter may
 opt out of a scenario only by overriding it with `pytest.mark.xfail(reason=...)`; the guard at
@@ -16,20 +19,25 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 import pytest
 
-from effectgate import Approver, EffectGate, Grant, Keyring, open_store
-from effectgate.examples.shop import Shop, app
+from effectgate import Approver, EffectGate, Grant, Keyring, Pending, open_store
+from effectgate.adapter import DecisionMismatch, TamperedState
+from effectgate.examples.shop import Shop, app, context
 from effectgate.stores import SQLStore
 from effectgate.stores.base import from_json
-from effectgate.testing import FakeClock, Script, call, say
+from effectgate.testing import FakeClock, Script, call, say, step
 
 REFUND = {"order_id": "1042", "amount": 12000, "currency": "GBP"}
+EMAIL = {"to": ["ada@example.com"], "subject": "Your refund", "body": "It is on its way."}
 FINANCE = Approver("fiona", "finance")
+SUPPORT_LEAD = Approver("sam", "support_lead")
+#: What an adapter may raise when it refuses a decision (it may also answer with a new pause).
+REFUSALS = (DecisionMismatch, TamperedState)
 
 
 class CountingShop(Shop):
@@ -91,6 +99,7 @@ class AdapterHarness(Protocol):
     def send(self, text: str, *, message_id: str) -> Turn: ...
     def approve(self, paused: Paused, token: str) -> Turn: ...
     def deny(self, paused: Paused, reason: str) -> Turn: ...
+    def approve_tampered(self, paused: Paused, token: str) -> Turn: ...
 
 
 MakeHarness = Callable[[Script], AdapterHarness]
@@ -276,6 +285,56 @@ class AdapterContract:
         assert shop_gate.shop.receiver.count("refund", order_id="2001") == 0
         h.script.assert_complete()
 
+    def test_crossed_grant_runs_nothing(self, make_harness: MakeHarness, shop_gate: ShopGate) -> None:
+        """A grant for the step's email filed under its refund runs neither: the decision is
+        refused (raised, or asked again), no email is sent and no refund is made."""
+        h = make_harness(Script([step(call("refund_order", **REFUND), call("send_email", **EMAIL))]))
+        turn = h.send("Refund 1042 and email me", message_id="m3")
+        by_tool = {p.tool: p for p in turn.paused}
+        refund, email = by_tool["refund_order"], by_tool["send_email"]
+        email_token = grant(shop_gate.gate, email, SUPPORT_LEAD)
+        with suppress(*REFUSALS):
+            h.approve(refund, email_token)
+        assert shop_gate.shop.receiver.count("email") == 0
+        assert shop_gate.shop.receiver.count("refund") == 0
+        assert shop_gate.store.executions() == []
+        assert _status(shop_gate, email.approval_id) == "approved"
+        assert _status(shop_gate, refund.approval_id) == "pending"
+
+    def test_stale_version_decision_runs_nothing(
+        self, make_harness: MakeHarness, shop_gate: ShopGate
+    ) -> None:
+        """The run paused on version 1; a later message amended the approval to version 2. A
+        grant for version 2 filed for the paused call is refused: nothing runs, and the model is
+        never told that the paused (stale) arguments ran."""
+        h = make_harness(Script([call("refund_order", **REFUND)]))
+        [paused] = h.send("Please refund order 1042", message_id="m3").paused
+        amended = shop_gate.gate.call("refund_order", {**REFUND, "amount": 6000}, context("m4"))
+        assert isinstance(amended, Pending)
+        assert (amended.approval_id, amended.version) == (paused.approval_id, 2)
+        token = grant(shop_gate.gate, Paused(paused.approval_id, 2, amended.card.args_hash, paused.tool))
+        results: tuple[ToolResult, ...] = ()
+        with suppress(*REFUSALS):
+            results = h.approve(paused, token).results
+        assert shop_gate.shop.receiver.count("refund") == 0
+        assert shop_gate.store.executions() == []
+        assert _status(shop_gate, paused.approval_id) == "approved"
+        assert not [r for r in results if r.tool == "refund_order" and r.ok]
+
+    def test_tampered_paused_state_runs_nothing(self, make_harness: MakeHarness, shop_gate: ShopGate) -> None:
+        """Paused state edited outside the process (identity, or the paused call) is refused with
+        a clear error or a new pause; the approved refund does not run."""
+        h = make_harness(Script([call("get_order", order_id="1042"), call("refund_order", **REFUND)]))
+        [paused] = h.send("Please refund order 1042", message_id="m3").paused
+        reads = shop_gate.shop.reads["get_order"]
+        token = grant(shop_gate.gate, paused)
+        with suppress(*REFUSALS):
+            h.approve_tampered(paused, token)
+        assert shop_gate.shop.receiver.count("refund") == 0
+        assert shop_gate.shop.reads["get_order"] == reads
+        assert shop_gate.store.executions() == []
+        assert _status(shop_gate, paused.approval_id) == "approved"
+
     def test_contract_is_not_overridden(self) -> None:
         """An adapter overrides a contract scenario only to mark it xfail with a reason."""
         for name in dir(AdapterContract):
@@ -287,3 +346,9 @@ class AdapterContract:
             marks = [m for m in getattr(mine, "pytestmark", []) if m.name == "xfail"]
             assert marks, f"{name} is overridden without xfail(reason=...)"
             assert marks[0].kwargs.get("reason"), f"{name}: xfail needs a reason"
+
+
+def _status(shop_gate: ShopGate, approval_id: str) -> str:
+    row = shop_gate.store.get_approval(approval_id)
+    assert row is not None
+    return row.status

@@ -64,6 +64,15 @@ class ReconciliationNotice:
 
 
 @dataclass(frozen=True)
+class VersionEntry:
+    """One version of an approval: its number, args hash and the proposing user message."""
+
+    version: int
+    args_hash: str
+    origin_message_id: str
+
+
+@dataclass(frozen=True)
 class SubjectView:
     """The subject's other approvals of the same tool, newest first, and its balance if known."""
 
@@ -268,6 +277,29 @@ class EffectGate(ExecutionMixin, NoticeMixin):
                 "out_of_scope", f"{name}: the caller may not access this subject", name, ctx, spec
             )
         return (yield from self._write(spec, args, frozen, ctx))
+
+    def refuse(
+        self,
+        name: str,
+        ctx: CallContext,
+        *,
+        code: RefusalCode,
+        message: str,
+        approval_id: str | None = None,
+    ) -> Refused:
+        """Record and return a refusal an adapter decided (e.g. a paused call whose arguments no
+        longer match its approval); the refusal is an event like the gate's own."""
+        return self._refuse(code, message, name, ctx, self.table.get(name), approval_id)
+
+    def versions(self, approval_id: str) -> tuple[VersionEntry, ...]:
+        """Each version of an approval, oldest first: its args hash and the user message that
+        proposed it (the same message for a reviewer's edit, another one for an amendment)."""
+        out = {
+            e.version: VersionEntry(e.version, e.args_hash or "", e.origin_message_id or "")
+            for e in self.store.events(approval_id=approval_id)
+            if e.kind in ("proposed", "amended") and e.version is not None
+        }
+        return tuple(out[v] for v in sorted(out))
 
     @staticmethod
     def _validate(spec: ToolSpec, args: Any) -> dict[str, Any] | Invalid:

@@ -31,6 +31,7 @@ RefusalCode = Literal[
     "needs_reconciliation",
     "in_progress",
     "failed",
+    "mismatch",
 ]
 
 

@@ -50,6 +50,17 @@ def shop_graph(
     return builder.compile(checkpointer=checkpointer)
 
 
+def edit_paused_call(graph: Any, config: RunnableConfig, changes: Mapping[str, Any]) -> None:
+    """Rewrite the last AIMessage's tool calls in the checkpoint (same message id), as an edit of
+    the stored checkpoint would: the tools node then runs again from the edited state."""
+    state = graph.get_state(config)
+    [last] = [m for m in state.values["messages"] if isinstance(m, AIMessage)][-1:]
+    calls = [{**c, "args": {**c["args"], **changes}} for c in last.tool_calls]
+    edited = AIMessage(content=last.content, id=last.id, tool_calls=calls)
+    as_node = "agent" if "agent" in graph.nodes else "model"  # the hand-built graph, or create_agent's
+    graph.update_state(config, {"messages": [edited]}, as_node=as_node)
+
+
 def paused_of(out: GraphOutput[Any]) -> tuple[Paused, ...]:
     return tuple(
         Paused(r["approval_id"], r["version"], r["args_hash"], r["tool"])
@@ -125,6 +136,11 @@ class LangGraphHarness:
 
     def deny(self, paused: Paused, reason: str) -> Turn:
         return self.decide({paused.approval_id: deny(reason)})
+
+    def approve_tampered(self, paused: Paused, token: str) -> Turn:
+        """The checkpoint's paused tool call edited after approval (amount 1), then approved."""
+        edit_paused_call(self.graph, self.config, {"amount": 1})
+        return self.approve(paused, token)
 
     def messages(self) -> list[AnyMessage]:
         return list(self.graph.get_state(self.config).values["messages"])

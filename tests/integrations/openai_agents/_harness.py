@@ -7,6 +7,7 @@ Every pause is serialized with `RunState.to_string()` and every answer restores 
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,6 +82,24 @@ def tool_results(result: RunResult) -> tuple[Output, ...]:
     return tuple(out)
 
 
+def tamper_user(snapshot: str, user_id: str) -> str:
+    """A RunState snapshot with its context's user_id replaced, as a JSON edit would."""
+    data = json.loads(snapshot)
+
+    def edit(node: Any) -> None:
+        if isinstance(node, dict):
+            if "user_id" in node and "origin_message_id" in node:
+                node["user_id"] = user_id
+            for value in node.values():
+                edit(value)
+        elif isinstance(node, list):
+            for value in node:
+                edit(value)
+
+    edit(data)
+    return json.dumps(data)
+
+
 class OpenAIAgentsHarness:
     def __init__(self, gate: EffectGate, script: Script, **options: Any) -> None:
         self.gate = gate
@@ -122,6 +141,12 @@ class OpenAIAgentsHarness:
         state = self.restore()
         approve(state, self._paused_in(state, paused), token)
         return self.resume(state)
+
+    def approve_tampered(self, paused: Paused, token: str) -> Turn:
+        """The stored RunState snapshot edited (its context's user_id), restored, then approved."""
+        assert self.snapshot is not None, "nothing is paused"
+        self.snapshot = tamper_user(self.snapshot, "u2")
+        return self.approve(paused, token)
 
     def deny(self, paused: Paused, reason: str) -> Turn:
         state = self.restore()

@@ -16,10 +16,12 @@ from tests.conformance.adapters import ShopGate
 
 PUBLIC = [
     "STATE_KEY",
+    "DecisionMismatch",
     "EffectGateContext",
     "MissingIdentity",
     "PendingApproval",
     "StepHooks",
+    "TamperedState",
     "UnknownTool",
     "__version__",
     "aexecute_deferred",

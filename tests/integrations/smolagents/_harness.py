@@ -94,3 +94,10 @@ class SmolagentsHarness:
 
     def deny(self, paused: Paused, reason: str) -> Turn:
         return self._resume({paused.approval_id: Deny(FINANCE, reason)})
+
+    def approve_tampered(self, paused: Paused, token: str) -> Turn:
+        """The stored AwaitingApproval record edited to another user, restored, then approved."""
+        assert self.awaiting is not None, "nothing is paused"
+        record = {**self.awaiting.to_dict(), "user_id": "u2"}
+        self.awaiting = AwaitingApproval.from_dict(record, self.gate)
+        return self.approve(paused, token)

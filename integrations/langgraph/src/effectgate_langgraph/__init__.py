@@ -31,9 +31,9 @@ from typing import Any
 from langgraph.types import Command, Interrupt
 
 from effectgate import Approver
+from effectgate.adapter import DecisionMismatch, MissingIdentity, TamperedState
 
 from ._decisions import ApprovalPayload, ApprovalRequest, RefusedDecision
-from ._identity import MissingIdentity
 from ._messages import ARTIFACT_KEY
 from ._middleware import EffectGateMiddleware
 from ._node import GatedToolNode, gated_tool_node
@@ -45,10 +45,12 @@ __all__ = [
     "ARTIFACT_KEY",
     "ApprovalPayload",
     "ApprovalRequest",
+    "DecisionMismatch",
     "EffectGateMiddleware",
     "GatedToolNode",
     "MissingIdentity",
     "RefusedDecision",
+    "TamperedState",
     "__version__",
     "approve",
     "deny",

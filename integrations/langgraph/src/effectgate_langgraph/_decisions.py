@@ -55,7 +55,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from effectgate import Approver, CallContext, Pending
+from effectgate import Approver, CallContext, EffectGate, Pending
+from effectgate.adapter import sign_state
 
 PAYLOAD_TYPE = "effectgate.approval"
 ALLOWED: tuple[str, ...] = ("approve", "deny", "edit")
@@ -70,9 +71,11 @@ class ApprovalRequest(TypedDict):
     args_hash: str
     tool: str
     tool_call_id: str | None
+    call_args_hash: str
     status: str
     card: dict[str, Any]
     allowed_decisions: list[str]
+    mismatch: str | None
 
 
 class RefusedDecision(TypedDict):
@@ -90,20 +93,39 @@ class ApprovalPayload(TypedDict):
     refused: list[RefusedDecision]
     action_requests: list[dict[str, Any]]
     review_configs: list[dict[str, Any]]
+    signature: str
 
 
 @dataclass(frozen=True)
 class Waiting:
-    """A gated call of the step whose approval is still open."""
+    """A gated call of the step whose approval is still open. `call_hash` is the args hash of
+    the call as the checkpoint holds it; `mismatch` says why it no longer matches its approval
+    (then only a denial is accepted)."""
 
     call_id: str | None
     tool: str
     args: Mapping[str, Any]
     pending: Pending
+    call_hash: str = ""
+    mismatch: str | None = None
+
+
+SIGNED = ("approval_id", "version", "args_hash", "tool", "tool_call_id", "call_args_hash")
+
+
+def signed_fields(requests: Sequence[ApprovalRequest], ctx: CallContext) -> dict[str, Any]:
+    """What the payload's signature covers: who the step runs for, and each waiting call as the
+    approval holds it and as the checkpoint holds it."""
+    return {
+        "session_id": ctx.session_id,
+        "origin_message_id": ctx.origin_message_id,
+        "user_id": ctx.user_id,
+        "requests": [{k: r[k] for k in SIGNED} for r in requests],  # type: ignore[literal-required]
+    }
 
 
 def payload(
-    waiting: Sequence[Waiting], refused: Sequence[RefusedDecision], ctx: CallContext
+    gate: EffectGate, waiting: Sequence[Waiting], refused: Sequence[RefusedDecision], ctx: CallContext
 ) -> ApprovalPayload:
     requests: list[ApprovalRequest] = []
     actions: list[dict[str, Any]] = []
@@ -117,9 +139,11 @@ def payload(
                 "args_hash": card.args_hash,
                 "tool": w.tool,
                 "tool_call_id": w.call_id,
+                "call_args_hash": w.call_hash,
                 "status": w.pending.status,
                 "card": card.to_dict(),
-                "allowed_decisions": list(ALLOWED),
+                "allowed_decisions": ["deny"] if w.mismatch else list(ALLOWED),
+                "mismatch": w.mismatch,
             }
         )
         actions.append({"name": w.tool, "args": dict(card.args), "description": card.render()})
@@ -132,6 +156,7 @@ def payload(
         "refused": list(refused),
         "action_requests": actions,
         "review_configs": reviews,
+        "signature": sign_state(gate, "langgraph.approval", signed_fields(requests, ctx)),
     }
 
 
@@ -162,10 +187,17 @@ class DecisionRefused(Exception):
         super().__init__(reason)
 
 
-def read_decision(raw: object, waiting: Waiting) -> Decision:
-    """Parse one decision against the card it answers; DecisionRefused if it does not fit."""
+def read_decision(raw: object, waiting: Waiting, signature: str | None = None) -> Decision:
+    """Parse one decision against the card it answers; DecisionRefused if it does not fit. A
+    decision that echoes the payload's `signature` must echo the one this step would sign now:
+    a different one means the paused step changed since the reviewer saw it."""
     if not isinstance(raw, Mapping):
         raise DecisionRefused("a decision is an object with a 'type'")
+    if "signature" in raw and raw["signature"] != signature:
+        raise DecisionRefused(
+            "the decision answers a payload this step no longer matches (its calls, versions or "
+            "identity changed since it was shown); review the new payload"
+        )
     kind: object = raw.get("type")
     if "version" in raw and raw["version"] != waiting.pending.version:
         raise DecisionRefused(

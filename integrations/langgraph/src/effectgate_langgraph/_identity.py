@@ -20,13 +20,7 @@ from langchain_core.messages import AIMessage, AnyMessage, ToolCall
 from langchain_core.runnables import RunnableConfig
 
 from effectgate import CallContext
-from effectgate.errors import EffectGateError
-
-
-class MissingIdentity(EffectGateError, LookupError):
-    """The graph was run without something the gate keys on (thread_id, user id, a user message).
-
-    The application's fault, not the model's: the run fails instead of guessing."""
+from effectgate.adapter import MissingIdentity
 
 
 def _field(source: Any, name: str) -> str | None:

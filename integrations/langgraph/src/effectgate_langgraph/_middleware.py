@@ -31,11 +31,12 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
 from effectgate import CallContext, EffectGate, Outcome
+from effectgate.adapter import is_gated
 
 from ._identity import call_context, messages_of, step_calls
 from ._messages import render, tool_message
 from ._node import DEFAULT_RESUME_IDENTITY
-from ._step import StepFlow, adrive, drive, is_gated, settle_step
+from ._step import StepFlow, adrive, drive, settle_step
 from ._tools import table_tools
 
 

@@ -31,11 +31,12 @@ from langgraph.types import Command
 from pydantic import BaseModel
 
 from effectgate import CallContext, EffectGate, Outcome
+from effectgate.adapter import is_gated
 from effectgate.errors import TableError
 
 from ._identity import call_context, messages_of, state_of, step_calls
 from ._messages import render, tool_message
-from ._step import Settled, StepFlow, adrive, drive, is_gated, settle_step
+from ._step import Settled, StepFlow, adrive, drive, settle_step
 from ._tools import table_tools
 
 DEFAULT_RESUME_IDENTITY = "langgraph-resume"

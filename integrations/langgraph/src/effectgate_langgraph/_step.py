@@ -27,8 +27,10 @@ from langchain_core.messages import ToolCall
 from langgraph.config import get_config
 from langgraph.types import interrupt
 
-from effectgate import Approver, CallContext, EffectGate, Keyring, Outcome, Pending
-from effectgate.errors import ApprovalError, PolicyViolation, TokenError
+from effectgate import Approver, CallContext, EffectGate, Outcome, Pending
+from effectgate.adapter import DecisionMismatch, Paused, bind_decision, is_gated
+from effectgate.canonical import args_hash, freeze
+from effectgate.errors import ApprovalError, ArgumentError, PolicyViolation, TokenError
 
 from ._decisions import (
     ApprovalPayload,
@@ -76,26 +78,49 @@ class _Slot:
     outcome: Outcome | BaseException
     args: Mapping[str, Any]
     edited_args: Mapping[str, Any] | None = None
+    call_hash: str = ""
+    mismatch: str | None = None
 
 
 StepFlow = Generator[Ask | Core, Any, dict[str, Settled]]
-
-
-def is_gated(gate: EffectGate, name: str) -> bool:
-    """True when the table's row for `name` is of a class the gate's policy gates."""
-    spec = gate.table.get(name)
-    return spec is not None and gate.policy.gates(spec.effect)
 
 
 def _call_id(call: ToolCall) -> str:
     return str(call.get("id") or "")
 
 
-def _slot(call: ToolCall, outcome: Outcome) -> _Slot:
-    """A waiting call stands for its approval's frozen arguments: the model's, or an edit's."""
-    slot = _Slot(call=call, outcome=outcome, args=call["args"])
-    if isinstance(outcome, Pending) and dict(outcome.card.args) != dict(call["args"]):
+def call_hash(gate: EffectGate, name: str, args: Any) -> str:
+    """The args hash of a call as it stands in the checkpoint (frozen as the gate freezes it)."""
+    spec = gate.table.get(name)
+    try:
+        return args_hash(name, freeze(args, spec.schema if spec else None))
+    except (ArgumentError, TypeError):
+        return ""
+
+
+def _slot(gate: EffectGate, call: ToolCall, outcome: Outcome, ctx: CallContext) -> _Slot:
+    """A waiting call stands for its approval's frozen arguments. When those differ from the call
+    in the checkpoint, the difference must be a reviewer's edit: the checkpoint's arguments are an
+    earlier version of this approval proposed by this same user message, and every later version
+    came from that message too (an edit). Anything else (the checkpoint's call was changed after
+    the pause, or a later message amended the approval) is a mismatch: nothing runs for it."""
+    slot = _Slot(
+        call=call, outcome=outcome, args=call["args"], call_hash=call_hash(gate, call["name"], call["args"])
+    )
+    if not isinstance(outcome, Pending) or outcome.card.args_hash == slot.call_hash:
+        return slot
+    history = gate.versions(outcome.approval_id)
+    earlier = [v for v in history if v.args_hash == slot.call_hash and v.version < outcome.version]
+    later = [v for v in history if earlier and v.version > earlier[-1].version]
+    if earlier and all(v.origin_message_id == ctx.origin_message_id for v in [earlier[-1], *later]):
         slot.args = slot.edited_args = dict(outcome.card.args)
+        return slot
+    slot.args = dict(outcome.card.args)
+    slot.mismatch = (
+        f"the paused {call['name']} call no longer matches approval {outcome.approval_id} "
+        f"(version {outcome.version}): its arguments in the conversation are not the ones approved "
+        "or edited by a reviewer. Nothing ran; deny it, and the model can propose again"
+    )
     return slot
 
 
@@ -113,21 +138,26 @@ def settle_step(
         return {}
     outcomes = yield Core("call_step", ([(c["name"], c["args"], c.get("id")) for c in gated], ctx))
     slots = {
-        _call_id(c): _slot(c, o)
+        _call_id(c): _slot(gate, c, o, ctx)
         for c, o in zip(gated, outcomes, strict=True)
         if own is None or _call_id(c) in own
     }
-    refused: list[RefusedDecision] = []
+    refused: list[RefusedDecision] = [
+        {"approval_id": s.outcome.approval_id, "reason": s.mismatch}
+        for s in slots.values()
+        if s.mismatch is not None and isinstance(s.outcome, Pending)
+    ]
     while True:
         waiting = [
-            Waiting(cid, s.call["name"], s.args, s.outcome)
+            Waiting(cid, s.call["name"], s.args, s.outcome, s.call_hash, s.mismatch)
             for cid, s in slots.items()
             if isinstance(s.outcome, Pending)
         ]
         if not waiting:
             break
-        answer = yield Ask(payload(waiting, refused, ctx), frozenset(w.pending.approval_id for w in waiting))
-        refused = yield from _apply(gate, answer, waiting, slots, ctx, resume_identity)
+        ask = payload(gate, waiting, refused, ctx)
+        answer = yield Ask(ask, frozenset(w.pending.approval_id for w in waiting))
+        refused = yield from _apply(gate, answer, waiting, slots, ctx, resume_identity, ask["signature"])
     return {cid: Settled(s.outcome, s.edited_args) for cid, s in slots.items()}
 
 
@@ -138,6 +168,7 @@ def _apply(
     slots: dict[str, _Slot],
     ctx: CallContext,
     resume_identity: str,
+    signature: str,
 ) -> Generator[Ask | Core, Any, list[RefusedDecision]]:
     if not isinstance(answer, Mapping):
         return [
@@ -158,10 +189,17 @@ def _apply(
             continue
         slot = slots[w.call_id or ""]
         try:
-            decision = read_decision(raw, w)
+            decision = read_decision(raw, w, signature)
             yield from _apply_one(gate, decision, w, slot, ctx, resume_identity)
         except DecisionRefused as exc:
             refused.append({"approval_id": key, "reason": exc.reason})
+    refused += [
+        {"approval_id": w.pending.approval_id, "reason": w.mismatch}
+        for w in waiting
+        if w.mismatch is not None
+        and isinstance(slots[w.call_id or ""].outcome, Pending)
+        and not any(r["approval_id"] == w.pending.approval_id for r in refused)
+    ]
     return refused
 
 
@@ -174,16 +212,13 @@ def _apply_one(
     resume_identity: str,
 ) -> Generator[Ask | Core, Any, None]:
     call_ctx = dataclasses.replace(ctx, tool_call_id=w.call_id)
+    if w.mismatch is not None and not isinstance(decision, Deny):
+        raise DecisionRefused(w.mismatch)
     if isinstance(decision, Approve):
         try:
-            claims = Keyring.read(decision.token)
-        except TokenError as exc:
-            raise DecisionRefused(f"the token was refused: {exc}") from exc
-        if (claims.approval_id, claims.version) != (w.pending.approval_id, w.pending.version):
-            raise DecisionRefused(
-                f"the token is for approval {claims.approval_id} version {claims.version}, not "
-                f"{w.pending.approval_id} version {w.pending.version}"
-            )
+            bind_decision(gate, Paused.of(w.pending), decision.token)
+        except DecisionMismatch as exc:
+            raise DecisionRefused(str(exc)) from exc
         try:
             slot.outcome = yield Core("execute", (decision.token, dict(w.args)))
         except TokenError as exc:
@@ -217,8 +252,9 @@ def _apply_one(
             f"approval {out.approval_id} is {out.status} at version {out.version}; an edit needs a "
             "pending approval (deny it, or approve it as it stands)"
         )
-    edited = _slot(slot.call, out)
+    edited = _slot(gate, slot.call, out, ctx)
     slot.outcome, slot.args, slot.edited_args = out, edited.args, edited.edited_args
+    slot.mismatch = edited.mismatch
 
 
 def _refresh(slot: _Slot, w: Waiting, ctx: CallContext) -> Generator[Ask | Core, Any, None]:

@@ -17,12 +17,13 @@
 - The run context is a dict with `session_id`, `origin_message_id`, `user_id` (`EffectGateContext`).
 """
 
+from effectgate.adapter import DecisionMismatch, UnknownTool
+
 from ._approvals import PendingApproval, approval_of, approve, approve_as, pending_approvals, reject
-from ._context import STATE_KEY, EffectGateContext, MissingIdentity, call_context
+from ._context import STATE_KEY, EffectGateContext, MissingIdentity, TamperedState, call_context
 from ._deferred import aexecute_deferred, deferred_operations, execute_deferred, outcome_message, with_outcome
 from ._tools import (
     StepHooks,
-    UnknownTool,
     deferred_payload,
     gate_agent,
     gate_tools,
@@ -35,10 +36,12 @@ __version__ = "0.1.0"
 
 __all__ = [
     "STATE_KEY",
+    "DecisionMismatch",
     "EffectGateContext",
     "MissingIdentity",
     "PendingApproval",
     "StepHooks",
+    "TamperedState",
     "UnknownTool",
     "__version__",
     "aexecute_deferred",

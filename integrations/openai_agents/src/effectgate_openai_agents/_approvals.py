@@ -25,7 +25,8 @@ from typing import Any
 from agents import RunResult, RunState
 from agents.items import ToolApprovalItem
 
-from effectgate import Approver, EffectGate, Grant, Keyring, PartialApproval, Refused
+from effectgate import Approver, EffectGate, Grant, PartialApproval, Refused
+from effectgate.adapter import Paused, bind_token
 
 from ._context import adapter_state
 
@@ -103,15 +104,14 @@ def _state_item(state: RunState[Any, Any], paused: PendingApproval) -> ToolAppro
 def approve(state: RunState[Any, Any], paused: PendingApproval, grant: Grant | str) -> None:
     """Attach the grant token (from `gate.approve` or `effectgate approve`) and approve in the SDK.
 
-    The token is checked at execution time against effectgate's record; it must be the grant of
-    this call's approval."""
+    The grant must be for this call's approval, at the version the run paused on
+    (`DecisionMismatch` otherwise, and the SDK item stays pending); the gate checks the token again
+    against its record, version and args hash when the call runs."""
     approval_id = _registered(paused)
     token = grant.token if isinstance(grant, Grant) else grant
-    claims = Keyring.read(token)
-    if claims.approval_id != approval_id:
-        raise ValueError(
-            f"this grant is for approval {claims.approval_id}, not {approval_id} ({paused.tool})"
-        )
+    if paused.version is None or paused.args_hash is None:
+        raise LookupError(f"no version recorded for approval {approval_id}")
+    bind_token(Paused(approval_id, paused.version, paused.args_hash), token)
     adapter_state(_context_of(state))["grants"][approval_id] = token
     state.approve(_state_item(state, paused))
 

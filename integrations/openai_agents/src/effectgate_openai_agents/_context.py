@@ -13,7 +13,11 @@ from the context. The SDK's tool-call id is kept for the audit and never used as
 
 effectgate keeps its own small state in the same dict under the reserved key `"effectgate"`:
 which approval each paused call registered (so a `ToolApprovalItem` maps to its approval id in any
-process) and the grant tokens the application attached with `approve()` until they are spent.
+process), the grant tokens the application attached with `approve()` until they are spent, and a
+signature (the gate's keyring) over the identity above. A `RunState` snapshot is JSON anyone
+holding it can edit; a resumed run (one the SDK carries approval decisions for) is refused
+(`TamperedState`, nothing runs) unless its identity still verifies, so an edited `user_id` cannot
+read another customer's order.
 """
 
 from __future__ import annotations
@@ -23,10 +27,11 @@ from typing import Any, NotRequired, TypedDict
 
 from agents.exceptions import UserError
 
-from effectgate import CallContext
-from effectgate.errors import EffectGateError
+from effectgate import CallContext, EffectGate
+from effectgate import adapter as _adapter
 
 STATE_KEY = "effectgate"
+_IDENTITY = "openai_agents.identity"
 
 
 class EffectGateContext(TypedDict):
@@ -38,10 +43,13 @@ class EffectGateContext(TypedDict):
     run_id: NotRequired[str]
 
 
-class MissingIdentity(EffectGateError, UserError):
-    """The run was started without something the gate keys on; the application's fault.
+class MissingIdentity(_adapter.MissingIdentity, UserError):
+    """`effectgate.adapter.MissingIdentity`, also a `UserError`: the SDK ends the run with a
+    `UserError` instead of treating it as a tool failure the model is told about."""
 
-    A `UserError`, so the SDK ends the run with it instead of treating it as a tool failure."""
+
+class TamperedState(_adapter.TamperedState, UserError):
+    """`effectgate.adapter.TamperedState`, also a `UserError` (the run ends, nothing runs)."""
 
 
 def _mapping(context: Any) -> Mapping[str, Any]:
@@ -54,8 +62,16 @@ def _mapping(context: Any) -> Mapping[str, Any]:
     return context
 
 
-def call_context(context: Any, *, agent_id: str, tool_call_id: str | None = None) -> CallContext:
-    """The CallContext of one call; MissingIdentity when the backend left something out."""
+def call_context(
+    context: Any,
+    *,
+    agent_id: str,
+    tool_call_id: str | None = None,
+    gate: EffectGate | None = None,
+    resumed: bool = False,
+) -> CallContext:
+    """The CallContext of one call; MissingIdentity when the backend left something out. With
+    `gate`, the identity is signed into the context, and on a `resumed` run it must verify."""
     ctx = _mapping(context)
     values: dict[str, str] = {}
     for name in ("session_id", "origin_message_id", "user_id"):
@@ -68,12 +84,35 @@ def call_context(context: Any, *, agent_id: str, tool_call_id: str | None = None
             )
         values[name] = value
     run_id = ctx.get("run_id")
-    return CallContext(
+    made = CallContext(
         **values,
         agent_id=agent_id,
         run_id=run_id if isinstance(run_id, str) else "",
         tool_call_id=tool_call_id,
     )
+    if gate is not None:
+        _check_identity(gate, context, made, resumed=resumed)
+    return made
+
+
+def _check_identity(gate: EffectGate, context: Any, made: CallContext, *, resumed: bool) -> None:
+    identity = {k: v for k, v in made.as_record().items() if k != "tool_call_id"}
+    state = adapter_state(context)
+    if not resumed:  # the application's own context for a new run: sign it
+        state["identity"] = _adapter.sign_state(gate, _IDENTITY, identity)
+        return
+    try:
+        _adapter.verify_state(gate, _IDENTITY, identity, state.get("identity"))
+    except _adapter.TamperedState as exc:
+        raise TamperedState(
+            "the resumed run's identity (session, message, user) is not the one effectgate signed "
+            f"when the run paused: {exc}"
+        ) from exc
+
+
+def resumed(wrapper: Any) -> bool:
+    """Whether the SDK carries approval decisions for this run: a paused run being resumed."""
+    return bool(getattr(wrapper, "_approvals", None))
 
 
 def adapter_state(context: Any) -> MutableMapping[str, Any]:

@@ -16,13 +16,14 @@ and runs nothing.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agents import RunResult
 from agents.items import ToolCallOutputItem, TResponseInputItem
 
 from effectgate import EffectGate, Executed, Grant, Refused
+from effectgate.adapter import Paused, bind_decision
 
 from ._tools import is_deferred
 
@@ -37,26 +38,52 @@ def deferred_operations(result: RunResult) -> list[dict[str, Any]]:
     return out
 
 
-def execute_deferred(gate: EffectGate, operation_id: str, grant: Grant | str | None = None) -> Executed:
-    """Run an approved deferred operation once (its stored result if it already ran)."""
+Operation = str | Mapping[str, Any]
+
+
+def _bound(gate: EffectGate, operation: Operation, grant: Grant | str | None) -> tuple[str, str | None]:
+    """The operation id, and the grant's token once it is bound to that operation: a grant for
+    another operation, or for a version the operation moved past, is `DecisionMismatch`."""
+    if isinstance(operation, Mapping):
+        operation_id = str(operation["operation_id"])
+        version, hash_ = operation.get("version"), operation.get("args_hash")
+    else:
+        operation_id, version, hash_ = operation, None, None
+    if grant is None:
+        return operation_id, None
+    token = grant.token if isinstance(grant, Grant) else grant
+    if version is None or hash_ is None:
+        card = gate.card(operation_id)
+        version, hash_ = card.version, card.args_hash
+    bind_decision(gate, Paused(operation_id, int(version), str(hash_)), token)
+    return operation_id, token
+
+
+def execute_deferred(gate: EffectGate, operation: Operation, grant: Grant | str | None = None) -> Executed:
+    """Run an approved deferred operation once (its stored result if it already ran).
+
+    `operation` is the operation id or the deferred payload (`deferred_operations(result)[i]`,
+    whose version and args hash the grant must then match). The grant must be for that
+    operation: a grant for another one raises `DecisionMismatch` and runs nothing."""
+    operation_id, token = _bound(gate, operation, grant)
     done = gate.result(operation_id)
     if done is not None:
         return done
-    if grant is None:
+    if token is None:
         raise ValueError(f"operation {operation_id} has not run: pass the grant from gate.approve")
-    token = grant.token if isinstance(grant, Grant) else grant
     return gate.execute(token)
 
 
 async def aexecute_deferred(
-    gate: EffectGate, operation_id: str, grant: Grant | str | None = None
+    gate: EffectGate, operation: Operation, grant: Grant | str | None = None
 ) -> Executed:
+    operation_id, token = _bound(gate, operation, grant)
     done = gate.result(operation_id)
     if done is not None:
         return done
-    if grant is None:
+    if token is None:
         raise ValueError(f"operation {operation_id} has not run: pass the grant from gate.approve")
-    return await gate.aexecute(grant.token if isinstance(grant, Grant) else grant)
+    return await gate.aexecute(token)
 
 
 def outcome_message(outcome: Executed | Refused) -> TResponseInputItem:

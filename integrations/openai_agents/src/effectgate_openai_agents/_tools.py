@@ -41,18 +41,14 @@ from agents.tool_context import ToolContext
 from openai.types.responses import ResponseFunctionToolCall
 
 from effectgate import CallContext, EffectGate, Executed, Outcome, Pending, ToolSpec
+from effectgate.adapter import Unknown, check_wrappable, is_gated
 from effectgate.errors import EffectGateError, TokenError
 
-from ._context import STATE_KEY, MissingIdentity, adapter_state, call_context
+from ._context import STATE_KEY, MissingIdentity, TamperedState, adapter_state, call_context, resumed
 
 Mode = Literal["approval", "deferred"]
-Unknown = Literal["raise", "refuse"]
 
 _CACHE_LIMIT = 4096
-
-
-class UnknownTool(EffectGateError, LookupError):
-    """A tool to wrap has no row in the effect table (or the agent may not call it)."""
 
 
 def deferred_payload(outcome: Pending | Executed) -> dict[str, Any]:
@@ -134,15 +130,8 @@ class GatedTools:
     # -- wrapping
 
     def wrap(self, tool: FunctionTool, unknown: Unknown) -> FunctionTool:
-        spec = self.gate.table.get(tool.name)
-        known = spec is not None and self.gate.table.allowed(self.agent_id, tool.name)
-        if not known and unknown != "refuse":
-            why = "is not in the effect table" if spec is None else f"is not allowed for {self.agent_id!r}"
-            raise UnknownTool(
-                f"tool {tool.name!r} {why}: add a row for it, or wrap with unknown='refuse' "
-                f"to have the model told at call time"
-            )
-        gated = spec is not None and self.gate.policy.gates(spec.effect)
+        check_wrappable(self.gate, agent_id=self.agent_id, name=tool.name, unknown=unknown)
+        gated = is_gated(self.gate, tool.name)
         self.names.add(tool.name)
         name = tool.name
 
@@ -187,8 +176,7 @@ class GatedTools:
         calls: list[tuple[str, Any, str]] = []
         if isinstance(turn, Mapping) and call_id in turn:
             for cid, (tname, targs) in turn.items():
-                spec = self.gate.table.get(tname)
-                if tname in self.names and spec is not None and self.gate.policy.gates(spec.effect):
+                if tname in self.names and is_gated(self.gate, tname):
                     calls.append((tname, _parse(targs), cid))
         if not any(cid == call_id for _, _, cid in calls):
             return await self._call(name, args, cctx)
@@ -217,7 +205,9 @@ class GatedTools:
     async def needs_approval(
         self, name: str, ctx: RunContextWrapper[Any], params: dict[str, Any], call_id: str
     ) -> bool:
-        cctx = call_context(ctx.context, agent_id=self.agent_id, tool_call_id=call_id)
+        cctx = call_context(
+            ctx.context, agent_id=self.agent_id, tool_call_id=call_id, gate=self.gate, resumed=resumed(ctx)
+        )
         outcome = await self._register(name, ctx.context, params, call_id, cctx)
         if isinstance(outcome, Pending):
             adapter_state(ctx.context)["approvals"][call_id] = {
@@ -233,7 +223,13 @@ class GatedTools:
     # -- execution
 
     async def invoke(self, name: str, ctx: ToolContext[Any], arguments: str, *, gated: bool) -> Any:
-        cctx = call_context(ctx.context, agent_id=self.agent_id, tool_call_id=ctx.tool_call_id)
+        cctx = call_context(
+            ctx.context,
+            agent_id=self.agent_id,
+            tool_call_id=ctx.tool_call_id,
+            gate=self.gate,
+            resumed=resumed(ctx),
+        )
         decided = self._decided.pop((cctx.session_id, cctx.origin_message_id, ctx.tool_call_id), None)
         args = _parse(arguments)
         try:
@@ -251,7 +247,7 @@ class GatedTools:
             if isinstance(outcome, Pending):
                 return await self._run_granted(ctx, outcome, args)
             return _text(outcome)
-        except MissingIdentity:
+        except (MissingIdentity, TamperedState):
             raise
         except TokenError as exc:
             return f"Refused (token_{exc.reason}): {exc}"
@@ -403,7 +399,6 @@ __all__ = [
     "STATE_KEY",
     "GatedTools",
     "StepHooks",
-    "UnknownTool",
     "deferred_payload",
     "gate_agent",
     "gate_tools",

@@ -12,6 +12,8 @@ Works for `ToolCallingAgent` and `CodeAgent` alike (`_agent` documents how each 
 `save_memory` / `restore_memory` move a paused run's memory to another process, signed.
 """
 
+from effectgate.adapter import DecisionMismatch, MissingIdentity, TamperedState, UnknownTool
+
 from ._agent import (
     ApprovalRequired,
     Approve,
@@ -21,9 +23,7 @@ from ._agent import (
     Finished,
     GatedAgent,
     GatedTool,
-    MissingIdentity,
     RunOutcome,
-    UnknownTool,
     continuation,
     gate_agent,
     spec_tool,
@@ -38,12 +38,14 @@ __all__ = [
     "Approve",
     "AwaitingApproval",
     "Decision",
+    "DecisionMismatch",
     "Deny",
     "Finished",
     "GatedAgent",
     "GatedTool",
     "MissingIdentity",
     "RunOutcome",
+    "TamperedState",
     "UnknownTool",
     "__version__",
     "continuation",

@@ -14,11 +14,19 @@ smolagents has no pause primitive, so `GatedAgent` builds one from what it has:
   run stops before the next model call. In a `CodeAgent` it raises `ApprovalRequired`, a
   `BaseException` no handler in smolagents catches, so nothing after the gated call in the code
   block runs. Either way `GatedAgent.run` returns `AwaitingApproval` (approval ids, cards).
-- `GatedAgent.resume(awaiting, decisions)` executes approved calls through the gate (once: a
-  second resume gets the stored result), records denials, and continues the run with
-  `agent.run(..., reset=False)`. The continuation's task tells the model how each call ended. A
-  model that issues the approved call again is matched by the stable key (session, origin
-  message, tool, subject) and the args hash, and gets the stored result: one effect.
+- The CodeAgent stop is total: once a gated call has stopped a snippet, every later tool call of
+  that run (from a `finally`, an `except`, a loop, a nested function, `final_answer` included)
+  raises `ApprovalRequired` again and runs nothing, until the run is resumed.
+- `AwaitingApproval` records, for each paused call, the approval id, version and args hash, with
+  the identity of the run, signed with the gate's keyring (`to_dict` / `from_dict` verify it).
+- `GatedAgent.resume(awaiting, decisions)` first binds every decision to the call it is filed
+  under (`effectgate.adapter.bind_decision`): a grant for another approval, or for a version the
+  approval has moved past, raises `DecisionMismatch` before anything runs. Then it executes
+  approved calls through the gate (once: a second resume gets the stored result), records
+  denials, and continues the run with `agent.run(..., reset=False)`. The continuation's task
+  tells the model how each call ended. A model that issues the approved call again is matched by
+  the stable key (session, origin message, tool, subject) and the args hash, and gets the stored
+  result: one effect.
 
 For a `ToolCallingAgent`, smolagents' own argument check (`validate_tool_arguments`) is skipped
 for gated tools. The gate validates the arguments against the effect table instead, so a bad
@@ -34,7 +42,7 @@ import threading
 import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from smolagents import CodeAgent, Tool, ToolCallingAgent
 from smolagents.agents import MultiStepAgent
@@ -51,18 +59,22 @@ from effectgate import (
     Refused,
     ToolSpec,
 )
+from effectgate.adapter import (
+    DecisionMismatch,
+    Paused,
+    TamperedState,
+    Unknown,
+    bind_decision,
+    check_wrappable,
+    is_gated,
+    missing_identity,
+    sign_state,
+    verify_state,
+)
 from effectgate.canonical import args_hash
 from effectgate.errors import ApprovalError, EffectGateError, TokenError
 
-Unknown = Literal["raise", "refuse"]
-
-
-class MissingIdentity(EffectGateError, LookupError):
-    """A gated tool was called outside `GatedAgent.run`: there is no identity to key the call on."""
-
-
-class UnknownTool(EffectGateError, LookupError):
-    """A tool to wrap has no row in the effect table (or the agent may not call it)."""
+_AWAITING = "smolagents.awaiting"
 
 
 class ApprovalRequired(BaseException):
@@ -95,7 +107,12 @@ class Finished:
 
 @dataclass(frozen=True)
 class AwaitingApproval:
-    """The run stopped at gated calls; store this (`to_dict`) with the memory and resume later."""
+    """The run stopped at gated calls; store this (`to_dict`) with the memory and resume later.
+
+    `paused` holds what the run paused on (approval id, version, args hash per call) and
+    `signature` the gate keyring's MAC over it and the run's identity: `from_dict` refuses a
+    record that was changed (`TamperedState`), so a resume can neither switch user or session
+    nor swap the calls it decides."""
 
     pending: tuple[Pending, ...]
     session_id: str
@@ -104,36 +121,53 @@ class AwaitingApproval:
     run_id: str = ""
     observations: tuple[tuple[str, str], ...] = ()
     decided: tuple[tuple[str, Outcome], ...] = ()
+    paused: tuple[Paused, ...] = ()
+    agent_id: str = ""
+    signature: str = ""
 
     @property
     def approval_ids(self) -> tuple[str, ...]:
         return tuple(p.approval_id for p in self.pending)
 
-    def to_dict(self) -> dict[str, Any]:
-        """Identity and approval ids only: the cards are re-read from the store."""
+    def signed_fields(self) -> dict[str, Any]:
+        """What the signature covers."""
         return {
-            "approval_ids": list(self.approval_ids),
+            "paused": [p.to_dict() for p in self.paused],
             "session_id": self.session_id,
             "origin_message_id": self.origin_message_id,
             "user_id": self.user_id,
             "run_id": self.run_id,
+            "agent_id": self.agent_id,
         }
+
+    def to_dict(self) -> dict[str, Any]:
+        """What the run paused on and who it runs for, signed; the cards are re-read from the store."""
+        return {"approval_ids": list(self.approval_ids), **self.signed_fields(), "signature": self.signature}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], gate: EffectGate) -> AwaitingApproval:
-        pending = []
-        for approval_id in data["approval_ids"]:
-            card = gate.card(str(approval_id))
-            pending.append(
-                Pending(approval_id=card.approval_id, version=card.version, card=card, status=card.status)
+        """The record `to_dict` made, verified with the gate's keyring (`TamperedState` if not)."""
+        try:
+            paused = tuple(Paused.from_dict(p) for p in data["paused"])
+            made = cls(
+                pending=(),
+                session_id=str(data["session_id"]),
+                origin_message_id=str(data["origin_message_id"]),
+                user_id=str(data["user_id"]),
+                run_id=str(data.get("run_id", "")),
+                paused=paused,
+                agent_id=str(data.get("agent_id", "")),
             )
-        return cls(
-            pending=tuple(pending),
-            session_id=str(data["session_id"]),
-            origin_message_id=str(data["origin_message_id"]),
-            user_id=str(data["user_id"]),
-            run_id=str(data.get("run_id", "")),
-        )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise TamperedState(f"not an AwaitingApproval record: {exc!r}") from exc
+        verify_state(gate, _AWAITING, made.signed_fields(), data.get("signature"))
+        pending = []
+        for p in paused:
+            card = gate.card(p.approval_id)
+            pending.append(
+                Pending(approval_id=p.approval_id, version=p.version, card=card, status=card.status)
+            )
+        return dataclasses.replace(made, pending=tuple(pending), signature=str(data["signature"]))
 
 
 RunOutcome = Finished | AwaitingApproval
@@ -210,20 +244,17 @@ class GatedAgent:
         # the identity of the run in progress: an attribute, not a ContextVar, because a CodeAgent's
         # executor may run the code in a worker thread that does not inherit the caller's context
         self._current: CallContext | None = None
+        # The CodeAgent stop: set by the first gated call that stops a snippet; every later call
+        # of the run raises again and runs nothing, until the run is resumed.
+        self._stopped: Pending | None = None
         for name, tool in list(agent.tools.items()):
-            if name == "final_answer" or isinstance(tool, GatedTool):
+            if isinstance(tool, GatedTool | _StopGuard):
                 continue
-            known = gate.table.get(name) is not None and gate.table.allowed(agent_id, name)
-            if not known and unknown != "refuse":
-                why = (
-                    "is not in the effect table"
-                    if gate.table.get(name) is None
-                    else f"is not allowed for {agent_id!r}"
-                )
-                raise UnknownTool(
-                    f"tool {name!r} {why}: add a row for it, or wrap with unknown='refuse' to have "
-                    f"the model told at call time"
-                )
+            if name == "final_answer":
+                if self.code:
+                    agent.tools[name] = _StopGuard(tool, self)
+                continue
+            check_wrappable(gate, agent_id=agent_id, name=name, unknown=unknown)
             agent.tools[name] = GatedTool(tool, self)
         if isinstance(agent, ToolCallingAgent):
             self._patch_tool_calling(agent)
@@ -256,8 +287,7 @@ class GatedAgent:
         agent.process_tool_calls = types.MethodType(process_tool_calls, agent)
 
     def _gated(self, name: str) -> bool:
-        spec = self.gate.table.get(name)
-        return spec is not None and self.gate.policy.gates(spec.effect)
+        return is_gated(self.gate, name)
 
     def _register_step(self, tool_calls: Sequence[Any]) -> None:
         """Register one model step's gated calls together (the core's parallel rule)."""
@@ -284,9 +314,10 @@ class GatedAgent:
         ctx = self._current
         if ctx is None:
             raise _Stop(
-                MissingIdentity(
-                    "a gated smolagents tool ran outside GatedAgent.run(...): the gate keys each call "
-                    "on the session, the user message and the user, which only the application knows"
+                missing_identity(
+                    "session_id, origin_message_id or user_id",
+                    "a gated smolagents tool ran outside GatedAgent.run(...); call "
+                    "gated.run(task, session_id=..., origin_message_id=..., user_id=...)",
                 )
             )
         return ctx
@@ -295,6 +326,7 @@ class GatedAgent:
 
     def _call(self, name: str, args: Any) -> Any:
         ctx = self._context()
+        self._check_stopped()
         with self._lock:
             queued = self._step.get(self._step_key(name, args))
             decided = queued.pop(0) if queued else None
@@ -310,9 +342,16 @@ class GatedAgent:
             with self._lock:
                 self._pending[outcome.approval_id] = outcome
             if self.code:
+                self._stopped = outcome
                 raise ApprovalRequired(outcome)
             self.agent.interrupt()
         return _text(outcome)
+
+    def _check_stopped(self) -> None:
+        """After a gated call stopped this CodeAgent run, refuse every later call (nothing runs)."""
+        stopped = self._stopped
+        if stopped is not None:
+            raise ApprovalRequired(stopped)
 
     # -- runs
 
@@ -338,6 +377,7 @@ class GatedAgent:
         with self._lock:
             self._pending.clear()
             self._step.clear()
+        self._stopped = None
         observations: list[tuple[str, str]] = []
         final: Any = None
         if self._current is not None:
@@ -364,18 +404,53 @@ class GatedAgent:
             pending = tuple(self._pending.values())
             self._pending.clear()
         if pending:
-            return AwaitingApproval(
+            awaiting = AwaitingApproval(
                 pending=pending,
                 session_id=session_id,
                 origin_message_id=origin_message_id,
                 user_id=user_id,
                 run_id=run_id,
                 observations=tuple(observations),
+                paused=tuple(Paused.of(p) for p in pending),
+                agent_id=self.agent_id,
+            )
+            return dataclasses.replace(
+                awaiting, signature=sign_state(self.gate, _AWAITING, awaiting.signed_fields())
             )
         return Finished(output=final, observations=tuple(observations))
 
+    def _bind(self, awaiting: AwaitingApproval, decisions: Mapping[str, Decision]) -> None:
+        """Every decision must answer a call this run paused on, at the version and args hash it
+        paused on; an approval carries a grant for exactly that call. Checked for all decisions
+        before any of them is applied: a mismatch raises `DecisionMismatch` and nothing runs."""
+        verify_state(self.gate, _AWAITING, awaiting.signed_fields(), awaiting.signature)
+        paused = {p.approval_id: p for p in awaiting.paused}
+        for approval_id, decision in decisions.items():
+            at = paused.get(approval_id)
+            if at is None:
+                raise DecisionMismatch(
+                    str(approval_id), f"this run did not pause on approval {approval_id!r}; nothing ran"
+                )
+            if isinstance(decision, Approve):
+                bind_decision(self.gate, at, _token(decision))
+            elif not isinstance(decision, Deny):
+                raise DecisionMismatch(at.approval_id, f"a decision is Approve or Deny, not {decision!r}")
+            else:
+                card = self.gate.card(at.approval_id)
+                if card.status in ("pending", "approved") and (card.version, card.args_hash) != (
+                    at.version,
+                    at.args_hash,
+                ):
+                    raise DecisionMismatch(
+                        at.approval_id,
+                        f"approval {at.approval_id} is at version {card.version} now; the run paused "
+                        f"on version {at.version}: decide the current card again",
+                    )
+
     def decide(self, awaiting: AwaitingApproval, decisions: Mapping[str, Decision]) -> dict[str, Outcome]:
-        """Apply decisions through the gate: execute approved calls (once), deny the rest named."""
+        """Apply decisions through the gate: execute approved calls (once), deny the rest named.
+        Every decision is bound to its call first (see `_bind`)."""
+        self._bind(awaiting, decisions)
         done: dict[str, Outcome] = {}
         for pending in awaiting.pending:
             decision = decisions.get(pending.approval_id)
@@ -386,7 +461,7 @@ class GatedAgent:
                 if stored is not None:
                     done[pending.approval_id] = stored
                     continue
-                token = decision.grant.token if isinstance(decision.grant, Grant) else decision.grant
+                token = _token(decision)
                 try:
                     done[pending.approval_id] = self.gate.execute(token)
                 except (TokenError, ApprovalError) as exc:
@@ -407,7 +482,10 @@ class GatedAgent:
                     )
                 else:
                     done[pending.approval_id] = self.gate.deny(
-                        pending.approval_id, approver=decision.approver, reason=decision.reason
+                        pending.approval_id,
+                        approver=decision.approver,
+                        reason=decision.reason,
+                        version=pending.version,
                     )
         return done
 
@@ -432,6 +510,30 @@ class GatedAgent:
             max_steps=max_steps,
         )
         return dataclasses.replace(outcome, decided=tuple(done.items()))
+
+
+def _token(decision: Approve) -> str:
+    return decision.grant.token if isinstance(decision.grant, Grant) else decision.grant
+
+
+class _StopGuard(Tool):
+    """A CodeAgent's `final_answer`, refused (raising `ApprovalRequired` again) once a gated call
+    has stopped the run: the snippet cannot end the run as if nothing waited."""
+
+    skip_forward_signature_validation = True
+
+    def __init__(self, inner: Tool, owner: GatedAgent) -> None:
+        self.name = inner.name
+        self.description = inner.description
+        self.inputs = dict(inner.inputs)
+        self.output_type = inner.output_type
+        self.inner = inner
+        self._owner = owner
+        super().__init__()
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        self._owner._check_stopped()
+        return self.inner(*args, **kwargs)
 
 
 def continuation(awaiting: AwaitingApproval, done: Mapping[str, Outcome]) -> str:
