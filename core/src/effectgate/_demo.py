@@ -96,9 +96,10 @@ class _Run:
         self.notices: list[ReconciliationNotice] = []
         self.store = open_store(url)
         self.store.setup()
-        self.gate = app(self.store, keyring=keyring_for(url), shop=self.shop)
-        self.gate._notify = self.notices.append
-        self.gate._record(self.gate._event("demo_started"))
+        self.gate = app(
+            self.store, keyring=keyring_for(url), shop=self.shop, on_needs_reconciliation=self.notices.append
+        )
+        self.gate.note("demo_started")
 
     def turn(self, title: str, user_text: str, ctx: CallContext, script: Script) -> list[Outcome]:
         """Drive one conversation: each scripted step goes through the gate, then the model speaks."""

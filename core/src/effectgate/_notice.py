@@ -9,15 +9,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from .outcomes import Card
-
-if TYPE_CHECKING:
-    from ._clock import Clock
-    from .stores.records import ApprovalRow
-    from .stores.sql import SQLStore
-    from .table import EffectTable
+from ._deps import Deps, Events
+from ._ledger import Ledger
+from .outcomes import Card, ReconciliationNotice
+from .stores.records import ApprovalRow
 
 log = logging.getLogger("effectgate.notify")
 
@@ -54,30 +51,35 @@ class Notification:
 Notify = Callable[[Notification], None]
 
 
-class NoticeMixin:
-    """The gate's side of notifications: build, hand over, record failures; expiry warnings."""
+class Notices:
+    """The gate's side of notifications: build, hand over, record failures; expiry warnings.
+    `on_needs_reconciliation` is the older single hook for unknown outcomes (still supported)."""
 
-    table: EffectTable
-    store: SQLStore
-    clock: Clock
-    _notifiers: Sequence[Notify]
-
-    if TYPE_CHECKING:
-
-        def _event(self, kind: str, **kw: Any) -> dict[str, Any]: ...
-        def _record(self, *events: dict[str, Any]) -> None: ...
-        def _card(self, conn: Any, row: ApprovalRow) -> Card: ...
-        def expire(self) -> None: ...
+    def __init__(
+        self,
+        deps: Deps,
+        events: Events,
+        ledger: Ledger,
+        notifiers: Sequence[Notify],
+        on_needs_reconciliation: Callable[[ReconciliationNotice], None] | None,
+    ) -> None:
+        self.table = deps.table
+        self.store = deps.store
+        self.clock = deps.clock
+        self.events = events
+        self.notifiers = tuple(notifiers)
+        self.on_needs_reconciliation = on_needs_reconciliation
+        self.ledger = ledger
 
     def _recorder(self, approval_id: str | None, version: int | None, tool: str) -> Callable[..., None]:
         def record(kind: str, detail: Mapping[str, Any]) -> None:
-            event = self._event(kind, tool=tool, **dict(detail))
+            event = self.events.event(kind, tool=tool, **dict(detail))
             event.update(approval_id=approval_id, version=version)
-            self._record(event)
+            self.events.record(event)
 
         return record
 
-    def _announce(
+    def announce(
         self,
         kind: NotificationKind,
         *,
@@ -89,7 +91,7 @@ class NoticeMixin:
         **extra: Any,
     ) -> None:
         """Hand one notice to every hook; call only after the transaction that caused it committed."""
-        if not self._notifiers:
+        if not self.notifiers:
             return
         if card is not None:
             approval_id, version = card.approval_id, card.version
@@ -104,7 +106,7 @@ class NoticeMixin:
             record=self._recorder(approval_id, version, tool),
             **extra,
         )
-        for hook in self._notifiers:
+        for hook in self.notifiers:
             try:
                 hook(notice)
             except Exception as exc:  # a notifier must never break the gate; its failure is kept
@@ -113,16 +115,55 @@ class NoticeMixin:
                 except Exception:  # the store itself is down; the call's result stands
                     log.exception("could not record a failed %s notice for %s", kind, tool)
 
-    def _announce_card(self, kind: NotificationKind, card: Card) -> None:
-        self._announce(kind, tool=card.tool, role=card.approver_role, card=card)
+    def announce_card(self, kind: NotificationKind, card: Card) -> None:
+        self.announce(kind, tool=card.tool, role=card.approver_role, card=card)
+
+    def unknown_outcome(
+        self, row: ApprovalRow | None, key: str, reason: str, ref: str | None, *, tool: str | None = None
+    ) -> None:
+        """Page the approver role (or the tool's owner, for a write) about an unknown outcome; a
+        failing hook is recorded and never breaks the gate."""
+        notice = ReconciliationNotice(
+            key=key,
+            tool=row.tool if row else (tool or ""),
+            reason=reason,
+            approval_id=row.id if row else None,
+            approver_role=row.approver_role if row else None,
+            provider_ref=ref,
+        )
+        role = notice.approver_role
+        if role is None and (spec := self.table.get(notice.tool)) is not None:
+            role = spec.owner
+        self.announce(
+            "needs_reconciliation",
+            tool=notice.tool,
+            role=role,
+            approval_id=notice.approval_id,
+            version=row.version if row else None,
+            reason=reason,
+            key=key,
+            provider_ref=ref,
+        )
+        hook = self.on_needs_reconciliation
+        if hook is None:
+            return
+        event = self.events.event
+        try:
+            hook(notice)
+            self.events.record(
+                event("notified", row=row, tool=notice.tool, key=key, role=notice.approver_role)
+            )
+        except Exception as exc:
+            self.events.record(event("notify_failed", row=row, tool=notice.tool, key=key, error=repr(exc)))
 
     def warn_expiring(self, *, within: float) -> list[Card]:
         """Notify about every pending approval that lapses within `within` seconds, once per
         version (a second scan, from this or another process, sends nothing new). Returns the cards
-        warned about now. Run it periodically (`effectgate notify-expiring`, or a scheduler)."""
+        warned about now. Run it periodically (a scheduler)."""
         if within <= 0:
             raise ValueError("within must be a positive number of seconds")
-        self.expire()
+        ledger = self.ledger
+        ledger.expire()
         now = self.clock.now()
         with self.store.reading() as conn:
             candidates = self.store.approvals_expiring(conn, now, now + within)
@@ -138,9 +179,9 @@ class NoticeMixin:
                     continue
                 remaining = row.expires_at - now
                 self.store.append_events(
-                    conn, [self._event("expiry_warning", row=row, seconds_left=round(remaining, 3))]
+                    conn, [self.events.event("expiry_warning", row=row, seconds_left=round(remaining, 3))]
                 )
-                card = self._card(conn, row)
+                card = ledger.card_of(conn, row)
             warned.append(card)
-            self._announce_card("expiring", card)
+            self.announce_card("expiring", card)
         return warned

@@ -16,13 +16,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from .canonical import args_hash
-from .stores.sql import SQLStore
+from .stores.protocol import Store
 
 _log = logging.getLogger("effectgate")
 
 
 class ReadLog:
-    def __init__(self, store: SQLStore, *, batch: int = 256, interval: float = 0.2) -> None:
+    def __init__(self, store: Store, *, batch: int = 256, interval: float = 0.2) -> None:
         self._store = store
         self._batch = max(1, batch)
         self._interval = interval

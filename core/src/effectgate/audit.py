@@ -28,8 +28,8 @@ from typing import Any, Literal
 from ._seal import approval_sealed, decision_intact, stored_args_hash
 from .canonical import digest
 from .effects import Effect, Policy, weakened
+from .stores.protocol import Store
 from .stores.records import ApprovalRow, DecisionRow, ExecutionRow, RuleRow
-from .stores.sql import SQLStore
 from .table import EffectTable, possible_roles
 from .tokens import Keyring
 
@@ -124,7 +124,7 @@ class _Rules:
 
 
 class _Scan:
-    def __init__(self, store: SQLStore, table: EffectTable | None, keyring: Keyring | None) -> None:
+    def __init__(self, store: Store, table: EffectTable | None, keyring: Keyring | None) -> None:
         self.table = table
         self.keyring = keyring
         self.rules = _Rules(store.rules())
@@ -292,7 +292,7 @@ class _Scan:
 
 
 def audit(
-    store: SQLStore,
+    store: Store,
     table: EffectTable | None = None,
     policy: Policy | None = None,
     *,
@@ -317,7 +317,7 @@ def audit(
     )
 
 
-def _metrics(store: SQLStore, approvals: dict[str, ApprovalRow], executions: int) -> Metrics:
+def _metrics(store: Store, approvals: dict[str, ApprovalRow], executions: int) -> Metrics:
     statuses = Counter(a.status for a in approvals.values())
     latencies = [
         a.decided_at - a.created_at
@@ -341,7 +341,7 @@ def _metrics(store: SQLStore, approvals: dict[str, ApprovalRow], executions: int
     )
 
 
-def export_jsonl(store: SQLStore) -> Iterator[str]:
+def export_jsonl(store: Store) -> Iterator[str]:
     """Every approval, decision, execution and event, one JSON object a line, tagged by table."""
     for table, rows in (
         ("approvals", store.approvals()),

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ._textcheck import text_warnings
+from .context import SubjectEntry
 from .stores.records import ApprovalRow
 from .table import SchemaError
 
@@ -222,3 +223,32 @@ class PartialApproval:
     @property
     def message(self) -> str:
         return f"{self.approvals} of {self.required} approvals; a second, distinct approver is needed"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReconciliationNotice:
+    """Sent to `on_needs_reconciliation`: who must look at which operation, and why."""
+
+    key: str
+    tool: str
+    reason: str
+    approval_id: str | None = None
+    approver_role: str | None = None
+    provider_ref: str | None = None
+
+
+@dataclass(frozen=True)
+class VersionEntry:
+    """One version of an approval: its number, args hash and the proposing user message."""
+
+    version: int
+    args_hash: str
+    origin_message_id: str
+
+
+@dataclass(frozen=True)
+class SubjectView:
+    """The subject's other approvals of the same tool, newest first, and its balance if known."""
+
+    history: tuple[SubjectEntry, ...]
+    balance: Any = None

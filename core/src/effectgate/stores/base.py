@@ -129,6 +129,20 @@ class IdempotencyStore(ABC):
         with self.transaction() as conn:
             return self._load(conn, key)
 
+    def load(self, conn: Connection, key: str) -> IdempotencyRecord | None:
+        """The record of `key` inside the caller's transaction, or None."""
+        return self._load(conn, key)
+
+    def expire_lease(self, key: str, *, now: float, reason: str, conn: Connection | None = None) -> bool:
+        """An in-flight record whose lease ran out before `now` becomes needs_reconciliation (its
+        outcome is unknown); True if this call changed it."""
+        values = {"status": "needs_reconciliation", "error": reason, "updated_at": now}
+        with self._tx(conn) as c:
+            changed = self._transition(
+                c, key, from_status=("in_progress",), lease_expired_before=now, values=values
+            )
+        return changed is not None
+
     def claim(
         self,
         key: str,

@@ -91,7 +91,7 @@ class _LangGraphDemo:
         self.store = open_store(url)
         self.store.setup()
         self.gate = app(self.store, keyring=keyring_for(url), shop=self.shop)
-        self.gate._record(self.gate._event("demo_started"))
+        self.gate.note("demo_started")
         self.saver = saver
         self.node = GatedToolNode(self.gate, agent_id=SUPPORT_AGENT)
 

@@ -1,9 +1,15 @@
 """Running one state machine both synchronously and on an event loop.
 
-The gate writes each operation once, as a generator that yields an `Invoke` whenever it needs a
-tool (or a check) to run and receives the tool's return value (or its exception) back. The sync
-driver runs everything inline. The async driver runs the store work between yields in a worker
-thread, so the event loop never waits on the database, and awaits coroutine tools on the loop.
+The gate writes each operation once, as a generator (a `Flow`) that yields an `Invoke` whenever
+it needs a tool (or a check) to run and receives the tool's return value (or its exception) back.
+The sync driver runs everything inline. The async driver runs the store work between yields in a
+worker thread, so the event loop never waits on the database, and awaits coroutine tools on the
+loop.
+
+Adapters compose the gate's flows (`gate.flows`) into their own with `yield from`, and may yield
+requests of their own (LangGraph's "ask a person" pause): the drivers hand every request that is
+not an `Invoke` to `other(request)` and send back what it returns (an exception it raises, such
+as LangGraph's interrupt, propagates out of the driver).
 """
 
 from __future__ import annotations
@@ -73,11 +79,21 @@ async def _await(value: Any) -> Any:
     return await value
 
 
-def drive(flow: Flow[T]) -> T:
+Other = Callable[[Any], Any]
+
+
+def _refuse_other(request: Any) -> Any:
+    raise TypeError(f"this flow yielded {request!r}, which only an adapter's driver can answer")
+
+
+def drive(flow: Generator[Any, Any, T], *, other: Other = _refuse_other) -> T:
     """Run a flow to completion on this thread."""
     try:
         req = next(flow)
         while True:
+            if not isinstance(req, Invoke):
+                req = flow.send(other(req))
+                continue
             try:
                 value = _call_sync(req)
             except Exception as exc:
@@ -99,10 +115,14 @@ def _advance(step: Callable[[], Invoke]) -> Any:
         return (_DONE, stop.value)
 
 
-async def adrive(flow: Flow[T]) -> T:
+async def adrive(flow: Generator[Any, Any, T], *, other: Other = _refuse_other) -> T:
     """Run a flow with its store work in a worker thread and coroutine tools on the loop."""
     out = await asyncio.to_thread(_advance, lambda: next(flow))
     while not (isinstance(out, tuple) and len(out) == 2 and out[0] is _DONE):
+        if not isinstance(out, Invoke):
+            answer = other(out)
+            out = await asyncio.to_thread(_advance, lambda a=answer: flow.send(a))  # type: ignore[misc]
+            continue
         req: Invoke = out
         try:
             if inspect.iscoroutinefunction(req.fn):
@@ -116,3 +136,10 @@ async def adrive(flow: Flow[T]) -> T:
             continue
         out = await asyncio.to_thread(_advance, lambda v=value: flow.send(v))  # type: ignore[misc]
     return out[1]  # type: ignore[no-any-return]
+
+
+def done(fn: Callable[..., T], *args: Any, **kwargs: Any) -> Flow[T]:
+    """A flow with no tool to run: `fn(*args, **kwargs)` is its value. It runs at the flow's first
+    step, so the async driver runs it (store work) in its worker thread."""
+    yield from ()  # a generator: nothing runs until the driver asks
+    return fn(*args, **kwargs)

@@ -1,0 +1,177 @@
+"""Calls: routing one tool call (or one model step's calls) by its table row.
+
+Unknown tools and tools off the agent's allowlist are refused; arguments are frozen once and
+validated (`Invalid` with JSON pointers otherwise); reads run with their retries and are logged
+in batches; writes run once per (session, tool, origin message, args hash) through the
+idempotency store; gated calls go to `Proposals`. Two calls of one gated tool in a step register
+neither.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from . import flow
+from ._deps import Deps, Events
+from ._execution import WRITE_PREFIX, Execution
+from ._ledger import in_scope
+from ._notice import Notices
+from ._proposals import Proposals
+from ._readlog import ReadLog
+from .canonical import args_hash, freeze, key_of
+from .context import CallContext, ToolContext
+from .effects import Effect
+from .errors import ArgumentError, InProgress, NeedsReconciliation
+from .outcomes import Executed, Invalid, Outcome, Pending, Refused
+from .stores.base import Stored
+from .table import SchemaError, ToolSpec
+
+ToolCallLike = tuple[str, Mapping[str, Any]] | tuple[str, Mapping[str, Any], str | None]
+
+
+def with_call_id(ctx: CallContext, call_id: str | None) -> CallContext:
+    return ctx if call_id is None else dataclasses.replace(ctx, tool_call_id=call_id)
+
+
+class Calls:
+    """Routes calls; see the module docstring."""
+
+    def __init__(
+        self,
+        deps: Deps,
+        events: Events,
+        notices: Notices,
+        reads: ReadLog,
+        proposals: Proposals,
+        execution: Execution,
+    ) -> None:
+        self.table = deps.table
+        self.store = deps.store
+        self.policy = deps.policy
+        self.clock = deps.clock
+        self.events = events
+        self.notices = notices
+        self.reads = reads
+        self.proposals = proposals
+        self.execution = execution
+
+    def step_flow(self, calls: Sequence[ToolCallLike], ctx: CallContext) -> flow.Flow[list[Outcome]]:
+        """One model step's calls as one flow (see `step`)."""
+        out: list[Outcome] = []
+        for pending_flow, refused in self.step(calls, ctx):
+            out.append((yield from pending_flow) if pending_flow is not None else refused)  # type: ignore[arg-type]
+        return out
+
+    def step(self, calls: Sequence[ToolCallLike], ctx: CallContext) -> list[tuple[Any, Outcome | None]]:
+        counts: dict[str, int] = {}
+        for call in calls:
+            counts[call[0]] = counts.get(call[0], 0) + 1
+        out: list[tuple[Any, Outcome | None]] = []
+        refusals: list[dict[str, Any]] = []
+        for call in calls:
+            name, args = call[0], call[1]
+            call_ctx = with_call_id(ctx, call[2] if len(call) > 2 else None)
+            spec = self.table.get(name)
+            if spec is not None and self.policy.gates(spec.effect) and counts[name] > 1:
+                message = (
+                    f"{counts[name]} calls of {name} in one step; none was registered. "
+                    f"Make one call with the arguments you intend."
+                )
+                out.append((None, Refused(code="parallel_calls", message=message, tool=name)))
+                refusals.append(self.events.event("refused", spec=spec, ctx=call_ctx, code="parallel_calls"))
+            else:
+                out.append((self.call_flow(name, args, call_ctx), None))
+        if refusals:
+            self.events.record(*refusals)
+        return out
+
+    def call_flow(self, name: str, args: Mapping[str, Any], ctx: CallContext) -> flow.Flow[Outcome]:
+        spec = self.table.get(name)
+        if spec is None:
+            return self.events.refuse(
+                "unknown_tool", f"{name!r} is not a tool in the effect table", name, ctx
+            )
+        if not self.table.allowed(ctx.agent_id, name):
+            return self.events.refuse(
+                "not_allowed", f"agent {ctx.agent_id!r} may not call {name}", name, ctx, spec
+            )
+        checked = self.validate(spec, args)
+        if isinstance(checked, Invalid):
+            self.events.record(
+                self.events.event("invalid", spec=spec, ctx=ctx, errors=[e.__dict__ for e in checked.errors])
+            )
+            return checked
+        args = checked  # the frozen copy: what is checked, hashed, recorded and run
+        if spec.effect is Effect.READ:  # READ is always autonomous (Policy refuses to gate it)
+            if not in_scope(spec, args, ctx):
+                return self.events.refuse(
+                    "out_of_scope", f"{name}: the caller may not access this subject", name, ctx, spec
+                )
+            return (yield from self.read(spec, args, ctx))
+        frozen = args_hash(name, args)
+        if self.policy.gates(spec.effect):
+            outcome = self.proposals.propose(spec, args, frozen, ctx)
+            if isinstance(outcome, Pending) and not outcome.replay:
+                self.notices.announce_card("pending", outcome.card)  # a new approval, or a new version
+            return outcome
+        if not in_scope(spec, args, ctx):
+            return self.events.refuse(
+                "out_of_scope", f"{name}: the caller may not access this subject", name, ctx, spec
+            )
+        return (yield from self.write(spec, args, frozen, ctx))
+
+    @staticmethod
+    def validate(spec: ToolSpec, args: Any) -> dict[str, Any] | Invalid:
+        """The frozen copy of valid arguments (see `canonical.freeze`), or Invalid with pointers."""
+        if not isinstance(args, Mapping):
+            return Invalid(tool=spec.name, errors=(SchemaError("", "arguments must be a JSON object"),))
+        try:
+            frozen: dict[str, Any] = freeze(args, spec.schema)
+        except ArgumentError as exc:
+            return Invalid(tool=spec.name, errors=(SchemaError(exc.pointer, exc.detail),))
+        errors = spec.validate(frozen)
+        return Invalid(tool=spec.name, errors=tuple(errors)) if errors else frozen
+
+    def read(self, spec: ToolSpec, args: Mapping[str, Any], ctx: CallContext) -> flow.Flow[Outcome]:
+        attempt = 0
+        while True:
+            try:
+                result = yield flow.Invoke(spec.fn, args)
+                break
+            except spec.transient as exc:
+                attempt += 1
+                if attempt > self.policy.read_retries:
+                    failed = self.events.event(
+                        "read_failed", spec=spec, ctx=ctx, attempts=attempt, error=repr(exc)
+                    )
+                    self.reads.add(failed, args)
+                    raise
+                self.clock.sleep(self.policy.retry_backoff * 2 ** (attempt - 1))
+        self.reads.add(self.events.event("read", spec=spec, ctx=ctx, attempts=attempt + 1), args)
+        return Executed(tool=spec.name, result=result)
+
+    def write(
+        self, spec: ToolSpec, args: Mapping[str, Any], frozen: str, ctx: CallContext
+    ) -> flow.Flow[Outcome]:
+        key = f"{WRITE_PREFIX}{spec.name}_" + key_of(
+            "write", ctx.session_id, spec.name, ctx.origin_message_id, frozen
+        )
+        self.events.note_rules(spec)
+        try:
+            claim = self.store.claim(key, frozen, lease_seconds=self.policy.lease_seconds)
+        except InProgress:
+            return self.events.refuse(
+                "in_progress", f"{spec.name}: the same write is running now", spec.name, ctx, spec
+            )
+        except NeedsReconciliation as exc:
+            return self.events.refuse("needs_reconciliation", str(exc), spec.name, ctx, spec)
+        if isinstance(claim, Stored):
+            self.events.record(self.events.event("replay", spec=spec, ctx=ctx, args_hash_=frozen, key=key))
+            return Executed(tool=spec.name, result=claim.result, replay=True, idempotency_key=key)
+        tool_context = ToolContext(idempotency_key=key, call=ctx, attempt=claim.attempt)
+        result = yield from self.execution.run_claimed(
+            spec, args, frozen, ctx, key=key, owner=claim.owner, tool_context=tool_context, row=None
+        )
+        return result

@@ -1,0 +1,229 @@
+"""Decisions: approve (and grant again after a lapse), deny, and minting the single-use grant.
+
+Every decision reads the approval under its subject lock, verifies the row's seal and arguments
+hash, and re-derives the bar (role and number of distinct approvers) from the table and policy
+(`Ledger.bar`). Decisions are sealed rows in their grant round: a destructive call needs two
+distinct approvers for its first grant and for any fresh grant after a lapse, and the user who
+made a call may not approve it unless the policy allows self-approval.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ._deps import Deps, Events
+from ._ledger import Ledger, context_of, in_scope
+from ._seal import approval_intact, seal_approval, seal_decision
+from .context import Approver
+from .errors import (
+    AlreadyDecided,
+    ApprovalExpired,
+    ConfirmFailed,
+    PolicyViolation,
+    StaleApproval,
+    TamperedRecord,
+    UnknownApproval,
+    WrongApprover,
+)
+from .outcomes import Grant, PartialApproval, Refused
+from .stores.records import ApprovalRow
+from .table import ToolSpec
+from .tokens import token_hash
+
+
+class Decisions:
+    """Approve, deny, grant again; see the module docstring."""
+
+    def __init__(self, deps: Deps, events: Events, ledger: Ledger) -> None:
+        self.store = deps.store
+        self.policy = deps.policy
+        self.keyring = deps.keyring
+        self.clock = deps.clock
+        self.events = events
+        self.ledger = ledger
+
+    def approve(self, approval_id: str, *, version: int, approver: Approver) -> Grant | PartialApproval:
+        """Approve one version. Checks role (after escalation), version, expiry, that the approver
+        did not make the call (unless `Policy.self_approval`), and re-runs `scope` and `confirm`.
+        Returns a `Grant`, or a `PartialApproval` while more distinct approvers are needed. An
+        approved version whose grant lapsed unpresented can be granted again, by as many distinct
+        approvers as the first grant needed (see `_lapsed`). Raises an `ApprovalError` (or a
+        `PolicyViolation`) and changes nothing otherwise."""
+        expired = False
+        with self.store.transaction() as conn:
+            row = self.decidable(conn, approval_id, approver, allow=("pending", "approved"))
+            if row is None:
+                expired = True
+            else:
+                if version != row.version:
+                    raise StaleApproval(approval_id, version, row.version)
+                spec, role, required = self.ledger.bar(row)
+                if approver.id == row.user_id and not self.policy.self_approval:
+                    raise WrongApprover(
+                        approval_id,
+                        f"{approver.id} made this call and may not approve it (Policy.self_approval is off)",
+                    )
+                regrant = row.status == "approved"
+                if regrant:
+                    self.lapsed(conn, row)
+                given = self.ledger.approvers(conn, row, round_=row.grants, role=role)
+                if any(d.approver_id == approver.id for d in given):
+                    raise WrongApprover(
+                        approval_id, f"{approver.id} already approved; a second, distinct approver is needed"
+                    )
+                self.recheck_and_record(conn, spec, row, approver)
+                if len(given) + 1 < required:
+                    kind = "regrant_partial" if regrant else "approved_partial"
+                    self.store.append_events(conn, [self.events.event(kind, row=row, approver=approver.id)])
+                    return PartialApproval(
+                        approval_id=row.id, version=row.version, approvals=len(given) + 1, required=required
+                    )
+                if regrant:
+                    return self.mint(conn, row, approver, "regranted", {}, expect="approved")
+                decided = {"status": "approved", "decided_at": self.clock.now()}
+                return self.mint(conn, row, approver, "approved", decided, expect="pending")
+        assert expired
+        raise ApprovalExpired(approval_id)
+
+    def lapsed(self, conn: Any, row: ApprovalRow) -> None:
+        """An approved version may be granted again only when its grant lapsed unpresented: the
+        approval still stands, but the subject, scope and confirm checks run again (the lapse
+        freed the subject for other sessions), the old token is void (its hash is replaced), and
+        the new grant needs its own round of distinct approvers."""
+        now = self.clock.now()
+        if row.token_used_at is not None or (row.token_expires_at or 0) > now:
+            raise AlreadyDecided(row.id, "approved")  # a usable or presented grant exists
+        if row.expires_at <= now:
+            raise ApprovalExpired(row.id)
+        busy = self.store.in_flight_elsewhere(conn, row.subject_key, row.session_id, now)
+        if busy is not None:
+            raise PolicyViolation(
+                f"{row.tool}: approval {busy.id} is in flight on this subject from another session",
+                code="subject_busy",
+            )
+
+    def recheck_and_record(self, conn: Any, spec: ToolSpec, row: ApprovalRow, approver: Approver) -> None:
+        """Re-run `scope` and `confirm` for the stored call, then record the sealed decision."""
+        ctx = context_of(row)
+        args = json.loads(row.args_json)
+        if not in_scope(spec, args, ctx):
+            raise PolicyViolation(
+                f"{row.tool}: the caller is no longer in scope for this subject", code="out_of_scope"
+            )
+        reason = self.ledger.confirm(conn, spec, args, ctx, row.subject_key, exclude=row.id)
+        if reason is not None:
+            raise ConfirmFailed(row.tool, reason)
+        self.decide(conn, row, approver, "approve")
+
+    def decide(
+        self, conn: Any, row: ApprovalRow, approver: Approver, decision: str, reason: str | None = None
+    ) -> None:
+        values = {
+            "approval_id": row.id,
+            "version": row.version,
+            "grant_round": row.grants,
+            "approver_id": approver.id,
+            "role": approver.role,
+            "decision": decision,
+        }
+        self.store.add_decision(conn, reason=reason, seal=seal_decision(self.keyring, values), **values)
+
+    def mint(
+        self,
+        conn: Any,
+        row: ApprovalRow,
+        approver: Approver,
+        kind: str,
+        values: dict[str, Any],
+        *,
+        expect: str,
+    ) -> Grant:
+        """Mint a grant for the row's version, store only its hash, count the grant in the
+        sealed row (so the next grant needs a new round of approvers), and record `kind`."""
+        now = self.clock.now()
+        expires = now + self.policy.token_ttl
+        token = self.keyring.mint(
+            approval_id=row.id, version=row.version, args_hash=row.args_hash, expires_at=expires
+        )
+        values = {
+            **values,
+            "updated_at": now,
+            "token_hash": token_hash(token),
+            "token_kid": self.keyring.current,
+            "token_expires_at": expires,
+            "grants": row.grants + 1,
+        }
+        values["seal"] = seal_approval(self.keyring, row.model_copy(update=values))
+        if not self.store.update_approval(
+            conn, row.id, expect_status=[expect], expect_version=row.version, values=values
+        ):  # pragma: no cover - the subject lock is held
+            raise StaleApproval(row.id, row.version, row.version)
+        self.store.append_events(
+            conn,
+            [
+                self.events.event(kind, row=row, approver=approver.id, role=approver.role),
+                self.events.event("token_minted", row=row, kid=self.keyring.current, expires_at=expires),
+            ],
+        )
+        return Grant(approval_id=row.id, version=row.version, token=token, expires_at=expires)
+
+    def deny(
+        self, approval_id: str, *, approver: Approver, reason: str, version: int | None = None
+    ) -> Refused:
+        """Close a pending (or approved, not yet executed) approval; the model will be told why."""
+        if not reason or not reason.strip():
+            raise PolicyViolation("a denial needs a reason the model can be told")
+        with self.store.transaction() as conn:
+            row = self.decidable(conn, approval_id, approver, allow=("pending", "approved"))
+            if row is None:
+                raise_expired = True
+            else:
+                raise_expired = False
+                if row.token_used_at is not None:  # the grant was presented: too late to revoke
+                    raise AlreadyDecided(approval_id, "executing")
+                if version is not None and version != row.version:
+                    raise StaleApproval(approval_id, version, row.version)
+                now = self.clock.now()
+                self.decide(conn, row, approver, "deny", reason)
+                if not self.store.update_approval(
+                    conn,
+                    row.id,
+                    expect_status=["pending", "approved"],
+                    values={"status": "denied", "reason": reason, "decided_at": now, "updated_at": now},
+                ):
+                    raise AlreadyDecided(approval_id, "executing")  # pragma: no cover - locked
+                self.store.append_events(
+                    conn, [self.events.event("denied", row=row, approver=approver.id, reason=reason)]
+                )
+        if raise_expired or row is None:
+            raise ApprovalExpired(approval_id)
+        return Refused(
+            code="denied", message=f"{row.tool} was denied: {reason}", tool=row.tool, approval_id=approval_id
+        )
+
+    def decidable(
+        self, conn: Any, approval_id: str, approver: Approver, allow: tuple[str, ...] = ("pending",)
+    ) -> ApprovalRow | None:
+        """The row if `approver` may decide it now; None if it just expired (marked so). The row
+        is read under the subject lock and its seal and arguments hash verified first."""
+        row = self.store.approval(conn, approval_id)
+        if row is None:
+            raise UnknownApproval(approval_id)
+        self.store.lock(conn, f"subject:{row.subject_key}")
+        row = self.store.approval(conn, approval_id)  # re-read under the lock (READ COMMITTED)
+        assert row is not None
+        if not approval_intact(self.keyring, row):
+            raise TamperedRecord(approval_id, "its seal or arguments hash does not verify")
+        if row.status == "pending" and row.expires_at <= self.clock.now():
+            self.ledger.expire_due(conn, approval_id=approval_id)
+            return None
+        if row.status not in allow:
+            if row.status == "expired":
+                raise ApprovalExpired(approval_id)
+            raise AlreadyDecided(approval_id, row.status)
+        if not self.policy.role_satisfies(approver.role, row.approver_role):
+            raise WrongApprover(
+                approval_id, f"{row.tool} needs role {row.approver_role}; {approver.id} holds {approver.role}"
+            )
+        return row

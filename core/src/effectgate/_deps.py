@@ -1,0 +1,138 @@
+"""The gate's explicit dependencies, and the event log every part writes to.
+
+`EffectGate` is a facade: the work is done by parts (proposals, decisions, execution,
+reconciliation, notices) that each receive what they use as constructor arguments, the way
+pydantic-ai's agent graph hands a deps dataclass to its nodes. `Deps` is the shared, immutable
+part of that; `Events` builds and appends the audit events and records the table rows and
+policies approvals are made under.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ._clock import Clock
+from .canonical import canonical_json
+from .context import CallContext
+from .effects import Policy
+from .outcomes import RefusalCode, Refused
+from .stores.protocol import Store
+from .stores.records import ApprovalRow
+from .table import EffectTable, ToolSpec
+from .tokens import Keyring
+
+
+@dataclass(frozen=True, kw_only=True)
+class Deps:
+    """What every part of the gate reads: the table, the store, the policy, keys, time, ids."""
+
+    table: EffectTable
+    store: Store
+    policy: Policy
+    keyring: Keyring
+    clock: Clock
+    ids: Callable[[], str]
+
+
+class Events:
+    """Builds audit events (one shape for every part) and appends them."""
+
+    def __init__(self, deps: Deps) -> None:
+        self.table = deps.table
+        self.store = deps.store
+        self.policy = deps.policy
+        self.clock = deps.clock
+        self._recorded_rules: set[str] = set()
+
+    def event(
+        self,
+        kind: str,
+        *,
+        spec: ToolSpec | None = None,
+        tool: str | None = None,
+        ctx: CallContext | None = None,
+        row: ApprovalRow | None = None,
+        args_hash_: str | None = None,
+        **detail: Any,
+    ) -> dict[str, Any]:
+        event: dict[str, Any] = {
+            "at": self.clock.now(),
+            "kind": kind,
+            "detail_json": detail,
+            "table_fingerprint": self.table.fingerprint,
+        }
+        if spec is not None:
+            event.update(tool=spec.name, effect=str(spec.effect), row_fingerprint=spec.fingerprint)
+        if tool is not None:
+            event["tool"] = tool
+        if row is not None:
+            event.update(
+                approval_id=row.id,
+                version=row.version,
+                tool=row.tool,
+                effect=row.effect,
+                args_hash=row.args_hash,
+                session_id=row.session_id,
+                user_id=row.user_id,
+                origin_message_id=row.origin_message_id,
+                agent_id=row.agent_id,
+                run_id=row.run_id,
+            )
+        if ctx is not None:
+            event.update(
+                session_id=ctx.session_id,
+                origin_message_id=ctx.origin_message_id,
+                user_id=ctx.user_id,
+                agent_id=ctx.agent_id,
+                run_id=ctx.run_id,
+            )
+            if ctx.tool_call_id:
+                event["detail_json"] = {**detail, "tool_call_id": ctx.tool_call_id}
+        if args_hash_ is not None:
+            event["args_hash"] = args_hash_
+        return event
+
+    def record(self, *events: dict[str, Any]) -> None:
+        """Append events in their own transaction."""
+        with self.store.transaction() as conn:
+            self.store.append_events(conn, list(events))
+
+    def refuse(
+        self,
+        code: RefusalCode,
+        message: str,
+        name: str,
+        ctx: CallContext,
+        spec: ToolSpec | None = None,
+        approval_id: str | None = None,
+    ) -> Refused:
+        """Record a refusal and return it."""
+        self.record(
+            self.event(
+                "refused",
+                spec=spec,
+                tool=name,
+                ctx=ctx,
+                code=code,
+                message=message,
+                refused_approval=approval_id,
+            )
+        )
+        return Refused(code=code, message=message, tool=name, approval_id=approval_id)
+
+    def note_rules(self, spec: ToolSpec | None) -> None:
+        """Record the canonical form of `spec`'s row and of the policy (once per process), so the
+        audit can check every approval against the rule it was made under."""
+        rules = []
+        if self.policy.fingerprint not in self._recorded_rules:
+            rules.append(
+                (self.policy.fingerprint, "policy", canonical_json(self.policy.canonical()).decode())
+            )
+        if spec is not None and spec.fingerprint not in self._recorded_rules:
+            rules.append((spec.fingerprint, "row", canonical_json(spec.canonical()).decode()))
+        if rules:
+            with self.store.transaction() as conn:
+                self.store.add_rules(conn, rules)
+            self._recorded_rules.update(r[0] for r in rules)

@@ -1,0 +1,208 @@
+"""Reading the approval ledger for a decision: checks, history, cards, and the bar a call must
+clear. Shared by proposals, decisions and execution; it changes nothing but lapsed approvals.
+
+The bar (`bar`) is re-derived from the table and policy in code for every stored call: the row
+and policy it was proposed under must still be the gate's, the required role comes from the row's
+escalation rules over the stored (verified) arguments, and the number of distinct approvers from
+the policy. Decisions count only when their seal verifies (`approvers`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from ._deps import Deps, Events
+from ._seal import approval_intact, decision_intact
+from .context import CallContext, Confirmation, SubjectEntry
+from .errors import PolicyViolation, TamperedRecord, UnknownApproval
+from .outcomes import Card, SubjectView
+from .stores.records import ApprovalRow, DecisionRow
+from .table import ToolSpec
+
+
+def context_of(row: ApprovalRow) -> CallContext:
+    """The identity a stored approval was proposed with."""
+    return CallContext(
+        session_id=row.session_id,
+        origin_message_id=row.origin_message_id,
+        user_id=row.user_id,
+        agent_id=row.agent_id,
+        run_id=row.run_id,
+    )
+
+
+def in_scope(spec: ToolSpec, args: Mapping[str, Any], ctx: CallContext) -> bool:
+    """The row's `scope` check; a check that cannot decide denies."""
+    if spec.scope is None:
+        return True
+    try:
+        return bool(spec.scope(args, ctx))
+    except Exception:
+        return False
+
+
+class Ledger:
+    """The gate's reading of stored approvals (see the module docstring)."""
+
+    def __init__(self, deps: Deps, events: Events) -> None:
+        self.table = deps.table
+        self.store = deps.store
+        self.policy = deps.policy
+        self.keyring = deps.keyring
+        self.clock = deps.clock
+        self.events = events
+
+    # -- business checks
+
+    def confirm(
+        self,
+        conn: Any,
+        spec: ToolSpec,
+        args: Mapping[str, Any],
+        ctx: CallContext,
+        subject_key: str,
+        *,
+        exclude: str | None,
+    ) -> str | None:
+        """The row's `confirm` check over the subject's history; a check that raises refuses."""
+        if spec.confirm is None:
+            return None
+        history = self.history(conn, spec.name, subject_key, exclude)
+        try:
+            return spec.confirm(args, Confirmation(call=ctx, history=history))
+        except Exception as exc:
+            return f"confirm check raised {type(exc).__name__}: {exc}"
+
+    def history(
+        self, conn: Any, tool: str, subject_key: str, exclude: str | None
+    ) -> tuple[SubjectEntry, ...]:
+        """The subject's other approvals of `tool`, oldest first, each marked whether it is in effect."""
+        now = self.clock.now()
+        return tuple(
+            SubjectEntry(
+                approval_id=r.id,
+                status=r.status,
+                version=r.version,
+                args=json.loads(r.args_json),
+                created_at=r.created_at,
+                in_effect=r.status == "executed"
+                or (
+                    r.status == "approved"
+                    and (r.token_used_at is not None or (r.token_expires_at or 0) > now)
+                ),
+            )
+            for r in self.store.subject_history(conn, tool, subject_key, exclude)
+        )
+
+    def subject_view(self, approval_id: str) -> SubjectView:
+        """What a reviewer sees beside a card: the subject's other approvals of this tool (newest
+        first) and, when the row has a `balance` check, what is left on the subject."""
+        with self.store.reading() as conn:
+            row = self.store.approval(conn, approval_id)
+            if row is None:
+                raise UnknownApproval(approval_id)
+            history = self.history(conn, row.tool, row.subject_key, row.id)
+        spec = self.table.get(row.tool)
+        balance: Any = None
+        if spec is not None and spec.balance is not None:
+            try:
+                balance = spec.balance(
+                    json.loads(row.args_json), Confirmation(call=context_of(row), history=history)
+                )
+            except Exception as exc:  # a display helper must not break the card
+                balance = f"unavailable ({type(exc).__name__})"
+        return SubjectView(history=tuple(reversed(history)), balance=balance)
+
+    # -- expiry
+
+    def expire_due(self, conn: Any, *, session_id: str | None = None, approval_id: str | None = None) -> None:
+        """Mark pending approvals past their deadline as expired, inside `conn`."""
+        now = self.clock.now()
+        for row in self.store.approvals_due(conn, now, session_id=session_id, approval_id=approval_id):
+            if self.store.update_approval(
+                conn, row.id, expect_status=["pending"], values={"status": "expired", "updated_at": now}
+            ):
+                self.store.append_events(conn, [self.events.event("expired", row=row)])
+
+    def expire(self) -> None:
+        """Mark every pending approval past its deadline as expired (also done lazily)."""
+        with self.store.transaction() as conn:
+            self.expire_due(conn)
+
+    # -- cards
+
+    def card_of(self, conn: Any, row: ApprovalRow) -> Card:
+        intact = approval_intact(self.keyring, row)
+        given = self.approvers(conn, row, round_=row.grants) if intact else []
+        if not given and row.grants > 0 and intact:  # a granted row shows the round that granted it
+            given = self.approvers(conn, row, round_=row.grants - 1)
+        return Card.from_record(row, approvals_given=len(given), intact=intact)
+
+    def card(self, approval_id: str) -> Card:
+        with self.store.reading() as conn:
+            row = self.store.approval(conn, approval_id)
+            if row is None:
+                raise UnknownApproval(approval_id)
+            return self.card_of(conn, row)
+
+    def pending(self, *, role: str | None = None, session_id: str | None = None) -> list[Card]:
+        """Approvals waiting for a decision, newest first. `role`: only those an approver holding
+        this role may decide (the policy's role grants included)."""
+        self.expire()
+        with self.store.reading() as conn:
+            return [
+                self.card_of(conn, r)
+                for r in self.store.approvals(status="pending", session_id=session_id)
+                if role is None or self.policy.role_satisfies(role, r.approver_role)
+            ]
+
+    # -- the bar
+
+    def approvers(
+        self, conn: Any, row: ApprovalRow, *, round_: int, role: str | None = None
+    ) -> list[DecisionRow]:
+        """The distinct approvers of the row's version in one grant round: decisions whose seal
+        verifies (and whose role satisfies `role`, when given); a forged row counts for nothing."""
+        seen: dict[str, DecisionRow] = {}
+        for d in self.store.decisions(conn, row.id, row.version):
+            if (
+                d.decision == "approve"
+                and d.grant_round == round_
+                and d.approver_id not in seen
+                and decision_intact(self.keyring, d)
+                and (role is None or self.policy.role_satisfies(d.role, role))
+            ):
+                seen[d.approver_id] = d
+        return list(seen.values())
+
+    def current_spec(self, row: ApprovalRow) -> ToolSpec:
+        """The table row of a stored call, refused if it changed since the proposal."""
+        spec = self.table.get(row.tool)
+        if spec is None:
+            raise PolicyViolation(f"{row.tool} is no longer in the effect table", code="reclassified")
+        if spec.fingerprint != row.row_fingerprint:
+            raise PolicyViolation(
+                f"{row.tool} changed in the effect table since this approval was proposed; "
+                "it needs a fresh proposal",
+                code="reclassified",
+            )
+        return spec
+
+    def bar(self, row: ApprovalRow) -> tuple[ToolSpec, str, int]:
+        """The table row, the required role and the number of distinct approvers for a stored
+        call, re-derived from this gate's table and policy (never from mutable columns): a call
+        proposed under another row or policy needs a fresh proposal."""
+        spec = self.current_spec(row)
+        if row.policy_fingerprint != self.policy.fingerprint:
+            raise PolicyViolation(
+                f"{row.tool}: the policy changed since this approval was proposed; it needs a fresh proposal",
+                code="reclassified",
+            )
+        role, _ = spec.role_for(json.loads(row.args_json))
+        required = self.policy.approvals_needed(spec.effect)
+        if role != row.approver_role or required != row.approvals_required:
+            raise TamperedRecord(row.id, "its approver role or number of approvers differ from the table's")
+        assert role is not None  # a gated row always names a role (check_policy)
+        return spec, role, required

@@ -1,0 +1,294 @@
+"""Proposals: registering gated calls as approvals, replays and amendments.
+
+A gated call freezes its arguments, registers or finds its approval under the intent key
+(session, tool, origin message, subject), and returns `Pending`; a replayed message finds the same
+approval (or, once it ran, its stored result); a new message while it waits amends it (version
++ 1, sealed again). A call out of scope is recorded as rejected and never reaches a card.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from ._deps import Deps, Events
+from ._execution import exec_key
+from ._ledger import Ledger, in_scope
+from ._seal import approval_intact, seal_approval
+from .canonical import digest, key_of
+from .context import CallContext
+from .errors import StaleApproval, TamperedRecord
+from .outcomes import Card, Executed, Outcome, Pending, Refused, VersionEntry
+from .stores.records import ApprovalRow
+from .table import ToolSpec
+
+
+class Proposals:
+    """Registers gated calls; see the module docstring."""
+
+    def __init__(self, deps: Deps, events: Events, ledger: Ledger) -> None:
+        self.table = deps.table
+        self.store = deps.store
+        self.policy = deps.policy
+        self.keyring = deps.keyring
+        self.clock = deps.clock
+        self.ids = deps.ids
+        self.events = events
+        self.ledger = ledger
+
+    def propose(self, spec: ToolSpec, args: Mapping[str, Any], frozen: str, ctx: CallContext) -> Outcome:
+        subject = spec.subject_of(args)
+        subject_key = digest({"subject": subject}) if subject is not None else f"args:{frozen}"
+        intent = key_of(
+            "intent",
+            ctx.session_id,
+            spec.name,
+            ctx.origin_message_id,
+            subject if subject is not None else dict(args),
+        )
+        role, notes = spec.role_for(args)
+        assert role is not None  # check_policy guarantees a role for every gated row
+        self.events.note_rules(spec)
+        now = self.clock.now()
+        with self.store.transaction() as conn:
+            self.store.lock(conn, f"session:{ctx.session_id}")
+            self.store.lock(conn, f"subject:{subject_key}")
+            self.ledger.expire_due(conn, session_id=ctx.session_id)
+            existing = self.store.approval_for_key(conn, intent)
+            if existing is not None and existing.status != "pending":
+                return self.replayed(conn, existing, frozen, ctx)
+            if existing is not None and (self.store.key_version(conn, intent) or 0) < existing.version:
+                # A replay of a message that a later message already amended: answer with the
+                # current version; an old message must not roll the amendment back.
+                self.store.append_events(
+                    conn, [self.events.event("replay", row=existing, ctx=ctx, superseded=True)]
+                )
+                return Pending(
+                    approval_id=existing.id,
+                    version=existing.version,
+                    card=self.ledger.card_of(conn, existing),
+                    replay=True,
+                )
+            if existing is None and not in_scope(spec, args, ctx):
+                row = self.new_row(
+                    spec, args, frozen, ctx, subject, subject_key, role, notes, now, status="rejected"
+                )
+                row.reason = "out of scope: the caller may not act on this subject"
+                self.store.insert_approval(conn, row)
+                self.store.add_key(conn, intent, row.id, 1, ctx.origin_message_id)
+                self.store.append_events(
+                    conn, [self.events.event("rejected", row=row, spec=spec, code="out_of_scope")]
+                )
+                return Refused(
+                    code="out_of_scope",
+                    message=f"{spec.name}: {row.reason}",
+                    tool=spec.name,
+                    approval_id=row.id,
+                )
+            pending = existing or self.store.pending_in_session(conn, ctx.session_id, spec.name, subject_key)
+            if pending is not None:
+                return self.amend(
+                    conn, spec, pending, args, frozen, ctx, intent, role, notes, replay=existing is not None
+                )
+            busy = self.store.in_flight_elsewhere(conn, subject_key, ctx.session_id, now)
+            if busy is not None:
+                message = (
+                    f"{spec.name}: approval {busy.id} ({busy.tool}) is already in flight on "
+                    f"this subject from another session"
+                )
+                self.store.append_events(
+                    conn,
+                    [self.events.event("refused", spec=spec, ctx=ctx, code="subject_busy", busy=busy.id)],
+                )
+                return Refused(code="subject_busy", message=message, tool=spec.name, approval_id=busy.id)
+            if self.store.count_pending(conn, ctx.session_id) >= self.policy.max_pending_per_session:
+                self.store.append_events(
+                    conn, [self.events.event("refused", spec=spec, ctx=ctx, code="too_many_pending")]
+                )
+                message = f"this session already has {self.policy.max_pending_per_session} approvals waiting"
+                return Refused(code="too_many_pending", message=message, tool=spec.name)
+            reason = self.ledger.confirm(conn, spec, args, ctx, subject_key, exclude=None)
+            if reason is not None:
+                self.store.append_events(
+                    conn,
+                    [self.events.event("refused", spec=spec, ctx=ctx, code="confirm_failed", reason=reason)],
+                )
+                return Refused(code="confirm_failed", message=f"{spec.name}: {reason}", tool=spec.name)
+            row = self.new_row(
+                spec, args, frozen, ctx, subject, subject_key, role, notes, now, status="pending"
+            )
+            self.store.insert_approval(conn, row)
+            self.store.add_key(conn, intent, row.id, 1, ctx.origin_message_id)
+            self.store.append_events(conn, [self.events.event("proposed", row=row, spec=spec)])
+            return Pending(approval_id=row.id, version=1, card=Card.from_record(row))
+
+    def new_row(
+        self,
+        spec: ToolSpec,
+        args: Mapping[str, Any],
+        frozen: str,
+        ctx: CallContext,
+        subject: dict[str, Any] | None,
+        subject_key: str,
+        role: str,
+        notes: list[str],
+        now: float,
+        *,
+        status: str,
+    ) -> ApprovalRow:
+        row = ApprovalRow(
+            id=self.ids(),
+            session_id=ctx.session_id,
+            origin_message_id=ctx.origin_message_id,
+            user_id=ctx.user_id,
+            agent_id=ctx.agent_id,
+            run_id=ctx.run_id,
+            tool=spec.name,
+            effect=str(spec.effect),
+            reversibility=str(spec.reversibility),
+            owner=spec.owner,
+            subject_key=subject_key,
+            subject_json=json.dumps(subject) if subject is not None else None,
+            args_json=json.dumps(dict(args), sort_keys=True),
+            args_hash=frozen,
+            approver_role=role,
+            notes_json=json.dumps(notes),
+            approvals_required=self.policy.approvals_needed(spec.effect),
+            status=status,
+            version=1,
+            created_at=now,
+            updated_at=now,
+            expires_at=now + self.policy.pending_ttl,
+            row_fingerprint=spec.fingerprint,
+            table_fingerprint=self.table.fingerprint,
+            policy_fingerprint=self.policy.fingerprint,
+            has_confirm=spec.confirm is not None,
+        )
+        row.seal = seal_approval(self.keyring, row)
+        return row
+
+    def amend(
+        self,
+        conn: Any,
+        spec: ToolSpec,
+        row: ApprovalRow,
+        args: Mapping[str, Any],
+        frozen: str,
+        ctx: CallContext,
+        intent: str,
+        role: str,
+        notes: list[str],
+        *,
+        replay: bool,
+    ) -> Outcome:
+        if not approval_intact(self.keyring, row):
+            raise TamperedRecord(row.id, "its seal or arguments hash does not verify")
+        if row.args_hash == frozen:
+            if not replay:
+                self.store.add_key(conn, intent, row.id, row.version, ctx.origin_message_id)
+            self.store.append_events(conn, [self.events.event("replay", row=row, ctx=ctx)])
+            return Pending(
+                approval_id=row.id, version=row.version, card=self.ledger.card_of(conn, row), replay=True
+            )
+        reason = self.ledger.confirm(conn, spec, args, ctx, row.subject_key, exclude=row.id)
+        if reason is not None:
+            self.store.append_events(
+                conn, [self.events.event("refused", spec=spec, ctx=ctx, code="confirm_failed", reason=reason)]
+            )
+            return Refused(
+                code="confirm_failed", message=f"{spec.name}: {reason}", tool=spec.name, approval_id=row.id
+            )
+        now = self.clock.now()
+        values = {
+            "version": row.version + 1,
+            "args_json": json.dumps(dict(args), sort_keys=True),
+            "args_hash": frozen,
+            "approver_role": role,
+            "approvals_required": self.policy.approvals_needed(spec.effect),
+            "notes_json": json.dumps(notes),
+            "updated_at": now,
+            "expires_at": now + self.policy.pending_ttl,
+            "row_fingerprint": spec.fingerprint,
+            "table_fingerprint": self.table.fingerprint,
+            "policy_fingerprint": self.policy.fingerprint,
+            "origin_message_id": ctx.origin_message_id,
+        }
+        values["seal"] = seal_approval(self.keyring, row.model_copy(update=values))
+        if not self.store.update_approval(
+            conn, row.id, expect_status=["pending"], expect_version=row.version, values=values
+        ):
+            raise StaleApproval(row.id, row.version, row.version + 1)  # pragma: no cover - locked
+        self.store.add_key(conn, intent, row.id, row.version + 1, ctx.origin_message_id)
+        updated = self.store.approval(conn, row.id)
+        assert updated is not None
+        self.store.append_events(
+            conn, [self.events.event("amended", row=updated, previous_hash=row.args_hash)]
+        )
+        return Pending(approval_id=row.id, version=updated.version, card=Card.from_record(updated))
+
+    def replayed(self, conn: Any, row: ApprovalRow, frozen: str, ctx: CallContext) -> Outcome:
+        """The intent key found a decided approval: answer as before, never a second one."""
+        # The intent (session, tool, message, subject) is what counts: a replay whose arguments
+        # came out differently still answers with this approval, never a second one.
+        self.store.append_events(
+            conn,
+            [
+                self.events.event(
+                    "replay", row=row, ctx=ctx, status=row.status, same_args=row.args_hash == frozen
+                )
+            ],
+        )
+        if row.status == "rejected":
+            return Refused(
+                code="out_of_scope", message=f"{row.tool}: {row.reason}", tool=row.tool, approval_id=row.id
+            )
+        if row.status == "denied":
+            return Refused(
+                code="denied",
+                message=f"{row.tool} was denied: {row.reason}",
+                tool=row.tool,
+                approval_id=row.id,
+            )
+        if row.status == "expired":
+            return Refused(
+                code="expired",
+                message=f"approval {row.id} for {row.tool} expired undecided",
+                tool=row.tool,
+                approval_id=row.id,
+            )
+        if row.status == "failed":
+            return Refused(
+                code="failed",
+                message=f"{row.tool} ran and failed: {row.reason}. A new attempt needs a new request",
+                tool=row.tool,
+                approval_id=row.id,
+            )
+        if row.status == "executed":
+            record = self.store.load(conn, exec_key(row))
+            result = record.result if record is not None else None
+            return Executed(
+                tool=row.tool,
+                result=result,
+                replay=True,
+                approval_id=row.id,
+                version=row.version,
+                idempotency_key=exec_key(row),
+            )
+        return Pending(
+            approval_id=row.id,
+            version=row.version,
+            card=self.ledger.card_of(conn, row),
+            status=row.status,
+            replay=True,
+        )
+
+    def versions(self, approval_id: str) -> tuple[VersionEntry, ...]:
+        """Each version of an approval, oldest first: its args hash and the user message that
+        proposed it (the same message for a reviewer's edit, another one for an amendment)."""
+        out = {
+            e.version: VersionEntry(e.version, e.args_hash or "", e.origin_message_id or "")
+            for e in self.store.events(approval_id=approval_id)
+            if e.kind in ("proposed", "amended") and e.version is not None
+        }
+        return tuple(out[v] for v in sorted(out))

@@ -1,0 +1,226 @@
+"""After the fact: stored results, reconciliation of unknown outcomes, and crash recovery.
+
+An unknown outcome is settled through the tool's `reconcile(key)` hook (found: the record
+completes with the provider's result; not found: it runs again under the same key, which the
+provider dedupes on) or by a person (`settle`: it happened, with its result, or it did not, a
+definite failure that ends the approval `failed`). A person reconciling must hold the approval's
+role. `recover()` turns in-flight records whose lease expired into `needs_reconciliation`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from . import flow
+from ._deps import Deps, Events
+from ._execution import EXEC_PREFIX, WRITE_PREFIX, Execution, exec_key
+from ._ledger import Ledger, context_of
+from ._notice import Notices
+from ._seal import approval_intact
+from .context import Approver, ToolContext
+from .errors import PolicyViolation, TamperedRecord, UnknownApproval, WrongApprover
+from .outcomes import Executed
+from .stores.base import Stored, to_json
+from .stores.records import ApprovalRow
+from .table import ToolSpec
+
+
+def _tool_of_write_key(key: str) -> str | None:
+    """Write keys read `w_<tool>_<sha256 hex>`."""
+    if not key.startswith(WRITE_PREFIX) or "_" not in key[len(WRITE_PREFIX) :]:
+        return None
+    return key[len(WRITE_PREFIX) :].rsplit("_", 1)[0]
+
+
+def _approval_of_key(key: str) -> tuple[str, int] | None:
+    if not key.startswith(EXEC_PREFIX) or "_v" not in key:
+        return None
+    approval_id, _, version = key[len(EXEC_PREFIX) :].rpartition("_v")
+    return (approval_id, int(version)) if version.isdigit() else None
+
+
+class Reconciliation:
+    """Stored results, reconcile, settle, recover; see the module docstring."""
+
+    def __init__(
+        self, deps: Deps, events: Events, ledger: Ledger, notices: Notices, execution: Execution
+    ) -> None:
+        self.table = deps.table
+        self.store = deps.store
+        self.policy = deps.policy
+        self.keyring = deps.keyring
+        self.clock = deps.clock
+        self.events = events
+        self.ledger = ledger
+        self.notices = notices
+        self.execution = execution
+
+    def result(self, approval_id: str) -> Executed | None:
+        """The stored result of an executed approval (None while it has not succeeded)."""
+        row = self.store.get_approval(approval_id)
+        if row is None:
+            raise UnknownApproval(approval_id)
+        record = self.store.get(exec_key(row))
+        if record is None or record.status != "succeeded":
+            return None
+        return Executed(
+            tool=row.tool,
+            result=record.result,
+            replay=True,
+            approval_id=row.id,
+            version=row.version,
+            idempotency_key=record.key,
+        )
+
+    def reconcile(self, approval_id: str, *, approver: Approver | None = None) -> Executed | None:
+        """Settle a `needs_reconciliation` approval through the tool's `reconcile(key)` hook.
+
+        Found at the provider: the record completes with the provider's result. Not found: it runs
+        again with the same key (the provider dedupes on it). Unknown: it stays; returns None.
+        A person reconciling passes `approver`: they must hold the approval's role (it can run
+        the operation again), and the events record who did it."""
+        return flow.drive(self.reconcile_flow(approval_id, approver))
+
+    def settled_row(self, approval_id: str, approver: Approver | None) -> ApprovalRow:
+        """The approval to reconcile or settle, verified, and `approver` allowed to."""
+        row = self.store.get_approval(approval_id)
+        if row is None:
+            raise UnknownApproval(approval_id)
+        if not approval_intact(self.keyring, row):
+            raise TamperedRecord(approval_id, "its seal or arguments hash does not verify")
+        if approver is not None and not self.policy.role_satisfies(approver.role, row.approver_role):
+            raise WrongApprover(
+                approval_id,
+                f"reconciling {row.tool} needs role {row.approver_role}; {approver.id} holds {approver.role}",
+            )
+        return row
+
+    def reconcile_flow(self, approval_id: str, approver: Approver | None) -> flow.Flow[Executed | None]:
+        row = self.settled_row(approval_id, approver)
+        by = f"reconcile by {approver.id} ({approver.role})" if approver is not None else "reconcile"
+        key = exec_key(row)
+        record = self.store.get(key)
+        if record is None or record.status != "needs_reconciliation":
+            raise PolicyViolation(
+                f"approval {approval_id} is not awaiting reconciliation", code="not_reconcilable"
+            )
+        spec = self.ledger.current_spec(row)
+        if spec.reconcile is None:
+            raise PolicyViolation(
+                f"{row.tool} has no reconcile hook; settle it with gate.settle()", code="not_reconcilable"
+            )
+        found = yield flow.Invoke(spec.reconcile, {"key": key})
+        if found is None:
+            return None
+        if found.found:
+            return self.settle_found(row, spec, key, found.result, found.provider_ref, by=by)
+        with self.store.transaction() as conn:
+            self.store.release(key, "provider never saw the key", conn=conn)
+            self.store.append_events(conn, [self.events.event("released", row=row, key=key, by=by)])
+        claim = self.store.claim(key, row.args_hash, lease_seconds=self.policy.lease_seconds)
+        if isinstance(claim, Stored):  # pragma: no cover - released just above
+            return None
+        tool_context = ToolContext(
+            idempotency_key=key,
+            call=context_of(row),
+            approval_id=row.id,
+            version=row.version,
+            attempt=claim.attempt,
+        )
+        result = yield from self.execution.run_claimed(
+            spec,
+            json.loads(row.args_json),
+            row.args_hash,
+            context_of(row),
+            key=key,
+            owner=claim.owner,
+            tool_context=tool_context,
+            row=row,
+        )
+        return result
+
+    def settle_found(
+        self, row: ApprovalRow, spec: ToolSpec, key: str, result: Any, ref: str | None, *, by: str
+    ) -> Executed:
+        with self.store.transaction() as conn:
+            record = self.store.resolve(key, result, provider_ref=ref, conn=conn)
+            self.store.update_approval(
+                conn,
+                row.id,
+                expect_status=["approved"],
+                values={"status": "executed", "updated_at": self.clock.now()},
+            )
+            self.store.append_execution(
+                conn,
+                approval_id=row.id,
+                version=row.version,
+                tool=row.tool,
+                effect=row.effect,
+                args_hash=row.args_hash,
+                args_json=row.args_json,
+                idempotency_key=key,
+                status="succeeded",
+                table_fingerprint=self.table.fingerprint,
+                row_fingerprint=spec.fingerprint,
+                policy_fingerprint=self.policy.fingerprint,
+                result_json=to_json(result),
+                error=f"settled by {by}",
+                **{k: v for k, v in context_of(row).as_record().items() if k != "tool_call_id"},
+            )
+            self.store.append_events(
+                conn, [self.events.event("reconciled", row=row, key=key, by=by, provider_ref=ref)]
+            )
+        return Executed(
+            tool=row.tool, result=record.result, approval_id=row.id, version=row.version, idempotency_key=key
+        )
+
+    def settle(
+        self,
+        approval_id: str,
+        *,
+        happened: bool,
+        result: Any = None,
+        by: str,
+        provider_ref: str | None = None,
+    ) -> Executed | None:
+        """A person settles a reconciliation: the effect happened (with its result), or it did not:
+        a definite failure, so the record and the approval end `failed` (the subject is free and
+        a new attempt is a new proposal; the spent grant never runs it again)."""
+        row = self.settled_row(approval_id, None)
+        key = exec_key(row)
+        if happened:
+            return self.settle_found(row, self.ledger.current_spec(row), key, result, provider_ref, by=by)
+        error = f"settled by {by}: did not happen"
+        with self.store.transaction() as conn:
+            self.store.release(key, error, conn=conn)
+            self.execution.fail_approval(conn, row, error)
+            self.store.append_events(conn, [self.events.event("released", row=row, key=key, by=by)])
+        return None
+
+    def recover(self) -> list[str]:
+        """After a crash: every in-flight record whose lease expired becomes needs_reconciliation,
+        its approver is notified, and tools with a `reconcile` hook are reconciled now.
+        Returns the keys it touched."""
+        now = self.clock.now()
+        touched: list[str] = []
+        for record in self.store.idempotency_records(status="in_progress"):
+            if record.lease_expires_at is None or record.lease_expires_at > now:
+                continue
+            reason = f"lease of {record.lease_owner} expired while in flight"
+            if not self.store.expire_lease(record.key, now=now, reason=reason):
+                continue
+            touched.append(record.key)
+            parsed = _approval_of_key(record.key)
+            row = self.store.get_approval(parsed[0]) if parsed else None
+            self.events.record(
+                self.events.event("needs_reconciliation", row=row, key=record.key, reason=reason)
+            )
+            self.notices.unknown_outcome(
+                row, record.key, reason, record.provider_ref, tool=_tool_of_write_key(record.key)
+            )
+            if row is not None:
+                spec = self.table.get(row.tool)
+                if spec is not None and spec.reconcile is not None:
+                    self.reconcile(row.id)
+        return touched

@@ -1,0 +1,189 @@
+"""What the gate needs from a store: the approval ledger and the idempotency store, as protocols.
+
+The gate depends on these, never on `SQLStore` or a backend's private methods. A backend
+implements every method; `SQLStore` is the one implementation (SQLite and PostgreSQL) and
+`tests/conformance/stores.py` the contract every backend passes. Methods taking `conn` run inside
+the caller's transaction (from `transaction()` or `reading()`) and never commit on their own.
+
+Errors: every method may raise `StoreError` when the database refuses (no schema, another schema
+version) and the driver's own errors when it is unreachable; what a method raises beyond that is
+in its docstring.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+from .._clock import Clock
+from .base import Claimed, ExpiredLease, IdempotencyRecord, Stored
+from .records import ApprovalRow, DecisionRow, EventRow, ExecutionRow, RuleRow
+
+
+class IdempotencyLedger(Protocol):
+    """Exactly-once execution keyed by an operation key (`base.IdempotencyStore` owns the rules)."""
+
+    clock: Clock
+
+    def claim(
+        self,
+        key: str,
+        payload_hash: str,
+        *,
+        owner: str | None = None,
+        lease_seconds: float = 60.0,
+        on_expired_lease: ExpiredLease = "reconcile",
+        conn: Any = None,
+    ) -> Claimed | Stored:
+        """Take the lease on `key` or return its stored result. Raises `IdempotencyConflict`
+        (same key, other payload), `InProgress` (a live lease), `NeedsReconciliation`."""
+
+    def complete(
+        self, key: str, owner: str, result: Any, *, provider_ref: str | None = None, conn: Any = None
+    ) -> IdempotencyRecord:
+        """Store the result (the lease owner only). Raises `LeaseLost`."""
+
+    def fail(self, key: str, owner: str, error: str, *, conn: Any = None) -> None:
+        """A definite failure (the lease owner only). Raises `LeaseLost`."""
+
+    def mark_needs_reconciliation(
+        self, key: str, owner: str, reason: str, *, provider_ref: str | None = None, conn: Any = None
+    ) -> None:
+        """Park an unknown outcome (the lease owner only). Raises `LeaseLost`."""
+
+    def expire_lease(self, key: str, *, now: float, reason: str, conn: Any = None) -> bool:
+        """An in-flight record whose lease ran out before `now` becomes needs_reconciliation;
+        True if this call changed it (False: not in flight, or its lease is live)."""
+
+    def resolve(
+        self, key: str, result: Any, *, provider_ref: str | None = None, conn: Any = None
+    ) -> IdempotencyRecord:
+        """Reconciliation found the effect: succeeded. Raises `StoreError` if not awaiting it."""
+
+    def release(self, key: str, reason: str, *, conn: Any = None) -> None:
+        """Reconciliation found no effect: failed. Raises `StoreError` if not awaiting it."""
+
+    def get(self, key: str) -> IdempotencyRecord | None:
+        """The record of `key` (its own transaction), or None."""
+
+    def load(self, conn: Any, key: str) -> IdempotencyRecord | None:
+        """The record of `key` inside `conn`'s transaction, or None."""
+
+    def idempotency_records(self, *, status: str | None = None) -> list[IdempotencyRecord]:
+        """Every record (of one status), oldest first."""
+
+
+class ApprovalLedger(Protocol):
+    """Approvals, their intent keys, decisions, executions, events and recorded rules."""
+
+    def check(self) -> None:
+        """Refuse (`StoreError`) a database without the schema or of another schema version."""
+
+    def transaction(self) -> AbstractContextManager[Any]:
+        """A write transaction: commits on success, rolls back on error."""
+
+    def reading(self) -> AbstractContextManager[Any]:
+        """A read-only transaction (never waits for the write lock where the backend can)."""
+
+    def lock(self, conn: Any, name: str) -> None:
+        """Serialise transactions that name the same lock (until this one ends)."""
+
+    def approval(self, conn: Any, approval_id: str) -> ApprovalRow | None:
+        """The approval row, or None."""
+
+    def approval_for_key(self, conn: Any, key: str) -> ApprovalRow | None:
+        """The approval an intent key was recorded against, or None."""
+
+    def key_version(self, conn: Any, key: str) -> int | None:
+        """The approval version an intent key was recorded against, or None."""
+
+    def pending_in_session(
+        self, conn: Any, session_id: str, tool: str, subject_key: str
+    ) -> ApprovalRow | None:
+        """The session's newest pending approval of `tool` on the subject, or None."""
+
+    def in_flight_elsewhere(
+        self, conn: Any, subject_key: str, session_id: str, now: float
+    ) -> ApprovalRow | None:
+        """Another session's approval on the subject that is pending, or granted and usable."""
+
+    def approvals_due(
+        self, conn: Any, now: float, *, session_id: str | None = None, approval_id: str | None = None
+    ) -> list[ApprovalRow]:
+        """Pending approvals whose deadline has passed."""
+
+    def approvals_expiring(self, conn: Any, now: float, until: float) -> list[ApprovalRow]:
+        """Pending approvals still open at `now` that lapse at or before `until`."""
+
+    def has_event(self, conn: Any, kind: str, approval_id: str, version: int) -> bool:
+        """Whether an event of `kind` is recorded for this approval version."""
+
+    def count_pending(self, conn: Any, session_id: str) -> int:
+        """How many approvals of the session are pending."""
+
+    def subject_history(
+        self, conn: Any, tool: str, subject_key: str, exclude: str | None
+    ) -> list[ApprovalRow]:
+        """The subject's approvals of `tool`, oldest first (without `exclude`)."""
+
+    def insert_approval(self, conn: Any, row: ApprovalRow) -> None:
+        """Insert a new approval row."""
+
+    def update_approval(
+        self,
+        conn: Any,
+        approval_id: str,
+        *,
+        expect_status: Sequence[str],
+        expect_version: int | None = None,
+        values: Mapping[str, Any],
+    ) -> bool:
+        """Compare-and-set on status (and version); True if the row changed."""
+
+    def add_key(self, conn: Any, key: str, approval_id: str, version: int, origin: str) -> bool:
+        """Record an intent key unless present; True if this call recorded it."""
+
+    def add_decision(self, conn: Any, **values: Any) -> None:
+        """Append a decision row (append-only)."""
+
+    def decisions(self, conn: Any, approval_id: str, version: int | None = None) -> list[DecisionRow]:
+        """An approval's decisions (of one version), in order."""
+
+    def append_events(self, conn: Any, events: Sequence[Mapping[str, Any]]) -> None:
+        """Append audit events (append-only)."""
+
+    def append_execution(self, conn: Any, **values: Any) -> None:
+        """Append an execution row (append-only)."""
+
+    def add_rules(self, conn: Any, rules: Sequence[tuple[str, str, str]]) -> None:
+        """Record (fingerprint, kind, canonical JSON) rules unless present (append-only)."""
+
+    def approvals(
+        self,
+        *,
+        status: str | Sequence[str] | None = None,
+        role: str | None = None,
+        session_id: str | None = None,
+        limit: int | None = None,
+    ) -> list[ApprovalRow]:
+        """Approvals, newest first (its own read transaction)."""
+
+    def get_approval(self, approval_id: str) -> ApprovalRow | None:
+        """One approval (its own read transaction)."""
+
+    def executions(self, *, approval_id: str | None = None, tool: str | None = None) -> list[ExecutionRow]:
+        """Execution rows, in order."""
+
+    def events(self, *, kind: str | None = None, approval_id: str | None = None) -> list[EventRow]:
+        """Event rows, in order."""
+
+    def all_decisions(self) -> list[DecisionRow]:
+        """Every decision row, in order."""
+
+    def rules(self) -> dict[str, RuleRow]:
+        """Every recorded rule by fingerprint."""
+
+
+class Store(ApprovalLedger, IdempotencyLedger, Protocol):
+    """Both ledgers in one database (one transaction can span them)."""
