@@ -30,7 +30,8 @@ from .canonical import digest
 from .effects import Effect, Policy, weakened
 from .stores.protocol import Store
 from .stores.records import ApprovalRow, DecisionRow, ExecutionRow, RuleRow
-from .table import EffectTable, possible_roles
+from ._rules import possible_roles
+from .table import EffectTable
 from .tokens import Keyring
 
 FindingKind = Literal[

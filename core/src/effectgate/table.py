@@ -9,9 +9,8 @@ does not run.
 from __future__ import annotations
 
 import inspect
-import tomllib
 import typing
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -21,6 +20,9 @@ import fastjsonschema
 import jsonschema
 import pydantic
 
+from ._rules import Escalate as Escalate
+from ._rules import Reconciled as Reconciled
+from ._rules import _qualname
 from .canonical import digest
 from .context import CallContext, Confirmation, ToolContext
 from .effects import Effect, Policy, Reversibility
@@ -33,123 +35,11 @@ Reconcile = Callable[[str], "Reconciled | None"]
 
 
 @dataclass(frozen=True)
-class Reconciled:
-    """What a tool's `reconcile(key)` learned from the provider.
-
-    `found=True` with a `result`: the effect happened; the record completes with it.
-    `found=False`: the provider never saw the key; the call may run again with the same key.
-    `None` from `reconcile` itself means the provider cannot tell either; the record stays.
-    """
-
-    found: bool
-    result: Any = None
-    provider_ref: str | None = None
-
-
-def exceeds(args: Mapping[str, Any], arg: str, limit: int | float) -> bool:
-    """`Escalate.above`'s test: the argument is a number greater than `limit`."""
-    value = args.get(arg)
-    return isinstance(value, int | float) and not isinstance(value, bool) and value > limit
-
-
-def count_of(args: Mapping[str, Any], arg: str) -> int:
-    """`Escalate.count_above`'s count: 1 for a string, the length of a list, else 0."""
-    value = args.get(arg)
-    if isinstance(value, str):
-        return 1
-    return len(value) if isinstance(value, Sequence) else 0
-
-
-def possible_roles(row: Mapping[str, Any], args: Mapping[str, Any]) -> set[str]:
-    """The approver roles a row in its canonical form (as recorded) can require for `args`:
-    declarative rules are evaluated; a `when` predicate (code) may or may not have matched."""
-    roles: set[str] = set()
-    for rule in row.get("escalate", ()):
-        if "above" in rule:
-            if exceeds(args, rule["arg"], rule["above"]):
-                return roles | {rule["role"]}
-        elif "count_above" in rule:
-            if count_of(args, rule["arg"]) > rule["count_above"]:
-                return roles | {rule["role"]}
-        else:
-            roles.add(rule["role"])
-    return roles | {row["approver_role"]}
-
-
-@dataclass(frozen=True, kw_only=True)
-class Escalate:
-    """An argument-dependent rule that raises the approver role; the first matching rule wins.
-
-    Build one with `Escalate.above("amount", 100000, role="finance_lead")`,
-    `Escalate.count_above("to", 500, role="marketing_lead", note="bulk send")`, or
-    `Escalate.when(predicate, role=..., note=...)` for anything else.
-    """
-
-    role: str
-    note: str
-    predicate: Callable[[Mapping[str, Any]], bool]
-    rule: Mapping[str, Any]
-    describe: Callable[[Mapping[str, Any]], str] | None = None
-
-    @classmethod
-    def above(cls, arg: str, limit: int | float, *, role: str, note: str = "") -> Escalate:
-        return cls(
-            role=role,
-            note=note or f"{arg} above {limit}",
-            predicate=lambda args: exceeds(args, arg, limit),
-            rule={"arg": arg, "above": limit},
-            describe=lambda args: f"{arg} = {args.get(arg)} (> {limit})",
-        )
-
-    @classmethod
-    def count_above(cls, arg: str, limit: int, *, role: str, note: str = "") -> Escalate:
-        return cls(
-            role=role,
-            note=note or f"more than {limit} {arg}",
-            predicate=lambda args: count_of(args, arg) > limit,
-            rule={"arg": arg, "count_above": limit},
-            describe=lambda args: f"{arg}: {count_of(args, arg)} (> {limit})",
-        )
-
-    @classmethod
-    def when(cls, predicate: Callable[[Mapping[str, Any]], bool], *, role: str, note: str) -> Escalate:
-        return cls(role=role, note=note, predicate=predicate, rule={"when": _qualname(predicate)})
-
-    @classmethod
-    def from_rule(cls, rule: Mapping[str, Any], bindings: Mapping[str, Callable[..., Any]]) -> Escalate:
-        """Build a rule from its TOML form: {arg, above | count_above, role, note} or {when, role}."""
-        role = rule.get("role")
-        if not isinstance(role, str) or not role:
-            raise ValueError(f"escalation rule {dict(rule)} needs a role")
-        note = str(rule.get("note", ""))
-        if ("above" in rule or "count_above" in rule) and not isinstance(rule.get("arg"), str):
-            raise ValueError(f"escalation rule {dict(rule)} needs the argument it tests (arg = ...)")
-        if "above" in rule:
-            return cls.above(str(rule["arg"]), rule["above"], role=role, note=note)
-        if "count_above" in rule:
-            return cls.count_above(str(rule["arg"]), int(rule["count_above"]), role=role, note=note)
-        if "when" in rule:
-            name = str(rule["when"])
-            if name not in bindings:
-                raise ValueError(f"escalation predicate {name!r} is not bound")
-            return cls.when(bindings[name], role=role, note=note or name)
-        raise ValueError(f"escalation rule {dict(rule)} needs above, count_above or when")
-
-
-@dataclass(frozen=True)
 class SchemaError:
     """One argument problem: where (a JSON pointer into the arguments) and what."""
 
     pointer: str
     message: str
-
-
-def _qualname(obj: object) -> str | None:
-    if obj is None:
-        return None
-    module = getattr(obj, "__module__", None) or ""
-    name = getattr(obj, "__qualname__", None) or type(obj).__qualname__
-    return f"{module}.{name}"
 
 
 def _context_params(fn: Callable[..., Any]) -> tuple[set[str], dict[str, Any]]:
@@ -417,95 +307,6 @@ class EffectTable:
         ``confirm``, ``snapshot``, ``reconcile`` (names in ``bindings``), and ``escalate``
         (a list of rules, see `Escalate.from_rule`). ``[agents]`` maps agent ids to tool lists.
         """
-        text = source if isinstance(source, str) and "\n" in source else Path(source).read_text()
-        data = tomllib.loads(text)
-        unknown_top = set(data) - {"tools", "agents"}
-        if unknown_top:
-            raise TableError("<toml>", "sections", f"unknown sections {sorted(unknown_top)}")
-        table = cls()
-        for name, row in data.get("tools", {}).items():
-            table.register(_spec_from_toml(name, row, bindings))
-        for agent, names in data.get("agents", {}).items():
-            table.allow(agent, names)
-        return table
+        from ._toml import load_toml  # TOML loading builds rows; it imports this module
 
-
-_TOML_FIELDS = {
-    "effect",
-    "fn",
-    "approver_role",
-    "owner",
-    "reversibility",
-    "subject",
-    "schema",
-    "scope",
-    "confirm",
-    "snapshot",
-    "reconcile",
-    "escalate",
-    "description",
-    "definite_failures",
-    "unknown_outcome",
-    "transient",
-}
-
-
-def _reversibility(name: str, value: Any) -> Reversibility:
-    try:
-        return Reversibility(value)
-    except ValueError:
-        known = ", ".join(r.value for r in Reversibility)
-        raise TableError(name, "reversibility", f"{value!r} is not one of {known}") from None
-
-
-def _spec_from_toml(
-    name: str, row: Mapping[str, Any], bindings: Mapping[str, Callable[..., Any]]
-) -> ToolSpec:
-    unknown = set(row) - _TOML_FIELDS
-    if unknown:
-        raise TableError(name, sorted(unknown)[0], "unknown field in the TOML row")
-    if "effect" not in row:
-        raise TableError(name, "effect", "every row needs an effect")
-
-    def bound(field_name: str, default: str | None = None) -> Any:
-        ref = row.get(field_name, default)
-        if ref is None:
-            return None
-        if ref not in bindings:
-            raise TableError(name, field_name, f"{ref!r} is not among the bound callables")
-        return bindings[ref]
-
-    def exceptions(field_name: str) -> tuple[type[Exception], ...]:
-        names = row.get(field_name, [])
-        if isinstance(names, str) or not isinstance(names, list):
-            raise TableError(name, field_name, "must be a list of names bound to exception types")
-        return tuple(bound_name(field_name, n) for n in names)
-
-    def bound_name(field_name: str, ref: Any) -> Any:
-        if ref not in bindings:
-            raise TableError(name, field_name, f"{ref!r} is not among the bound callables")
-        return bindings[ref]
-
-    try:
-        escalate = tuple(Escalate.from_rule(rule, bindings) for rule in row.get("escalate", []))
-    except ValueError as exc:
-        raise TableError(name, "escalate", str(exc)) from exc
-    return ToolSpec(
-        name=name,
-        effect=row["effect"],
-        fn=bound("fn", name),
-        schema=row.get("schema"),
-        approver_role=row.get("approver_role"),
-        owner=row.get("owner"),
-        reversibility=_reversibility(name, row.get("reversibility", "irreversible")),
-        subject=tuple([row["subject"]] if isinstance(row.get("subject"), str) else row.get("subject", ())),
-        scope=bound("scope"),
-        confirm=bound("confirm"),
-        snapshot=bound("snapshot"),
-        reconcile=bound("reconcile"),
-        escalate=escalate,
-        description=row.get("description", ""),
-        definite_failures=exceptions("definite_failures"),
-        unknown_outcome=exceptions("unknown_outcome"),
-        transient=exceptions("transient"),
-    )
+        return load_toml(source, bindings)

@@ -1,0 +1,124 @@
+"""Escalation rules and the provider's reconciliation answer: parts of a table row.
+
+An `Escalate` rule raises the approver role for some arguments (`above`, `count_above`, or a
+predicate); `possible_roles` evaluates a row's rules in their canonical (recorded) form, as the
+audit does for an approval made under an older table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+def _qualname(obj: object) -> str | None:
+    if obj is None:
+        return None
+    module = getattr(obj, "__module__", None) or ""
+    name = getattr(obj, "__qualname__", None) or type(obj).__qualname__
+    return f"{module}.{name}"
+
+
+@dataclass(frozen=True)
+class Reconciled:
+    """What a tool's `reconcile(key)` learned from the provider.
+
+    `found=True` with a `result`: the effect happened; the record completes with it.
+    `found=False`: the provider never saw the key; the call may run again with the same key.
+    `None` from `reconcile` itself means the provider cannot tell either; the record stays.
+    """
+
+    found: bool
+    result: Any = None
+    provider_ref: str | None = None
+
+
+def exceeds(args: Mapping[str, Any], arg: str, limit: int | float) -> bool:
+    """`Escalate.above`'s test: the argument is a number greater than `limit`."""
+    value = args.get(arg)
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > limit
+
+
+def count_of(args: Mapping[str, Any], arg: str) -> int:
+    """`Escalate.count_above`'s count: 1 for a string, the length of a list, else 0."""
+    value = args.get(arg)
+    if isinstance(value, str):
+        return 1
+    return len(value) if isinstance(value, Sequence) else 0
+
+
+def possible_roles(row: Mapping[str, Any], args: Mapping[str, Any]) -> set[str]:
+    """The approver roles a row in its canonical form (as recorded) can require for `args`:
+    declarative rules are evaluated; a `when` predicate (code) may or may not have matched."""
+    roles: set[str] = set()
+    for rule in row.get("escalate", ()):
+        if "above" in rule:
+            if exceeds(args, rule["arg"], rule["above"]):
+                return roles | {rule["role"]}
+        elif "count_above" in rule:
+            if count_of(args, rule["arg"]) > rule["count_above"]:
+                return roles | {rule["role"]}
+        else:
+            roles.add(rule["role"])
+    return roles | {row["approver_role"]}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Escalate:
+    """An argument-dependent rule that raises the approver role; the first matching rule wins.
+
+    Build one with `Escalate.above("amount", 100000, role="finance_lead")`,
+    `Escalate.count_above("to", 500, role="marketing_lead", note="bulk send")`, or
+    `Escalate.when(predicate, role=..., note=...)` for anything else.
+    """
+
+    role: str
+    note: str
+    predicate: Callable[[Mapping[str, Any]], bool]
+    rule: Mapping[str, Any]
+    describe: Callable[[Mapping[str, Any]], str] | None = None
+
+    @classmethod
+    def above(cls, arg: str, limit: int | float, *, role: str, note: str = "") -> Escalate:
+        return cls(
+            role=role,
+            note=note or f"{arg} above {limit}",
+            predicate=lambda args: exceeds(args, arg, limit),
+            rule={"arg": arg, "above": limit},
+            describe=lambda args: f"{arg} = {args.get(arg)} (> {limit})",
+        )
+
+    @classmethod
+    def count_above(cls, arg: str, limit: int, *, role: str, note: str = "") -> Escalate:
+        return cls(
+            role=role,
+            note=note or f"more than {limit} {arg}",
+            predicate=lambda args: count_of(args, arg) > limit,
+            rule={"arg": arg, "count_above": limit},
+            describe=lambda args: f"{arg}: {count_of(args, arg)} (> {limit})",
+        )
+
+    @classmethod
+    def when(cls, predicate: Callable[[Mapping[str, Any]], bool], *, role: str, note: str) -> Escalate:
+        return cls(role=role, note=note, predicate=predicate, rule={"when": _qualname(predicate)})
+
+    @classmethod
+    def from_rule(cls, rule: Mapping[str, Any], bindings: Mapping[str, Callable[..., Any]]) -> Escalate:
+        """Build a rule from its TOML form: {arg, above | count_above, role, note} or {when, role}."""
+        role = rule.get("role")
+        if not isinstance(role, str) or not role:
+            raise ValueError(f"escalation rule {dict(rule)} needs a role")
+        note = str(rule.get("note", ""))
+        if ("above" in rule or "count_above" in rule) and not isinstance(rule.get("arg"), str):
+            raise ValueError(f"escalation rule {dict(rule)} needs the argument it tests (arg = ...)")
+        if "above" in rule:
+            return cls.above(str(rule["arg"]), rule["above"], role=role, note=note)
+        if "count_above" in rule:
+            return cls.count_above(str(rule["arg"]), int(rule["count_above"]), role=role, note=note)
+        if "when" in rule:
+            name = str(rule["when"])
+            if name not in bindings:
+                raise ValueError(f"escalation predicate {name!r} is not bound")
+            return cls.when(bindings[name], role=role, note=note or name)
+        raise ValueError(f"escalation rule {dict(rule)} needs above, count_above or when")

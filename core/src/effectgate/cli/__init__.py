@@ -1,0 +1,178 @@
+"""The `effectgate` command: setup, pending, show, approve, deny, audit, export, demo, serve.
+
+`--db URL` everywhere (default: $EFFECTGATE_DB or sqlite:///effectgate.db). Commands that re-run
+the table's checks (approve, serve) need the application's gate: `--app module:factory`, where
+`factory(store, keyring=...)` returns an EffectGate ($EFFECTGATE_APP). Approvals and decisions are
+sealed, and grant tokens signed, with $EFFECTGATE_KEYRING, or for a SQLite file with the
+development keyring beside it (DB.keys); the command never invents a keyring for a database that
+exists, since a new key verifies nothing stored under the old one.
+
+Every value that came from a model or from the database is printed as text: never read as rich
+markup or emoji codes, and with every character that renders as nothing, reorders the line or
+drives the terminal (bidirectional controls, zero-width and control characters) written as an
+escape such as \\u202e. `pending` shortens each argument to a fixed width and says what it hid;
+`show` prints every argument whole. Off a terminal (a pipe, a file, a CI log) nothing is wrapped.
+
+Exit codes (a failure prints one line, `effectgate: error: ...`, on stderr, never a traceback):
+
+    0   ok
+    1   audit findings: `audit` found a divergence (or the demo failed one of its checks)
+    2   usage error: bad arguments or options, a bad --app, no usable keyring
+    3   not found: no approval with that id, no database file at that path
+    4   refused: the gate refused the decision and recorded none (stale version, wrong role or
+        approver, expired, already decided, confirm check failed, tampered record, policy
+        violation, token error)
+    5   store unavailable: the server is unreachable, the database file is corrupt, the URL cannot
+        be parsed, the database has no effectgate schema or another schema version, or its
+        driver is not installed
+    70  internal error: an unexpected exception (a bug); EFFECTGATE_DEBUG=1 shows the traceback
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+from rich.console import Console
+
+from ._commands import (
+    _DEMOS,
+    _cmd_approve,
+    _cmd_audit,
+    _cmd_demo,
+    _cmd_deny,
+    _cmd_export,
+    _cmd_hash_secret,
+    _cmd_pending,
+    _cmd_serve,
+    _cmd_setup,
+    _cmd_show,
+)
+from ._render import DEFAULT_DB, EXIT_OK, EXIT_USAGE, _card_panel, _console, _one_line, _short
+from ._store import UsageError, _failure, keyring_for
+
+__all__ = ["_card_panel", "_short", "keyring_for", "main"]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a bad command line as one `effectgate: error:` line (exit 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    def options(default: Any, app_default: Any) -> _Parser:
+        shared = _Parser(add_help=False)
+        shared.add_argument(
+            "--db", default=default, help=f"database URL (default $EFFECTGATE_DB or {DEFAULT_DB})"
+        )
+        shared.add_argument("--app", default=app_default, help="module:factory returning an EffectGate")
+        return shared
+
+    # Two copies of the options: argparse shares action objects between parents, and the
+    # subcommands' copy must default to SUPPRESS so that an unset option does not overwrite
+    # one given before the subcommand.
+    common = options(argparse.SUPPRESS, argparse.SUPPRESS)
+    top = options(None, os.environ.get("EFFECTGATE_APP"))
+    parser = _Parser(
+        prog="effectgate",
+        description=__doc__.split("\n")[0],
+        epilog="exit codes: 0 ok, 1 audit findings, 2 usage error, 3 not found, 4 refused, "
+        "5 store unavailable, 70 internal error",
+        parents=[top],
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("setup", parents=[common], help="create the effectgate schema (or check its version)")
+    p = sub.add_parser("pending", parents=[common], help="list approvals waiting for a decision")
+    p.add_argument("--role")
+    p.add_argument("--session")
+    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("show", parents=[common], help="show one approval's card, every argument whole")
+    p.add_argument("id")
+    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("approve", parents=[common], help="approve one version; prints the grant token")
+    p.add_argument("id")
+    p.add_argument("--version", type=int, required=True)
+    p.add_argument("--as", dest="role", required=True, help="the approver's role")
+    p.add_argument("--approver", required=True, help="the approver's id")
+    p.add_argument("--json", action="store_true", help="the grant or partial approval as JSON")
+    p = sub.add_parser("deny", parents=[common], help="deny an approval with a reason")
+    p.add_argument("id")
+    p.add_argument("--reason", required=True)
+    p.add_argument("--as", dest="role", required=True)
+    p.add_argument("--approver", required=True)
+    p.add_argument("--version", type=int)
+    p.add_argument("--json", action="store_true", help="the refusal as JSON")
+    p = sub.add_parser("audit", parents=[common], help="scan the ledger, seals verified; exit 1 on findings")
+    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("export", parents=[common], help="export every record")
+    p.add_argument("--jsonl", action="store_true")
+    p.add_argument("--out")
+    p = sub.add_parser("serve", parents=[common], help="the reviewer inbox (web), on 127.0.0.1")
+    p.add_argument("--approvers", help="TOML file of [[approver]] id, role, secret (effectgate hash-secret)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--execute", action="store_true", help="execute approved calls at once")
+    p.add_argument("--sso-header", help="trust this header from a proxy as the approver id")
+    p.add_argument("--https-only", action="store_true", help="mark the session cookie Secure")
+    sub.add_parser("hash-secret", help="read a secret on stdin; print its scrypt hash for --approvers")
+    p = sub.add_parser("demo", parents=[common], help="run the shop demo (ten conversations)")
+    p.add_argument(
+        "--framework",
+        choices=sorted(_DEMOS),
+        default="core",
+        help="core: the gate alone; langgraph: the same shop on a LangGraph graph",
+    )
+    return parser
+
+
+_COMMANDS: dict[str, Callable[[argparse.Namespace, Console], int]] = {
+    "setup": _cmd_setup,
+    "pending": _cmd_pending,
+    "show": _cmd_show,
+    "approve": _cmd_approve,
+    "deny": _cmd_deny,
+    "audit": _cmd_audit,
+    "export": _cmd_export,
+    "demo": _cmd_demo,
+    "serve": _cmd_serve,
+    "hash-secret": _cmd_hash_secret,
+}
+
+
+def _tolerant_output() -> None:
+    """Model text the terminal's encoding cannot carry is written as escapes, never a crash."""
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns its exit code (see the module docstring)."""
+    _tolerant_output()
+    url = os.environ.get("EFFECTGATE_DB") or DEFAULT_DB
+    try:
+        try:
+            args = _parser().parse_args(argv)
+        except SystemExit as exc:  # --help, printed by argparse
+            return EXIT_USAGE if exc.code else EXIT_OK
+        args.db_given = args.db is not None
+        args.db = url = args.db or url
+        out = _console(demo=args.command == "demo")
+        code = _COMMANDS[args.command](args, out)
+        sys.stdout.flush()  # a reader that went away fails here, inside main, not at exit
+        return code
+    except BrokenPipeError:  # `effectgate show ID | head`: the rest was not wanted; stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+    except Exception as exc:
+        if os.environ.get("EFFECTGATE_DEBUG"):
+            raise
+        code, message = _failure(exc, url)
+        print(f"effectgate: error: {_one_line(message)}", file=sys.stderr)
+        return code

@@ -1,0 +1,5 @@
+"""`python -m effectgate.cli`: the `effectgate` command."""
+
+from . import main
+
+raise SystemExit(main())

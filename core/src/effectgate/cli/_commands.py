@@ -1,0 +1,210 @@
+"""The commands: each takes the parsed arguments and the console, and returns an exit code."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.text import Text
+
+from .._display import remaining, when
+from ..audit import audit, export_jsonl
+from ..context import Approver
+from ..outcomes import Grant, PartialApproval
+from ..stores.records import SCHEMA_VERSION
+from ..stores.sql import open_store
+from ._render import (
+    EXIT_FINDINGS,
+    EXIT_OK,
+    _card_panel,
+    _escape,
+    _pending_entry,
+    _text,
+    _write_json,
+)
+from ._store import UsageError, _gate, _make_gate, _open, _parse
+
+
+def _cmd_setup(args: argparse.Namespace, out: Console) -> int:
+    parsed = _parse(args.db)
+    with open_store(args.db) as store:
+        store.setup()
+    out.print(
+        _text(f"effectgate schema {SCHEMA_VERSION} ready at {parsed.render_as_string(hide_password=True)}")
+    )
+    return EXIT_OK
+
+
+def _cmd_pending(args: argparse.Namespace, out: Console) -> int:
+    with _gate(args) as gate:
+        cards = gate.pending(role=args.role, session_id=args.session)
+        now = gate.clock.now()
+    if args.json:
+        _write_json([c.to_dict() for c in cards])
+        return EXIT_OK
+    out.print(Text(f"{len(cards)} pending approval(s)"))
+    for card in cards:
+        out.print(_pending_entry(card, now))
+    flagged = sum(1 for c in cards if c.warnings)
+    if flagged:
+        out.print(
+            Text(f"! {flagged} approval(s) carry warnings: read them with `effectgate show ID`", "bold red")
+        )
+    return EXIT_OK
+
+
+def _cmd_show(args: argparse.Namespace, out: Console) -> int:
+    with _gate(args) as gate:
+        card = gate.card(args.id)
+        now = gate.clock.now()
+    if args.json:
+        _write_json(card.to_dict())
+    else:
+        out.print(_card_panel(card, now=now))
+    return EXIT_OK
+
+
+def _cmd_approve(args: argparse.Namespace, out: Console) -> int:
+    with _gate(args, need_app=True) as gate:
+        decision = gate.approve(args.id, version=args.version, approver=Approver(args.approver, args.role))
+        now = gate.clock.now()
+    if args.json:
+        kind = "grant" if isinstance(decision, Grant) else "partial_approval"
+        extra = {"message": decision.message} if isinstance(decision, PartialApproval) else {}
+        _write_json({"kind": kind, **asdict(decision), **extra})
+    elif isinstance(decision, Grant):
+        expires = f"{when(decision.expires_at)}, {remaining(decision.expires_at - now)}"
+        out.print(
+            _text(
+                f"approved {decision.approval_id} v{decision.version}; "
+                f"grant token (single use, expires {expires}):"
+            )
+        )
+        print(decision.token)
+    else:
+        out.print(_text(f"recorded: {decision.message}"))
+    return EXIT_OK
+
+
+def _cmd_deny(args: argparse.Namespace, out: Console) -> int:
+    with _gate(args) as gate:
+        refused = gate.deny(
+            args.id, approver=Approver(args.approver, args.role), reason=args.reason, version=args.version
+        )
+    if args.json:
+        _write_json({"kind": "refused", **asdict(refused)})
+    else:
+        out.print(_text(f"denied {args.id}: {args.reason}"))
+    return EXIT_OK
+
+
+def _cmd_audit(args: argparse.Namespace, out: Console) -> int:
+    with _gate(args) as gate:
+        report = audit(gate.store, gate.table if args.app else None, keyring=gate.keyring)
+    if args.json:
+        _write_json(report.to_dict())
+        return EXIT_OK if report.clean else EXIT_FINDINGS
+    for f in report.findings:
+        where = f"approval={f.approval_id} execution={f.execution_id}"
+        out.print(Text.assemble((_escape(f.kind), "bold red"), " ", _text(f"{f.tool} {where}: {f.detail}")))
+    m = report.metrics
+    assert m is not None
+    p95 = "-" if m.approval_latency_p95_s is None else f"{m.approval_latency_p95_s:.1f}s"
+    out.print(
+        _text(
+            f"{'clean' if report.clean else 'DIVERGED'}: {len(report.findings)} finding(s); "
+            f"{'seals verified' if report.seals_checked else 'seals NOT verified'}; "
+            f"{m.executions} executions, {m.approved} approved, {m.denied} denied, "
+            f"{m.replays_absorbed} replays absorbed, p95 approval latency {p95}, "
+            f"{m.gated_proposals_per_1000_sessions:.0f} gated proposals per 1,000 sessions"
+        )
+    )
+    return EXIT_OK if report.clean else EXIT_FINDINGS
+
+
+def _cmd_export(args: argparse.Namespace, out: Console) -> int:
+    if not args.jsonl:
+        raise UsageError("export needs --jsonl (the only format)")
+    with _open(args.db) as store:
+        lines = list(export_jsonl(store))
+    if args.out:
+        Path(args.out).write_text("".join(line + "\n" for line in lines))
+        out.print(_text(f"wrote {len(lines)} records to {args.out}"))
+    else:
+        sys.stdout.write("".join(line + "\n" for line in lines))
+    return EXIT_OK
+
+
+def _cmd_serve(args: argparse.Namespace, out: Console) -> int:
+    try:
+        import uvicorn
+
+        from ..web import ApproverRegistry, create_app
+    except ImportError as exc:
+        raise UsageError(f'the inbox needs the web extra ({exc}): pip install "effectgate[web]"') from exc
+    if not args.approvers:
+        raise UsageError("serve needs --approvers FILE (approvers are registered server-side)")
+    try:
+        approvers = ApproverRegistry.from_toml(args.approvers)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot read --approvers {args.approvers}: {exc}") from exc
+    if not len(approvers):
+        raise UsageError(f"{args.approvers} registers no approver")
+    store = _open(args.db)
+    gate = _make_gate(args, store, need_app=True)
+
+    def execute(grant: Any) -> Any:
+        return gate.execute(grant.token)
+
+    app = create_app(
+        gate,
+        approvers,
+        secret_key=os.environ.get("EFFECTGATE_WEB_SECRET"),
+        on_grant=execute if args.execute else None,
+        sso_header=args.sso_header,
+        https_only=args.https_only,
+    )
+    where = _parse(args.db).render_as_string(hide_password=True)
+    out.print(
+        _text(f"effectgate inbox on http://{args.host}:{args.port}/ ({len(approvers)} approvers; {where})")
+    )
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return EXIT_OK
+
+
+def _cmd_hash_secret(args: argparse.Namespace, out: Console) -> int:
+    import getpass
+
+    from ..web._auth import hash_secret
+
+    secret = sys.stdin.readline().rstrip("\n") if not sys.stdin.isatty() else getpass.getpass("secret: ")
+    if not secret:
+        raise UsageError("an empty secret")
+    print(hash_secret(secret))
+    return EXIT_OK
+
+
+_DEMOS = {"core": ("effectgate._demo", None), "langgraph": ("effectgate_langgraph.demo", "langgraph")}
+
+
+def _cmd_demo(args: argparse.Namespace, out: Console) -> int:
+    module_name, extra = _DEMOS[args.framework]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if extra is None:
+            raise
+        raise UsageError(
+            f"the {args.framework} demo needs its adapter ({exc.name} is not installed): "
+            f"pip install 'effectgate[{extra}]'"
+        ) from exc
+    default = "sqlite:///effectgate-demo.db" if extra is None else f"sqlite:///effectgate-demo-{extra}.db"
+    run_demo: Callable[[str, Console], int] = module.run_demo
+    return run_demo(args.db if args.db_given else default, out)

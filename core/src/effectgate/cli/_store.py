@@ -1,0 +1,209 @@
+"""Opening the database and the gate for a command, and what a failure means (exit codes)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from ..effects import Policy
+from ..errors import (
+    ApprovalError,
+    EffectGateError,
+    IdempotencyError,
+    MissingDependency,
+    PolicyViolation,
+    StoreError,
+    TokenError,
+    UnknownApproval,
+)
+from ..gate import EffectGate
+from ..stores.sql import SQLStore, open_store
+from ..table import EffectTable
+from ..tokens import Keyring
+from ._render import (
+    EXIT_INTERNAL,
+    EXIT_NOT_FOUND,
+    EXIT_REFUSED,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+)
+
+
+class CommandError(Exception):
+    """A failure reported in one line; `exit_code` says which kind (see the module docstring)."""
+
+    exit_code = EXIT_USAGE
+
+
+class UsageError(CommandError):
+    """Bad command-line input: arguments, options, --app, keyring; exit 2."""
+
+
+class NotFound(CommandError):
+    """No database file at the path given; exit 3."""
+
+    exit_code = EXIT_NOT_FOUND
+
+
+class StoreUnavailable(CommandError):
+    """The database cannot be used: unparseable URL, unreachable server, unreadable file; exit 5."""
+
+    exit_code = EXIT_UNAVAILABLE
+
+
+# -- text
+
+
+def _masked(url: str) -> str:
+    return re.sub(r"(://[^/@:]*:)[^@/]*@", r"\1***@", url)
+
+
+_HOST = re.compile(r"[A-Za-z0-9._%:,-]*")  # names, IPv4, IPv6 (zone ids), host lists
+
+
+def _parse(url: str) -> sa.engine.URL:
+    """The database URL, or StoreUnavailable naming what cannot be parsed (no password shown)."""
+    try:
+        parsed = sa.engine.make_url(url)
+    except (sa.exc.ArgumentError, ValueError) as exc:
+        raise StoreUnavailable(f"cannot parse the database URL {_masked(url)!r}: {exc}") from exc
+    where = parsed.render_as_string(hide_password=True)
+    if parsed.host is not None and not _HOST.fullmatch(parsed.host):
+        raise StoreUnavailable(
+            f"cannot parse the database URL {where!r}: {parsed.host!r} is not a host name or address"
+        )
+    if parsed.get_backend_name() not in ("sqlite", "postgresql"):
+        raise StoreUnavailable(
+            f"unsupported database URL {where!r}: use sqlite:///PATH or postgresql+psycopg://..."
+        )
+    return parsed
+
+
+def _sqlite_file(parsed: sa.engine.URL) -> Path | None:
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        return Path(str(parsed.database))
+    return None
+
+
+def keyring_for(url: str, *, create: bool = True) -> Keyring:
+    """$EFFECTGATE_KEYRING, else the development keyring file next to a SQLite database (DB.keys),
+    created when missing only if `create`. UsageError when there is none to use."""
+    ring = Keyring.from_env()
+    if ring is not None:
+        return ring
+    path = _sqlite_file(_parse(url))
+    if path is None:
+        raise UsageError("set EFFECTGATE_KEYRING (kid:hexsecret) for a non-file database")
+    keys = Path(f"{path}.keys")
+    if not create and not keys.exists():
+        raise UsageError(
+            f"no keyring for {path}: set EFFECTGATE_KEYRING (kid:hexsecret), or keep the key file "
+            f"{keys} beside the database (a new key would verify nothing stored under the old one)"
+        )
+    return Keyring.load_or_create(keys)
+
+
+def _first_line(exc: BaseException) -> str:
+    """The driver's message without its hints and SQL (psycopg adds lines; SQLAlchemy a link)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+_UNREACHABLE = re.compile(r"refused|resolve|timeout|timed out|no route|unreachable|no such file", re.I)
+
+
+def _open(url: str) -> SQLStore:
+    """The store at `url`, checked: NotFound for a missing SQLite file, StoreUnavailable for a URL,
+    server or file that cannot be used, StoreError for a missing schema or another version."""
+    parsed = _parse(url)
+    where = parsed.render_as_string(hide_password=True)
+    path = _sqlite_file(parsed)
+    if path is not None and not path.exists():
+        raise NotFound(f"no database at {path}")
+    store = open_store(url)
+    try:
+        store.check()
+    except sa.exc.DBAPIError as exc:
+        store.close()
+        detail = _first_line(exc.orig or exc)
+        if path is not None:
+            raise StoreUnavailable(f"cannot read the SQLite database {path}: {detail}") from exc
+        if _UNREACHABLE.search(detail):
+            raise StoreUnavailable(f"the database server for {where} is unreachable: {detail}") from exc
+        raise StoreUnavailable(f"cannot use the database at {where}: {detail}") from exc
+    except BaseException:
+        store.close()
+        raise
+    return store
+
+
+def _load_app(ref: str) -> Callable[..., EffectGate]:
+    module, sep, attr = ref.partition(":")
+    if not sep:
+        raise UsageError(f"--app takes module:factory, got {ref!r}")
+    try:
+        factory = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise UsageError(f"cannot load --app {ref}: {exc}") from exc
+    if not callable(factory):
+        raise UsageError(f"--app {ref} is not callable")
+    return factory  # type: ignore[no-any-return]
+
+
+def _make_gate(args: argparse.Namespace, store: SQLStore, *, need_app: bool) -> EffectGate:
+    if args.app:
+        factory = _load_app(args.app)
+        keyring = keyring_for(args.db, create=False)
+        try:
+            gate = factory(store, keyring=keyring)
+        except TypeError as exc:
+            raise UsageError(f"--app {args.app} must be factory(store, *, keyring): {exc}") from exc
+        if not isinstance(gate, EffectGate):
+            raise UsageError(f"--app {args.app} returned {type(gate).__name__}, not an EffectGate")
+        return gate
+    if need_app:
+        raise UsageError(
+            f"{args.command} re-runs the table's checks: pass --app module:factory (or EFFECTGATE_APP)"
+        )
+    # Without --app: the stored records alone (seals are verified with the database's keyring).
+    return EffectGate(EffectTable(), store, policy=Policy(), keyring=keyring_for(args.db, create=False))
+
+
+@contextmanager
+def _gate(args: argparse.Namespace, *, need_app: bool = False) -> Iterator[EffectGate]:
+    with _open(args.db) as store:
+        gate = _make_gate(args, store, need_app=need_app)
+        try:
+            yield gate
+        finally:
+            gate.close()
+
+
+# -- output
+
+
+def _failure(exc: Exception, url: str) -> tuple[int, str]:
+    """The exit code and the one-line message for a failed command (the module docstring's table)."""
+    if isinstance(exc, CommandError):
+        return exc.exit_code, str(exc)
+    if isinstance(exc, UnknownApproval):
+        return EXIT_NOT_FOUND, str(exc)
+    if isinstance(exc, ApprovalError | PolicyViolation | TokenError | IdempotencyError):
+        return EXIT_REFUSED, str(exc)
+    if isinstance(exc, StoreError | MissingDependency):
+        return EXIT_UNAVAILABLE, str(exc)
+    if isinstance(exc, sa.exc.SQLAlchemyError):
+        return EXIT_UNAVAILABLE, f"database {_masked(url)}: {_first_line(getattr(exc, 'orig', None) or exc)}"
+    if isinstance(exc, EffectGateError | ValueError | OSError):
+        return EXIT_USAGE, str(exc)
+    if isinstance(exc, LookupError):
+        return EXIT_USAGE, str(exc.args[0] if exc.args else exc)
+    return EXIT_INTERNAL, (
+        f"unexpected {type(exc).__name__}: {exc} (a bug; EFFECTGATE_DEBUG=1 shows the traceback)"
+    )
