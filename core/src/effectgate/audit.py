@@ -25,12 +25,12 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from ._rules import possible_roles
 from ._seal import approval_sealed, decision_intact, stored_args_hash
 from .canonical import digest
 from .effects import Effect, Policy, weakened
 from .stores.protocol import Store
 from .stores.records import ApprovalRow, DecisionRow, ExecutionRow, RuleRow
-from ._rules import possible_roles
 from .table import EffectTable
 from .tokens import Keyring
 
