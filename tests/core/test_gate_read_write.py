@@ -137,7 +137,7 @@ def test_flush_includes_a_batch_the_background_writer_is_writing(
     """flush() returns only when every read made before it is written, even one in the writer's hands."""
     _, gate = shop_gate
     entered, release = threading.Event(), threading.Event()
-    append = store.append_events
+    append = store.append_reads
 
     def slow_append(conn: Any, events: Any) -> None:
         if threading.current_thread().name == "effectgate-readlog":
@@ -145,7 +145,7 @@ def test_flush_includes_a_batch_the_background_writer_is_writing(
             release.wait(timeout=2)  # a slow commit, bounded so that a waiting flush() returns
         append(conn, events)
 
-    monkeypatch.setattr(store, "append_events", slow_append)
+    monkeypatch.setattr(store, "append_reads", slow_append)
     gate.call("get_order", {"order_id": "1042"}, context("m1"))
     assert entered.wait(timeout=10), "the background writer never picked the read up"
     try:
@@ -608,3 +608,17 @@ def test_write_whose_lease_expired_in_flight_is_not_rerun(
     assert record is not None
     assert record.status == "needs_reconciliation"
     assert writer.receiver.effects == []
+
+
+def test_read_record_hashes_the_arguments_as_they_ran(shop_gate: ShopGate, store: SQLStore) -> None:
+    """The read record's args hash is taken at call time: a caller mutating its dict afterwards
+    (before the batch is written) does not change what is recorded."""
+    from effectgate.canonical import args_hash
+
+    _, gate = shop_gate
+    args = {"order_id": "1042"}
+    gate.call("get_order", args, context("m1"))
+    args["order_id"] = "2001"
+    gate.flush()
+    [event] = store.events(kind="read")
+    assert event.args_hash == args_hash("get_order", {"order_id": "1042"})

@@ -20,7 +20,7 @@ from ._ledger import in_scope
 from ._notice import Notices
 from ._proposals import Proposals
 from ._readlog import ReadLog
-from .canonical import args_hash, freeze, key_of
+from .canonical import args_hash, freeze_plain, key_of
 from .context import CallContext, ToolContext
 from .effects import Effect
 from .errors import ArgumentError, InProgress, NeedsReconciliation
@@ -103,14 +103,14 @@ class Calls:
                 self.events.event("invalid", spec=spec, ctx=ctx, errors=[e.__dict__ for e in checked.errors])
             )
             return checked
-        args = checked  # the frozen copy: what is checked, hashed, recorded and run
+        args, plain = checked  # the frozen form: what is checked, hashed, recorded and run
+        frozen = args_hash(name, args, plain=plain)  # one hash, at call time
         if spec.effect is Effect.READ:  # READ is always autonomous (Policy refuses to gate it)
             if not in_scope(spec, args, ctx):
                 return self.events.refuse(
                     "out_of_scope", f"{name}: the caller may not access this subject", name, ctx, spec
                 )
-            return (yield from self.read(spec, args, ctx))
-        frozen = args_hash(name, args)
+            return (yield from self.read(spec, args, frozen, ctx))
         if self.policy.gates(spec.effect):
             outcome = self.proposals.propose(spec, args, frozen, ctx)
             if isinstance(outcome, Pending) and not outcome.replay:
@@ -123,18 +123,21 @@ class Calls:
         return (yield from self.write(spec, args, frozen, ctx))
 
     @staticmethod
-    def validate(spec: ToolSpec, args: Any) -> dict[str, Any] | Invalid:
-        """The frozen copy of valid arguments (see `canonical.freeze`), or Invalid with pointers."""
+    def validate(spec: ToolSpec, args: Any) -> tuple[dict[str, Any], bool] | Invalid:
+        """The frozen form of valid arguments and whether they were plain JSON as given (see
+        `canonical.freeze_plain`), or Invalid with JSON pointers."""
         if not isinstance(args, Mapping):
             return Invalid(tool=spec.name, errors=(SchemaError("", "arguments must be a JSON object"),))
         try:
-            frozen: dict[str, Any] = freeze(args, spec.schema)
+            frozen, plain = freeze_plain(args, spec.schema)
         except ArgumentError as exc:
             return Invalid(tool=spec.name, errors=(SchemaError(exc.pointer, exc.detail),))
         errors = spec.validate(frozen)
-        return Invalid(tool=spec.name, errors=tuple(errors)) if errors else frozen
+        return Invalid(tool=spec.name, errors=tuple(errors)) if errors else (frozen, plain)
 
-    def read(self, spec: ToolSpec, args: Mapping[str, Any], ctx: CallContext) -> flow.Flow[Outcome]:
+    def read(
+        self, spec: ToolSpec, args: Mapping[str, Any], frozen: str, ctx: CallContext
+    ) -> flow.Flow[Outcome]:
         attempt = 0
         while True:
             try:
@@ -143,13 +146,11 @@ class Calls:
             except spec.transient as exc:
                 attempt += 1
                 if attempt > self.policy.read_retries:
-                    failed = self.events.event(
-                        "read_failed", spec=spec, ctx=ctx, attempts=attempt, error=repr(exc)
-                    )
-                    self.reads.add(failed, args)
+                    detail = {"attempts": attempt, "error": repr(exc)}
+                    self.reads.add(self.events.read_row("read_failed", spec, ctx, frozen, detail))
                     raise
                 self.clock.sleep(self.policy.retry_backoff * 2 ** (attempt - 1))
-        self.reads.add(self.events.event("read", spec=spec, ctx=ctx, attempts=attempt + 1), args)
+        self.reads.add(self.events.read_row("read", spec, ctx, frozen, {"attempts": attempt + 1}))
         return Executed(tool=spec.name, result=result)
 
     def write(

@@ -9,6 +9,7 @@ policies approvals are made under.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,8 @@ from .stores.protocol import Store
 from .stores.records import ApprovalRow
 from .table import EffectTable, ToolSpec
 from .tokens import Keyring
+
+_ONE_ATTEMPT = json.dumps({"attempts": 1})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,6 +96,29 @@ class Events:
         if args_hash_ is not None:
             event["args_hash"] = args_hash_
         return event
+
+    def read_row(
+        self, kind: str, spec: ToolSpec, ctx: CallContext, args_hash: str, detail: dict[str, Any]
+    ) -> tuple[Any, ...]:
+        """A read record as a tuple in `records.READ_COLUMNS` order (built on the call path)."""
+        if ctx.tool_call_id:
+            detail = {**detail, "tool_call_id": ctx.tool_call_id}
+        text = _ONE_ATTEMPT if detail == {"attempts": 1} else json.dumps(detail)
+        return (
+            self.clock.now(),
+            kind,
+            spec.name,
+            "read",
+            args_hash,
+            ctx.session_id,
+            ctx.origin_message_id,
+            ctx.user_id,
+            ctx.agent_id,
+            ctx.run_id,
+            self.table.fingerprint,
+            spec.fingerprint,
+            text,
+        )
 
     def record(self, *events: dict[str, Any]) -> None:
         """Append events in their own transaction."""

@@ -1,9 +1,10 @@
 """Read records, written in batches off the caller's path.
 
 A read must cost microseconds, and a SQLite commit costs tens of them, so reads are appended to
-a buffer here and written: by a background thread at most `interval` seconds later (sooner when
-`batch` records wait), on `flush()` and `close()`, and at interpreter exit.
-Their args hash is computed at write time too. A batch whose write fails goes back to the buffer.
+a buffer here, as rows already built on the call path (`records.READ_COLUMNS`, the args hash
+computed when the call was made), and written: by a background thread at most `interval`
+seconds later (sooner when `batch` records wait), on `flush()` and `close()`, and at interpreter
+exit. A batch whose write fails goes back to the buffer.
 """
 
 from __future__ import annotations
@@ -12,13 +13,13 @@ import atexit
 import logging
 import threading
 import weakref
-from collections.abc import Mapping
 from typing import Any
 
-from .canonical import args_hash
 from .stores.protocol import Store
 
 _log = logging.getLogger("effectgate")
+
+ReadRow = tuple[Any, ...]
 
 
 class ReadLog:
@@ -26,7 +27,7 @@ class ReadLog:
         self._store = store
         self._batch = max(1, batch)
         self._interval = interval
-        self._items: list[tuple[dict[str, Any], Mapping[str, Any]]] = []
+        self._items: list[ReadRow] = []
         self._lock = threading.Lock()
         self._writing = threading.Lock()  # one writer at a time, so flush() sees every record
         self._wake = threading.Event()
@@ -34,36 +35,30 @@ class ReadLog:
         self._thread: threading.Thread | None = None
         atexit.register(_close_at_exit, weakref.ref(self))
 
-    def add(self, event: dict[str, Any], args: Mapping[str, Any]) -> None:
-        with self._lock:
-            self._items.append((event, args))
+    def add(self, row: ReadRow) -> None:
+        """Buffer one read record (a tuple in `records.READ_COLUMNS` order)."""
+        with self._lock:  # the writer swaps the list under this lock: no row lands in a taken list
+            self._items.append(row)
             full = len(self._items) >= self._batch
-            if self._thread is None and not self._stopped:
-                self._thread = threading.Thread(target=self._run, name="effectgate-readlog", daemon=True)
-                self._thread.start()
+        if self._thread is None:
+            self._start()
         if full:
             self._wake.set()
 
-    def _take(self) -> list[tuple[dict[str, Any], Mapping[str, Any]]]:
+    def _start(self) -> None:
+        with self._lock:
+            if self._thread is None and not self._stopped:
+                self._thread = threading.Thread(target=self._run, name="effectgate-readlog", daemon=True)
+                self._thread.start()
+
+    def _take(self) -> list[ReadRow]:
         with self._lock:
             items, self._items = self._items, []
         return items
 
-    def _restore(self, items: list[tuple[dict[str, Any], Mapping[str, Any]]]) -> None:
+    def _restore(self, items: list[ReadRow]) -> None:
         with self._lock:
             self._items[:0] = items
-
-    @staticmethod
-    def _rows(items: list[tuple[dict[str, Any], Mapping[str, Any]]]) -> list[dict[str, Any]]:
-        rows = []
-        for event, args in items:
-            try:
-                rows.append({**event, "args_hash": args_hash(event["tool"], args)})
-            except Exception as exc:  # never let one record block the log: keep it, unhashed
-                rows.append(
-                    {**event, "detail_json": {**event.get("detail_json", {}), "unhashable": repr(exc)}}
-                )
-        return rows
 
     def flush(self) -> None:
         """Write everything buffered so far; waits for a batch the background writer holds."""
@@ -73,7 +68,7 @@ class ReadLog:
                 return
             try:
                 with self._store.transaction() as conn:
-                    self._store.append_events(conn, self._rows(items))
+                    self._store.append_reads(conn, items)
             except BaseException:
                 self._restore(items)
                 raise

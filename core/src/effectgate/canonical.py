@@ -84,7 +84,7 @@ def _child(schema: Any, root: Schema, key: str | int) -> Any:
 
 
 def freeze(value: Any, schema: Schema | None = None) -> Any:
-    """A plain JSON copy of `value`, as it will be hashed, stored and passed to the tool.
+    """A plain JSON form of `value`, as it will be hashed, stored and passed to the tool.
 
     dict (and dict subclasses), list and tuple become dict and list; str, int, float, bool and
     None stay (subclasses such as IntEnum become the plain value). Where `schema` says a value is
@@ -92,11 +92,21 @@ def freeze(value: Any, schema: Schema | None = None) -> Any:
     hashed, as 12000. Raises ArgumentError, with a JSON pointer, for every value that has no
     exact JSON form: other Mapping or Sequence types, non-string keys, lone surrogates in text
     or keys, NaN and Infinity, integers beyond ±2**53-1, nesting deeper than MAX_DEPTH.
-    The copy is made once, at call time: a caller that mutates its arguments later changes
-    nothing that was checked, hashed or recorded.
+    A value that is already plain JSON (dicts, lists, text, exact integers, booleans, None: no
+    float to coerce, nothing to convert) is returned as it is, after one walk; anything else is
+    copied. The gate hashes and serialises the arguments at call time, so a caller or a tool that
+    mutates them later changes nothing that was checked, hashed or recorded.
     """
+    return freeze_plain(value, schema)[0]
+
+
+def freeze_plain(value: Any, schema: Schema | None = None) -> tuple[Any, bool]:
+    """`freeze(value, schema)`, and whether the value was plain JSON as given (then its canonical
+    form is `json.dumps`'s sorted, compact output: see `args_hash(..., plain=True)`)."""
+    if _plain(value, 0):
+        return value, True
     root: Schema = schema or {}
-    return _freeze(value, schema, root, "", 0)
+    return _freeze(value, schema, root, "", 0), False
 
 
 def _freeze(value: Any, schema: Any, root: Schema, pointer: str, depth: int) -> Any:
@@ -194,23 +204,31 @@ def plain_json(value: Any) -> bool:
     points), and for lone surrogates (refused by RFC 8785). Those take the rfc8785 package.
     tests/core/test_canonical.py checks the equality on generated values.
     """
-    if value is None or value is True or value is False:
-        return True
+    return _plain(value, 0)
+
+
+def _plain(value: Any, depth: int) -> bool:
     kind = type(value)
     if kind is str:
         return bool(value.isascii() or not _SURROGATE.search(value))
     if kind is int:
         return bool(-MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER)
+    if value is None or kind is bool:
+        return True
+    if depth >= MAX_DEPTH:
+        return False
     if kind is dict:
         for k, v in value.items():
-            if type(k) is not str or not (k.isascii() or _BMP_SAFE.fullmatch(k)) or not plain_json(v):
+            if type(k) is not str or not (k.isascii() or _BMP_SAFE.fullmatch(k)) or not _plain(v, depth + 1):
                 return False
         return True
     if kind is list:
-        return all(plain_json(v) for v in value)
+        return all(_plain(v, depth + 1) for v in value)
     return False
 
 
+# One encoder, built once: json.dumps with options builds a new encoder on every call.
+_ENCODE = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _BMP_SAFE = re.compile("[^\ud800-\udfff\U00010000-\U0010ffff]*")
 
@@ -218,7 +236,7 @@ _BMP_SAFE = re.compile("[^\ud800-\udfff\U00010000-\U0010ffff]*")
 def canonical_json(value: Any) -> bytes:
     """RFC 8785 bytes of a JSON value; ArgumentError (with a JSON pointer) if it has none."""
     if plain_json(value):
-        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+        return _ENCODE(value).encode()
     try:
         return rfc8785.dumps(value)
     except (rfc8785.CanonicalizationError, TypeError):
@@ -235,8 +253,12 @@ def digest(value: Any) -> str:
     return sha256_hex(canonical_json(value))
 
 
-def args_hash(tool: str, args: Mapping[str, Any]) -> str:
-    """The frozen hash of one call: sha256 over canonical `{"tool": ..., "args": ...}`."""
+def args_hash(tool: str, args: Mapping[str, Any], *, plain: bool = False) -> str:
+    """The frozen hash of one call: sha256 over canonical `{"tool": ..., "args": ...}`.
+    `plain=True` says `args` is known to be plain JSON (`freeze_plain`): one C-level dump, no
+    second walk."""
+    if plain and type(tool) is str and _plain(tool, 0):
+        return sha256_hex(_ENCODE({"args": args, "tool": tool}).encode())
     return digest({"tool": tool, "args": args})
 
 

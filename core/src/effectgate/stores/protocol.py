@@ -153,6 +153,9 @@ class ApprovalLedger(Protocol):
     def append_events(self, conn: Any, events: Sequence[Mapping[str, Any]]) -> None:
         """Append audit events (append-only)."""
 
+    def append_reads(self, conn: Any, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Append read records, tuples in `records.READ_COLUMNS` order (append-only)."""
+
     def append_execution(self, conn: Any, **values: Any) -> None:
         """Append an execution row (append-only)."""
 

@@ -165,3 +165,21 @@ class RuleRow(SQLModel, table=True):
 
 
 APPEND_ONLY = ("eg_events", "eg_decisions", "eg_executions", "eg_rules")
+
+#: The columns of a read record, in the order `append_reads` takes them (a narrow event row: reads
+#: are the most frequent record, so they are built as tuples on the call path, not as dicts).
+READ_COLUMNS = (
+    "at",
+    "kind",
+    "tool",
+    "effect",
+    "args_hash",
+    "session_id",
+    "origin_message_id",
+    "user_id",
+    "agent_id",
+    "run_id",
+    "table_fingerprint",
+    "row_fingerprint",
+    "detail_json",
+)

@@ -22,6 +22,7 @@ from . import _dialect
 from .base import IdempotencyRecord, IdempotencyStore, Status, from_json
 from .records import (
     APPEND_ONLY,
+    READ_COLUMNS,
     SCHEMA_VERSION,
     ApprovalRow,
     DecisionRow,
@@ -466,6 +467,11 @@ class SQLStore(IdempotencyStore):
             row[_DETAIL_AT] = detail if isinstance(detail, str) else json.dumps(detail or {}, default=str)
             rows.append(tuple(row))
         conn.exec_driver_sql(_dialect.insert_many_sql(conn, "eg_events", _EVENT_COLUMNS), rows)
+
+    def append_reads(self, conn: Connection, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Append read records, each a tuple in `records.READ_COLUMNS` order (one executemany)."""
+        if rows:
+            conn.exec_driver_sql(_dialect.insert_many_sql(conn, "eg_events", READ_COLUMNS), list(rows))
 
     def append_execution(self, conn: Connection, **values: Any) -> None:
         conn.execute(
