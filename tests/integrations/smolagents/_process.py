@@ -3,9 +3,13 @@
     pause  --db URL --state DIR           runs "refund 1042" until it stops for approval; writes the
                                           signed memory and the AwaitingApproval record to DIR
     resume --db URL --state DIR --token T restores both, executes through the gate, continues
+           [--awaiting FILE]              reads the AwaitingApproval record from FILE instead of
+                                          DIR/awaiting.json (an edited copy, to prove it is refused)
 
 Each process builds its own shop, gate (keyring from $EFFECTGATE_KEYRING) and agent. Prints one
-JSON line: what this process saw and how many refunds its own provider made.
+JSON line: what this process saw and how many refunds its own provider made. A record that does
+not verify ends the resume with exit code 3 (`TAMPERED`) and the line
+`{"error": "TamperedState", "message": ..., "refunds_here": ...}`.
 """
 
 from __future__ import annotations
@@ -19,12 +23,14 @@ from pathlib import Path
 from effectgate import Keyring, open_store
 from effectgate.examples.shop import Shop, app
 from effectgate.testing import Script, call, say
-from effectgate_smolagents import Approve, AwaitingApproval, restore_memory, save_memory
+from effectgate_smolagents import Approve, AwaitingApproval, TamperedState, restore_memory, save_memory
 from effectgate_smolagents.testing import ScriptedModel
 
 from ._harness import support_agent
 
 REFUND = {"order_id": "1042", "amount": 12000, "currency": "GBP"}
+#: The exit code of a resume whose AwaitingApproval record was refused.
+TAMPERED = 3
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -33,6 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--db", required=True)
     parser.add_argument("--state", required=True)
     parser.add_argument("--token")
+    parser.add_argument("--awaiting", help="the AwaitingApproval record (default: STATE/awaiting.json)")
     args = parser.parse_args(argv)
     keyring = Keyring.from_env()
     assert keyring is not None, "EFFECTGATE_KEYRING must be set"
@@ -56,9 +63,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             script = Script([say("Refunded 120.00 GBP.")])
             gated = support_agent(gate, ScriptedModel(script))
             restore_memory(gated.agent, (state / "memory.bin").read_bytes(), keyring)
-            awaiting = AwaitingApproval.from_dict(json.loads((state / "awaiting.json").read_text()), gate)
-            [approval_id] = awaiting.approval_ids
-            out = gated.resume(awaiting, {approval_id: Approve(args.token)})
+            record = Path(args.awaiting) if args.awaiting else state / "awaiting.json"
+            try:
+                awaiting = AwaitingApproval.from_dict(json.loads(record.read_text()), gate)
+                [approval_id] = awaiting.approval_ids
+                out = gated.resume(awaiting, {approval_id: Approve(args.token)})
+            except TamperedState as exc:
+                refused = {"error": type(exc).__name__, "message": str(exc)}
+                print(json.dumps({**refused, "refunds_here": shop.receiver.count("refund")}))
+                return TAMPERED
             seen = script.seen[-1]
             report = {
                 "output": getattr(out, "output", None),

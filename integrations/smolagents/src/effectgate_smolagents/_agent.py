@@ -16,7 +16,10 @@ smolagents has no pause primitive, so `GatedAgent` builds one from what it has:
   block runs. Either way `GatedAgent.run` returns `AwaitingApproval` (approval ids, cards).
 - The CodeAgent stop is total: once a gated call has stopped a snippet, every later tool call of
   that run (from a `finally`, an `except`, a loop, a nested function, `final_answer` included)
-  raises `ApprovalRequired` again and runs nothing, until the run is resumed.
+  raises `ApprovalRequired` again and runs nothing, until the run is resumed. Code that swallows
+  the stop (a `return`, `break` or `continue` in a `finally`) still ends the run before the next
+  model call. smolagents' interpreter lets code read and set any attribute that is not a dunder,
+  so a `GatedTool` keeps the gate and the agent only in a closure: code cannot reach them.
 - `AwaitingApproval` records, for each paused call, the approval id, version and args hash, with
   the identity of the run, signed with the gate's keyring (`to_dict` / `from_dict` verify it).
 - `GatedAgent.resume(awaiting, decisions)` first binds every decision to the call it is filed
@@ -40,7 +43,7 @@ import dataclasses
 import json
 import threading
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,7 +75,13 @@ from effectgate.adapter import (
     verify_state,
 )
 from effectgate.canonical import args_hash
-from effectgate.errors import ApprovalError, EffectGateError, TokenError
+from effectgate.errors import (
+    ApprovalError,
+    EffectGateError,
+    PolicyViolation,
+    TokenError,
+    WrongApprover,
+)
 
 _AWAITING = "smolagents.awaiting"
 
@@ -190,7 +199,11 @@ Decision = Approve | Deny
 
 
 class GatedTool(Tool):
-    """A smolagents Tool standing for `inner`, whose every call goes through the gate."""
+    """A smolagents Tool standing for `inner`, whose every call goes through the gate.
+
+    It keeps no attribute that leads to the gate, the `GatedAgent` or `inner`: a CodeAgent's
+    code can read and set any attribute whose name is not a dunder (`refund_order._owner`,
+    `setattr`), so what it may reach from a tool is only the call itself, held in a closure."""
 
     skip_forward_signature_validation = True
 
@@ -200,14 +213,22 @@ class GatedTool(Tool):
         self.inputs = dict(inner.inputs)
         self.output_type = inner.output_type
         self.output_schema = getattr(inner, "output_schema", None)
-        self.inner = inner
-        self._owner = owner
+        self._run = _through(owner, inner.name)
         super().__init__()
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if args:
             kwargs = {**dict(zip(self.inputs, args, strict=False)), **kwargs}
-        return self._owner._call(self.name, kwargs)
+        return self._run(kwargs)
+
+
+def _through(owner: GatedAgent, name: str) -> Callable[[Any], Any]:
+    """`owner._call(name, args)` as a closure: reachable from model code only through dunders."""
+
+    def run(args: Any) -> Any:
+        return owner._call(name, args)
+
+    return run
 
 
 def _text(outcome: Outcome) -> str:
@@ -341,10 +362,12 @@ class GatedAgent:
         if isinstance(outcome, Pending):
             with self._lock:
                 self._pending[outcome.approval_id] = outcome
+            # the run stops before the next model call, also when model code swallows the
+            # BaseException (a `return`, `break` or `continue` in a `finally` ends its unwinding)
+            self.agent.interrupt()
             if self.code:
                 self._stopped = outcome
                 raise ApprovalRequired(outcome)
-            self.agent.interrupt()
         return _text(outcome)
 
     def _check_stopped(self) -> None:
@@ -421,8 +444,10 @@ class GatedAgent:
 
     def _bind(self, awaiting: AwaitingApproval, decisions: Mapping[str, Decision]) -> None:
         """Every decision must answer a call this run paused on, at the version and args hash it
-        paused on; an approval carries a grant for exactly that call. Checked for all decisions
-        before any of them is applied: a mismatch raises `DecisionMismatch` and nothing runs."""
+        paused on; an approval carries a grant for exactly that call; a denial has a reason and
+        an approver the call's role allows (`PolicyViolation`, `WrongApprover`, as `gate.deny`
+        would raise). Checked for all decisions before any of them is applied: a mismatch raises
+        `DecisionMismatch` and nothing runs."""
         verify_state(self.gate, _AWAITING, awaiting.signed_fields(), awaiting.signature)
         paused = {p.approval_id: p for p in awaiting.paused}
         for approval_id, decision in decisions.items():
@@ -446,48 +471,58 @@ class GatedAgent:
                         f"approval {at.approval_id} is at version {card.version} now; the run paused "
                         f"on version {at.version}: decide the current card again",
                     )
+                # what gate.deny checks, checked here too: a denial refused after an approved
+                # sibling had run would leave the resume half applied
+                if not decision.reason or not decision.reason.strip():
+                    raise PolicyViolation("a denial needs a reason the model can be told")
+                if card.status in ("pending", "approved") and not self.gate.policy.role_satisfies(
+                    decision.approver.role, card.approver_role
+                ):
+                    raise WrongApprover(
+                        at.approval_id,
+                        f"{card.tool} needs role {card.approver_role}; {decision.approver.id} holds "
+                        f"{decision.approver.role}",
+                    )
 
     def decide(self, awaiting: AwaitingApproval, decisions: Mapping[str, Decision]) -> dict[str, Outcome]:
         """Apply decisions through the gate: execute approved calls (once), deny the rest named.
-        Every decision is bound to its call first (see `_bind`)."""
+        Every decision is bound to its call first (see `_bind`); denials are recorded before any
+        approved call runs, so a denial the gate still refuses (it just expired) runs nothing."""
         self._bind(awaiting, decisions)
+        paused = {p.approval_id: p for p in awaiting.paused}
+        named = [(p, decisions[p.approval_id]) for p in awaiting.pending if p.approval_id in decisions]
         done: dict[str, Outcome] = {}
-        for pending in awaiting.pending:
-            decision = decisions.get(pending.approval_id)
-            if decision is None:
-                continue
+        for pending, decision in named:
+            if isinstance(decision, Deny):
+                done[pending.approval_id] = self._deny(paused[pending.approval_id], decision)
+        for pending, decision in named:
             if isinstance(decision, Approve):
-                stored = self.gate.result(pending.approval_id)
-                if stored is not None:
-                    done[pending.approval_id] = stored
-                    continue
-                token = _token(decision)
-                try:
-                    done[pending.approval_id] = self.gate.execute(token)
-                except (TokenError, ApprovalError) as exc:
-                    done[pending.approval_id] = Refused(
-                        code="denied",
-                        message=str(exc),
-                        tool=pending.card.tool,
-                        approval_id=pending.approval_id,
-                    )
-            else:
-                row = self.gate.store.get_approval(pending.approval_id)
-                if row is not None and row.status == "denied":
-                    done[pending.approval_id] = Refused(
-                        code="denied",
-                        message=f"{row.tool} was denied: {row.reason}",
-                        tool=row.tool,
-                        approval_id=row.id,
-                    )
-                else:
-                    done[pending.approval_id] = self.gate.deny(
-                        pending.approval_id,
-                        approver=decision.approver,
-                        reason=decision.reason,
-                        version=pending.version,
-                    )
-        return done
+                done[pending.approval_id] = self._execute(pending, decision)
+        return {p.approval_id: done[p.approval_id] for p, _ in named}
+
+    def _execute(self, pending: Pending, decision: Approve) -> Outcome:
+        stored = self.gate.result(pending.approval_id)
+        if stored is not None:
+            return stored
+        try:
+            return self.gate.execute(_token(decision))
+        except (TokenError, ApprovalError) as exc:
+            return Refused(
+                code="denied", message=str(exc), tool=pending.card.tool, approval_id=pending.approval_id
+            )
+
+    def _deny(self, paused: Paused, decision: Deny) -> Outcome:
+        row = self.gate.store.get_approval(paused.approval_id)
+        if row is not None and row.status == "denied":
+            return Refused(
+                code="denied",
+                message=f"{row.tool} was denied: {row.reason}",
+                tool=row.tool,
+                approval_id=row.id,
+            )
+        return self.gate.deny(
+            paused.approval_id, approver=decision.approver, reason=decision.reason, version=paused.version
+        )
 
     def resume(
         self,
@@ -527,13 +562,19 @@ class _StopGuard(Tool):
         self.description = inner.description
         self.inputs = dict(inner.inputs)
         self.output_type = inner.output_type
-        self.inner = inner
-        self._owner = owner
+        self._answer = _guarded(owner, inner)  # a closure, like GatedTool's: nothing to reach
         super().__init__()
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        self._owner._check_stopped()
-        return self.inner(*args, **kwargs)
+        return self._answer(*args, **kwargs)
+
+
+def _guarded(owner: GatedAgent, inner: Tool) -> Callable[..., Any]:
+    def answer(*args: Any, **kwargs: Any) -> Any:
+        owner._check_stopped()
+        return inner(*args, **kwargs)
+
+    return answer
 
 
 def continuation(awaiting: AwaitingApproval, done: Mapping[str, Outcome]) -> str:

@@ -10,10 +10,28 @@ with its tool calls (the scripted ids) and a `say` a `final_answer` call. For a 
 step becomes one code action calling each tool in order and printing its result, and a `say` a
 `final_answer(...)` code action. Strict like the script: a call too many raises `ScriptError`,
 `assert_complete()` fails while turns are left. `script.seen` keeps the messages it was shown.
+
+To test what a CodeAgent does with code a model may really write (a gated call inside
+`try/finally`, a loop, a nested function), script the code itself, one snippet per step:
+
+    model = ScriptedCodeModel([
+        '''
+        try:
+            refund_order(order_id="1042", amount=12000, currency="GBP")
+        finally:
+            update_ticket_tags(ticket_id="t-17", tags=["urgent"])
+        ''',
+        'final_answer("Refund requested.")',
+    ])
+
+Each snippet is dedented and sent verbatim as one code action, in order; it is just as strict.
 """
 
 from __future__ import annotations
 
+import textwrap
+import threading
+from collections.abc import Iterable
 from typing import Any
 
 from smolagents.models import (
@@ -24,9 +42,9 @@ from smolagents.models import (
     Model,
 )
 
-from effectgate.testing import Say, Script, Step
+from effectgate.testing import Say, Script, ScriptError, Step
 
-__all__ = ["ScriptedModel", "code_action"]
+__all__ = ["ScriptedCodeModel", "ScriptedModel", "code_action"]
 
 
 def code_action(turn: Step | Say) -> str:
@@ -39,6 +57,10 @@ def code_action(turn: Step | Say) -> str:
             args = ", ".join(f"{k}={v!r}" for k, v in c.args.items())
             lines += [f"r{i} = {c.name}({args})", f"print(r{i})"]
         body = "\n".join(lines)
+    return _code_message(body)
+
+
+def _code_message(body: str) -> str:
     return f"Thought: scripted.\n<code>\n{body}\n</code>"
 
 
@@ -82,3 +104,49 @@ class ScriptedModel(Model):
 
     def assert_complete(self) -> None:
         self.script.assert_complete()
+
+
+class ScriptedCodeModel(Model):
+    """A smolagents Model for a CodeAgent whose every answer is the next of `snippets`, verbatim.
+
+    A snippet is the Python of one code action (dedented, then put in `<code>` tags). Strict: a
+    call past the last snippet raises `ScriptError`, `assert_complete()` fails while snippets are
+    left, and `seen` keeps the messages of each call (`len(seen)` is how often it was asked)."""
+
+    def __init__(self, snippets: Iterable[str], **kwargs: Any) -> None:
+        super().__init__(model_id="effectgate-scripted-code", **kwargs)
+        self.snippets = tuple(textwrap.dedent(s).strip("\n") for s in snippets)
+        self.seen: list[list[ChatMessage | dict[str, Any]]] = []
+        self._lock = threading.Lock()
+
+    def generate(
+        self,
+        messages: list[ChatMessage | dict[str, Any]],
+        stop_sequences: list[str] | None = None,
+        response_format: dict[str, str] | None = None,
+        tools_to_call_from: list[Any] | None = None,
+        **kwargs: Any,
+    ) -> ChatMessage:
+        if tools_to_call_from is not None:
+            raise ScriptError(
+                "ScriptedCodeModel scripts a CodeAgent; a ToolCallingAgent asked it for tool calls"
+            )
+        with self._lock:
+            if len(self.seen) >= len(self.snippets):
+                raise ScriptError(
+                    f"the model was asked for snippet {len(self.seen) + 1} but the script has "
+                    f"{len(self.snippets)}"
+                )
+            body = self.snippets[len(self.seen)]
+            self.seen.append(list(messages))
+        return ChatMessage(role=MessageRole.ASSISTANT, content=_code_message(body))
+
+    @property
+    def remaining(self) -> int:
+        return len(self.snippets) - len(self.seen)
+
+    def assert_complete(self) -> None:
+        if self.remaining:
+            raise ScriptError(
+                f"{self.remaining} scripted snippet(s) were never used: {self.snippets[-self.remaining :]}"
+            )
