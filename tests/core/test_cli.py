@@ -21,7 +21,7 @@ import pytest
 import sqlalchemy as sa
 
 from effectgate import Keyring, Pending, open_store
-from effectgate.canonical import args_hash
+from effectgate.canonical import args_hash, canonical_text
 from effectgate.cli import keyring_for, main
 from effectgate.errors import TokenError
 from effectgate.examples.shop import Shop, app, context
@@ -491,7 +491,7 @@ def _diverge(url: str) -> None:
             tool="refund_order",
             effect="money",
             args_hash=args_hash("refund_order", REFUND_V2),
-            args_json=json.dumps(REFUND_V2),
+            args_json=canonical_text(REFUND_V2),
             idempotency_key="rogue-1",
             status="succeeded",
             session_id="s-ada",

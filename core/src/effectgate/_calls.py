@@ -20,7 +20,7 @@ from ._ledger import in_scope
 from ._notice import Notices
 from ._proposals import Proposals
 from ._readlog import ReadLog
-from .canonical import args_hash, freeze_plain, key_of
+from .canonical import canonical_text, freeze_plain, hash_of_text, key_of
 from .context import CallContext, ToolContext
 from .effects import Effect
 from .errors import ArgumentError, InProgress, NeedsReconciliation
@@ -104,7 +104,8 @@ class Calls:
             )
             return checked
         args, plain = checked  # the frozen form: what is checked, hashed, recorded and run
-        frozen = args_hash(name, args, plain=plain)  # one hash, at call time
+        text = canonical_text(args, plain=plain)  # one canonical form and one hash, at call time
+        frozen = hash_of_text(name, text)
         if spec.effect is Effect.READ:  # READ is always autonomous (Policy refuses to gate it)
             if not in_scope(spec, args, ctx):
                 return self.events.refuse(
@@ -112,7 +113,7 @@ class Calls:
                 )
             return (yield from self.read(spec, args, frozen, ctx))
         if self.policy.gates(spec.effect):
-            outcome = self.proposals.propose(spec, args, frozen, ctx)
+            outcome = self.proposals.propose(spec, args, frozen, ctx, text=text)
             if isinstance(outcome, Pending) and not outcome.replay:
                 self.notices.announce_card("pending", outcome.card)  # a new approval, or a new version
             return outcome
@@ -120,7 +121,7 @@ class Calls:
             return self.events.refuse(
                 "out_of_scope", f"{name}: the caller may not access this subject", name, ctx, spec
             )
-        return (yield from self.write(spec, args, frozen, ctx))
+        return (yield from self.write(spec, args, frozen, text, ctx))
 
     @staticmethod
     def validate(spec: ToolSpec, args: Any) -> tuple[dict[str, Any], bool] | Invalid:
@@ -154,7 +155,7 @@ class Calls:
         return Executed(tool=spec.name, result=result)
 
     def write(
-        self, spec: ToolSpec, args: Mapping[str, Any], frozen: str, ctx: CallContext
+        self, spec: ToolSpec, args: Mapping[str, Any], frozen: str, text: str, ctx: CallContext
     ) -> flow.Flow[Outcome]:
         key = f"{WRITE_PREFIX}{spec.name}_" + key_of(
             "write", ctx.session_id, spec.name, ctx.origin_message_id, frozen
@@ -173,6 +174,14 @@ class Calls:
             return Executed(tool=spec.name, result=claim.result, replay=True, idempotency_key=key)
         tool_context = ToolContext(idempotency_key=key, call=ctx, attempt=claim.attempt)
         result = yield from self.execution.run_claimed(
-            spec, args, frozen, ctx, key=key, owner=claim.owner, tool_context=tool_context, row=None
+            spec,
+            args,
+            frozen,
+            ctx,
+            key=key,
+            owner=claim.owner,
+            tool_context=tool_context,
+            row=None,
+            args_text=text,
         )
         return result

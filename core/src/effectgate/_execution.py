@@ -175,6 +175,7 @@ class Execution:
             owner=claim.owner,
             tool_context=tool_context,
             row=row,
+            args_text=row.args_json,
         )
         return result
 
@@ -231,6 +232,7 @@ class Execution:
         owner: str,
         tool_context: ToolContext,
         row: ApprovalRow | None,
+        args_text: str,
     ) -> flow.Flow[Executed]:
         """Run a claimed operation and settle its record: succeeded, failed or needs_reconciliation."""
         try:
@@ -255,7 +257,7 @@ class Execution:
             "tool": spec.name,
             "effect": str(spec.effect),
             "args_hash": frozen,
-            "args_json": json.dumps(dict(args), sort_keys=True),
+            "args_json": args_text,
             "idempotency_key": key,
             "table_fingerprint": self.table.fingerprint,
             "row_fingerprint": spec.fingerprint,

@@ -37,7 +37,11 @@ class Proposals:
         self.events = events
         self.ledger = ledger
 
-    def propose(self, spec: ToolSpec, args: Mapping[str, Any], frozen: str, ctx: CallContext) -> Outcome:
+    def propose(
+        self, spec: ToolSpec, args: Mapping[str, Any], frozen: str, ctx: CallContext, *, text: str
+    ) -> Outcome:
+        """Register (or find, replay, amend) the approval of a gated call; `text` is the arguments'
+        canonical JSON (stored as `args_json`), `frozen` its args hash."""
         subject = spec.subject_of(args)
         subject_key = digest({"subject": subject}) if subject is not None else f"args:{frozen}"
         intent = key_of(
@@ -72,7 +76,17 @@ class Proposals:
                 )
             if existing is None and not in_scope(spec, args, ctx):
                 row = self.new_row(
-                    spec, args, frozen, ctx, subject, subject_key, role, notes, now, status="rejected"
+                    spec,
+                    args,
+                    frozen,
+                    ctx,
+                    subject,
+                    subject_key,
+                    role,
+                    notes,
+                    now,
+                    status="rejected",
+                    text=text,
                 )
                 row.reason = "out of scope: the caller may not act on this subject"
                 self.store.insert_approval(conn, row)
@@ -89,7 +103,17 @@ class Proposals:
             pending = existing or self.store.pending_in_session(conn, ctx.session_id, spec.name, subject_key)
             if pending is not None:
                 return self.amend(
-                    conn, spec, pending, args, frozen, ctx, intent, role, notes, replay=existing is not None
+                    conn,
+                    spec,
+                    pending,
+                    args,
+                    frozen,
+                    ctx,
+                    intent,
+                    role,
+                    notes,
+                    replay=existing is not None,
+                    text=text,
                 )
             busy = self.store.in_flight_elsewhere(conn, subject_key, ctx.session_id, now)
             if busy is not None:
@@ -116,7 +140,7 @@ class Proposals:
                 )
                 return Refused(code="confirm_failed", message=f"{spec.name}: {reason}", tool=spec.name)
             row = self.new_row(
-                spec, args, frozen, ctx, subject, subject_key, role, notes, now, status="pending"
+                spec, args, frozen, ctx, subject, subject_key, role, notes, now, status="pending", text=text
             )
             self.store.insert_approval(conn, row)
             self.store.add_key(conn, intent, row.id, 1, ctx.origin_message_id)
@@ -136,6 +160,7 @@ class Proposals:
         now: float,
         *,
         status: str,
+        text: str,
     ) -> ApprovalRow:
         row = ApprovalRow(
             id=self.ids(),
@@ -150,7 +175,7 @@ class Proposals:
             owner=spec.owner,
             subject_key=subject_key,
             subject_json=json.dumps(subject) if subject is not None else None,
-            args_json=json.dumps(dict(args), sort_keys=True),
+            args_json=text,
             args_hash=frozen,
             approver_role=role,
             notes_json=json.dumps(notes),
@@ -181,6 +206,7 @@ class Proposals:
         notes: list[str],
         *,
         replay: bool,
+        text: str,
     ) -> Outcome:
         if not approval_intact(self.keyring, row):
             raise TamperedRecord(row.id, "its seal or arguments hash does not verify")
@@ -202,7 +228,7 @@ class Proposals:
         now = self.clock.now()
         values = {
             "version": row.version + 1,
-            "args_json": json.dumps(dict(args), sort_keys=True),
+            "args_json": text,
             "args_hash": frozen,
             "approver_role": role,
             "approvals_required": self.policy.approvals_needed(spec.effect),

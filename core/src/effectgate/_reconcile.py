@@ -137,6 +137,7 @@ class Reconciliation:
             owner=claim.owner,
             tool_context=tool_context,
             row=row,
+            args_text=row.args_json,
         )
         return result
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .canonical import canonical_json, digest
+from .canonical import canonical_json, hash_of_text
 from .errors import TokenError
 from .stores.records import ApprovalRow, DecisionRow
 from .tokens import Keyring
@@ -64,12 +64,12 @@ def decision_intact(keyring: Keyring, row: DecisionRow) -> bool:
 
 
 def stored_args_hash(tool: str, args_json: str) -> str | None:
-    """The args hash recomputed from stored JSON text (None when the text is not JSON)."""
-    import json
-
+    """The args hash recomputed from the stored canonical text (the ledger stores arguments as
+    their RFC 8785 text, so a stored row is hashed without parsing it; any other text, even the
+    same JSON written differently, hashes differently: the row was not written by the gate)."""
     try:
-        return digest({"tool": tool, "args": json.loads(args_json)})
-    except (ValueError, TypeError, RecursionError):
+        return hash_of_text(tool, args_json)
+    except (ValueError, TypeError):
         return None
 
 

@@ -253,6 +253,20 @@ def digest(value: Any) -> str:
     return sha256_hex(canonical_json(value))
 
 
+def canonical_text(value: Any, *, plain: bool = False) -> str:
+    """RFC 8785 text of a JSON value; `plain=True` when `freeze_plain` said it is plain JSON
+    (one C-level encode, no second walk). This is what the ledger stores as `args_json`."""
+    return _ENCODE(value) if plain else canonical_json(value).decode()
+
+
+def hash_of_text(tool: str, args_text: str) -> str:
+    """The args hash of a call from its arguments' canonical text: sha256 over
+    `{"args":<text>,"tool":<tool>}`, which is the canonical form of that object (the keys sort
+    "args" before "tool"). The audit recomputes every stored hash this way, without parsing."""
+    body = '{"args":' + args_text + ',"tool":' + canonical_json(tool).decode() + "}"
+    return sha256_hex(body.encode("utf-8", "surrogatepass"))
+
+
 def args_hash(tool: str, args: Mapping[str, Any], *, plain: bool = False) -> str:
     """The frozen hash of one call: sha256 over canonical `{"tool": ..., "args": ...}`.
     `plain=True` says `args` is known to be plain JSON (`freeze_plain`): one C-level dump, no
