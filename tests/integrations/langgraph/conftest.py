@@ -66,3 +66,13 @@ def lg_harness(shop_gate: ShopGate, checkpointer: BaseCheckpointSaver[Any]) -> M
         return LangGraphHarness(shop_gate.gate, ScriptedChatModel(script=script), checkpointer, **options)
 
     return make
+
+
+@pytest.fixture(params=["node", "agent"])
+def node_or_agent(request: pytest.FixtureRequest, lg_harness: MakeLangGraphHarness) -> MakeLangGraphHarness:
+    """The shop on the hand-built graph (GatedToolNode) or on create_agent (EffectGateMiddleware)."""
+
+    def make(script: Script, **options: Any) -> LangGraphHarness:
+        return lg_harness(script, agent=request.param == "agent", **options)
+
+    return make

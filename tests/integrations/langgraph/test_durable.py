@@ -32,26 +32,26 @@ def _process(command: str, env: dict[str, str], *extra: str) -> dict[str, Any]:
     )
 
 
-def test_pause_approve_with_the_cli_and_resume_in_three_processes(tmp_path: Path) -> None:
-    """Paused in one process, approved by `effectgate approve` in another, resumed in a third: one refund."""
-    db = f"sqlite:///{tmp_path}/effectgate.db"
+def _env(tmp_path: Path) -> dict[str, str]:
+    """One keyring, one effectgate database and one checkpoint file, shared by the processes."""
     env = {
         **os.environ,
         "EFFECTGATE_KEYRING": Keyring.generate().dumps(),
-        "EG_TEST_DB": db,
+        "EG_TEST_DB": f"sqlite:///{tmp_path}/effectgate.db",
         "EG_TEST_CHECKPOINTS": str(tmp_path / "checkpoints.db"),
     }
     env.pop("EFFECTGATE_APP", None)
-    paused = _process("pause", env)
-    [payload] = paused["interrupts"]
-    [request] = payload["requests"]
-    assert paused["refunds_here"] == 0
+    return env
+
+
+def _cli_approve(env: dict[str, str], request: dict[str, Any]) -> str:
+    """`effectgate approve` in its own process, as finance; the grant token it prints."""
     cli = Path(sys.executable).with_name("effectgate")
     approved = run_checked(
         [
             str(cli),
             "--db",
-            db,
+            env["EG_TEST_DB"],
             "--app",
             "effectgate.examples.shop:app",
             "approve",
@@ -65,7 +65,18 @@ def test_pause_approve_with_the_cli_and_resume_in_three_processes(tmp_path: Path
         ],
         env,
     )
-    token = approved.strip().splitlines()[-1]
+    return approved.strip().splitlines()[-1]
+
+
+def test_pause_approve_with_the_cli_and_resume_in_three_processes(tmp_path: Path) -> None:
+    """Paused in one process, approved by `effectgate approve` in another, resumed in a third: one refund."""
+    env = _env(tmp_path)
+    db = env["EG_TEST_DB"]
+    paused = _process("pause", env)
+    [payload] = paused["interrupts"]
+    [request] = payload["requests"]
+    assert paused["refunds_here"] == 0
+    token = _cli_approve(env, request)
     resumed = _process("resume", env, "--approval", request["approval_id"], "--token", token)
     assert resumed["interrupts"] == []
     assert resumed["tool_results"] == ["success"]
@@ -81,6 +92,46 @@ def test_pause_approve_with_the_cli_and_resume_in_three_processes(tmp_path: Path
         row = store.get_approval(request["approval_id"])
         assert row is not None
         assert row.status == "executed"
+    finally:
+        store.close()
+
+
+def test_checkpoint_edited_after_approval_is_refused_by_the_resuming_process(tmp_path: Path) -> None:
+    """A checkpoint file whose paused refund was edited after approval refunds nothing when a fresh
+    process resumes it: the approve is refused, the payload names the mismatch (deny only), and a
+    deny from another process closes the call as denied."""
+    env = _env(tmp_path)
+    [payload] = _process("pause", env)["interrupts"]
+    [request] = payload["requests"]
+    token = _cli_approve(env, request)
+    assert _process("tamper", env, "--amount", "1") == {"tampered": {"amount": 1}}
+
+    refused = _process("resume", env, "--approval", request["approval_id"], "--token", token)
+    assert refused["refunds_here"] == 0
+    assert refused["tool_results"] == []
+    [again] = refused["interrupts"]
+    [waiting] = again["requests"]
+    assert (waiting["approval_id"], waiting["version"], waiting["args_hash"]) == (
+        request["approval_id"],
+        request["version"],
+        request["args_hash"],
+    )
+    assert waiting["mismatch"]
+    assert waiting["allowed_decisions"] == ["deny"]
+    assert waiting["call_args_hash"] != request["call_args_hash"]
+    [refusal] = again["refused"]  # the approve arrived and was refused (not only the step's note)
+    assert refusal["approval_id"] == request["approval_id"]
+    assert refusal["reason"] != waiting["mismatch"]
+    assert again["signature"] != payload["signature"]
+
+    denied = _process("resume", env, "--approval", request["approval_id"], "--deny", "changed after approval")
+    assert (denied["interrupts"], denied["tool_results"], denied["refunds_here"]) == ([], ["error"], 0)
+    store = open_store(env["EG_TEST_DB"])
+    try:
+        assert store.executions() == []
+        row = store.get_approval(request["approval_id"])
+        assert row is not None
+        assert (row.status, row.version) == ("denied", 1)
     finally:
         store.close()
 

@@ -22,6 +22,7 @@ from tests._helpers import last_json_line, run_checked, run_module
 from tests.conformance.adapters import REFUND, ShopGate, grant
 
 from ._harness import tool_results
+from ._snapshots import EDITS, tampered
 from .conftest import MakeOpenAIHarness
 
 
@@ -40,29 +41,41 @@ def _process(command: str, env: dict[str, str], *extra: str) -> dict[str, Any]:
     )
 
 
-def test_pause_approve_with_the_cli_and_resume_in_another_process(tmp_path: Path) -> None:
-    """to_string() in one process, `effectgate approve` in a second, resume in a third: one refund."""
-    db = f"sqlite:///{tmp_path}/effectgate.db"
+def _env(tmp_path: Path) -> dict[str, str]:
+    """What every process of one scenario shares: the database, the snapshot file, the keyring."""
     env = {
         **os.environ,
         "EFFECTGATE_KEYRING": Keyring.generate().dumps(),
-        "EG_TEST_DB": db,
+        "EG_TEST_DB": f"sqlite:///{tmp_path}/effectgate.db",
         "EG_TEST_STATE": str(tmp_path / "state.json"),
     }
     env.pop("EFFECTGATE_APP", None)
-    paused = _process("pause", env)
-    [request] = paused["paused"]
-    assert (request["tool"], paused["refunds_here"]) == ("refund_order", 0)
+    return env
+
+
+def _cli_approve(env: dict[str, str], request: dict[str, Any]) -> str:
+    """`effectgate approve` as finance, in its own process; its last line is the grant token."""
     cli = Path(sys.executable).with_name("effectgate")
     approved = run_checked(
         [
             str(cli),
-            *("--db", db, "--app", "effectgate.examples.shop:app", "approve", request["approval_id"]),
-            *("--version", str(request["version"]), "--as", "finance", "--approver", "fiona"),
+            *("--db", env["EG_TEST_DB"], "--app", "effectgate.examples.shop:app"),
+            *("approve", request["approval_id"], "--version", str(request["version"])),
+            *("--as", "finance", "--approver", "fiona"),
         ],
         env,
     )
-    token = approved.strip().splitlines()[-1]
+    return approved.strip().splitlines()[-1]
+
+
+def test_pause_approve_with_the_cli_and_resume_in_another_process(tmp_path: Path) -> None:
+    """to_string() in one process, `effectgate approve` in a second, resume in a third: one refund."""
+    env = _env(tmp_path)
+    db = env["EG_TEST_DB"]
+    paused = _process("pause", env)
+    [request] = paused["paused"]
+    assert (request["tool"], paused["refunds_here"]) == ("refund_order", 0)
+    token = _cli_approve(env, request)
     resumed = _process("resume", env, "--token", token)
     assert [(r["tool"], r["ok"]) for r in resumed["results"]] == [("refund_order", True)]
     assert resumed["refunds_here"] == 1
@@ -79,6 +92,33 @@ def test_pause_approve_with_the_cli_and_resume_in_another_process(tmp_path: Path
         assert row.status == "executed"
     finally:
         store.close()
+
+
+def test_a_snapshot_tampered_between_processes_is_refused(tmp_path: Path) -> None:
+    """Paused in one process, approved with the CLI, the stored snapshot's user_id edited to u2,
+    resumed in another process whose next turn would read u2's order 2001: refused with
+    TamperedState, nothing refunded or read there, the grant unspent; the original snapshot then
+    resumes in a fourth process and refunds once. (Every other edit: test_tampering.)"""
+    env = _env(tmp_path)
+    [request] = _process("pause", env)["paused"]
+    token = _cli_approve(env, request)
+    state_file = Path(env["EG_TEST_STATE"])
+    original = state_file.read_text()
+    state_file.write_text(tampered(original, EDITS["user_id"]))
+    refused = _process("resume", env, "--token", token, "--read", "2001")
+    assert refused == {"refused": "TamperedState", "refunds_here": 0, "reads_here": 0}
+    store = open_store(env["EG_TEST_DB"])
+    try:
+        assert store.executions() == []
+        row = store.get_approval(request["approval_id"])
+        assert row is not None
+        assert (row.status, row.token_used_at) == ("approved", None)
+    finally:
+        store.close()
+    state_file.write_text(original)
+    resumed = _process("resume", env, "--token", token)
+    assert [(r["tool"], r["ok"]) for r in resumed["results"]] == [("refund_order", True)]
+    assert resumed["refunds_here"] == 1
 
 
 def _approved_snapshot(oa_harness: MakeOpenAIHarness, shop_gate: ShopGate, *later: Any) -> tuple[Any, str]:

@@ -13,10 +13,12 @@ Interrupt payload (one per model step, `type == "effectgate.approval"`)::
         {
           "approval_id": "...", "version": 1, "args_hash": "sha256:...",
           "tool": "refund_order", "tool_call_id": "call_1",   # tool_call_id: audit only
+          "call_args_hash": "sha256:...", # the call as the checkpoint holds it
           "status": "pending",            # or "approved": a grant exists, not yet presented
           "card": {...},                  # effectgate Card.to_dict(): frozen args, subject,
                                           # reversibility, approver_role, expiry, notes, ...
-          "allowed_decisions": ["approve", "deny", "edit"],
+          "allowed_decisions": ["approve", "deny", "edit"],   # ["deny"] on a mismatch
+          "mismatch": None,               # or why the call no longer matches its approval
         }
       ],
       "refused": [{"approval_id": "...", "reason": "..."}],   # the previous answer's refusals
@@ -24,7 +26,21 @@ Interrupt payload (one per model step, `type == "effectgate.approval"`)::
       "action_requests": [{"name": "refund_order", "args": {...}, "description": "<card>"}],
       "review_configs": [{"action_name": "refund_order",
                           "allowed_decisions": ["approve", "edit", "reject"]}],
+      "signature": "<kid>.<mac>",         # see below
     }
+
+A request has a `mismatch` when the call in the checkpoint is not its approval's current
+arguments nor an earlier version a reviewer's edit replaced (the checkpoint was edited, or a
+later user message amended the approval), or when the approval was proposed for another user
+than the one the run resumes for. Nothing runs for it; only a deny is accepted.
+
+`signature` is the gate keyring's MAC (`effectgate.adapter.sign_state`, purpose
+"langgraph.approval") over the session, origin message and user id of the step and, per request,
+`approval_id, version, args_hash, tool, tool_call_id, call_args_hash`. The node never reads a
+payload back: each run it rebuilds the waiting calls from the gate and the checkpoint and signs
+them again. An application can check a payload it stored with `verify_state` and its own user
+id, and a decision may echo `"signature"`: it is then refused unless the step, as it stands now,
+signs the same (the checkpoint, the approval or the identity changed since it was shown).
 
 Resume value: a mapping from approval id to decision, and nothing else::
 

@@ -103,11 +103,26 @@ def _slot(gate: EffectGate, call: ToolCall, outcome: Outcome, ctx: CallContext) 
     in the checkpoint, the difference must be a reviewer's edit: the checkpoint's arguments are an
     earlier version of this approval proposed by this same user message, and every later version
     came from that message too (an edit). Anything else (the checkpoint's call was changed after
-    the pause, or a later message amended the approval) is a mismatch: nothing runs for it."""
+    the pause, or a later message amended the approval) is a mismatch: nothing runs for it.
+
+    The identity is re-supplied by the application on every resume, so it is compared too: a
+    waiting approval proposed for another user or session than the one this run is for (the
+    thread resumed under another `user_id`) is a mismatch."""
     slot = _Slot(
         call=call, outcome=outcome, args=call["args"], call_hash=call_hash(gate, call["name"], call["args"])
     )
-    if not isinstance(outcome, Pending) or outcome.card.args_hash == slot.call_hash:
+    if not isinstance(outcome, Pending):
+        return slot
+    card = outcome.card
+    if (card.user_id, card.session_id) != (ctx.user_id, ctx.session_id):
+        slot.args = dict(card.args)
+        slot.mismatch = (
+            f"approval {outcome.approval_id} was proposed for user {card.user_id!r} in session "
+            f"{card.session_id!r}; this run resumes for user {ctx.user_id!r} in session "
+            f"{ctx.session_id!r}. Nothing ran; deny it, or resume as the user it was proposed for"
+        )
+        return slot
+    if card.args_hash == slot.call_hash:
         return slot
     history = gate.versions(outcome.approval_id)
     earlier = [v for v in history if v.args_hash == slot.call_hash and v.version < outcome.version]
@@ -213,7 +228,10 @@ def _apply_one(
 ) -> Generator[Ask | Core, Any, None]:
     call_ctx = dataclasses.replace(ctx, tool_call_id=w.call_id)
     if w.mismatch is not None and not isinstance(decision, Deny):
-        raise DecisionRefused(w.mismatch)
+        # Said apart from the step's own note on the mismatch, so the reviewer can tell that
+        # this answer arrived and was refused.
+        kind = "approve" if isinstance(decision, Approve) else "edit"
+        raise DecisionRefused(f"{kind} refused, only a deny is accepted for this call: {w.mismatch}")
     if isinstance(decision, Approve):
         try:
             bind_decision(gate, Paused.of(w.pending), decision.token)

@@ -14,6 +14,11 @@ The mapping from call id to approval lives in the run context (serialized with t
 snapshot restored in another process maps the same way. An interruption effectgate registered
 nothing for (its arguments did not parse, so the SDK forced approval without asking the gate) has
 `approval_id=None`: reject it; approving it in the SDK alone runs nothing either.
+
+Every function here that is given a `RunState` marks it as a paused run being resumed: when it
+runs, its identity must verify against the signature effectgate wrote when it paused
+(`TamperedState` otherwise, nothing runs), even if the snapshot was edited to drop its decisions,
+its interruption or effectgate's entry. `approve_as` checks the identity before the gate is asked.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from agents.items import ToolApprovalItem
 from effectgate import Approver, EffectGate, Grant, PartialApproval, Refused
 from effectgate.adapter import Paused, bind_token
 
-from ._context import adapter_state
+from ._context import TamperedState, adapter_state, has_signed_identity, mark_resumed, verify_identity
 
 
 @dataclass(frozen=True)
@@ -51,12 +56,19 @@ def _context_of(source: RunResult | RunState[Any, Any]) -> Any:
     return wrapper.context
 
 
+def _mark(source: RunResult | RunState[Any, Any]) -> None:
+    if isinstance(source, RunState):
+        mark_resumed(getattr(source, "_context", None))
+
+
 def _items(source: RunResult | RunState[Any, Any]) -> list[ToolApprovalItem]:
     return list(source.get_interruptions() if isinstance(source, RunState) else source.interruptions)
 
 
 def pending_approvals(source: RunResult | RunState[Any, Any]) -> list[PendingApproval]:
-    """The paused calls of a result or state, each with its effectgate approval (if any)."""
+    """The paused calls of a result or state, each with its effectgate approval (if any). A state
+    is marked as resumed: whatever runs from it must carry the identity effectgate signed."""
+    _mark(source)
     records = adapter_state(_context_of(source))["approvals"]
     out = []
     for item in _items(source):
@@ -85,8 +97,14 @@ def approval_of(source: RunResult | RunState[Any, Any], item: ToolApprovalItem) 
     raise LookupError(f"no pending call {item.call_id!r} in this run state")
 
 
-def _registered(paused: PendingApproval) -> str:
+def _registered(state: RunState[Any, Any], paused: PendingApproval) -> str:
     if paused.approval_id is None:
+        if not has_signed_identity(_context_of(state)):
+            raise TamperedState(
+                f"the run state carries no effectgate record for call {paused.call_id!r} "
+                f"({paused.tool}) and no signed identity: it was edited after it was saved (or "
+                "never paused through effectgate). Nothing was approved; reject it"
+            )
         raise LookupError(
             f"effectgate registered no approval for call {paused.call_id!r} ({paused.tool}): its "
             f"arguments did not reach the gate; reject it"
@@ -107,7 +125,8 @@ def approve(state: RunState[Any, Any], paused: PendingApproval, grant: Grant | s
     The grant must be for this call's approval, at the version the run paused on
     (`DecisionMismatch` otherwise, and the SDK item stays pending); the gate checks the token again
     against its record, version and args hash when the call runs."""
-    approval_id = _registered(paused)
+    _mark(state)
+    approval_id = _registered(state, paused)
     token = grant.token if isinstance(grant, Grant) else grant
     if paused.version is None or paused.args_hash is None:
         raise LookupError(f"no version recorded for approval {approval_id}")
@@ -122,11 +141,14 @@ def approve_as(
     """Approve through the gate as `approver`; when that mints a grant, approve in the SDK too.
 
     A destructive call returns `PartialApproval` after its first approver: the SDK item stays
-    pending until a second, distinct approver grants it."""
-    approval_id = _registered(paused)
+    pending until a second, distinct approver grants it. A state whose identity does not verify
+    is refused (`TamperedState`) before the gate is asked."""
+    _mark(state)
+    approval_id = _registered(state, paused)
     version = paused.version
     if version is None:
         raise LookupError(f"no version recorded for approval {approval_id}")
+    verify_identity(gate, _context_of(state))
     decision = gate.approve(approval_id, version=version, approver=approver)
     if isinstance(decision, Grant):
         approve(state, paused, decision)
@@ -143,6 +165,7 @@ def reject(
 ) -> Refused | None:
     """Deny in effectgate (when it registered the call) and reject in the SDK with the reason, so
     the model is told why and the call never runs. Returns the core's refusal, if any."""
+    _mark(state)
     refused: Refused | None = None
     message = f"Refused (denied): {paused.tool} was denied: {reason}"
     if paused.approval_id is not None:

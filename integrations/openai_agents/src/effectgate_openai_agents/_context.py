@@ -14,14 +14,22 @@ from the context. The SDK's tool-call id is kept for the audit and never used as
 effectgate keeps its own small state in the same dict under the reserved key `"effectgate"`:
 which approval each paused call registered (so a `ToolApprovalItem` maps to its approval id in any
 process), the grant tokens the application attached with `approve()` until they are spent, and a
-signature (the gate's keyring) over the identity above. A `RunState` snapshot is JSON anyone
-holding it can edit; a resumed run (one the SDK carries approval decisions for) is refused
-(`TamperedState`, nothing runs) unless its identity still verifies, so an edited `user_id` cannot
-read another customer's order.
+signature (the gate's keyring) over the identity above, written when a new run first reaches
+effectgate (its first model answer with `gate_agent`, else its first tool call).
+
+A `RunState` snapshot is JSON anyone holding it can edit. A resumed run is refused
+(`TamperedState`, nothing runs, the SDK ends the run) unless its identity still verifies, so an
+edited `user_id` cannot read another customer's order. A run counts as resumed when the SDK
+carries approval decisions for it, or when its state went through `pending_approvals`,
+`approval_of`, `approve`, `approve_as` or `reject` in this process: a snapshot edited to drop its
+decisions, its interruption or the whole `"effectgate"` entry still has to verify. A restored
+state that the application runs without any of those calls and without any decision cannot be
+told from a new run inside the SDK: inspect every restored state with `pending_approvals` first.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping, MutableMapping
 from typing import Any, NotRequired, TypedDict
 
@@ -32,6 +40,8 @@ from effectgate import adapter as _adapter
 
 STATE_KEY = "effectgate"
 _IDENTITY = "openai_agents.identity"
+#: Run context wrappers of restored states the application inspected or decided in this process.
+_RESUMED: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 class EffectGateContext(TypedDict):
@@ -96,7 +106,9 @@ def call_context(
 
 
 def _check_identity(gate: EffectGate, context: Any, made: CallContext, *, resumed: bool) -> None:
-    identity = {k: v for k, v in made.as_record().items() if k != "tool_call_id"}
+    # the agent id is fixed when tools are wrapped, not read from the context: a run that hands
+    # off between gated agents keeps one signed identity
+    identity = {k: v for k, v in made.as_record().items() if k not in ("tool_call_id", "agent_id")}
     state = adapter_state(context)
     if not resumed:  # the application's own context for a new run: sign it
         state["identity"] = _adapter.sign_state(gate, _IDENTITY, identity)
@@ -110,9 +122,39 @@ def _check_identity(gate: EffectGate, context: Any, made: CallContext, *, resume
         ) from exc
 
 
+def verify_identity(gate: EffectGate, context: Any) -> None:
+    """Raise `TamperedState` unless the paused run's context still carries the identity effectgate
+    signed for it (`MissingIdentity` when a key is gone). The agent id is not part of it."""
+    call_context(context, agent_id="-", gate=gate, resumed=True)
+
+
+def has_signed_identity(context: Any) -> bool:
+    """Whether effectgate ever signed this context's identity (true of every run that paused on a
+    gated call)."""
+    if not isinstance(context, Mapping):
+        return False
+    state = context.get(STATE_KEY)
+    return isinstance(state, Mapping) and isinstance(state.get("identity"), str)
+
+
+def mark_resumed(wrapper: Any) -> None:
+    """Remember that `wrapper` (a restored state's run context) belongs to a paused run: every
+    call of the run it continues verifies the signed identity, whatever the snapshot says."""
+    if wrapper is not None:
+        _RESUMED.add(wrapper)
+
+
 def resumed(wrapper: Any) -> bool:
-    """Whether the SDK carries approval decisions for this run: a paused run being resumed."""
-    return bool(getattr(wrapper, "_approvals", None))
+    """Whether this run continues a paused one: the SDK carries approval decisions for it, or the
+    application inspected or decided its state (`mark_resumed`). A tool's context shares the SDK's
+    decision table with the run's context, which is how it is matched to a marked state."""
+    approvals = getattr(wrapper, "_approvals", None)
+    if approvals:
+        return True
+    for marked in list(_RESUMED):
+        if marked is wrapper or (approvals is not None and getattr(marked, "_approvals", None) is approvals):
+            return True
+    return False
 
 
 def adapter_state(context: Any) -> MutableMapping[str, Any]:

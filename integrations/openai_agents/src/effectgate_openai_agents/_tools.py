@@ -293,10 +293,18 @@ def gate_tools(
 
 class StepHooks(AgentHooks[Any]):
     """Agent hooks that record each model response's function calls in the run context, so the
-    gated calls of one turn are registered together; forwards every hook to the agent's own."""
+    gated calls of one turn are registered together; forwards every hook to the agent's own.
 
-    def __init__(self, inner: AgentHooks[Any] | None = None) -> None:
+    With `gate` (as `gate_agent` installs them), a response that calls a tool of the table also
+    signs the run's identity (a new run) or verifies it (a resumed run) before any tool is
+    considered, so even a call whose arguments never reach the gate leaves a signed identity."""
+
+    def __init__(
+        self, inner: AgentHooks[Any] | None = None, *, gate: EffectGate | None = None, agent_id: str = ""
+    ) -> None:
         self.inner = inner
+        self.gate = gate
+        self.agent_id = agent_id
 
     async def on_llm_end(
         self, context: RunContextWrapper[Any], agent: Agent[Any], response: ModelResponse
@@ -307,6 +315,14 @@ class StepHooks(AgentHooks[Any]):
                 for item in response.output
                 if isinstance(item, ResponseFunctionToolCall)
             }
+            gate = self.gate
+            if gate is not None and any(gate.table.get(name) is not None for name, _ in calls.values()):
+                call_context(
+                    context.context,
+                    agent_id=self.agent_id or agent.name,
+                    gate=gate,
+                    resumed=resumed(context),
+                )
             adapter_state(context.context)["turn"] = calls
         if self.inner is not None:
             await self.inner.on_llm_end(context, agent, response)
@@ -361,7 +377,8 @@ def gate_agent(
                 f"(it does not run through on_invoke_tool); remove it or pass tools= without it"
             )
     wrapped = gate_tools(source, gate, agent_id=agent_id or agent.name, unknown=unknown, mode=mode)
-    changes: dict[str, Any] = {"tools": wrapped, "hooks": StepHooks(agent.hooks)}
+    hooks = StepHooks(agent.hooks, gate=gate, agent_id=agent_id or agent.name)
+    changes: dict[str, Any] = {"tools": wrapped, "hooks": hooks}
     if mode == "deferred":
         changes["tool_use_behavior"] = _deferred_behavior(agent.tool_use_behavior)
     return agent.clone(**changes)
