@@ -87,7 +87,11 @@ class Calls:
             self.events.record(*refusals)
         return out
 
-    def call_flow(self, name: str, args: Mapping[str, Any], ctx: CallContext) -> flow.Flow[Outcome]:
+    def call_flow(
+        self, name: str, args: Mapping[str, Any], ctx: CallContext, *, edited_by: str | None = None
+    ) -> flow.Flow[Outcome]:
+        """Route one call. `edited_by` names the reviewer whose edit these arguments are (an
+        adapter applying an edit decision); the amendment records it (`EffectGate.versions`)."""
         spec = self.table.get(name)
         if spec is None:
             return self.events.refuse(
@@ -113,7 +117,7 @@ class Calls:
                 )
             return (yield from self.read(spec, args, frozen, ctx))
         if self.policy.gates(spec.effect):
-            outcome = self.proposals.propose(spec, args, frozen, ctx, text=text)
+            outcome = self.proposals.propose(spec, args, frozen, ctx, text=text, edited_by=edited_by)
             if isinstance(outcome, Pending) and not outcome.replay:
                 self.notices.announce_card("pending", outcome.card)  # a new approval, or a new version
             return outcome

@@ -38,7 +38,14 @@ class Proposals:
         self.ledger = ledger
 
     def propose(
-        self, spec: ToolSpec, args: Mapping[str, Any], frozen: str, ctx: CallContext, *, text: str
+        self,
+        spec: ToolSpec,
+        args: Mapping[str, Any],
+        frozen: str,
+        ctx: CallContext,
+        *,
+        text: str,
+        edited_by: str | None = None,
     ) -> Outcome:
         """Register (or find, replay, amend) the approval of a gated call; `text` is the arguments'
         canonical JSON (stored as `args_json`), `frozen` its args hash."""
@@ -114,6 +121,7 @@ class Proposals:
                     notes,
                     replay=existing is not None,
                     text=text,
+                    edited_by=edited_by,
                 )
             busy = self.store.in_flight_elsewhere(conn, subject_key, ctx.session_id, now)
             if busy is not None:
@@ -207,6 +215,7 @@ class Proposals:
         *,
         replay: bool,
         text: str,
+        edited_by: str | None = None,
     ) -> Outcome:
         if not approval_intact(self.keyring, row):
             raise TamperedRecord(row.id, "its seal or arguments hash does not verify")
@@ -248,9 +257,10 @@ class Proposals:
         self.store.add_key(conn, intent, row.id, row.version + 1, ctx.origin_message_id)
         updated = self.store.approval(conn, row.id)
         assert updated is not None
-        self.store.append_events(
-            conn, [self.events.event("amended", row=updated, previous_hash=row.args_hash)]
-        )
+        amended = self.events.event("amended", row=updated, previous_hash=row.args_hash)
+        if edited_by:
+            amended["detail_json"] = {**amended["detail_json"], "edited_by": edited_by}
+        self.store.append_events(conn, [amended])
         return Pending(approval_id=row.id, version=updated.version, card=Card.from_record(updated))
 
     def replayed(self, conn: Any, row: ApprovalRow, frozen: str, ctx: CallContext) -> Outcome:
@@ -310,11 +320,17 @@ class Proposals:
         )
 
     def versions(self, approval_id: str) -> tuple[VersionEntry, ...]:
-        """Each version of an approval, oldest first: its args hash and the user message that
-        proposed it (the same message for a reviewer's edit, another one for an amendment)."""
-        out = {
-            e.version: VersionEntry(e.version, e.args_hash or "", e.origin_message_id or "")
-            for e in self.store.events(approval_id=approval_id)
-            if e.kind in ("proposed", "amended") and e.version is not None
-        }
+        """Each version of an approval, oldest first: its args hash, the user message that
+        proposed it, and the reviewer who edited it into being (None unless an adapter applied an
+        edit decision: a version the same message proposed again is not an edit)."""
+        out: dict[int, VersionEntry] = {}
+        for e in self.store.events(approval_id=approval_id):
+            if e.kind in ("proposed", "amended") and e.version is not None:
+                editor = json.loads(e.detail_json or "{}").get("edited_by")
+                out[e.version] = VersionEntry(
+                    e.version,
+                    e.args_hash or "",
+                    e.origin_message_id or "",
+                    editor if isinstance(editor, str) else None,
+                )
         return tuple(out[v] for v in sorted(out))

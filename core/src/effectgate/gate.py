@@ -62,13 +62,30 @@ class Flows:
     its own with `yield from` and runs with `flow.drive` / `flow.adrive`. Each is the same body
     the gate's own methods run."""
 
-    def __init__(self, calls: Calls, decisions: Decisions, execution: Execution) -> None:
+    def __init__(
+        self, calls: Calls, proposals: Proposals, decisions: Decisions, execution: Execution, ledger: Ledger
+    ) -> None:
         self._calls = calls
+        self._proposals = proposals
+        self._ledger = ledger
         self._decisions = decisions
         self._execution = execution
 
     def call(self, name: str, args: Mapping[str, Any], ctx: CallContext) -> flow.Flow[Outcome]:
         return self._calls.call_flow(name, args, ctx)
+
+    def edit(
+        self, name: str, args: Mapping[str, Any], ctx: CallContext, *, editor: str
+    ) -> flow.Flow[Outcome]:
+        """A reviewer's edit of a waiting call: the same call with new arguments, recorded as
+        edited by `editor` (a new version that still needs its own approval)."""
+        return self._calls.call_flow(name, args, ctx, edited_by=editor)
+
+    def versions(self, approval_id: str) -> flow.Flow[tuple[VersionEntry, ...]]:
+        return flow.done(self._proposals.versions, approval_id)
+
+    def card(self, approval_id: str) -> flow.Flow[Card]:
+        return flow.done(self._ledger.card, approval_id)
 
     def call_step(self, calls: Sequence[ToolCallLike], ctx: CallContext) -> flow.Flow[list[Outcome]]:
         return self._calls.step_flow(calls, ctx)
@@ -132,7 +149,7 @@ class EffectGate:
         self._reconciliation = Reconciliation(
             self.deps, self._events, self._ledger, self._notices, self._execution
         )
-        self.flows = Flows(self._calls, self._decisions, self._execution)
+        self.flows = Flows(self._calls, self._proposals, self._decisions, self._execution, self._ledger)
 
     # -- what the gate enforces with
 

@@ -244,6 +244,7 @@ class VersionEntry:
     version: int
     args_hash: str
     origin_message_id: str
+    edited_by: str | None = None
 
 
 @dataclass(frozen=True)

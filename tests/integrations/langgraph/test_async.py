@@ -24,23 +24,36 @@ def checkpointer() -> InMemorySaver:
 
 
 def spy_async(gate: EffectGate) -> dict[str, int]:
-    """Count the gate methods the node calls, sync and async."""
+    """Count the gate flows the node composes, and every store transaction opened on the event
+    loop's own thread ("on_loop"): the node must do all store work off the loop."""
     used: dict[str, int] = {}
-    for name in ("call", "call_step", "execute", "deny", "acall", "acall_step", "aexecute", "adeny"):
-        original = getattr(gate, name)
+    for name in ("call", "call_step", "execute", "deny", "edit"):
+        original = getattr(gate.flows, name)
 
         def counted(*args: Any, _name: str = name, _original: Any = original, **kwargs: Any) -> Any:
             used[_name] = used.get(_name, 0) + 1
             return _original(*args, **kwargs)
 
-        setattr(gate, name, counted)
+        setattr(gate.flows, name, counted)
+    for name in ("transaction", "reading"):
+        opened = getattr(gate.store, name)
+
+        def watched(*args: Any, _opened: Any = opened, **kwargs: Any) -> Any:
+            try:
+                asyncio.get_running_loop()
+                used["on_loop"] = used.get("on_loop", 0) + 1
+            except RuntimeError:
+                pass
+            return _opened(*args, **kwargs)
+
+        setattr(gate.store, name, watched)
     return used
 
 
 def test_ainvoke_pauses_and_runs_the_approved_refund_once(
     lg_harness: MakeLangGraphHarness, shop_gate: ShopGate
 ) -> None:
-    """Under ainvoke a read and a refund of one step pause, then each runs once, through the async twins."""
+    """Under ainvoke a read and a refund of one step pause, then each runs once, the store work off the loop."""
     h = lg_harness(
         Script([step(call("get_order", order_id="1042"), call("refund_order", **REFUND)), say("Refunded.")])
     )
@@ -57,13 +70,14 @@ def test_ainvoke_pauses_and_runs_the_approved_refund_once(
     asyncio.run(conversation())
     assert shop_gate.shop.reads["get_order"] == 1
     assert shop_gate.shop.receiver.count("refund") == 1
-    assert not {"call", "call_step", "execute", "deny"} & set(used)
-    assert (used["acall_step"], used["aexecute"], used["acall"]) == (2, 1, 1)
+    assert "on_loop" not in used
+    assert (used["call_step"], used["execute"]) == (2, 1)
     h.script.assert_complete()
 
 
 def test_ainvoke_denial_reaches_the_model(lg_harness: MakeLangGraphHarness, shop_gate: ShopGate) -> None:
-    """Under ainvoke a denial is recorded through adeny and the turn ends with no refund."""
+    """Under ainvoke a denial is recorded through the deny flow, off the loop, and the turn ends
+    with no refund."""
     h = lg_harness(Script([call("refund_order", **REFUND), say("Declined.")]))
     used = spy_async(shop_gate.gate)
 
@@ -73,7 +87,8 @@ def test_ainvoke_denial_reaches_the_model(lg_harness: MakeLangGraphHarness, shop
         assert [(r.tool, r.ok) for r in done.results] == [("refund_order", False)]
 
     asyncio.run(conversation())
-    assert used.get("adeny") == 1
+    assert used.get("deny") == 1
+    assert "on_loop" not in used
     [row] = shop_gate.store.approvals()
     assert row.status == "denied"
     assert shop_gate.shop.receiver.count("refund") == 0

@@ -23,13 +23,13 @@ BILLING = Approver("bill", "billing")
 def count_entries(gate: EffectGate) -> list[int]:
     """Count the node's entries: it registers the step's gated calls exactly once per entry."""
     entries = [0]
-    original = gate.call_step
+    original = gate.flows.call_step
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         entries[0] += 1
         return original(*args, **kwargs)
 
-    gate.call_step = counted  # type: ignore[method-assign]
+    gate.flows.call_step = counted  # type: ignore[method-assign]
     return entries
 
 

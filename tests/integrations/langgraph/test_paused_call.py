@@ -207,15 +207,6 @@ def test_plain_approval_runs_once_with_no_edit_notice(
     h.script.assert_complete()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=(
-        "needs core: gate.versions() cannot tell a reviewer's edit (the adapter's edit decision) "
-        "from the same user message proposing other arguments (a re-run of an edited checkpoint); "
-        "both are versions from the origin message, so an edited-back checkpoint reads as an edit"
-    ),
-)
 def test_version_made_from_an_edited_checkpoint_is_never_announced_as_a_reviewer_edit(
     node_or_agent: MakeLangGraphHarness, shop_gate: ShopGate
 ) -> None:

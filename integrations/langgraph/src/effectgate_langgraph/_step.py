@@ -11,23 +11,23 @@ again and again with the same result:
    arguments). Each loop turn consumes one interrupt slot, so a re-run replays the same answers
    in the same order; what an answer already did is in the store and comes back as a replay.
 
-The flow is a generator of requests (`Ask`, `Core`) so that one body serves the sync and the
-async node: the drivers below either call the gate or await its async twin.
+The flow composes the gate's own flows (`gate.flows`) with `yield from` and adds one request of
+its own, `Ask` (the pause): one body serves the sync and the async node, driven by
+`effectgate.flow.drive` / `adrive`, which hand each `Ask` to LangGraph's `interrupt()`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections.abc import Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import ToolCall
 from langgraph.config import get_config
 from langgraph.types import interrupt
 
-from effectgate import Approver, CallContext, EffectGate, Outcome, Pending
+from effectgate import Approver, CallContext, EffectGate, Outcome, Pending, flow
 from effectgate.adapter import DecisionMismatch, Paused, bind_decision, is_gated
 from effectgate.canonical import args_hash, freeze
 from effectgate.errors import ApprovalError, ArgumentError, PolicyViolation, TokenError
@@ -57,13 +57,6 @@ class Ask:
     approval_ids: frozenset[str]
 
 
-@dataclass(frozen=True)
-class Core:
-    method: str
-    args: tuple[Any, ...] = ()
-    kwargs: Mapping[str, Any] = field(default_factory=dict[str, Any])
-
-
 @dataclass
 class Settled:
     """How one gated call ended: an outcome, or the exception its execution raised."""
@@ -82,7 +75,7 @@ class _Slot:
     mismatch: str | None = None
 
 
-StepFlow = Generator[Ask | Core, Any, dict[str, Settled]]
+StepFlow = Generator[Any, Any, dict[str, Settled]]
 
 
 def _call_id(call: ToolCall) -> str:
@@ -127,7 +120,13 @@ def _slot(gate: EffectGate, call: ToolCall, outcome: Outcome, ctx: CallContext) 
     history = gate.versions(outcome.approval_id)
     earlier = [v for v in history if v.args_hash == slot.call_hash and v.version < outcome.version]
     later = [v for v in history if earlier and v.version > earlier[-1].version]
-    if earlier and all(v.origin_message_id == ctx.origin_message_id for v in [earlier[-1], *later]):
+    # A reviewer's edit is recorded as one (`edited_by`): a version the same message proposed
+    # again (a re-run of an edited checkpoint) is not an edit, whoever approved it.
+    if (
+        earlier
+        and earlier[-1].origin_message_id == ctx.origin_message_id
+        and all(v.edited_by is not None for v in later)
+    ):
         slot.args = slot.edited_args = dict(outcome.card.args)
         return slot
     slot.args = dict(outcome.card.args)
@@ -151,7 +150,7 @@ def settle_step(
     gated = [c for c in calls if is_gated(gate, c["name"])]
     if not gated:
         return {}
-    outcomes = yield Core("call_step", ([(c["name"], c["args"], c.get("id")) for c in gated], ctx))
+    outcomes = yield from gate.flows.call_step([(c["name"], c["args"], c.get("id")) for c in gated], ctx)
     slots = {
         _call_id(c): _slot(gate, c, o, ctx)
         for c, o in zip(gated, outcomes, strict=True)
@@ -184,7 +183,7 @@ def _apply(
     ctx: CallContext,
     resume_identity: str,
     signature: str,
-) -> Generator[Ask | Core, Any, list[RefusedDecision]]:
+) -> Generator[Any, Any, list[RefusedDecision]]:
     if not isinstance(answer, Mapping):
         return [
             {
@@ -225,7 +224,7 @@ def _apply_one(
     slot: _Slot,
     ctx: CallContext,
     resume_identity: str,
-) -> Generator[Ask | Core, Any, None]:
+) -> Generator[Any, Any, None]:
     call_ctx = dataclasses.replace(ctx, tool_call_id=w.call_id)
     if w.mismatch is not None and not isinstance(decision, Deny):
         # Said apart from the step's own note on the mismatch, so the reviewer can tell that
@@ -238,9 +237,9 @@ def _apply_one(
         except DecisionMismatch as exc:
             raise DecisionRefused(str(exc)) from exc
         try:
-            slot.outcome = yield Core("execute", (decision.token, dict(w.args)))
+            slot.outcome = yield from gate.flows.execute(decision.token, dict(w.args))
         except TokenError as exc:
-            yield from _refresh(slot, w, call_ctx)
+            yield from _refresh(gate, slot, w, call_ctx)
             raise DecisionRefused(f"the token was refused: {exc}") from exc
         except Exception as exc:  # settled as this call's result: NeedsReconciliation, a tool error
             slot.outcome = exc
@@ -248,13 +247,11 @@ def _apply_one(
     if isinstance(decision, Deny):
         approver = decision.approver or Approver(resume_identity, w.pending.card.approver_role)
         try:
-            slot.outcome = yield Core(
-                "deny",
-                (w.pending.approval_id,),
-                {"approver": approver, "reason": decision.reason, "version": w.pending.version},
+            slot.outcome = yield from gate.flows.deny(
+                w.pending.approval_id, approver=approver, reason=decision.reason, version=w.pending.version
             )
         except (ApprovalError, PolicyViolation) as exc:
-            yield from _refresh(slot, w, call_ctx)
+            yield from _refresh(gate, slot, w, call_ctx)
             raise DecisionRefused(f"the denial was refused: {exc}") from exc
         return
     spec = gate.table[w.tool]
@@ -262,7 +259,7 @@ def _apply_one(
         raise DecisionRefused(
             f"an edit cannot change what {w.tool} acts on ({spec.subject_of(w.args)}); deny it instead"
         )
-    out = yield Core("call", (w.tool, decision.args, call_ctx))
+    out = yield from gate.flows.edit(w.tool, decision.args, call_ctx, editor=resume_identity)
     if not isinstance(out, Pending):
         raise DecisionRefused(f"the edited call was not accepted: {out.for_model()}")
     if dict(out.card.args) != dict(decision.args):  # the core answered with the approval as it is
@@ -275,9 +272,9 @@ def _apply_one(
     slot.mismatch = edited.mismatch
 
 
-def _refresh(slot: _Slot, w: Waiting, ctx: CallContext) -> Generator[Ask | Core, Any, None]:
+def _refresh(gate: EffectGate, slot: _Slot, w: Waiting, ctx: CallContext) -> Generator[Any, Any, None]:
     """After the core refused a decision, ask it again where the call stands (a replay)."""
-    slot.outcome = yield Core("call", (w.tool, dict(slot.args), ctx))
+    slot.outcome = yield from gate.flows.call(w.tool, dict(slot.args), ctx)
 
 
 # -- drivers
@@ -302,42 +299,11 @@ def _asker() -> Callable[[Ask], Any]:
     return ask
 
 
-def drive(flow: StepFlow, gate: EffectGate) -> dict[str, Settled]:
-    ask = _asker()
-    try:
-        op = next(flow)
-        while True:
-            if isinstance(op, Ask):
-                op = flow.send(ask(op))  # GraphInterrupt propagates: that is the pause
-                continue
-            try:
-                value = getattr(gate, op.method)(*op.args, **op.kwargs)
-            except Exception as exc:
-                op = flow.throw(exc)
-                continue
-            op = flow.send(value)
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
+def drive(step: StepFlow, gate: EffectGate) -> dict[str, Settled]:
+    """Settle a step on this thread; an `Ask` is LangGraph's interrupt (it raises: the pause)."""
+    return flow.drive(step, other=_asker())
 
 
-async def adrive(flow: StepFlow, gate: EffectGate) -> dict[str, Settled]:
-    """As `drive`, with the gate's async twins: the store never blocks the event loop."""
-    ask = _asker()
-    try:
-        op = next(flow)
-        while True:
-            if isinstance(op, Ask):
-                op = flow.send(ask(op))
-                continue
-            method = getattr(gate, "a" + op.method, None)
-            try:
-                if method is not None:
-                    value = await method(*op.args, **op.kwargs)
-                else:
-                    value = await asyncio.to_thread(getattr(gate, op.method), *op.args, **op.kwargs)
-            except Exception as exc:
-                op = flow.throw(exc)
-                continue
-            op = flow.send(value)
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
+async def adrive(step: StepFlow, gate: EffectGate) -> dict[str, Settled]:
+    """As `drive`: the store work and sync tools run in a worker thread, the pause on the loop."""
+    return await flow.adrive(step, other=_asker())
