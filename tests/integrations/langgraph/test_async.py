@@ -53,7 +53,7 @@ def spy_async(gate: EffectGate) -> dict[str, int]:
 def test_ainvoke_pauses_and_runs_the_approved_refund_once(
     lg_harness: MakeLangGraphHarness, shop_gate: ShopGate
 ) -> None:
-    """Under ainvoke a read and a refund of one step pause, then each runs once, the store work off the loop."""
+    """Under ainvoke a read and a refund of one step pause, then each runs once, store work off the loop."""
     h = lg_harness(
         Script([step(call("get_order", order_id="1042"), call("refund_order", **REFUND)), say("Refunded.")])
     )
