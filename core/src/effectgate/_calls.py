@@ -164,15 +164,20 @@ class Calls:
         key = f"{WRITE_PREFIX}{spec.name}_" + key_of(
             "write", ctx.session_id, spec.name, ctx.origin_message_id, frozen
         )
-        self.events.note_rules(spec)
-        try:
-            claim = self.store.claim(key, frozen, lease_seconds=self.policy.lease_seconds)
-        except InProgress:
+        refusal: InProgress | NeedsReconciliation | None = None
+        with self.store.transaction() as conn:
+            noted = self.events.note_rules(conn, spec)
+            try:
+                claim = self.store.claim(key, frozen, lease_seconds=self.policy.lease_seconds, conn=conn)
+            except (InProgress, NeedsReconciliation) as exc:
+                refusal = exc  # committed: a lapsed lease is now needs_reconciliation
+        noted()
+        if isinstance(refusal, InProgress):
             return self.events.refuse(
                 "in_progress", f"{spec.name}: the same write is running now", spec.name, ctx, spec
             )
-        except NeedsReconciliation as exc:
-            return self.events.refuse("needs_reconciliation", str(exc), spec.name, ctx, spec)
+        if refusal is not None:
+            return self.events.refuse("needs_reconciliation", str(refusal), spec.name, ctx, spec)
         if isinstance(claim, Stored):
             self.events.record(self.events.event("replay", spec=spec, ctx=ctx, args_hash_=frozen, key=key))
             return Executed(tool=spec.name, result=claim.result, replay=True, idempotency_key=key)

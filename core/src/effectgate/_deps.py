@@ -27,6 +27,10 @@ from .tokens import Keyring
 _ONE_ATTEMPT = json.dumps({"attempts": 1})
 
 
+def _nothing() -> None:
+    return None
+
+
 @dataclass(frozen=True, kw_only=True)
 class Deps:
     """What every part of the gate reads: the table, the store, the policy, keys, time, ids."""
@@ -148,9 +152,11 @@ class Events:
         )
         return Refused(code=code, message=message, tool=name, approval_id=approval_id)
 
-    def note_rules(self, spec: ToolSpec | None) -> None:
-        """Record the canonical form of `spec`'s row and of the policy (once per process), so the
-        audit can check every approval against the rule it was made under."""
+    def note_rules(self, conn: Any, spec: ToolSpec | None) -> Callable[[], None]:
+        """Record the canonical form of `spec`'s row and of the policy inside `conn`'s transaction
+        (only until this process knows them recorded), so the audit can check every approval
+        against the rule it was made under. Call the returned function once the transaction has
+        committed: only then are they known to be recorded."""
         rules = []
         if self.policy.fingerprint not in self._recorded_rules:
             rules.append(
@@ -158,7 +164,7 @@ class Events:
             )
         if spec is not None and spec.fingerprint not in self._recorded_rules:
             rules.append((spec.fingerprint, "row", canonical_json(spec.canonical()).decode()))
-        if rules:
-            with self.store.transaction() as conn:
-                self.store.add_rules(conn, rules)
-            self._recorded_rules.update(r[0] for r in rules)
+        if not rules:
+            return _nothing
+        self.store.add_rules(conn, rules)
+        return lambda: self._recorded_rules.update(r[0] for r in rules)

@@ -60,100 +60,135 @@ class Proposals:
         )
         role, notes = spec.role_for(args)
         assert role is not None  # check_policy guarantees a role for every gated row
-        self.events.note_rules(spec)
         now = self.clock.now()
         with self.store.transaction() as conn:
-            self.store.lock(conn, f"session:{ctx.session_id}")
-            self.store.lock(conn, f"subject:{subject_key}")
-            self.ledger.expire_due(conn, session_id=ctx.session_id)
-            existing = self.store.approval_for_key(conn, intent)
-            if existing is not None and existing.status != "pending":
-                return self.replayed(conn, existing, frozen, ctx)
-            if existing is not None and (self.store.key_version(conn, intent) or 0) < existing.version:
-                # A replay of a message that a later message already amended: answer with the
-                # current version; an old message must not roll the amendment back.
-                self.store.append_events(
-                    conn, [self.events.event("replay", row=existing, ctx=ctx, superseded=True)]
-                )
-                return Pending(
-                    approval_id=existing.id,
-                    version=existing.version,
-                    card=self.ledger.card_of(conn, existing),
-                    replay=True,
-                )
-            if existing is None and not in_scope(spec, args, ctx):
-                row = self.new_row(
-                    spec,
-                    args,
-                    frozen,
-                    ctx,
-                    subject,
-                    subject_key,
-                    role,
-                    notes,
-                    now,
-                    status="rejected",
-                    text=text,
-                )
-                row.reason = "out of scope: the caller may not act on this subject"
-                self.store.insert_approval(conn, row)
-                self.store.add_key(conn, intent, row.id, 1, ctx.origin_message_id)
-                self.store.append_events(
-                    conn, [self.events.event("rejected", row=row, spec=spec, code="out_of_scope")]
-                )
-                return Refused(
-                    code="out_of_scope",
-                    message=f"{spec.name}: {row.reason}",
-                    tool=spec.name,
-                    approval_id=row.id,
-                )
-            pending = existing or self.store.pending_in_session(conn, ctx.session_id, spec.name, subject_key)
-            if pending is not None:
-                return self.amend(
-                    conn,
-                    spec,
-                    pending,
-                    args,
-                    frozen,
-                    ctx,
-                    intent,
-                    role,
-                    notes,
-                    replay=existing is not None,
-                    text=text,
-                    edited_by=edited_by,
-                )
-            busy = self.store.in_flight_elsewhere(conn, subject_key, ctx.session_id, now)
-            if busy is not None:
-                message = (
-                    f"{spec.name}: approval {busy.id} ({busy.tool}) is already in flight on "
-                    f"this subject from another session"
-                )
-                self.store.append_events(
-                    conn,
-                    [self.events.event("refused", spec=spec, ctx=ctx, code="subject_busy", busy=busy.id)],
-                )
-                return Refused(code="subject_busy", message=message, tool=spec.name, approval_id=busy.id)
-            if self.store.count_pending(conn, ctx.session_id) >= self.policy.max_pending_per_session:
-                self.store.append_events(
-                    conn, [self.events.event("refused", spec=spec, ctx=ctx, code="too_many_pending")]
-                )
-                message = f"this session already has {self.policy.max_pending_per_session} approvals waiting"
-                return Refused(code="too_many_pending", message=message, tool=spec.name)
-            reason = self.ledger.confirm(conn, spec, args, ctx, subject_key, exclude=None)
-            if reason is not None:
-                self.store.append_events(
-                    conn,
-                    [self.events.event("refused", spec=spec, ctx=ctx, code="confirm_failed", reason=reason)],
-                )
-                return Refused(code="confirm_failed", message=f"{spec.name}: {reason}", tool=spec.name)
-            row = self.new_row(
-                spec, args, frozen, ctx, subject, subject_key, role, notes, now, status="pending", text=text
+            noted = self.events.note_rules(conn, spec)
+            outcome = self._propose_in(
+                conn,
+                spec,
+                args,
+                frozen,
+                ctx,
+                text=text,
+                edited_by=edited_by,
+                subject=subject,
+                subject_key=subject_key,
+                intent=intent,
+                role=role,
+                notes=notes,
+                now=now,
             )
+        noted()
+        return outcome
+
+    def _propose_in(
+        self,
+        conn: Any,
+        spec: ToolSpec,
+        args: Mapping[str, Any],
+        frozen: str,
+        ctx: CallContext,
+        *,
+        text: str,
+        edited_by: str | None,
+        subject: dict[str, Any] | None,
+        subject_key: str,
+        intent: str,
+        role: str,
+        notes: list[str],
+        now: float,
+    ) -> Outcome:
+        self.store.lock(conn, f"session:{ctx.session_id}")
+        self.store.lock(conn, f"subject:{subject_key}")
+        self.ledger.expire_due(conn, session_id=ctx.session_id)
+        existing = self.store.approval_for_key(conn, intent)
+        if existing is not None and existing.status != "pending":
+            return self.replayed(conn, existing, frozen, ctx)
+        if existing is not None and (self.store.key_version(conn, intent) or 0) < existing.version:
+            # A replay of a message that a later message already amended: answer with the
+            # current version; an old message must not roll the amendment back.
+            self.store.append_events(
+                conn, [self.events.event("replay", row=existing, ctx=ctx, superseded=True)]
+            )
+            return Pending(
+                approval_id=existing.id,
+                version=existing.version,
+                card=self.ledger.card_of(conn, existing),
+                replay=True,
+            )
+        if existing is None and not in_scope(spec, args, ctx):
+            row = self.new_row(
+                spec,
+                args,
+                frozen,
+                ctx,
+                subject,
+                subject_key,
+                role,
+                notes,
+                now,
+                status="rejected",
+                text=text,
+            )
+            row.reason = "out of scope: the caller may not act on this subject"
             self.store.insert_approval(conn, row)
             self.store.add_key(conn, intent, row.id, 1, ctx.origin_message_id)
-            self.store.append_events(conn, [self.events.event("proposed", row=row, spec=spec)])
-            return Pending(approval_id=row.id, version=1, card=Card.from_record(row))
+            self.store.append_events(
+                conn, [self.events.event("rejected", row=row, spec=spec, code="out_of_scope")]
+            )
+            return Refused(
+                code="out_of_scope",
+                message=f"{spec.name}: {row.reason}",
+                tool=spec.name,
+                approval_id=row.id,
+            )
+        pending = existing or self.store.pending_in_session(conn, ctx.session_id, spec.name, subject_key)
+        if pending is not None:
+            return self.amend(
+                conn,
+                spec,
+                pending,
+                args,
+                frozen,
+                ctx,
+                intent,
+                role,
+                notes,
+                replay=existing is not None,
+                text=text,
+                edited_by=edited_by,
+            )
+        busy = self.store.in_flight_elsewhere(conn, subject_key, ctx.session_id, now)
+        if busy is not None:
+            message = (
+                f"{spec.name}: approval {busy.id} ({busy.tool}) is already in flight on "
+                f"this subject from another session"
+            )
+            self.store.append_events(
+                conn,
+                [self.events.event("refused", spec=spec, ctx=ctx, code="subject_busy", busy=busy.id)],
+            )
+            return Refused(code="subject_busy", message=message, tool=spec.name, approval_id=busy.id)
+        if self.store.count_pending(conn, ctx.session_id) >= self.policy.max_pending_per_session:
+            self.store.append_events(
+                conn, [self.events.event("refused", spec=spec, ctx=ctx, code="too_many_pending")]
+            )
+            message = f"this session already has {self.policy.max_pending_per_session} approvals waiting"
+            return Refused(code="too_many_pending", message=message, tool=spec.name)
+        reason = self.ledger.confirm(conn, spec, args, ctx, subject_key, exclude=None)
+        if reason is not None:
+            self.store.append_events(
+                conn,
+                [self.events.event("refused", spec=spec, ctx=ctx, code="confirm_failed", reason=reason)],
+            )
+            return Refused(code="confirm_failed", message=f"{spec.name}: {reason}", tool=spec.name)
+        row = self.new_row(
+            spec, args, frozen, ctx, subject, subject_key, role, notes, now, status="pending", text=text
+        )
+        self.store.insert_approval(conn, row)
+        self.store.add_key(conn, intent, row.id, 1, ctx.origin_message_id)
+        self.store.append_events(conn, [self.events.event("proposed", row=row, spec=spec)])
+        return Pending(approval_id=row.id, version=1, card=Card.from_record(row))
 
     def new_row(
         self,
