@@ -408,3 +408,38 @@ def test_database_without_the_schema_is_refused(store_url: str, clock: FakeClock
             app(store, keyring=Keyring.generate(), clock=clock)
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("approval_id", ["0-before-every-id", "zzzz-after-every-id"])
+def test_execution_naming_a_missing_approval_is_flagged(
+    shop_gate: ShopGate, store: SQLStore, approval_id: str
+) -> None:
+    """The audit merges approvals, decisions and executions by approval id: an execution whose
+    approval does not exist is reported wherever its id sorts among the real ones."""
+    _, gate = shop_gate
+    grant = granted(gate)
+    gate.execute(grant.token)
+    from effectgate.canonical import canonical_text, hash_of_text
+
+    text = canonical_text(REFUND)
+    with store.transaction() as conn:
+        store.append_execution(
+            conn,
+            approval_id=approval_id,
+            version=1,
+            tool="refund_order",
+            effect="money",
+            args_hash=hash_of_text("refund_order", text),
+            args_json=text,
+            idempotency_key="rogue",
+            status="succeeded",
+            session_id="s-ada",
+            origin_message_id="m9",
+            user_id="u1",
+            agent_id="support",
+            table_fingerprint="t",
+            row_fingerprint="r",
+            policy_fingerprint=gate.policy.fingerprint,
+        )
+    findings = gate.audit().findings
+    assert [(f.kind, f.approval_id) for f in findings] == [("no_approval", approval_id)]

@@ -10,9 +10,10 @@ by the sealed fields and the signed grant token.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from .canonical import canonical_json, hash_of_text
+from .canonical import ENCODE, hash_of_text
 from .errors import TokenError
 from .stores.records import ApprovalRow, DecisionRow
 from .tokens import Keyring
@@ -38,7 +39,9 @@ DECISION_FIELDS = ("approval_id", "version", "grant_round", "approver_id", "role
 
 
 def _body(values: list[Any]) -> bytes:
-    return canonical_json(values)
+    # The sealed fields are text and integers: their JSON array, compact and in order, is one
+    # C-level encode (a value of another type still encodes, the same way on both sides).
+    return ENCODE(values).encode("utf-8", "surrogatepass")
 
 
 def seal_approval(keyring: Keyring, row: ApprovalRow) -> str:
@@ -71,6 +74,13 @@ def stored_args_hash(tool: str, args_json: str) -> str | None:
         return hash_of_text(tool, args_json)
     except (ValueError, TypeError):
         return None
+
+
+def sealed_values(keyring: Keyring, purpose: str, values: Sequence[Any], seal: str | None) -> bool:
+    """Whether `seal` is the keyring's seal of `values` (the fields of `APPROVAL_FIELDS` or
+    `DECISION_FIELDS`, in order) for "approval" or "decision": what the audit checks on rows
+    it streams as tuples."""
+    return _verifies(keyring, purpose, list(values), seal or "")
 
 
 def _verifies(keyring: Keyring, purpose: str, values: list[Any], seal: str) -> bool:

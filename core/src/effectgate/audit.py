@@ -13,7 +13,8 @@ everything it checks from the rows themselves, never trusting a stored copy of a
 - a policy that lets send, money or destructive calls run alone, or drops the second approver of
   destructive calls, is reported wherever an approval or execution was made under it.
 
-Each kind of finding has its own code (`FindingKind`).
+Each kind of finding has its own code (`FindingKind`). The scan streams rows as tuples (never
+ORM objects) and leaves counting to SQL: the event log, the largest table, is only aggregated.
 """
 
 from __future__ import annotations
@@ -26,11 +27,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from ._rules import possible_roles
-from ._seal import approval_sealed, decision_intact, stored_args_hash
+from ._seal import sealed_values, stored_args_hash
 from .canonical import digest
 from .effects import Effect, Policy, weakened
 from .stores.protocol import Store
-from .stores.records import ApprovalRow, DecisionRow, ExecutionRow, RuleRow
+from .stores.records import RuleRow
 from .table import EffectTable
 from .tokens import Keyring
 
@@ -102,6 +103,13 @@ def _p95(values: list[float]) -> float | None:
 
 _GATED_CLASSES = frozenset({Effect.SEND, Effect.MONEY, Effect.DESTRUCTIVE})
 
+# Column positions of the streamed rows (stores/sql.py AUDIT_QUERIES, in this order).
+A_ID, A_VERSION, A_GRANTS, A_SESSION, A_ORIGIN, A_USER, A_AGENT, A_TOOL, A_EFFECT = range(9)
+A_SUBJECT, A_HASH, A_ROLE, A_REQUIRED, A_ROW_FP, A_POLICY_FP = range(9, 15)
+A_SEAL, A_ARGS, A_STATUS, A_CREATED, A_DECIDED = range(15, 20)
+D_APPROVAL, D_VERSION, D_ROUND, D_APPROVER, D_ROLE, D_DECISION, D_SEAL, D_ID = range(8)
+E_ID, E_APPROVAL, E_VERSION, E_TOOL, E_EFFECT, E_HASH, E_ARGS, E_STATUS, E_ROW_FP, E_POLICY_FP = range(10)
+
 
 class _Rules:
     """The recorded rules by fingerprint, each verified against its fingerprint once."""
@@ -109,6 +117,7 @@ class _Rules:
     def __init__(self, rows: dict[str, RuleRow]) -> None:
         self._rows = rows
         self._parsed: dict[str, dict[str, Any] | None] = {}
+        self._policies: dict[str, Policy | None] = {}
 
     def get(self, fingerprint: str) -> dict[str, Any] | None:
         if fingerprint not in self._parsed:
@@ -123,21 +132,37 @@ class _Rules:
             self._parsed[fingerprint] = body
         return self._parsed[fingerprint]
 
+    def policy(self, fingerprint: str) -> Policy | None:
+        if fingerprint not in self._policies:
+            body = self.get(fingerprint)
+            self._policies[fingerprint] = Policy.from_canonical(body) if body is not None else None
+        return self._policies[fingerprint]
+
+
+@dataclass(slots=True)
+class _Bar:
+    """What an execution of one approval is held to (kept per approval, without its rows)."""
+
+    version: int
+    args_hash: str
+    row_fingerprint: str
+    effect: str
+    role: str
+    required: int
+    approvers: dict[int, int]  # version -> most distinct valid approvers in any one round
+
 
 class _Scan:
     def __init__(self, store: Store, table: EffectTable | None, keyring: Keyring | None) -> None:
+        self.store = store
         self.table = table
         self.keyring = keyring
         self.rules = _Rules(store.rules())
         self.findings: list[Finding] = []
-        self.approvals: dict[str, ApprovalRow] = {a.id: a for a in store.approvals()}
-        self.decisions: dict[tuple[str, int], list[DecisionRow]] = defaultdict(list)
-        self.by_approval: dict[str, list[DecisionRow]] = defaultdict(list)
-        for d in store.all_decisions():
-            self.decisions[(d.approval_id, d.version)].append(d)
-            self.by_approval[d.approval_id].append(d)
-        self.executions: list[ExecutionRow] = store.executions()
-        self.bad_policies: set[str] = set()
+        self.reported_policies: set[str] = set()
+        self.bars: dict[str, _Bar] = {}
+        self.statuses: Counter[str] = Counter()
+        self.latencies: list[float] = []
 
     def add(
         self, kind: FindingKind, tool: str, detail: str, approval: str | None = None, ex: int | None = None
@@ -149,147 +174,182 @@ class _Scan:
         if body is None:
             self.add("rule_missing", tool, f"policy {fingerprint[:12] or '-'} is not recorded", approval_id)
             return None
-        if fingerprint not in self.bad_policies:
-            self.bad_policies.add(fingerprint)
+        if fingerprint not in self.reported_policies:
+            self.reported_policies.add(fingerprint)
             for weakness in weakened(body):
                 self.add("policy_weakened", tool, f"policy {fingerprint[:12]}: {weakness}", approval_id)
-        return Policy.from_canonical(body)
+        return self.rules.policy(fingerprint)
 
-    # -- approvals
+    # -- approvals and their decisions
 
-    def approval(self, a: ApprovalRow) -> tuple[str, int] | None:
-        """Check one approval; return its (required role, required approvers) when derivable."""
-        if stored_args_hash(a.tool, a.args_json) != a.args_hash:
-            self.add("args_tampered", a.tool, "the stored arguments do not hash to the approval's hash", a.id)
-        if self.keyring is not None and not approval_sealed(self.keyring, a):
-            self.add("seal_broken", a.tool, "the approval's seal does not verify", a.id)
-        row = self.rules.get(a.row_fingerprint)
-        policy = self.policy(a.policy_fingerprint, a.tool, a.id)
+    def approval(self, a: tuple[Any, ...], decisions: list[tuple[Any, ...]]) -> None:
+        approval_id, tool = a[A_ID], a[A_TOOL]
+        self.statuses[a[A_STATUS]] += 1
+        if a[A_DECIDED] is not None and a[A_STATUS] in ("approved", "executed"):
+            self.latencies.append(a[A_DECIDED] - a[A_CREATED])
+        if stored_args_hash(tool, a[A_ARGS]) != a[A_HASH]:
+            self.add(
+                "args_tampered", tool, "the stored arguments do not hash to the approval's hash", approval_id
+            )
+        if self.keyring is not None and not sealed_values(self.keyring, "approval", a[:A_SEAL], a[A_SEAL]):
+            self.add("seal_broken", tool, "the approval's seal does not verify", approval_id)
+        row = self.rules.get(a[A_ROW_FP])
+        policy = self.policy(a[A_POLICY_FP], tool, approval_id)
         if row is None:
-            self.add("rule_missing", a.tool, f"table row {a.row_fingerprint[:12]} is not recorded", a.id)
-        if row is None or policy is None:
-            return None
-        try:
-            args = json.loads(a.args_json)
-        except ValueError:
-            args = {}
-        effect = Effect(row["effect"])
-        required = policy.approvals_needed(effect)
-        roles = possible_roles(row, args)
-        if a.effect != effect or a.approvals_required != required or a.approver_role not in roles:
-            self.add(
-                "bar_lowered",
-                a.tool,
-                f"recorded {a.effect}, role {a.approver_role}, {a.approvals_required} approver(s); the rule "
-                f"at the time says {effect}, role {' or '.join(sorted(roles))}, {required} approver(s)",
-                a.id,
-            )
-        for d in self.by_approval.get(a.id, ()):
-            self.decision(a, d, policy)
-        # The bar an execution is held to: never lower than what the rule at the time says.
-        role = a.approver_role if a.approver_role in roles else sorted(roles)[0]
-        return role, max(required, a.approvals_required)
+            self.add("rule_missing", tool, f"table row {a[A_ROW_FP][:12]} is not recorded", approval_id)
+        role, required = a[A_ROLE], a[A_REQUIRED]
+        if row is not None and policy is not None:
+            args: Any = {}
+            if row.get("escalate"):  # only escalation rules read the arguments
+                try:
+                    args = json.loads(a[A_ARGS])
+                except ValueError:
+                    args = {}
+            effect = Effect(row["effect"])
+            needed = policy.approvals_needed(effect)
+            roles = possible_roles(row, args)
+            if a[A_EFFECT] != effect or required != needed or role not in roles:
+                self.add(
+                    "bar_lowered",
+                    tool,
+                    f"recorded {a[A_EFFECT]}, role {role}, {required} approver(s); the rule at the "
+                    f"time says {effect}, role {' or '.join(sorted(roles))}, {needed} approver(s)",
+                    approval_id,
+                )
+            # The bar an execution is held to: never lower than what the rule at the time says.
+            role = role if role in roles else sorted(roles)[0]
+            required = max(required, needed)
+        rounds: dict[tuple[int, int], set[str]] = defaultdict(set)
+        for d in decisions:
+            if not self._decision(a, d, policy, role):
+                continue
+            if d[D_DECISION] == "approve":
+                rounds[(d[D_VERSION], d[D_ROUND])].add(d[D_APPROVER])
+        approvers: dict[int, int] = {}
+        for (version, _), people in rounds.items():
+            approvers[version] = max(approvers.get(version, 0), len(people))
+        self.bars[approval_id] = _Bar(
+            a[A_VERSION], a[A_HASH], a[A_ROW_FP], a[A_EFFECT], role, required, approvers
+        )
 
-    def decision(self, a: ApprovalRow, d: DecisionRow, policy: Policy) -> None:
-        if self.keyring is not None and not decision_intact(self.keyring, d):
+    def _decision(self, a: tuple[Any, ...], d: tuple[Any, ...], policy: Policy | None, role: str) -> bool:
+        """Report what is wrong with one decision; True when it counts as a valid approval."""
+        tool, approval_id = a[A_TOOL], a[A_ID]
+        if self.keyring is not None and not sealed_values(self.keyring, "decision", d[:D_SEAL], d[D_SEAL]):
             self.add(
-                "decision_forged", a.tool, f"decision {d.id} by {d.approver_id}: seal does not verify", a.id
+                "decision_forged",
+                tool,
+                f"decision {d[D_ID]} by {d[D_APPROVER]}: seal does not verify",
+                approval_id,
             )
-            return
-        if d.decision != "approve":
-            return
-        if not policy.role_satisfies(d.role, a.approver_role):
+            return False
+        if d[D_DECISION] != "approve":
+            return False
+        ok = True
+        if policy is not None and not policy.role_satisfies(d[D_ROLE], a[A_ROLE]):
             self.add(
-                "wrong_role", a.tool, f"{d.approver_id} approved as {d.role}; {a.approver_role} needed", a.id
+                "wrong_role",
+                tool,
+                f"{d[D_APPROVER]} approved as {d[D_ROLE]}; {a[A_ROLE]} needed",
+                approval_id,
             )
-        if d.approver_id == a.user_id and not policy.self_approval:
-            self.add("self_approved", a.tool, f"{d.approver_id} approved their own call", a.id)
-
-    def approvers(self, a: ApprovalRow, version: int, role: str, policy: Policy | None) -> int:
-        """The most distinct, valid approvers holding `role` in any one grant round."""
-        rounds: dict[int, set[str]] = defaultdict(set)
-        for d in self.decisions.get((a.id, version), []):
-            if d.decision != "approve" or (
-                d.approver_id == a.user_id and not (policy and policy.self_approval)
-            ):
-                continue
-            if self.keyring is not None and not decision_intact(self.keyring, d):
-                continue
-            if policy is not None and not policy.role_satisfies(d.role, role):
-                continue
-            rounds[d.grant_round].add(d.approver_id)
-        return max((len(v) for v in rounds.values()), default=0)
+            ok = False
+        if d[D_APPROVER] == a[A_USER] and not (policy is not None and policy.self_approval):
+            self.add("self_approved", tool, f"{d[D_APPROVER]} approved their own call", approval_id)
+            ok = False
+        return ok and (policy is None or policy.role_satisfies(d[D_ROLE], role))
 
     # -- executions
 
-    def execution(
-        self, ex: ExecutionRow, bars: dict[str, tuple[str, int] | None], runs: Counter[str]
-    ) -> None:
-        if stored_args_hash(ex.tool, ex.args_json) != ex.args_hash:
+    def execution(self, ex: tuple[Any, ...], runs: Counter[str]) -> None:
+        ex_id, approval_id, tool = ex[E_ID], ex[E_APPROVAL], ex[E_TOOL]
+        if stored_args_hash(tool, ex[E_ARGS]) != ex[E_HASH]:
             self.add(
                 "args_tampered",
-                ex.tool,
+                tool,
                 "the executed arguments do not hash to the recorded hash",
-                ex.approval_id,
-                ex.id,
+                approval_id,
+                ex_id,
             )
-        policy = (
-            self.policy(ex.policy_fingerprint, ex.tool, ex.approval_id) if ex.policy_fingerprint else None
-        )
-        spec = self.table.get(ex.tool) if self.table is not None else None
-        effect = Effect(ex.effect)
+        policy = self.policy(ex[E_POLICY_FP], tool, approval_id) if ex[E_POLICY_FP] else None
+        spec = self.table.get(tool) if self.table is not None else None
+        effect = Effect(ex[E_EFFECT])
         gated_now = policy.gates(effect) if policy is not None else effect in _GATED_CLASSES
-        if not gated_now and ex.approval_id is None:
+        if not gated_now and approval_id is None:
             if spec is not None and spec.effect in _GATED_CLASSES and spec.effect != effect:
                 self.add(
                     "reclassified",
-                    ex.tool,
-                    f"ran ungated as {ex.effect}; the table now says {spec.effect}",
-                    ex=ex.id,
+                    tool,
+                    f"ran ungated as {ex[E_EFFECT]}; the table now says {spec.effect}",
+                    ex=ex_id,
                 )
             return
-        a = self.approvals.get(ex.approval_id) if ex.approval_id else None
-        if a is None:
-            self.add("no_approval", ex.tool, "gated execution with no approval record", ex.approval_id, ex.id)
+        bar = self.bars.get(approval_id) if approval_id else None
+        if bar is None:
+            self.add("no_approval", tool, "gated execution with no approval record", approval_id, ex_id)
             return
-        bar = bars.get(a.id)
-        role, required = bar if bar is not None else (a.approver_role, a.approvals_required)
-        given = self.approvers(a, ex.version if ex.version is not None else -1, role, self._policy_of(a))
-        if ex.version != a.version or given < required:
+        given = bar.approvers.get(ex[E_VERSION], 0) if ex[E_VERSION] is not None else 0
+        if ex[E_VERSION] != bar.version or given < bar.required:
             self.add(
                 "not_approved",
-                ex.tool,
-                f"{given} of {required} valid approvals for the executed version",
-                a.id,
-                ex.id,
+                tool,
+                f"{given} of {bar.required} valid approvals for the executed version",
+                approval_id,
+                ex_id,
             )
-        if ex.args_hash != a.args_hash:
+        if ex[E_HASH] != bar.args_hash:
             self.add(
                 "hash_mismatch",
-                ex.tool,
-                f"executed {ex.args_hash[:12]}, approved {a.args_hash[:12]}",
-                a.id,
-                ex.id,
+                tool,
+                f"executed {ex[E_HASH][:12]}, approved {bar.args_hash[:12]}",
+                approval_id,
+                ex_id,
             )
-        if ex.status == "succeeded":
-            runs[a.id] += 1
-            if runs[a.id] == 2:
-                self.add("executed_twice", ex.tool, "executed more than once", a.id, ex.id)
-        if ex.row_fingerprint != a.row_fingerprint:
+        if ex[E_STATUS] == "succeeded":
+            runs[approval_id] += 1
+            if runs[approval_id] == 2:
+                self.add("executed_twice", tool, "executed more than once", approval_id, ex_id)
+        if ex[E_ROW_FP] != bar.row_fingerprint:
             self.add(
-                "reclassified", ex.tool, "the tool's row changed between approval and execution", a.id, ex.id
+                "reclassified",
+                tool,
+                "the tool's row changed between approval and execution",
+                approval_id,
+                ex_id,
             )
-        if self.table is not None and (spec is None or spec.fingerprint != a.row_fingerprint):
+        if self.table is not None and (spec is None or spec.fingerprint != bar.row_fingerprint):
             now = (
                 "is no longer in the table"
                 if spec is None
                 else f"is now {spec.effect}, role {spec.approver_role}"
             )
-            self.add("reclassified", ex.tool, f"approved as {a.effect}; the tool {now}", a.id, ex.id)
+            self.add("reclassified", tool, f"approved as {bar.effect}; the tool {now}", approval_id, ex_id)
 
-    def _policy_of(self, a: ApprovalRow) -> Policy | None:
-        body = self.rules.get(a.policy_fingerprint)
-        return Policy.from_canonical(body) if body is not None else None
+
+class _Merge:
+    """A stream of rows ordered by the key at `index`, consumed one key at a time."""
+
+    def __init__(self, rows: Iterator[tuple[Any, ...]], index: int) -> None:
+        self._rows = rows
+        self._index = index
+        self._head: tuple[Any, ...] | None = next(rows, None)
+
+    def before(self, key: str) -> Iterator[tuple[Any, ...]]:
+        """The rows whose key sorts before `key` (their approval does not exist)."""
+        while self._head is not None and self._head[self._index] < key:
+            row, self._head = self._head, next(self._rows, None)
+            yield row
+
+    def take(self, key: str) -> Iterator[tuple[Any, ...]]:
+        """The rows of `key` (call after `before(key)` is exhausted)."""
+        while self._head is not None and self._head[self._index] == key:
+            row, self._head = self._head, next(self._rows, None)
+            yield row
+
+    def rest(self) -> Iterator[tuple[Any, ...]]:
+        while self._head is not None:
+            row, self._head = self._head, next(self._rows, None)
+            yield row
 
 
 def audit(
@@ -305,41 +365,52 @@ def audit(
     for compatibility: the scan uses the policy recorded with each approval and execution."""
     del policy
     scan = _Scan(store, table, keyring)
-    bars: dict[str, tuple[str, int] | None] = {}
-    for a in scan.approvals.values():
-        bars[a.id] = scan.approval(a)
-    runs: Counter[str] = Counter()
-    for ex in scan.executions:
-        if ex.status in ("succeeded", "needs_reconciliation"):
-            scan.execution(ex, bars, runs)
-    succeeded = sum(1 for e in scan.executions if e.status == "succeeded")
-    return AuditReport(
-        scan.findings, _metrics(store, scan.approvals, succeeded), seals_checked=keyring is not None
-    )
+    succeeded = 0
 
+    def executed(ex: tuple[Any, ...], runs: Counter[str]) -> None:
+        nonlocal succeeded
+        if ex[E_STATUS] == "succeeded":
+            succeeded += 1
+        if ex[E_STATUS] in ("succeeded", "needs_reconciliation"):
+            scan.execution(ex, runs)
 
-def _metrics(store: Store, approvals: dict[str, ApprovalRow], executions: int) -> Metrics:
-    statuses = Counter(a.status for a in approvals.values())
-    latencies = [
-        a.decided_at - a.created_at
-        for a in approvals.values()
-        if a.decided_at is not None and a.status in ("approved", "executed")
-    ]
-    events = store.events()
-    sessions = len({e.session_id for e in events if e.session_id})
-    proposals = sum(1 for a in approvals.values() if a.status != "rejected")
-    return Metrics(
-        approval_latency_p95_s=_p95(latencies),
+    with store.reading() as conn:
+        # Three streams ordered by approval id, merged: each approval is checked with its own
+        # decisions and executions, and nothing is kept once it is done (memory stays flat).
+        decisions = _Merge(store.audit_rows(conn, "decisions"), D_APPROVAL)
+        executions = _Merge(store.audit_rows(conn, "gated_executions"), E_APPROVAL)
+        for a in store.audit_rows(conn, "approvals"):
+            approval_id = a[A_ID]
+            for orphan in executions.before(approval_id):
+                executed(orphan, Counter())
+            for _ in decisions.before(approval_id):  # a decision for no approval allows nothing
+                pass
+            scan.approval(a, list(decisions.take(approval_id)))
+            runs: Counter[str] = Counter()
+            for ex in executions.take(approval_id):
+                executed(ex, runs)
+            scan.bars.pop(approval_id, None)
+        for orphan in executions.rest():
+            executed(orphan, Counter())
+        for ex in store.audit_rows(conn, "other_executions"):
+            executed(ex, Counter())
+        counts = store.audit_counts(conn)
+    statuses = scan.statuses
+    proposals = sum(statuses.values()) - statuses["rejected"]
+    sessions = counts["sessions"]
+    metrics = Metrics(
+        approval_latency_p95_s=_p95(scan.latencies),
         approved=statuses["approved"] + statuses["executed"],
         denied=statuses["denied"],
         expired=statuses["expired"],
         rejected=statuses["rejected"],
-        replays_absorbed=sum(1 for e in events if e.kind == "replay"),
+        replays_absorbed=counts["replays"],
         gated_proposals=proposals,
         sessions=sessions,
         gated_proposals_per_1000_sessions=(1000.0 * proposals / sessions) if sessions else 0.0,
-        executions=executions,
+        executions=succeeded,
     )
+    return AuditReport(scan.findings, metrics, seals_checked=keyring is not None)
 
 
 def export_jsonl(store: Store) -> Iterator[str]:

@@ -6,6 +6,7 @@ is computed here, so two processes that see the same arguments always agree on t
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -228,7 +229,7 @@ def _plain(value: Any, depth: int) -> bool:
 
 
 # One encoder, built once: json.dumps with options builds a new encoder on every call.
-_ENCODE = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+ENCODE = _ENCODE = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _BMP_SAFE = re.compile("[^\ud800-\udfff\U00010000-\U0010ffff]*")
 
@@ -263,8 +264,13 @@ def hash_of_text(tool: str, args_text: str) -> str:
     """The args hash of a call from its arguments' canonical text: sha256 over
     `{"args":<text>,"tool":<tool>}`, which is the canonical form of that object (the keys sort
     "args" before "tool"). The audit recomputes every stored hash this way, without parsing."""
-    body = '{"args":' + args_text + ',"tool":' + canonical_json(tool).decode() + "}"
+    body = '{"args":' + args_text + ',"tool":' + _tool_text(tool) + "}"
     return sha256_hex(body.encode("utf-8", "surrogatepass"))
+
+
+@functools.lru_cache(maxsize=4096)
+def _tool_text(tool: str) -> str:
+    return canonical_json(tool).decode()
 
 
 def args_hash(tool: str, args: Mapping[str, Any], *, plain: bool = False) -> str:

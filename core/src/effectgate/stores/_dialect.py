@@ -5,6 +5,7 @@ Nothing outside this module may branch on the dialect.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import sqlalchemy as sa
@@ -86,6 +87,31 @@ def insert_many_sql(conn: Connection, table: str, columns: tuple[str, ...]) -> s
     """A plain INSERT for executemany: sqlite3 takes `?` placeholders, psycopg `%s`."""
     mark = "?" if conn.dialect.name == "sqlite" else "%s"
     return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join([mark] * len(columns))})"
+
+
+def byte_order(conn: Connection) -> str:
+    """The collation clause that makes ORDER BY compare text by bytes (code points), as Python
+    compares strings: SQLite's default BINARY collation already does; PostgreSQL's database
+    collation may be a locale's, so "C" is named."""
+    return "" if conn.dialect.name == "sqlite" else ' COLLATE "C"'
+
+
+def stream(conn: Connection, sql: str, *, batch: int) -> Iterator[tuple[Any, ...]]:
+    """Rows of a read query as plain DBAPI tuples, fetched `batch` at a time (no per-row Row
+    objects: the audit reads every row of the large tables). PostgreSQL: a named (server-side)
+    cursor, so memory stays bounded; SQLite steps through its cursor the same way."""
+    dbapi = conn.connection.dbapi_connection
+    assert dbapi is not None
+    if conn.dialect.name == "postgresql":
+        cursor = dbapi.cursor(name=f"eg_stream_{id(sql)}")  # psycopg: a server-side cursor
+    else:
+        cursor = dbapi.cursor()
+    try:
+        cursor.execute(sql)
+        while rows := cursor.fetchmany(batch):
+            yield from rows
+    finally:
+        cursor.close()
 
 
 def lock_name(conn: Connection, name: str) -> None:

@@ -12,9 +12,9 @@ in its docstring.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from .._clock import Clock
 from .base import Claimed, ExpiredLease, IdempotencyRecord, Stored
@@ -186,6 +186,14 @@ class ApprovalLedger(Protocol):
 
     def rules(self) -> dict[str, RuleRow]:
         """Every recorded rule by fingerprint."""
+
+    def audit_rows(
+        self, conn: Any, what: Literal["approvals", "decisions", "gated_executions", "other_executions"]
+    ) -> Iterator[tuple[Any, ...]]:
+        """Stream one table's rows as tuples, in the columns of `sql.AUDIT_QUERIES`."""
+
+    def audit_counts(self, conn: Any) -> Mapping[str, int]:
+        """ "replays" (replay events) and "sessions" (distinct sessions in the event log)."""
 
 
 class Store(ApprovalLedger, IdempotencyLedger, Protocol):

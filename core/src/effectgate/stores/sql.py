@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Literal
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
@@ -439,6 +439,20 @@ class SQLStore(IdempotencyStore):
         for fingerprint, kind, body in rules:
             conn.execute(stmt, {"fingerprint": fingerprint, "kind": kind, "body_json": body, "at": now})
 
+    def audit_rows(self, conn: Connection, what: AuditTable) -> Iterator[tuple[Any, ...]]:
+        """Stream one table's rows for the audit as plain tuples (`AUDIT_QUERIES` gives the
+        columns); PostgreSQL streams them from a server-side cursor, in batches."""
+        sql = AUDIT_QUERIES[what].replace("{collate}", _dialect.byte_order(conn))
+        yield from _dialect.stream(conn, sql, batch=10_000)
+
+    def audit_counts(self, conn: Connection) -> dict[str, int]:
+        """What the audit's metrics count over the event log, counted by the database."""
+        replays = conn.exec_driver_sql("SELECT count(*) FROM eg_events WHERE kind = 'replay'").scalar_one()
+        sessions = conn.exec_driver_sql(
+            "SELECT count(*) FROM (SELECT DISTINCT session_id FROM eg_events WHERE session_id IS NOT NULL) s"
+        ).scalar_one()
+        return {"replays": int(replays), "sessions": int(sessions)}
+
     def rules(self) -> dict[str, RuleRow]:
         with self.reading() as conn:
             return {r.fingerprint: RuleRow(**r._mapping) for r in conn.execute(sa.select(T_RULES))}
@@ -529,6 +543,32 @@ class SQLStore(IdempotencyStore):
                 DecisionRow(**r._mapping)
                 for r in conn.execute(sa.select(T_DECISIONS).order_by(T_DECISIONS.c.id))
             ]
+
+
+AuditTable = Literal["approvals", "decisions", "gated_executions", "other_executions"]
+
+_EXECUTION_COLUMNS = (
+    "SELECT id, approval_id, version, tool, effect, args_hash, args_json, status, row_fingerprint, "
+    "policy_fingerprint FROM eg_executions"
+)
+#: The audit's streamed columns and order. Approvals and decisions start with their sealed
+#: fields, in the order `_seal.APPROVAL_FIELDS` / `DECISION_FIELDS` seal them (audit.py indexes
+#: these tuples). Approvals, decisions and executions with an approval come ordered by approval id
+#: (`{collate}`: byte order on every database), so the audit merges them without holding any.
+AUDIT_QUERIES: dict[str, str] = {
+    "approvals": (
+        "SELECT id, version, grants, session_id, origin_message_id, user_id, agent_id, tool, effect, "
+        "subject_key, args_hash, approver_role, approvals_required, row_fingerprint, policy_fingerprint, "
+        "seal, args_json, status, created_at, decided_at FROM eg_approvals ORDER BY id{collate}"
+    ),
+    "decisions": (
+        "SELECT approval_id, version, grant_round, approver_id, role, decision, seal, id FROM eg_decisions "
+        "ORDER BY approval_id{collate}, id"
+    ),
+    "gated_executions": _EXECUTION_COLUMNS
+    + " WHERE approval_id IS NOT NULL ORDER BY approval_id{collate}, id",
+    "other_executions": _EXECUTION_COLUMNS + " WHERE approval_id IS NULL ORDER BY id",
+}
 
 
 def _unreachable(exc: sa.exc.DBAPIError) -> bool:
