@@ -13,6 +13,10 @@ Version 2 added the seals, `policy_fingerprint`, `grants`, decision rounds and `
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
 from sqlalchemy import Column, Index, Text
 from sqlmodel import Field, SQLModel
 
@@ -26,7 +30,7 @@ class SchemaVersionRow(SQLModel, table=True):
     applied_at: float
 
 
-class ApprovalRow(SQLModel, table=True):
+class ApprovalTable(SQLModel, table=True):
     __tablename__ = "eg_approvals"
     __table_args__ = (
         Index("eg_approvals_session_subject", "session_id", "tool", "subject_key", "status"),
@@ -78,7 +82,7 @@ class IntentKeyRow(SQLModel, table=True):
     created_at: float
 
 
-class DecisionRow(SQLModel, table=True):
+class DecisionTable(SQLModel, table=True):
     __tablename__ = "eg_decisions"
     id: int | None = Field(default=None, primary_key=True)
     approval_id: str = Field(index=True)
@@ -183,3 +187,75 @@ READ_COLUMNS = (
     "row_fingerprint",
     "detail_json",
 )
+
+
+@dataclass(kw_only=True, slots=True)
+class ApprovalRow:
+    """One `eg_approvals` row as the gate reads and writes it: a plain record (building an ORM
+    object per read cost more than the read itself). Fields and defaults are the table's."""
+
+    id: str
+    session_id: str
+    origin_message_id: str
+    user_id: str
+    agent_id: str
+    run_id: str = ""
+    tool: str
+    effect: str
+    reversibility: str
+    owner: str | None = None
+    subject_key: str
+    subject_json: str | None = None
+    args_json: str
+    args_hash: str
+    approver_role: str
+    notes_json: str = "[]"
+    approvals_required: int
+    status: str
+    version: int = 1
+    created_at: float
+    updated_at: float
+    expires_at: float
+    decided_at: float | None = None
+    reason: str | None = None
+    row_fingerprint: str
+    table_fingerprint: str
+    policy_fingerprint: str = ""
+    has_confirm: bool = False
+    grants: int = 0
+    seal: str = ""
+    token_hash: str | None = None
+    token_kid: str | None = None
+    token_expires_at: float | None = None
+    token_used_at: float | None = None
+
+    def model_copy(self, *, update: Mapping[str, Any]) -> ApprovalRow:
+        return replace(self, **update)
+
+    def model_dump(self) -> dict[str, Any]:
+        return {f: getattr(self, f) for f in APPROVAL_COLUMNS}
+
+
+@dataclass(kw_only=True, slots=True)
+class DecisionRow:
+    """One `eg_decisions` row, as a plain record."""
+
+    id: int | None = None
+    approval_id: str
+    version: int
+    grant_round: int = 0
+    approver_id: str
+    role: str
+    decision: str
+    reason: str | None = None
+    at: float
+    seal: str = ""
+
+    def model_dump(self) -> dict[str, Any]:
+        return {f: getattr(self, f) for f in DECISION_COLUMNS}
+
+
+APPROVAL_COLUMNS = tuple(f.name for f in fields(ApprovalRow))
+DECISION_COLUMNS = tuple(f.name for f in fields(DecisionRow))
+assert tuple(c.name for c in ApprovalTable.__table__.columns) == APPROVAL_COLUMNS  # type: ignore[attr-defined]
+assert tuple(c.name for c in DecisionTable.__table__.columns) == DECISION_COLUMNS  # type: ignore[attr-defined]

@@ -22,10 +22,14 @@ from . import _dialect
 from .base import IdempotencyRecord, IdempotencyStore, Status, from_json
 from .records import (
     APPEND_ONLY,
+    APPROVAL_COLUMNS,
+    DECISION_COLUMNS,
     READ_COLUMNS,
     SCHEMA_VERSION,
     ApprovalRow,
+    ApprovalTable,
     DecisionRow,
+    DecisionTable,
     EventRow,
     ExecutionRow,
     IdempotencyRow,
@@ -34,9 +38,9 @@ from .records import (
     SchemaVersionRow,
 )
 
-T_APPROVALS: sa.Table = ApprovalRow.__table__  # type: ignore[attr-defined]
+T_APPROVALS: sa.Table = ApprovalTable.__table__  # type: ignore[attr-defined]
 T_KEYS: sa.Table = IntentKeyRow.__table__  # type: ignore[attr-defined]
-T_DECISIONS: sa.Table = DecisionRow.__table__  # type: ignore[attr-defined]
+T_DECISIONS: sa.Table = DecisionTable.__table__  # type: ignore[attr-defined]
 T_EVENTS: sa.Table = EventRow.__table__  # type: ignore[attr-defined]
 T_EXECUTIONS: sa.Table = ExecutionRow.__table__  # type: ignore[attr-defined]
 T_IDEMPOTENCY: sa.Table = IdempotencyRow.__table__  # type: ignore[attr-defined]
@@ -47,6 +51,14 @@ ALL_TABLES = (T_VERSION, T_APPROVALS, T_KEYS, T_DECISIONS, T_EVENTS, T_EXECUTION
 
 _EVENT_COLUMNS = tuple(c.name for c in T_EVENTS.columns if c.name != "id")
 _DETAIL_AT = _EVENT_COLUMNS.index("detail_json")
+
+
+def _approval_of(row: Any) -> ApprovalRow:
+    return ApprovalRow(**dict(zip(APPROVAL_COLUMNS, row, strict=True)))
+
+
+def _decision_of(row: Any) -> DecisionRow:
+    return DecisionRow(**dict(zip(DECISION_COLUMNS, row, strict=True)))
 
 
 def _record_of(m: Any) -> IdempotencyRecord:
@@ -233,7 +245,7 @@ class SQLStore(IdempotencyStore):
 
     @staticmethod
     def _approval(row: sa.Row[Any] | None) -> ApprovalRow | None:
-        return None if row is None else ApprovalRow(**row._mapping)
+        return None if row is None else _approval_of(row)
 
     def approval(self, conn: Connection, approval_id: str) -> ApprovalRow | None:
         stmt = self._q(
@@ -325,7 +337,7 @@ class SQLStore(IdempotencyStore):
 
         stmt = self._q(("due", session_id is None, approval_id is None), build)
         params = {"p_now": now, "p_session": session_id, "p_id": approval_id}
-        return [ApprovalRow(**r._mapping) for r in conn.execute(stmt, params)]
+        return [_approval_of(r) for r in conn.execute(stmt, params)]
 
     def approvals_expiring(self, conn: Connection, now: float, until: float) -> list[ApprovalRow]:
         """Pending approvals still open at `now` whose deadline falls at or before `until`."""
@@ -341,7 +353,7 @@ class SQLStore(IdempotencyStore):
                 .order_by(T_APPROVALS.c.expires_at, T_APPROVALS.c.id)
             ),
         )
-        return [ApprovalRow(**r._mapping) for r in conn.execute(stmt, {"p_now": now, "p_until": until})]
+        return [_approval_of(r) for r in conn.execute(stmt, {"p_now": now, "p_until": until})]
 
     def has_event(self, conn: Connection, kind: str, approval_id: str, version: int) -> bool:
         """Whether an event of `kind` is recorded for this approval version (read in `conn`)."""
@@ -379,7 +391,7 @@ class SQLStore(IdempotencyStore):
         q = sa.select(T_APPROVALS).where(T_APPROVALS.c.tool == tool, T_APPROVALS.c.subject_key == subject_key)
         if exclude is not None:
             q = q.where(T_APPROVALS.c.id != exclude)
-        return [ApprovalRow(**r._mapping) for r in conn.execute(q.order_by(T_APPROVALS.c.created_at))]
+        return [_approval_of(r) for r in conn.execute(q.order_by(T_APPROVALS.c.created_at))]
 
     def insert_approval(self, conn: Connection, row: ApprovalRow) -> None:
         conn.execute(self._q(("insert_approval",), lambda: sa.insert(T_APPROVALS)), row.model_dump())
@@ -466,7 +478,7 @@ class SQLStore(IdempotencyStore):
 
         stmt = self._q(("decisions", version is None), build)
         return [
-            DecisionRow(**r._mapping) for r in conn.execute(stmt, {"p_id": approval_id, "p_version": version})
+            _decision_of(r) for r in conn.execute(stmt, {"p_id": approval_id, "p_version": version})
         ]
 
     def append_events(self, conn: Connection, events: Sequence[Mapping[str, Any]]) -> None:
@@ -513,7 +525,7 @@ class SQLStore(IdempotencyStore):
         if limit is not None:
             q = q.limit(limit)
         with self.reading() as conn:
-            return [ApprovalRow(**r._mapping) for r in conn.execute(q)]
+            return [_approval_of(r) for r in conn.execute(q)]
 
     def get_approval(self, approval_id: str) -> ApprovalRow | None:
         with self.reading() as conn:
@@ -540,7 +552,7 @@ class SQLStore(IdempotencyStore):
     def all_decisions(self) -> list[DecisionRow]:
         with self.reading() as conn:
             return [
-                DecisionRow(**r._mapping)
+                _decision_of(r)
                 for r in conn.execute(sa.select(T_DECISIONS).order_by(T_DECISIONS.c.id))
             ]
 
