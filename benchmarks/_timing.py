@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import statistics
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -22,9 +23,15 @@ class Plan:
 
 @dataclass(frozen=True)
 class Stats:
-    """Per-operation nanoseconds, one sample per timed block."""
+    """Per-operation nanoseconds, one sample per timed block (wall), and the process's CPU time
+    per operation over the same blocks (`cpu_ns`: every thread, the background writers included)."""
 
     samples_ns: tuple[float, ...]
+    cpu_samples_ns: tuple[float, ...] = ()
+
+    @property
+    def cpu_median(self) -> float | None:
+        return statistics.median(self.cpu_samples_ns) if self.cpu_samples_ns else None
 
     @property
     def median(self) -> float:
@@ -53,6 +60,7 @@ class Stats:
             "p10_ns": self.p10,
             "p90_ns": self.p90,
             "samples_ns": list(self.samples_ns),
+            "cpu_median_ns": self.cpu_median,
         }
 
 
@@ -76,14 +84,18 @@ def interleaved(blocks: Mapping[str, Block], plan: Plan) -> dict[str, Stats]:
         for block in blocks.values():
             block(plan.n)
     samples: dict[str, list[float]] = {name: [] for name in blocks}
+    cpu: dict[str, list[float]] = {name: [] for name in blocks}
     order = list(blocks)
     for r in range(plan.repeats):
         for name in order if r % 2 == 0 else order[::-1]:
             gc.collect()
             gc.disable()
             try:
+                started = time.process_time_ns()
                 elapsed = blocks[name](plan.n)
+                used = time.process_time_ns() - started
             finally:
                 gc.enable()
             samples[name].append(elapsed / plan.n)
-    return {name: Stats(tuple(values)) for name, values in samples.items()}
+            cpu[name].append(used / plan.n)
+    return {name: Stats(tuple(values), tuple(cpu[name])) for name, values in samples.items()}
