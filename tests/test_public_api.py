@@ -58,6 +58,7 @@ ERRORS = [
     "InProgress",
     "LeaseLost",
     "MissingDependency",
+    "MissingKeyring",
     "NeedsReconciliation",
     "OutcomeUnknown",
     "PolicyViolation",

@@ -14,7 +14,7 @@ from typing import Any
 
 from ._deps import Deps, Events
 from ._ledger import Ledger, context_of, in_scope
-from ._seal import approval_intact, seal_approval, seal_decision
+from ._seal import approval_intact, broken, seal_approval, seal_decision
 from .context import Approver
 from .errors import (
     AlreadyDecided,
@@ -214,7 +214,7 @@ class Decisions:
         row = self.store.approval(conn, approval_id)  # re-read under the lock (READ COMMITTED)
         assert row is not None
         if not approval_intact(self.keyring, row):
-            raise TamperedRecord(approval_id, "its seal or arguments hash does not verify")
+            raise TamperedRecord(approval_id, broken(self.keyring, row))
         if row.status == "pending" and row.expires_at <= self.clock.now():
             self.ledger.expire_due(conn, approval_id=approval_id)
             return None

@@ -15,7 +15,7 @@ from typing import Any
 from ._deps import Deps, Events
 from ._execution import exec_key
 from ._ledger import Ledger, in_scope
-from ._seal import approval_intact, seal_approval
+from ._seal import approval_intact, broken, seal_approval
 from .canonical import digest, key_of
 from .context import CallContext
 from .errors import StaleApproval, TamperedRecord
@@ -253,7 +253,7 @@ class Proposals:
         edited_by: str | None = None,
     ) -> Outcome:
         if not approval_intact(self.keyring, row):
-            raise TamperedRecord(row.id, "its seal or arguments hash does not verify")
+            raise TamperedRecord(row.id, broken(self.keyring, row))
         if row.args_hash == frozen:
             if not replay:
                 self.store.add_key(conn, intent, row.id, row.version, ctx.origin_message_id)

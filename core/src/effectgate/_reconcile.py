@@ -17,7 +17,7 @@ from ._deps import Deps, Events
 from ._execution import EXEC_PREFIX, WRITE_PREFIX, Execution, exec_key
 from ._ledger import Ledger, context_of
 from ._notice import Notices
-from ._seal import approval_intact
+from ._seal import approval_intact, broken
 from .context import Approver, ToolContext
 from .errors import PolicyViolation, TamperedRecord, UnknownApproval, WrongApprover
 from .outcomes import Executed
@@ -88,7 +88,7 @@ class Reconciliation:
         if row is None:
             raise UnknownApproval(approval_id)
         if not approval_intact(self.keyring, row):
-            raise TamperedRecord(approval_id, "its seal or arguments hash does not verify")
+            raise TamperedRecord(approval_id, broken(self.keyring, row))
         if approver is not None and not self.policy.role_satisfies(approver.role, row.approver_role):
             raise WrongApprover(
                 approval_id,

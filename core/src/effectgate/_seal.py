@@ -91,3 +91,22 @@ def _verifies(keyring: Keyring, purpose: str, values: list[Any], seal: str) -> b
     except (TokenError, ValueError, TypeError):
         return False
     return True
+
+
+def foreign_key(keyring: Keyring, seal: str | None) -> str | None:
+    """The key id a seal names when this keyring does not hold it (a keyring mismatch rather
+    than an edited row), else None."""
+    kid = (seal or "").partition(".")[0]
+    return kid if kid and not keyring.holds(kid) else None
+
+
+def broken(keyring: Keyring, row: ApprovalRow) -> str:
+    """Why a row does not verify, for the error: a keyring mismatch, or an edit."""
+    kid = foreign_key(keyring, row.seal)
+    if kid is not None:
+        return (
+            f"it was sealed with key {kid!r}, which this gate's keyring does not hold (keyring mismatch: "
+            "every process that approves or executes against one database must share its keyring; set "
+            "EFFECTGATE_KEYRING, or use the database's key file)"
+        )
+    return "its seal or arguments hash does not verify"

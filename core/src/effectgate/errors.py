@@ -120,7 +120,15 @@ class TamperedRecord(ApprovalError):
 
 
 TokenReason = Literal[
-    "malformed", "forged", "unknown_key", "expired", "used", "mismatch", "revoked", "tampered"
+    "malformed",
+    "forged",
+    "unknown_key",
+    "keyring_mismatch",
+    "expired",
+    "used",
+    "mismatch",
+    "revoked",
+    "tampered",
 ]
 
 
@@ -181,6 +189,11 @@ class LeaseLost(IdempotencyError):
         super().__init__(key, f"key {key}: lease is not held by {owner}")
 
 
+class MissingKeyring(EffectGateError, LookupError):
+    """No keyring could be resolved for a store (a server database with no EFFECTGATE_KEYRING):
+    every process that approves or executes against one database must share its keys."""
+
+
 class StoreError(EffectGateError):
     """The database is unreachable, of the wrong schema version, or not set up."""
 
@@ -217,6 +230,7 @@ __all__ = [
     "InProgress",
     "LeaseLost",
     "MissingDependency",
+    "MissingKeyring",
     "NeedsReconciliation",
     "OutcomeUnknown",
     "PolicyViolation",

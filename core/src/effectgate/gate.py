@@ -52,7 +52,7 @@ from .outcomes import (
 )
 from .stores.protocol import Store
 from .table import EffectTable
-from .tokens import Keyring
+from .tokens import Keyring, keyring_for
 
 __all__ = ["EffectGate", "Flows", "ReconciliationNotice", "SubjectView", "ToolCallLike", "VersionEntry"]
 
@@ -118,7 +118,9 @@ class EffectGate:
         policy = policy or Policy()
         for spec in table:
             spec.check_policy(policy)
-        keyring = keyring or Keyring.from_env() or Keyring.generate()
+        # One resolution with the CLI and the inbox: $EFFECTGATE_KEYRING, else a SQLite file's key
+        # file beside it, else (a server database) MissingKeyring saying how to configure one.
+        keyring = keyring or keyring_for(store.url)
         notifiers = () if notify is None else tuple(notify) if isinstance(notify, Sequence) else (notify,)
         for hook in notifiers:
             # A webhook receiver holds its signing key: it must never be able to mint grants.

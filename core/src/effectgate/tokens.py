@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import TokenError
+from .errors import MissingKeyring, TokenError
 
 PREFIX = "eg1"
 ENV_VAR = "EFFECTGATE_KEYRING"
@@ -66,8 +66,10 @@ class Keyring:
         self.current = current
 
     @classmethod
-    def generate(cls, kid: str = "k1") -> Keyring:
-        """A fresh random key (tests, single-process use)."""
+    def generate(cls, kid: str | None = None) -> Keyring:
+        """A fresh random key. Its id is random too (unless given), so a grant signed by another
+        keyring names a key this one does not hold: refused as a keyring mismatch, not as forged."""
+        kid = kid or f"k{secrets.token_hex(4)}"
         return cls({kid: secrets.token_bytes(32)}, current=kid)
 
     @classmethod
@@ -87,6 +89,10 @@ class Keyring:
         if not keys:
             raise ValueError("empty keyring")
         return cls(keys, current=next(iter(keys)))
+
+    def holds(self, kid: str) -> bool:
+        """Whether this keyring has a key with id `kid`."""
+        return kid in self._keys
 
     def dumps(self) -> str:
         ordered = [self.current, *(k for k in self._keys if k != self.current)]
@@ -150,7 +156,13 @@ class Keyring:
     def _mac(self, kid: str, body: str) -> str:
         key = self._keys.get(kid)
         if key is None:
-            raise TokenError("unknown_key", f"no key with id {kid!r}")
+            raise TokenError(
+                "keyring_mismatch",
+                f"signed with key {kid!r}, which this keyring does not hold (keys: "
+                f"{', '.join(sorted(self._keys))}): the process that approved and this one use different "
+                "keyrings. Share one: set EFFECTGATE_KEYRING in both, or let both use the database's "
+                "key file (DB.keys beside a SQLite database)",
+            )
         mac = hmac.digest(key, body.encode(), "sha256")  # one-shot, in C
         return base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
 
@@ -234,3 +246,36 @@ class Keyring:
         )
         if not hmac.compare_digest(expected, claims.mac):
             raise TokenError("forged", "the token's signature does not match this approval")
+
+
+def keyring_for(url: str, *, create: bool = True) -> Keyring:
+    """The one keyring resolution the gate, the CLI and the inbox share: `$EFFECTGATE_KEYRING`;
+    else, for a SQLite file, the development key file beside it (`DB.keys`, created atomically
+    with mode 0600 when missing and `create`); an in-memory SQLite database gets a fresh keyring
+    (nothing outlives the process). Any other database (PostgreSQL) without the variable raises
+    `MissingKeyring`, saying how to configure one."""
+    ring = Keyring.from_env()
+    if ring is not None:
+        return ring
+    import sqlalchemy as sa
+
+    try:
+        parsed = sa.engine.make_url(url)
+    except sa.exc.ArgumentError as exc:
+        raise MissingKeyring(f"cannot tell where the keys for {url!r} live: {exc}") from exc
+    if parsed.get_backend_name() == "sqlite":
+        if parsed.database in (None, "", ":memory:"):
+            return Keyring.generate()
+        keys = Path(f"{parsed.database}.keys")
+        if not create and not keys.exists():
+            raise MissingKeyring(
+                f"no keyring for {parsed.database}: set EFFECTGATE_KEYRING (kid:hexsecret), or keep the key "
+                f"file {keys} beside the database (a new key would verify nothing stored under the old one)"
+            )
+        return Keyring.load_or_create(keys)
+    raise MissingKeyring(
+        f"no keyring for {parsed.render_as_string(hide_password=True)}: set EFFECTGATE_KEYRING to "
+        'kid:hexsecret[,kid:hexsecret...] (make a key with: python -c "import secrets; '
+        "print('k1:' + secrets.token_hex(32))\") in every process that approves or executes against "
+        "this database, or pass keyring= to EffectGate"
+    )

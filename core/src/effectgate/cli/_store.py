@@ -17,6 +17,7 @@ from ..errors import (
     EffectGateError,
     IdempotencyError,
     MissingDependency,
+    MissingKeyring,
     PolicyViolation,
     StoreError,
     TokenError,
@@ -26,6 +27,7 @@ from ..gate import EffectGate
 from ..stores.sql import SQLStore, open_store
 from ..table import EffectTable
 from ..tokens import Keyring
+from ..tokens import keyring_for as _keyring_for
 from ._render import (
     EXIT_INTERNAL,
     EXIT_NOT_FOUND,
@@ -92,21 +94,11 @@ def _sqlite_file(parsed: sa.engine.URL) -> Path | None:
 
 
 def keyring_for(url: str, *, create: bool = True) -> Keyring:
-    """$EFFECTGATE_KEYRING, else the development keyring file next to a SQLite database (DB.keys),
-    created when missing only if `create`. UsageError when there is none to use."""
-    ring = Keyring.from_env()
-    if ring is not None:
-        return ring
-    path = _sqlite_file(_parse(url))
-    if path is None:
-        raise UsageError("set EFFECTGATE_KEYRING (kid:hexsecret) for a non-file database")
-    keys = Path(f"{path}.keys")
-    if not create and not keys.exists():
-        raise UsageError(
-            f"no keyring for {path}: set EFFECTGATE_KEYRING (kid:hexsecret), or keep the key file "
-            f"{keys} beside the database (a new key would verify nothing stored under the old one)"
-        )
-    return Keyring.load_or_create(keys)
+    """`effectgate.tokens.keyring_for`, with a missing keyring as a usage error (exit 2)."""
+    try:
+        return _keyring_for(url, create=create)
+    except MissingKeyring as exc:
+        raise UsageError(str(exc)) from exc
 
 
 def _first_line(exc: BaseException) -> str:

@@ -77,6 +77,8 @@ class IdempotencyLedger(Protocol):
 class ApprovalLedger(Protocol):
     """Approvals, their intent keys, decisions, executions, events and recorded rules."""
 
+    url: str  # where the store lives (the keyring resolution reads it: `tokens.keyring_for`)
+
     def check(self) -> None:
         """Refuse (`StoreError`) a database without the schema or of another schema version."""
 

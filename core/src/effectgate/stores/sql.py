@@ -477,9 +477,7 @@ class SQLStore(IdempotencyStore):
             return q.order_by(T_DECISIONS.c.id)
 
         stmt = self._q(("decisions", version is None), build)
-        return [
-            _decision_of(r) for r in conn.execute(stmt, {"p_id": approval_id, "p_version": version})
-        ]
+        return [_decision_of(r) for r in conn.execute(stmt, {"p_id": approval_id, "p_version": version})]
 
     def append_events(self, conn: Connection, events: Sequence[Mapping[str, Any]]) -> None:
         """Append audit events. One driver-level executemany: read logs arrive in batches of
@@ -551,10 +549,7 @@ class SQLStore(IdempotencyStore):
 
     def all_decisions(self) -> list[DecisionRow]:
         with self.reading() as conn:
-            return [
-                _decision_of(r)
-                for r in conn.execute(sa.select(T_DECISIONS).order_by(T_DECISIONS.c.id))
-            ]
+            return [_decision_of(r) for r in conn.execute(sa.select(T_DECISIONS).order_by(T_DECISIONS.c.id))]
 
 
 AuditTable = Literal["approvals", "decisions", "gated_executions", "other_executions"]
