@@ -40,6 +40,7 @@ from effectgate import adapter as _adapter
 
 STATE_KEY = "effectgate"
 _IDENTITY = "openai_agents.identity"
+_SIGNED_FOR = "identity_signed_for"
 #: Run context wrappers of restored states the application inspected or decided in this process.
 _RESUMED: weakref.WeakSet[Any] = weakref.WeakSet()
 
@@ -110,8 +111,11 @@ def _check_identity(gate: EffectGate, context: Any, made: CallContext, *, resume
     # off between gated agents keeps one signed identity
     identity = {k: v for k, v in made.as_record().items() if k not in ("tool_call_id", "agent_id")}
     state = adapter_state(context)
-    if not resumed:  # the application's own context for a new run: sign it
-        state["identity"] = _adapter.sign_state(gate, _IDENTITY, identity)
+    if not resumed:  # the application's own context for a new run: sign it (once per identity)
+        values = tuple(identity.values())
+        if state.get("identity") is None or state.get(_SIGNED_FOR) != list(values):
+            state["identity"] = _adapter.sign_state(gate, _IDENTITY, identity)
+            state[_SIGNED_FOR] = list(values)  # what was signed: a changed identity is signed again
         return
     try:
         _adapter.verify_state(gate, _IDENTITY, identity, state.get("identity"))
