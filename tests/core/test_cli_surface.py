@@ -428,3 +428,26 @@ def test_every_error_class_has_its_exit_code(
     monkeypatch.setenv("EFFECTGATE_DEBUG", "1")
     with pytest.raises(type(error)):
         main(["deny", pending.approval_id, "--db", db, "--reason", "r", "--as", "finance", "--approver", "f"])
+
+
+def test_every_option_has_help_and_version_prints_the_release(capsys: pytest.CaptureFixture[str]) -> None:
+    """Each option and argument of every command carries help text, and --version prints the release."""
+    import argparse
+
+    import effectgate
+    from effectgate.cli import _parser
+
+    missing: list[str] = []
+
+    def walk(parser: argparse.ArgumentParser, path: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, f"{path} {name}")
+            elif action.help is None:
+                missing.append(f"{path}: {action.option_strings or action.dest}")
+
+    walk(_parser(), "effectgate")
+    assert missing == []
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"effectgate {effectgate.__version__}"

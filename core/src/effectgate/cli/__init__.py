@@ -39,6 +39,7 @@ from typing import Any, NoReturn
 
 from rich.console import Console
 
+from .. import __version__
 from ._commands import (
     _DEMOS,
     _cmd_approve,
@@ -82,41 +83,47 @@ def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="effectgate",
         description=__doc__.split("\n")[0],
-        epilog="exit codes: 0 ok, 1 audit findings, 2 usage error, 3 not found, 4 refused, "
+        epilog="environment: EFFECTGATE_DB (the --db default), EFFECTGATE_APP (the --app default), "
+        "EFFECTGATE_KEYRING (kid:hexsecret[,...]; else a SQLite file's key file DB.keys), "
+        "EFFECTGATE_WEB_SECRET (the inbox's cookie key), EFFECTGATE_DEBUG (tracebacks). "
+        "exit codes: 0 ok, 1 audit findings, 2 usage error, 3 not found, 4 refused, "
         "5 store unavailable, 70 internal error",
         parents=[top],
     )
+    parser.add_argument("--version", action="version", version=f"effectgate {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("setup", parents=[common], help="create the effectgate schema (or check its version)")
     p = sub.add_parser("pending", parents=[common], help="list approvals waiting for a decision")
-    p.add_argument("--role")
-    p.add_argument("--session")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--role", help="only the approvals this role may decide")
+    p.add_argument("--session", help="only the approvals of this session")
+    p.add_argument("--json", action="store_true", help="the cards as JSON")
     p = sub.add_parser("show", parents=[common], help="show one approval's card, every argument whole")
-    p.add_argument("id")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("id", help="the approval id (as `pending` lists it)")
+    p.add_argument("--json", action="store_true", help="the card as JSON")
     p = sub.add_parser("approve", parents=[common], help="approve one version; prints the grant token")
-    p.add_argument("id")
-    p.add_argument("--version", type=int, required=True)
+    p.add_argument("id", help="the approval id")
+    p.add_argument(
+        "--version", type=int, required=True, help="the version you reviewed (a newer one refuses)"
+    )
     p.add_argument("--as", dest="role", required=True, help="the approver's role")
     p.add_argument("--approver", required=True, help="the approver's id")
     p.add_argument("--json", action="store_true", help="the grant or partial approval as JSON")
     p = sub.add_parser("deny", parents=[common], help="deny an approval with a reason")
-    p.add_argument("id")
-    p.add_argument("--reason", required=True)
-    p.add_argument("--as", dest="role", required=True)
-    p.add_argument("--approver", required=True)
-    p.add_argument("--version", type=int)
+    p.add_argument("id", help="the approval id")
+    p.add_argument("--reason", required=True, help="why (the model is told)")
+    p.add_argument("--as", dest="role", required=True, help="the approver's role")
+    p.add_argument("--approver", required=True, help="the approver's id")
+    p.add_argument("--version", type=int, help="the version you reviewed (a newer one refuses)")
     p.add_argument("--json", action="store_true", help="the refusal as JSON")
     p = sub.add_parser("audit", parents=[common], help="scan the ledger, seals verified; exit 1 on findings")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="the report as JSON")
     p = sub.add_parser("export", parents=[common], help="export every record")
-    p.add_argument("--jsonl", action="store_true")
-    p.add_argument("--out")
+    p.add_argument("--jsonl", action="store_true", help="one JSON object a line (the only format)")
+    p.add_argument("--out", help="write to this file instead of stdout")
     p = sub.add_parser("serve", parents=[common], help="the reviewer inbox (web), on 127.0.0.1")
     p.add_argument("--approvers", help="TOML file of [[approver]] id, role, secret (effectgate hash-secret)")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8765, help="the port (default 8765)")
     p.add_argument("--execute", action="store_true", help="execute approved calls at once")
     p.add_argument("--sso-header", help="trust this header from a proxy as the approver id")
     p.add_argument("--https-only", action="store_true", help="mark the session cookie Secure")

@@ -33,6 +33,23 @@ def hash_secret(secret: str, *, salt: bytes | None = None) -> str:
     return f"scrypt${_N}${_R}${_P}${salt.hex()}${digest.hex()}"
 
 
+def secret_problem(stored: str) -> str | None:
+    """What is wrong with a stored secret hash (None when it has the `hash_secret` shape)."""
+    parts = stored.split("$")
+    if len(parts) != 6 or parts[0] != "scrypt":
+        return "expected scrypt$N$r$p$salt$hash"
+    _, n, r, p, salt, digest = parts
+    if not (n.isdigit() and r.isdigit() and p.isdigit()):
+        return "N, r and p must be integers"
+    try:
+        bytes.fromhex(salt)
+        if len(bytes.fromhex(digest)) != 32:
+            return "the hash must be 32 bytes of hex"
+    except ValueError:
+        return "the salt and hash must be hex"
+    return None
+
+
 def verify_secret(secret: str, stored: str) -> bool:
     """Whether `secret` matches an `hash_secret` string; constant time in the digest compare."""
     try:
@@ -78,12 +95,30 @@ class ApproverRegistry:
 
     @classmethod
     def from_toml(cls, path: str | Path) -> ApproverRegistry:
-        """`[[approver]]` tables with `id`, `role`, `secret` (an `hash_secret` string), `name`."""
-        data = tomllib.loads(Path(path).read_text())
+        """`[[approver]]` tables with `id`, `role`, `secret` (an `hash_secret` string), `name`.
+        Every entry is checked when the file is loaded: an unknown key, a missing id or role, or a
+        secret that is not an scrypt hash raises `ValueError` naming the file, the line of the
+        entry and the fix (a secret's value is never echoed: it may be a password pasted in)."""
+        text = Path(path).read_text()
+        data = tomllib.loads(text)
         rows: list[dict[str, Any]] = data.get("approver", [])
-        unknown = {k for row in rows for k in row} - {"id", "role", "secret", "name"}
-        if unknown:
-            raise TableError(str(path), "approver", f"unknown keys {sorted(unknown)}")
+        headers = [n for n, line in enumerate(text.splitlines(), 1) if line.strip() == "[[approver]]"]
+        for i, row in enumerate(rows):
+            where = f"{path}:{headers[i] if i < len(headers) else '?'}"
+            unknown = set(row) - {"id", "role", "secret", "name"}
+            if unknown:
+                raise ValueError(f"{where}: unknown keys {sorted(unknown)} (allowed: id, role, secret, name)")
+            for key in ("id", "role"):
+                if not isinstance(row.get(key), str) or not row[key]:
+                    raise ValueError(f'{where}: every approver needs a non-empty {key} = "..."')
+            secret = row.get("secret")
+            if secret is not None and (not isinstance(secret, str) or secret_problem(secret)):
+                problem = secret_problem(secret) if isinstance(secret, str) else "it is not a string"
+                raise ValueError(
+                    f"{where}: approver {row['id']!r}: secret is not a hash from `effectgate hash-secret` "
+                    f"({problem}); run `echo -n 'the secret' | effectgate hash-secret` and paste the "
+                    "scrypt$... line it prints"
+                )
         return cls(
             RegisteredApprover(
                 id=str(r.get("id", "")),
