@@ -130,7 +130,7 @@ def run_demo(url: str, out: Console) -> int:
     except (DemoFailed, EffectGateError) as exc:
         out.print(f"[bold red]demo failed:[/bold red] {_t(exc)}")
         return 1
-    out.print(f"\nThe records are in {url}. Look at them with:  effectgate --db {url} audit")
+    out.print(f"\nThe records are in {url}. Look at them with:  uv run effectgate --db {url} audit")
     return 0
 
 
