@@ -37,14 +37,20 @@ PUBLIC = [
     "ReconciliationNotice",
     "Refused",
     "Reversibility",
+    "Row",
     "SchemaError",
     "SubjectEntry",
     "ToolContext",
     "ToolSpec",
     "__version__",
+    "destructive",
     "idempotency_headers",
+    "money",
     "open_store",
+    "read",
+    "send",
     "set_idempotency_key",
+    "write",
 ]
 
 ERRORS = [

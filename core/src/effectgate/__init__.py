@@ -12,6 +12,7 @@ from .context import (
 from .effects import Effect, Policy, Reversibility
 from .gate import EffectGate, ReconciliationNotice
 from .outcomes import Card, Executed, Grant, Invalid, Outcome, PartialApproval, Pending, Refused
+from .rows import Row, destructive, money, read, send, write
 from .stores import open_store
 from .table import EffectTable, Escalate, Reconciled, SchemaError, ToolSpec
 from .tokens import Keyring
@@ -39,12 +40,18 @@ __all__ = [
     "ReconciliationNotice",
     "Refused",
     "Reversibility",
+    "Row",
     "SchemaError",
     "SubjectEntry",
     "ToolContext",
     "ToolSpec",
     "__version__",
+    "destructive",
     "idempotency_headers",
+    "money",
     "open_store",
+    "read",
+    "send",
     "set_idempotency_key",
+    "write",
 ]

@@ -59,6 +59,13 @@ def derive_schema(name: str, fn: Callable[..., Any]) -> dict[str, Any]:
     for param in inspect.signature(fn).parameters.values():
         if param.name in context_names:
             continue
+        if param.name == "self":
+            raise TableError(
+                name,
+                "fn",
+                "the function takes `self`: pass a bound method (obj.method) or the framework's tool "
+                "object to its adapter, not the class's unbound function",
+            )
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise TableError(name, "schema", "cannot derive a schema from *args/**kwargs; pass schema=")
         hint = hints.get(param.name, Any)
