@@ -30,6 +30,8 @@ PUBLIC = [
     "__version__",
     "continuation",
     "gate_agent",
+    "native_tool",
+    "native_tools",
     "restore_memory",
     "save_memory",
     "spec_tool",

@@ -1,12 +1,18 @@
 """effectgate for smolagents: gated tools, a run that stops at a gated call, and its continuation.
 
-    from effectgate_smolagents import GatedAgent, Approve, Deny, AwaitingApproval
+    from effectgate import money, read
+    from effectgate_smolagents import GatedAgent, Approve, AwaitingApproval
 
-    support = GatedAgent(ToolCallingAgent(tools=[...], model=model), gate, agent_id="support")
+    support = GatedAgent(ToolCallingAgent(tools=[get_order, RefundTool()], model=model),
+                         effects={"get_order": read(), "refund_order": money("finance", subject="order_id")})
     out = support.run("Please refund order 1042", session_id="s-ada", origin_message_id="m3", user_id="u1")
     if isinstance(out, AwaitingApproval):                  # approval ids and cards, identity
-        grant = gate.approve(out.approval_ids[0], version=1, approver=Approver("fiona", "finance"))
+        grant = support.gate.approve(out.approval_ids[0], version=1, approver=Approver("fiona", "finance"))
         out = support.resume(out, {out.approval_ids[0]: Approve(grant)})   # runs once, continues
+
+The tools stay the user's own (`@tool` functions, `Tool` subclasses); `native_tool` reads each
+one's name, description and inputs for the gate. With an effect table of `ToolSpec`s instead,
+`GatedAgent(agent, gate, agent_id="support")`.
 
 Works for `ToolCallingAgent` and `CodeAgent` alike (`_agent` documents how each is stopped).
 `save_memory` / `restore_memory` move a paused run's memory to another process, signed.
@@ -26,10 +32,12 @@ from ._agent import (
     RunOutcome,
     continuation,
     gate_agent,
+    native_tools,
     spec_tool,
     table_tools,
 )
 from ._memory import restore_memory, save_memory
+from ._native import native_tool
 
 __version__ = "0.1.0"
 
@@ -50,6 +58,8 @@ __all__ = [
     "__version__",
     "continuation",
     "gate_agent",
+    "native_tool",
+    "native_tools",
     "restore_memory",
     "save_memory",
     "spec_tool",

@@ -82,6 +82,9 @@ from effectgate.errors import (
     TokenError,
     WrongApprover,
 )
+from effectgate.rows import DEFAULT_DB, NativeTool, Row, gate_for
+
+from ._native import native_tool
 
 _AWAITING = "smolagents.awaiting"
 
@@ -247,12 +250,50 @@ def _arguments(raw: Any) -> Any:
 class GatedAgent:
     """A smolagents agent (ToolCallingAgent or CodeAgent) whose tools run through the gate.
 
-    The agent is changed in place (its tools are replaced by `GatedTool`s) and kept as `.agent`.
+    Either name each tool's effect next to the agent's own tools:
+
+        GatedAgent(agent, effects={"get_order": read(), "refund_order": money("finance")})
+
+    which builds the gate from the agent's tools (`native_tools`, every tool but `final_answer`)
+    with `effectgate.rows.gate_for` on the store at `db` (the embedded SQLite file
+    `effectgate.db` by default, set up on first use). The table is deny-by-default: a tool with
+    no row, or a row naming no tool, raises `TableError` and nothing is changed. `agent_id`
+    defaults to "agent" there, the only agent the table allows.
+
+    Or pass a gate built from an effect table: `GatedAgent(agent, gate, agent_id="support")`
+    (`agent_id` is required then: it is the name the table's allowlist gives the agent).
+
+    Either way `.gate` is the gate approvals go through. The agent is changed in place (its
+    tools are replaced by `GatedTool`s) and kept as `.agent`. `close()` (or `with`) closes a
+    gate built from `effects`; a gate passed in stays open, it is the caller's.
     """
 
     def __init__(
-        self, agent: MultiStepAgent, gate: EffectGate, *, agent_id: str, unknown: Unknown = "raise"
+        self,
+        agent: MultiStepAgent,
+        gate: EffectGate | None = None,
+        *,
+        effects: Mapping[str, Row] | None = None,
+        agent_id: str | None = None,
+        db: str | None = None,
+        unknown: Unknown = "raise",
     ) -> None:
+        self._owns_gate = gate is None
+        if gate is None:
+            if effects is None:
+                raise TypeError(
+                    "GatedAgent needs effects={tool name: row} naming each tool's effect "
+                    '(e.g. effects={"get_order": read()}), or a gate built from an effect table'
+                )
+            agent_id = "agent" if agent_id is None else agent_id
+            if not agent_id:
+                raise ValueError("agent_id must be a non-empty name")
+            gate = gate_for(native_tools(agent), effects, agent_id=agent_id, db=db or DEFAULT_DB)
+        elif effects is not None or db is not None:
+            raise TypeError(
+                "GatedAgent takes a gate or effects= (and db=), not both: a gate you built already "
+                "has its table and store"
+            )
         if not agent_id:
             raise ValueError("GatedAgent needs the agent_id the effect table's allowlist names")
         self.agent = agent
@@ -375,6 +416,19 @@ class GatedAgent:
         stopped = self._stopped
         if stopped is not None:
             raise ApprovalRequired(stopped)
+
+    # -- lifecycle
+
+    def close(self) -> None:
+        """Close the gate this agent built from `effects` (a gate passed in is left open)."""
+        if self._owns_gate:
+            self.gate.close()
+
+    def __enter__(self) -> GatedAgent:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # -- runs
 
@@ -632,6 +686,21 @@ def spec_tool(spec: ToolSpec) -> Tool:
 def table_tools(gate: EffectGate, *, agent_id: str) -> list[Tool]:
     """Unwrapped Tools for every row `agent_id` may call (a `GatedAgent` wraps them)."""
     return [spec_tool(s) for s in gate.table if gate.table.allowed(agent_id, s.name)]
+
+
+def native_tools(agent: MultiStepAgent) -> list[NativeTool]:
+    """The gate's view (`native_tool`) of every tool of `agent` but `final_answer`: what
+    `GatedAgent(agent, effects=...)` builds its gate from. For gate options `GatedAgent` does not
+    take (`policy=`, `keyring=`, ...): `gate_for(native_tools(agent), effects, agent_id=..., ...)`,
+    then `GatedAgent(agent, gate, agent_id=...)`. An agent already gated is refused (TypeError)."""
+    tools: list[NativeTool] = []
+    for name, tool in agent.tools.items():
+        if name == "final_answer":
+            continue
+        if isinstance(tool, GatedTool | _StopGuard):
+            raise TypeError(f"tool {name!r} is already gated: this agent was given to a GatedAgent")
+        tools.append(native_tool(tool))
+    return tools
 
 
 def gate_agent(
