@@ -48,6 +48,9 @@ serve: sync ## the reviewer inbox on the demo database (after make demo), approv
 	@$(UV) run --frozen effectgate serve --db sqlite:///effectgate-demo.db --app effectgate.examples.shop:app \
 	  --approvers $${APPROVERS:-approvers.toml}
 
+notebooks: sync ## run every notebook and store its outputs (CI checks they are current)
+	@$(UV) run --frozen python -m tests.notebooks
+
 bench: sync ## benchmarks: ratios measured in one run
 	@$(UV) run --frozen python -m benchmarks
 
