@@ -21,10 +21,12 @@ from typing import Any
 
 from agents import RunResult
 from agents.items import ToolCallOutputItem, TResponseInputItem
+from agents.tool_context import ToolContext
 
 from effectgate import EffectGate, Executed, Grant, Refused
 from effectgate.adapter import Paused, bind_decision
 
+from ._native import calling, outside_run
 from ._tools import is_deferred
 
 
@@ -59,31 +61,43 @@ def _bound(gate: EffectGate, operation: Operation, grant: Grant | str | None) ->
     return operation_id, token
 
 
-def execute_deferred(gate: EffectGate, operation: Operation, grant: Grant | str | None = None) -> Executed:
+def _outside_run(gate: EffectGate, operation_id: str, context: Any) -> ToolContext[Any]:
+    card = gate.card(operation_id)
+    return outside_run(card.tool, operation_id, card.args, context)
+
+
+def execute_deferred(
+    gate: EffectGate, operation: Operation, grant: Grant | str | None = None, *, context: Any = None
+) -> Executed:
     """Run an approved deferred operation once (its stored result if it already ran).
 
     `operation` is the operation id or the deferred payload (`deferred_operations(result)[i]`,
     whose version and args hash the grant must then match). The grant must be for that
-    operation: a grant for another one raises `DecisionMismatch` and runs nothing."""
+    operation: a grant for another one raises `DecisionMismatch` and runs nothing. A tool of
+    `gate_agent(..., effects=...)` runs outside any SDK run: a `RunContextWrapper` parameter sees
+    `context` (default `{}`) and the operation id as its call id."""
     operation_id, token = _bound(gate, operation, grant)
     done = gate.result(operation_id)
     if done is not None:
         return done
     if token is None:
         raise ValueError(f"operation {operation_id} has not run: pass the grant from gate.approve")
-    return gate.execute(token)
+    with calling(_outside_run(gate, operation_id, context)):
+        return gate.execute(token)
 
 
 async def aexecute_deferred(
-    gate: EffectGate, operation: Operation, grant: Grant | str | None = None
+    gate: EffectGate, operation: Operation, grant: Grant | str | None = None, *, context: Any = None
 ) -> Executed:
+    """`execute_deferred` on the event loop (an async tool is awaited on it)."""
     operation_id, token = _bound(gate, operation, grant)
     done = gate.result(operation_id)
     if done is not None:
         return done
     if token is None:
         raise ValueError(f"operation {operation_id} has not run: pass the grant from gate.approve")
-    return await gate.aexecute(token)
+    with calling(_outside_run(gate, operation_id, context)):
+        return await gate.aexecute(token)
 
 
 def outcome_message(outcome: Executed | Refused) -> TResponseInputItem:

@@ -9,7 +9,8 @@ description and JSON schema (what the model sees), and two things replaced:
   (`Executed`), a bad argument (`Invalid`) or a refusal does not pause: the model is told at once.
 - `on_invoke_tool`: the call goes through the core with the raw arguments the model sent, so the
   arguments validated, frozen and hashed are the ones that run. What runs is the effect table's
-  function for that row; the SDK's approval alone never runs a gated call. A gated call runs only
+  function for that row (for a table built from the tools, `gate_agent(..., effects=...)`, the
+  tool itself: `_native`); the SDK's approval alone never runs a gated call. A gated call runs only
   with a grant token the application attached (`approve()`), checked against effectgate's record,
   version and args hash; a call the SDK approved without one is refused.
 
@@ -30,21 +31,19 @@ import dataclasses
 import inspect
 import json
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Literal
 
-from agents import Agent, AgentHooks, FunctionTool, ModelResponse, RunContextWrapper, function_tool
-from agents.agent import ToolsToFinalOutputResult
+from agents import FunctionTool, RunContextWrapper, function_tool
 from agents.strict_schema import ensure_strict_json_schema
-from agents.tool import FunctionToolResult
 from agents.tool_context import ToolContext
-from openai.types.responses import ResponseFunctionToolCall
 
 from effectgate import CallContext, EffectGate, Executed, Outcome, Pending, ToolSpec
 from effectgate.adapter import Unknown, check_wrappable, is_gated
 from effectgate.errors import EffectGateError, TokenError
 
 from ._context import STATE_KEY, MissingIdentity, TamperedState, adapter_state, call_context, resumed
+from ._native import calling
 
 Mode = Literal["approval", "deferred"]
 
@@ -95,7 +94,7 @@ def _parse(arguments: str) -> Any:
         return arguments
 
 
-def _as_function_tool(tool: FunctionTool | Callable[..., Any]) -> FunctionTool:
+def as_function_tool(tool: FunctionTool | Callable[..., Any]) -> FunctionTool:
     if isinstance(tool, FunctionTool):
         return tool
     if callable(tool):
@@ -232,6 +231,19 @@ class GatedTools:
         )
         decided = self._decided.pop((cctx.session_id, cctx.origin_message_id, ctx.tool_call_id), None)
         args = _parse(arguments)
+        with calling(ctx):  # a native tool's function runs the SDK tool with this call's context
+            return await self._invoke(name, ctx, cctx, args, decided, gated=gated)
+
+    async def _invoke(
+        self,
+        name: str,
+        ctx: ToolContext[Any],
+        cctx: CallContext,
+        args: Any,
+        decided: Outcome | None,
+        *,
+        gated: bool,
+    ) -> Any:
         try:
             if decided is not None:
                 outcome: Outcome = decided
@@ -288,100 +300,7 @@ def gate_tools(
     here, unless `unknown="refuse"`: then it is kept and every call of it is refused and recorded.
     """
     shared = GatedTools(gate, agent_id=agent_id, mode=mode)
-    return [shared.wrap(_as_function_tool(t), unknown) for t in tools]
-
-
-class StepHooks(AgentHooks[Any]):
-    """Agent hooks that record each model response's function calls in the run context, so the
-    gated calls of one turn are registered together; forwards every hook to the agent's own.
-
-    With `gate` (as `gate_agent` installs them), a response that calls a tool of the table also
-    signs the run's identity (a new run) or verifies it (a resumed run) before any tool is
-    considered, so even a call whose arguments never reach the gate leaves a signed identity."""
-
-    def __init__(
-        self, inner: AgentHooks[Any] | None = None, *, gate: EffectGate | None = None, agent_id: str = ""
-    ) -> None:
-        self.inner = inner
-        self.gate = gate
-        self.agent_id = agent_id
-
-    async def on_llm_end(
-        self, context: RunContextWrapper[Any], agent: Agent[Any], response: ModelResponse
-    ) -> None:
-        if isinstance(context.context, Mapping):
-            calls = {
-                item.call_id: [item.name, item.arguments]
-                for item in response.output
-                if isinstance(item, ResponseFunctionToolCall)
-            }
-            gate = self.gate
-            if gate is not None and any(gate.table.get(name) is not None for name, _ in calls.values()):
-                call_context(
-                    context.context,
-                    agent_id=self.agent_id or agent.name,
-                    gate=gate,
-                    resumed=resumed(context),
-                )
-            adapter_state(context.context)["turn"] = calls
-        if self.inner is not None:
-            await self.inner.on_llm_end(context, agent, response)
-
-    def __getattribute__(self, name: str) -> Any:
-        if name.startswith("on_") and name != "on_llm_end":
-            inner = object.__getattribute__(self, "inner")
-            if inner is not None:
-                return getattr(inner, name)
-        return object.__getattribute__(self, name)
-
-
-def _deferred_behavior(original: Any) -> Callable[..., Any]:
-    if original != "run_llm_again" and not callable(original):
-        raise ValueError(
-            "deferred mode ends the run on a deferred result, so it needs the agent's "
-            f"tool_use_behavior to be 'run_llm_again' or a function; got {original!r}"
-        )
-
-    async def behavior(context: RunContextWrapper[Any], results: list[FunctionToolResult]) -> Any:
-        deferred = [r.output for r in results if is_deferred(r.output)]
-        if deferred:
-            first = deferred[0]
-            text = first if isinstance(first, str) else json.dumps(first, sort_keys=True)
-            return ToolsToFinalOutputResult(is_final_output=True, final_output=text)
-        if callable(original):
-            answer = original(context, results)
-            return await answer if asyncio.iscoroutine(answer) else answer
-        return ToolsToFinalOutputResult(is_final_output=False, final_output=None)
-
-    return behavior
-
-
-def gate_agent(
-    agent: Agent[Any],
-    gate: EffectGate,
-    *,
-    agent_id: str | None = None,
-    unknown: Unknown = "raise",
-    mode: Mode = "approval",
-    tools: Sequence[FunctionTool | Callable[..., Any]] | None = None,
-) -> Agent[Any]:
-    """A clone of `agent` whose function tools are gated (see `gate_tools`); other tools are kept.
-
-    `agent_id` defaults to the agent's name. In deferred mode the clone's `tool_use_behavior` ends
-    the run on the first deferred result."""
-    source: list[Any] = list(agent.tools) if tools is None else list(tools)
-    for t in source:
-        if not isinstance(t, FunctionTool) and not (callable(t) and not hasattr(t, "name")):
-            raise TypeError(
-                f"{getattr(t, 'name', t)!r} is a {type(t).__name__}, which effectgate cannot gate "
-                f"(it does not run through on_invoke_tool); remove it or pass tools= without it"
-            )
-    wrapped = gate_tools(source, gate, agent_id=agent_id or agent.name, unknown=unknown, mode=mode)
-    hooks = StepHooks(agent.hooks, gate=gate, agent_id=agent_id or agent.name)
-    changes: dict[str, Any] = {"tools": wrapped, "hooks": hooks}
-    if mode == "deferred":
-        changes["tool_use_behavior"] = _deferred_behavior(agent.tool_use_behavior)
-    return agent.clone(**changes)
+    return [shared.wrap(as_function_tool(t), unknown) for t in tools]
 
 
 def spec_tool(spec: ToolSpec) -> FunctionTool:
@@ -415,9 +334,7 @@ def table_tools(gate: EffectGate, *, agent_id: str) -> list[FunctionTool]:
 __all__ = [
     "STATE_KEY",
     "GatedTools",
-    "StepHooks",
     "deferred_payload",
-    "gate_agent",
     "gate_tools",
     "is_deferred",
     "spec_tool",

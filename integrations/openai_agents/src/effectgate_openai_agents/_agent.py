@@ -1,0 +1,227 @@
+"""A gated agent: `gate_agent` clones an SDK `Agent` with its function tools gated.
+
+Two ways to say what each tool does:
+
+    # the tools you already have, and one effect row per tool name (three lines)
+    agent = gate_agent(
+        Agent(name="support", tools=[get_order, refund_order]),
+        effects={"get_order": read(), "refund_order": money("finance", subject="order_id")},
+    )
+    gate = gate_of(agent)                     # approvals, the audit, close()
+
+    # or a full effect table (the advanced path: each row's function is the one that runs)
+    agent = gate_agent(Agent(name="support", tools=table_tools(gate, agent_id="support")), gate)
+
+With `effects=`, the table is built from the tools themselves (`native_tool`: name, description,
+the schema the model is shown, the tool's own function) and deny-by-default: a tool without a row,
+or a row without a tool, raises `TableError` here. The agent (`agent_id`, default its name) may
+call exactly the tools it was given. The gate opens the store at `db` (the embedded SQLite file
+`effectgate.db` in the working directory by default, set up on first use, its key file beside it,
+which the `effectgate` CLI and inbox share); other keywords go to `EffectGate`. The gate belongs to
+the caller: `gate_of(agent).close()` when done. A tool's own `needs_approval` is replaced by its
+row (reads and writes never pause; gated rows pause through effectgate), and what a tool's
+`RunContextWrapper` parameter sees is documented in `_native`.
+
+`gate_of(agent)` returns the gate of any agent `gate_agent` made (or a clone of one), because the
+gate travels in the agent hooks it installs (`StepHooks`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, overload
+
+from agents import Agent, AgentHooks, FunctionTool, ModelResponse, RunContextWrapper
+from agents.agent import ToolsToFinalOutputResult
+from agents.run_context import TContext
+from agents.tool import FunctionToolResult
+from openai.types.responses import ResponseFunctionToolCall
+
+from effectgate import EffectGate
+from effectgate.adapter import Unknown
+from effectgate.rows import DEFAULT_DB, Row, gate_for
+
+from ._context import adapter_state, call_context, resumed
+from ._native import native_tool
+from ._tools import Mode, as_function_tool, gate_tools, is_deferred
+
+
+class StepHooks(AgentHooks[Any]):
+    """Agent hooks that record each model response's function calls in the run context, so the
+    gated calls of one turn are registered together; forwards every hook to the agent's own.
+
+    With `gate` (as `gate_agent` installs them), a response that calls a tool of the table also
+    signs the run's identity (a new run) or verifies it (a resumed run) before any tool is
+    considered, so even a call whose arguments never reach the gate leaves a signed identity."""
+
+    def __init__(
+        self, inner: AgentHooks[Any] | None = None, *, gate: EffectGate | None = None, agent_id: str = ""
+    ) -> None:
+        self.inner = inner
+        self.gate = gate
+        self.agent_id = agent_id
+
+    async def on_llm_end(
+        self, context: RunContextWrapper[Any], agent: Agent[Any], response: ModelResponse
+    ) -> None:
+        if isinstance(context.context, Mapping):
+            calls = {
+                item.call_id: [item.name, item.arguments]
+                for item in response.output
+                if isinstance(item, ResponseFunctionToolCall)
+            }
+            gate = self.gate
+            if gate is not None and any(gate.table.get(name) is not None for name, _ in calls.values()):
+                call_context(
+                    context.context,
+                    agent_id=self.agent_id or agent.name,
+                    gate=gate,
+                    resumed=resumed(context),
+                )
+            adapter_state(context.context)["turn"] = calls
+        if self.inner is not None:
+            await self.inner.on_llm_end(context, agent, response)
+
+    def __getattribute__(self, name: str) -> Any:
+        if name.startswith("on_") and name != "on_llm_end":
+            inner = object.__getattribute__(self, "inner")
+            if inner is not None:
+                return getattr(inner, name)
+        return object.__getattribute__(self, name)
+
+
+def _deferred_behavior(original: Any) -> Callable[..., Any]:
+    if original != "run_llm_again" and not callable(original):
+        raise ValueError(
+            "deferred mode ends the run on a deferred result, so it needs the agent's "
+            f"tool_use_behavior to be 'run_llm_again' or a function; got {original!r}"
+        )
+
+    async def behavior(context: RunContextWrapper[Any], results: list[FunctionToolResult]) -> Any:
+        deferred = [r.output for r in results if is_deferred(r.output)]
+        if deferred:
+            first = deferred[0]
+            text = first if isinstance(first, str) else json.dumps(first, sort_keys=True)
+            return ToolsToFinalOutputResult(is_final_output=True, final_output=text)
+        if callable(original):
+            answer = original(context, results)
+            return await answer if asyncio.iscoroutine(answer) else answer
+        return ToolsToFinalOutputResult(is_final_output=False, final_output=None)
+
+    return behavior
+
+
+def _function_tools(
+    agent: Agent[Any], tools: Sequence[FunctionTool | Callable[..., Any]] | None
+) -> list[FunctionTool]:
+    source: list[Any] = list(agent.tools) if tools is None else list(tools)
+    for t in source:
+        if not isinstance(t, FunctionTool) and not (callable(t) and not hasattr(t, "name")):
+            raise TypeError(
+                f"{getattr(t, 'name', t)!r} is a {type(t).__name__}, which effectgate cannot gate "
+                f"(it does not run through on_invoke_tool); remove it or pass tools= without it"
+            )
+    return [as_function_tool(t) for t in source]
+
+
+@overload
+def gate_agent(
+    agent: Agent[TContext],
+    gate: EffectGate,
+    *,
+    agent_id: str | None = None,
+    unknown: Unknown = "raise",
+    mode: Mode = "approval",
+    tools: Sequence[FunctionTool | Callable[..., Any]] | None = None,
+) -> Agent[TContext]: ...
+
+
+@overload
+def gate_agent(
+    agent: Agent[TContext],
+    gate: None = None,
+    *,
+    effects: Mapping[str, Row],
+    agent_id: str | None = None,
+    mode: Mode = "approval",
+    tools: Sequence[FunctionTool | Callable[..., Any]] | None = None,
+    db: str = DEFAULT_DB,
+    **gate_options: Any,
+) -> Agent[TContext]: ...
+
+
+def gate_agent(
+    agent: Agent[TContext],
+    gate: EffectGate | None = None,
+    *,
+    effects: Mapping[str, Row] | None = None,
+    agent_id: str | None = None,
+    unknown: Unknown = "raise",
+    mode: Mode = "approval",
+    tools: Sequence[FunctionTool | Callable[..., Any]] | None = None,
+    db: str = DEFAULT_DB,
+    **gate_options: Any,
+) -> Agent[TContext]:
+    """A clone of `agent` whose function tools (or `tools`, if given) are gated (see `gate_tools`).
+
+    Give either `gate` (its effect table has a row, with its function, per tool) or `effects`
+    (one `Row` per tool name, next to the agent's own tools: the gate is built on `db` and
+    reachable as `gate_of(agent)`). A tool that does not run through `on_invoke_tool` (hosted
+    tools, MCP tools) raises `TypeError`. `agent_id` defaults to the agent's name. In deferred
+    mode the clone's `tool_use_behavior` ends the run on the first deferred result."""
+    name = agent_id or agent.name
+    function_tools = _function_tools(agent, tools)
+    if effects is not None:
+        if gate is not None:
+            raise TypeError("gate_agent takes a gate or effects=, not both")
+        if unknown != "raise":
+            raise TypeError("unknown= needs a gate: with effects=, every tool needs its row")
+        built = gate_for(
+            [native_tool(t) for t in function_tools], effects, agent_id=name, db=db, **gate_options
+        )
+        try:
+            return _gated(agent, built, function_tools, agent_id=name, unknown="raise", mode=mode)
+        except BaseException:
+            built.close()
+            raise
+    elif gate is None:
+        raise TypeError(
+            "gate_agent needs the effect of each tool: effects={'get_order': read(), ...} "
+            "(or a gate whose effect table has a row per tool)"
+        )
+    elif db != DEFAULT_DB or gate_options:
+        raise TypeError("db= and gate options build a gate from effects=; this gate is already built")
+    return _gated(agent, gate, function_tools, agent_id=name, unknown=unknown, mode=mode)
+
+
+def _gated(
+    agent: Agent[TContext],
+    gate: EffectGate,
+    tools: Sequence[FunctionTool],
+    *,
+    agent_id: str,
+    unknown: Unknown,
+    mode: Mode,
+) -> Agent[TContext]:
+    wrapped = gate_tools(tools, gate, agent_id=agent_id, unknown=unknown, mode=mode)
+    changes: dict[str, Any] = {
+        "tools": wrapped,
+        "hooks": StepHooks(agent.hooks, gate=gate, agent_id=agent_id),
+    }
+    if mode == "deferred":
+        changes["tool_use_behavior"] = _deferred_behavior(agent.tool_use_behavior)
+    return agent.clone(**changes)
+
+
+def gate_of(agent: Agent[Any]) -> EffectGate:
+    """The gate of an agent `gate_agent` made (or of a clone of one): approve, deny, audit and
+    close through it. `ValueError` for an agent `gate_agent` did not make."""
+    hooks = agent.hooks
+    if isinstance(hooks, StepHooks) and hooks.gate is not None:
+        return hooks.gate
+    raise ValueError(f"agent {agent.name!r} was not made by gate_agent, so it has no effectgate gate")
+
+
+__all__ = ["StepHooks", "gate_agent", "gate_of"]
