@@ -100,6 +100,7 @@ class _Run:
             self.store, keyring=keyring_for(url), shop=self.shop, on_needs_reconciliation=self.notices.append
         )
         self.gate.note("demo_started")
+        self.waiting: str | None = None
 
     def turn(self, title: str, user_text: str, ctx: CallContext, script: Script) -> list[Outcome]:
         """Drive one conversation: each scripted step goes through the gate, then the model speaks."""
@@ -258,7 +259,7 @@ def _conversations(run: _Run) -> None:
         Script(
             [
                 step(
-                    call("refund_order", order_id="1043", amount=1000, currency="GBP"),
+                    call("refund_order", order_id="1042", amount=1000, currency="GBP"),
                     call("refund_order", **small),
                 ),
                 call("refund_order", **small),
@@ -332,6 +333,19 @@ def _conversations(run: _Run) -> None:
     )
     _expect(isinstance(o, Refused) and o.code == "not_allowed", "allowlist refuses")
     _expect(shop.receiver.count("email") == 0, "nothing was sent")
+    [left] = run.turn(
+        "left for the inbox: a refund that waits for finance",
+        "Please refund another 10.00 on order 1042",
+        context("m13"),
+        Script(
+            [
+                call("refund_order", order_id="1042", amount=1000, currency="GBP"),
+                say("A finance colleague will confirm it."),
+            ]
+        ),
+    )
+    _expect(isinstance(left, Pending), "the refund waits for finance")
+    run.waiting = left.approval_id if isinstance(left, Pending) else None
 
     out.rule("[bold]10. the audit")
     report = gate.audit()
@@ -366,3 +380,8 @@ def _summary(out: Console, run: _Run) -> None:
         effects[e.kind] = effects.get(e.kind, 0) + 1
     out.rule("[bold]effects counted at the receiver")
     out.print(f"  {effects}")
+    if run.waiting is not None:
+        out.print(
+            f"\nWaiting for a finance approver: refund approval {run.waiting} (decide it in the inbox: "
+            "`make serve`, or `uv run effectgate --db ... pending`)."
+        )
