@@ -1,5 +1,15 @@
 """effectgate for LangGraph: a gated tool node (and a create_agent middleware) with interrupt/resume.
 
+Gate the langchain tools you already have by naming each one's effect (`gated_node` where a
+ToolNode would go, `gated_middleware` in `create_agent`):
+
+    from effectgate import money, read
+    from effectgate_langgraph import gated_node
+    tools = gated_node([get_order, refund_order],
+                       {"get_order": read(), "refund_order": money("finance", subject="order_id")})
+
+The full effect table is the advanced path:
+
     from effectgate_langgraph import GatedToolNode, EffectGateMiddleware, resume, approve
     builder.add_node("tools", GatedToolNode(gate, agent_id="support"))
     builder.add_conditional_edges("agent", tools_condition)
@@ -36,6 +46,7 @@ from effectgate.adapter import DecisionMismatch, MissingIdentity, TamperedState
 from ._decisions import ApprovalPayload, ApprovalRequest, RefusedDecision
 from ._messages import ARTIFACT_KEY
 from ._middleware import EffectGateMiddleware
+from ._native import InvalidToolArguments, gated_middleware, gated_node, native_tool
 from ._node import GatedToolNode, gated_tool_node
 from ._tools import spec_tool, table_tools
 
@@ -48,6 +59,7 @@ __all__ = [
     "DecisionMismatch",
     "EffectGateMiddleware",
     "GatedToolNode",
+    "InvalidToolArguments",
     "MissingIdentity",
     "RefusedDecision",
     "TamperedState",
@@ -55,7 +67,10 @@ __all__ = [
     "approve",
     "deny",
     "edit",
+    "gated_middleware",
+    "gated_node",
     "gated_tool_node",
+    "native_tool",
     "resume",
     "spec_tool",
     "table_tools",

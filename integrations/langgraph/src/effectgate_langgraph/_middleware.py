@@ -45,7 +45,8 @@ class EffectGateMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
     `tools`: the tools the middleware registers with the agent (what the model is shown);
     by default the table rows `agent_id` may call. Pass `tools=[]` when the agent is given its
-    tools itself; every tool it offers must then have a row in the table.
+    tools itself; every tool it offers must then have a row in the table. For langchain tools
+    you already have, `gated_middleware(tools, effects)` builds the gate and the middleware.
     """
 
     def __init__(

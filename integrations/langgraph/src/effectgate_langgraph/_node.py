@@ -66,7 +66,8 @@ class GatedToolNode(ToolNode):
 
     The graph needs a checkpointer (gated calls pause with `interrupt()`), a `thread_id`, and the
     caller's `user_id` in the runtime context or `config["configurable"]`. See
-    `effectgate_langgraph` for the interrupt payload and the resume value.
+    `effectgate_langgraph` for the interrupt payload and the resume value. For langchain tools you
+    already have, `gated_node(tools, effects)` builds the gate and the node in one call.
     """
 
     def __init__(

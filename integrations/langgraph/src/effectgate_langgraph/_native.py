@@ -1,0 +1,287 @@
+"""LangChain tools you already have, gated by naming each one's effect.
+
+    from effectgate import money, read
+    from effectgate_langgraph import gated_node
+
+    tools = gated_node([get_order, refund_order],
+                       {"get_order": read(), "refund_order": money("finance", subject="order_id")})
+
+`tools` goes where a ToolNode would (`gated_middleware(...)` goes in `create_agent`'s
+middleware). Each tool (`@tool` function, `BaseTool` subclass, `StructuredTool`, or a plain
+function, turned into a tool as ToolNode would) is read once by `native_tool`:
+
+- its name and description;
+- its schema: the JSON schema the model is shown (`convert_to_openai_tool(tool)`'s parameters,
+  built from `tool.tool_call_schema`, so without injected arguments). The gate validates, hashes
+  and puts on the reviewer's card exactly what the model was asked for;
+- a function that runs it with `tool.invoke(args)` (an async-only tool: `tool.ainvoke`), so the
+  tool receives what langchain gives it: its pydantic `args_schema` parses the arguments (enums,
+  dates, nested models) as it would under a plain ToolNode.
+
+Limits, refused or documented rather than guessed:
+
+- A tool with injected arguments (`InjectedState`, `InjectedStore`, `ToolRuntime`,
+  `InjectedToolCallId`, any `InjectedToolArg`) is refused (TableError): the gate runs a call with
+  the model's arguments only, possibly on a resume in another process, and what was approved is
+  those arguments and nothing read from the graph at run time.
+- A tool declared to return `Command` is refused: a state update or jump is not a result the gate
+  can store and replay. Should one return a `Command` anyway, the model is told the text of its
+  ToolMessage and the rest of the update is dropped (logged as a warning).
+- `response_format="content_and_artifact"`: the content is the result; the artifact is dropped
+  (it was never shown to the model).
+- A result with no JSON form is stored as its text (what langchain would have shown the model).
+- `handle_tool_error` turns a `ToolException` into text that the gate records as a success; leave
+  it off and list `ToolException` in the row's `definite_failures=` to have a refusal recorded as a
+  failure of a gated call.
+- The arguments are checked against the tool's own pydantic model before it runs; a failure there
+  (a validator the JSON schema cannot express) raises `InvalidToolArguments`, which the rows
+  `gated_node` / `gated_middleware` build list as a definite failure: nothing ran. For a gated
+  tool that check comes after the approval, because the gate proposes on the JSON schema.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import pydantic
+from langchain_core.messages import ToolMessage
+from langchain_core.tools import BaseTool
+from langchain_core.tools import tool as create_tool
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from langgraph.types import Command
+
+from effectgate import EffectGate, ToolSpec
+from effectgate.errors import TableError
+from effectgate.rows import DEFAULT_DB, NativeTool, Row, gate_for, table_for
+from effectgate.stores.base import to_json
+
+from ._middleware import EffectGateMiddleware
+from ._node import GatedToolNode
+
+logger = logging.getLogger(__name__)
+
+LangChainTool = BaseTool | Callable[..., Any]
+
+
+class InvalidToolArguments(ValueError):
+    """The tool's own pydantic model refused the arguments; the tool did not run."""
+
+    def __init__(self, tool: str, error: pydantic.ValidationError) -> None:
+        self.tool = tool
+        self.errors = error.errors(include_url=False)
+        super().__init__(f"{tool}: the tool refused its arguments: {error}")
+
+
+def as_tool(tool: LangChainTool) -> BaseTool:
+    """A BaseTool as it is; a plain function made into one, as ToolNode does."""
+    if isinstance(tool, BaseTool):
+        return tool
+    if not callable(tool):
+        raise TypeError(f"not a langchain tool or a function: {tool!r}")
+    made = create_tool(tool)
+    if not isinstance(made, BaseTool):  # `tool(fn)` on a function returns the tool itself
+        raise TypeError(f"langchain could not make a tool of {tool!r}")
+    return made
+
+
+def _injected(tool: BaseTool) -> list[str]:
+    """Arguments the tool takes that the model is not shown (supplied by the graph at run time)."""
+    names: set[str] = set(getattr(tool, "_injected_args_keys", frozenset()))
+    full = tool.args_schema
+    if isinstance(full, type) and issubclass(full, pydantic.BaseModel):
+        call = tool.tool_call_schema
+        shown = (
+            set(call.get("properties", {}))
+            if isinstance(call, dict)
+            else set(getattr(call, "model_fields", {}))
+        )
+        names |= set(full.model_fields) - set(shown)
+    return sorted(names)
+
+
+def _function(tool: BaseTool) -> Callable[..., Any]:
+    """The code behind the tool: its function, or its class's `_run`."""
+    found = getattr(tool, "func", None) or getattr(tool, "coroutine", None)
+    return found if callable(found) else type(tool)._run
+
+
+def _returns_command(fn: Callable[..., Any]) -> bool:
+    try:
+        hint = typing.get_type_hints(fn).get("return")
+    except Exception:  # unresolvable annotations: nothing declared that can be read
+        return False
+    return any(h is Command or typing.get_origin(h) is Command for h in (hint, *typing.get_args(hint)))
+
+
+def _content(name: str, value: Any) -> Any:
+    """What the gate stores for a tool's return value: JSON-able, as the model is shown it."""
+    if isinstance(value, Command):
+        update: Any = value.update
+        if isinstance(update, list | tuple):
+            update = dict(update)
+        raw = update.get("messages", []) if isinstance(update, Mapping) else []
+        messages = [m for m in (raw if isinstance(raw, list) else [raw]) if isinstance(m, ToolMessage)]
+        logger.warning(
+            "%s returned a Command; the gate keeps its ToolMessage text, the rest of the update is dropped",
+            name,
+        )
+        value = messages[-1].content if messages else ""
+    elif isinstance(value, ToolMessage):
+        value = value.content
+    try:
+        to_json(value)  # as the store will write it
+    except (ValueError, TypeError):
+        return str(value)
+    return value
+
+
+def _check(tool: BaseTool, args: Mapping[str, Any]) -> None:
+    model = tool.args_schema
+    if isinstance(model, type) and issubclass(model, pydantic.BaseModel):
+        try:
+            model.model_validate(dict(args))
+        except pydantic.ValidationError as exc:
+            raise InvalidToolArguments(tool.name, exc) from exc
+
+
+def native_tool(tool: LangChainTool) -> NativeTool:
+    """Name, description, model-facing JSON schema and a runner for one langchain tool.
+
+    TableError for a tool with injected arguments or one declared to return `Command` (see the
+    module docstring). What runs is `tool.invoke(args)` (`ainvoke` for an async-only tool)."""
+    tool = as_tool(tool)
+    injected = _injected(tool)
+    if injected:
+        raise TableError(
+            tool.name,
+            "tool",
+            f"the tool takes injected arguments ({', '.join(injected)}): the gate runs a call with "
+            "the model's arguments only. Pass what the tool needs as arguments, or write a ToolSpec",
+        )
+    code = _function(tool)
+    if _returns_command(code):
+        raise TableError(
+            tool.name,
+            "tool",
+            "the tool returns a Command: a state update is not a result the gate can store and "
+            "replay. Return the result itself",
+        )
+    name = tool.name
+
+    if getattr(tool, "func", True) is None and getattr(tool, "coroutine", None) is not None:
+
+        async def run(**args: Any) -> Any:
+            _check(tool, args)
+            return _content(name, await tool.ainvoke(args))
+
+    else:
+
+        def run(**args: Any) -> Any:  # type: ignore[misc]
+            _check(tool, args)
+            return _content(name, tool.invoke(args))
+
+    # The row's fingerprint names its function: name the tool's code, not this wrapper.
+    run.__module__ = getattr(code, "__module__", None) or run.__module__
+    run.__qualname__ = getattr(code, "__qualname__", None) or name
+    run.__name__ = name
+    run.__doc__ = tool.description
+    schema = convert_to_openai_tool(tool)["function"].get("parameters") or {
+        "type": "object",
+        "properties": {},
+    }
+    return NativeTool(name=name, description=tool.description, schema=schema, fn=run)
+
+
+def _rows(effects: Mapping[str, Row]) -> dict[str, Row]:
+    """The rows with `InvalidToolArguments` as a definite failure (nothing ran)."""
+    rows: dict[str, Row] = {}
+    for name, row in effects.items():
+        listed: object = row.options.get("definite_failures", ())
+        given = (listed,) if isinstance(listed, type) else tuple(listed)  # type: ignore[arg-type]
+        failures = given if InvalidToolArguments in given else (*given, InvalidToolArguments)
+        rows[name] = dataclasses.replace(row, options={**row.options, "definite_failures": failures})
+    return rows
+
+
+def _meaning(spec: ToolSpec) -> tuple[Any, ...]:
+    """What a row given with `gate=` must agree on with the row the tool and effects make."""
+    return (spec.effect, spec.approver_role, spec.subject, dict(spec.schema or {}))
+
+
+def _gate(
+    tools: Sequence[BaseTool],
+    effects: Mapping[str, Row],
+    *,
+    agent_id: str,
+    db: str,
+    gate: EffectGate | None,
+) -> EffectGate:
+    natives = [native_tool(t) for t in tools]
+    rows = _rows(effects)
+    if gate is None:
+        return gate_for(natives, rows, agent_id=agent_id, db=db)
+    for spec in table_for(natives, rows, agent_id=agent_id):
+        held = gate.table.get(spec.name)
+        if held is None or _meaning(held) != _meaning(spec):
+            raise TableError(
+                spec.name,
+                "effects",
+                "the given gate's row for this tool differs from this tool and its effect row "
+                "(effect, approver role, subject or schema); build the gate from the same tools "
+                "and rows, or leave gate= out",
+            )
+        if not gate.table.allowed(agent_id, spec.name):
+            raise TableError(
+                spec.name, "allowlist", f"the given gate does not allow agent {agent_id!r} this tool"
+            )
+    return gate
+
+
+def gated_node(
+    tools: Sequence[LangChainTool],
+    effects: Mapping[str, Row],
+    *,
+    agent_id: str = "agent",
+    db: str = DEFAULT_DB,
+    gate: EffectGate | None = None,
+    **node_options: Any,
+) -> GatedToolNode:
+    """A GatedToolNode offering exactly `tools`, each gated by its row in `effects`.
+
+    The gate (`node.gate`, to approve through) is built by `effectgate.rows.gate_for` on the store
+    at `db` (the embedded SQLite file, set up on first use, its key file beside it): a tool
+    without a row, or a row without a tool, is a TableError here. With `gate=`, that gate is used
+    and must hold these rows. `node_options` go to `GatedToolNode` (`name`, `handle_tool_errors`,
+    `messages_key`, `resume_identity`, ...)."""
+    offered = [as_tool(t) for t in tools]
+    built = _gate(offered, effects, agent_id=agent_id, db=db, gate=gate)
+    return GatedToolNode(built, offered, agent_id=agent_id, **node_options)
+
+
+def gated_middleware(
+    tools: Sequence[LangChainTool],
+    effects: Mapping[str, Row],
+    *,
+    agent_id: str = "agent",
+    db: str = DEFAULT_DB,
+    gate: EffectGate | None = None,
+    **middleware_options: Any,
+) -> EffectGateMiddleware:
+    """`gated_node` for `create_agent`: an EffectGateMiddleware that registers `tools` with the
+    agent (do not also pass them as `create_agent(tools=...)`) and gates each call by its row."""
+    offered = [as_tool(t) for t in tools]
+    built = _gate(offered, effects, agent_id=agent_id, db=db, gate=gate)
+    return EffectGateMiddleware(built, agent_id=agent_id, tools=offered, **middleware_options)
+
+
+__all__ = [
+    "InvalidToolArguments",
+    "as_tool",
+    "gated_middleware",
+    "gated_node",
+    "native_tool",
+]
