@@ -5,11 +5,17 @@ validated (`Invalid` with JSON pointers otherwise); reads run with their retries
 in batches; writes run once per (session, tool, origin message, args hash) through the
 idempotency store; gated calls go to `Proposals`. Two calls of one gated tool in a step register
 neither.
+
+Logged (logger "effectgate._calls"; refusals recorded through `Events.refuse` are logged there):
+an invalid call at INFO with its JSON pointers only (a schema message can quote an argument), a
+step's parallel calls at INFO, a write replayed at DEBUG. Reads are not logged: they are the hot
+path, and their record is the read log.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,6 +26,7 @@ from ._ledger import in_scope
 from ._notice import Notices
 from ._proposals import Proposals
 from ._readlog import ReadLog
+from ._telemetry import Spans
 from .canonical import canonical_text, freeze_plain, hash_of_text, key_of
 from .context import CallContext, ToolContext
 from .effects import Effect
@@ -27,6 +34,8 @@ from .errors import ArgumentError, InProgress, NeedsReconciliation
 from .outcomes import Executed, Invalid, Outcome, Pending, Refused
 from .stores.base import Stored
 from .table import SchemaError, ToolSpec
+
+log = logging.getLogger(__name__)
 
 ToolCallLike = tuple[str, Mapping[str, Any]] | tuple[str, Mapping[str, Any], str | None]
 
@@ -46,6 +55,7 @@ class Calls:
         reads: ReadLog,
         proposals: Proposals,
         execution: Execution,
+        spans: Spans,
     ) -> None:
         self.table = deps.table
         self.store = deps.store
@@ -56,6 +66,7 @@ class Calls:
         self.reads = reads
         self.proposals = proposals
         self.execution = execution
+        self.spans = spans
 
     def step_flow(self, calls: Sequence[ToolCallLike], ctx: CallContext) -> flow.Flow[list[Outcome]]:
         """One model step's calls as one flow (see `step`)."""
@@ -79,10 +90,19 @@ class Calls:
                     f"{counts[name]} calls of {name} in one step; none was registered. "
                     f"Make one call with the arguments you intend."
                 )
-                out.append((None, Refused(code="parallel_calls", message=message, tool=name)))
+                refused = Refused(code="parallel_calls", message=message, tool=name)
+                out.append((None, refused))
                 refusals.append(self.events.event("refused", spec=spec, ctx=call_ctx, code="parallel_calls"))
+                log.info(
+                    "call refused (parallel_calls): tool=%s calls=%d agent=%r session=%r",
+                    name,
+                    counts[name],
+                    ctx.agent_id,
+                    ctx.session_id,
+                )
+                self.spans.refused_call(refused)
             else:
-                out.append((self.call_flow(name, args, call_ctx), None))
+                out.append((self.spans.call_flow(name, self.call_flow(name, args, call_ctx)), None))
         if refusals:
             self.events.record(*refusals)
         return out
@@ -105,6 +125,13 @@ class Calls:
         if isinstance(checked, Invalid):
             self.events.record(
                 self.events.event("invalid", spec=spec, ctx=ctx, errors=[e.__dict__ for e in checked.errors])
+            )
+            log.info(
+                "call refused (invalid): tool=%s pointers=%s agent=%r session=%r",
+                name,
+                [e.pointer or "/" for e in checked.errors],
+                ctx.agent_id,
+                ctx.session_id,
             )
             return checked
         args, plain = checked  # the frozen form: what is checked, hashed, recorded and run
@@ -180,6 +207,7 @@ class Calls:
             return self.events.refuse("needs_reconciliation", str(refusal), spec.name, ctx, spec)
         if isinstance(claim, Stored):
             self.events.record(self.events.event("replay", spec=spec, ctx=ctx, args_hash_=frozen, key=key))
+            log.debug("write replayed: tool=%s key=%s", spec.name, key)
             return Executed(tool=spec.name, result=claim.result, replay=True, idempotency_key=key)
         tool_context = ToolContext(idempotency_key=key, call=ctx, attempt=claim.attempt)
         result = yield from self.execution.run_claimed(

@@ -5,11 +5,16 @@ hash, and re-derives the bar (role and number of distinct approvers) from the ta
 (`Ledger.bar`). Decisions are sealed rows in their grant round: a destructive call needs two
 distinct approvers for its first grant and for any fresh grant after a lapse, and the user who
 made a call may not approve it unless the policy allows self-approval.
+
+Logged on "effectgate._decisions": approvals (partial and granted) and denials at INFO, with the
+approval id, version, approver id and role (and a denial's reason); a refused decision at INFO
+with its error and code; a tampered record at WARNING. Never a token.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from ._deps import Deps, Events
@@ -20,6 +25,7 @@ from .errors import (
     AlreadyDecided,
     ApprovalExpired,
     ConfirmFailed,
+    EffectGateError,
     PolicyViolation,
     StaleApproval,
     TamperedRecord,
@@ -30,6 +36,25 @@ from .outcomes import Grant, PartialApproval, Refused
 from .stores.records import ApprovalRow
 from .table import ToolSpec
 from .tokens import token_hash
+
+log = logging.getLogger(__name__)
+
+
+def _log_refused(what: str, approval_id: str, approver: Approver, exc: EffectGateError) -> None:
+    """A decision the gate refused: INFO with the error's type and code; WARNING if tampered."""
+    code = getattr(exc, "code", None)
+    if isinstance(exc, TamperedRecord):
+        log.warning("%s refused: approval=%s approver=%r: %s", what, approval_id, approver.id, exc)
+    else:
+        log.info(
+            "%s refused (%s%s): approval=%s approver=%r role=%s",
+            what,
+            type(exc).__name__,
+            f", {code}" if code else "",
+            approval_id,
+            approver.id,
+            approver.role,
+        )
 
 
 class Decisions:
@@ -44,6 +69,33 @@ class Decisions:
         self.ledger = ledger
 
     def approve(self, approval_id: str, *, version: int, approver: Approver) -> Grant | PartialApproval:
+        """Approve one version (see `_approve`), logged."""
+        try:
+            decision = self._approve(approval_id, version=version, approver=approver)
+        except EffectGateError as exc:
+            _log_refused("approve", approval_id, approver, exc)
+            raise
+        if isinstance(decision, Grant):
+            log.info(
+                "approval granted: approval=%s version=%d approver=%r role=%s",
+                decision.approval_id,
+                decision.version,
+                approver.id,
+                approver.role,
+            )
+        else:
+            log.info(
+                "approval partial (%d of %d): approval=%s version=%d approver=%r role=%s",
+                decision.approvals,
+                decision.required,
+                decision.approval_id,
+                decision.version,
+                approver.id,
+                approver.role,
+            )
+        return decision
+
+    def _approve(self, approval_id: str, *, version: int, approver: Approver) -> Grant | PartialApproval:
         """Approve one version. Checks role (after escalation), version, expiry, that the approver
         did not make the call (unless `Policy.self_approval`), and re-runs `scope` and `confirm`.
         Returns a `Grant`, or a `PartialApproval` while more distinct approvers are needed. An
@@ -172,6 +224,27 @@ class Decisions:
         self, approval_id: str, *, approver: Approver, reason: str, version: int | None = None
     ) -> Refused:
         """Close a pending (or approved, not yet executed) approval; the model will be told why."""
+        try:
+            refused, denied_version = self._deny(
+                approval_id, approver=approver, reason=reason, version=version
+            )
+        except EffectGateError as exc:
+            _log_refused("deny", approval_id, approver, exc)
+            raise
+        log.info(
+            "approval denied: approval=%s version=%d tool=%s approver=%r role=%s reason=%r",
+            approval_id,
+            denied_version,
+            refused.tool,
+            approver.id,
+            approver.role,
+            reason,
+        )
+        return refused
+
+    def _deny(
+        self, approval_id: str, *, approver: Approver, reason: str, version: int | None
+    ) -> tuple[Refused, int]:
         if not reason or not reason.strip():
             raise PolicyViolation("a denial needs a reason the model can be told")
         with self.store.transaction() as conn:
@@ -198,9 +271,10 @@ class Decisions:
                 )
         if raise_expired or row is None:
             raise ApprovalExpired(approval_id)
-        return Refused(
+        refused = Refused(
             code="denied", message=f"{row.tool} was denied: {reason}", tool=row.tool, approval_id=approval_id
         )
+        return refused, row.version
 
     def decidable(
         self, conn: Any, approval_id: str, approver: Approver, allow: tuple[str, ...] = ("pending",)

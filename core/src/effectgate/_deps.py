@@ -5,11 +5,17 @@ reconciliation, notices) that each receive what they use as constructor argument
 pydantic-ai's agent graph hands a deps dataclass to its nodes. `Deps` is the shared, immutable
 part of that; `Events` builds and appends the audit events and records the table rows and
 policies approvals are made under.
+
+`Events.refuse` is where a call's refusal (unknown tool, not allowed, out of scope, in progress,
+needs reconciliation, or one an adapter decided) is recorded, so it is logged there, at INFO on
+the "effectgate._deps" logger: the code, the tool (as given, quoted), the agent and the session;
+never the arguments.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +29,8 @@ from .stores.protocol import Store
 from .stores.records import ApprovalRow
 from .table import EffectTable, ToolSpec
 from .tokens import Keyring
+
+log = logging.getLogger(__name__)
 
 _ONE_ATTEMPT = json.dumps({"attempts": 1})
 
@@ -149,6 +157,14 @@ class Events:
                 message=message,
                 refused_approval=approval_id,
             )
+        )
+        log.info(
+            "call refused (%s): tool=%r agent=%r session=%r approval=%s",
+            code,
+            name,
+            ctx.agent_id,
+            ctx.session_id,
+            approval_id,
         )
         return Refused(code=code, message=message, tool=name, approval_id=approval_id)
 

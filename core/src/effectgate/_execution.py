@@ -12,12 +12,18 @@ Only an exception the row declares definite fails a gated call (the approval end
 every other exception is an unknown outcome (`needs_reconciliation`, the approver notified).
 A crash between 1 and 3 leaves an `in_progress` record whose lease expires; `recover()` turns it
 into `needs_reconciliation`, never re-running blindly.
+
+Logged on "effectgate._execution": a gated execution (and a replayed one) at INFO with approval
+id, version and idempotency key, a write at DEBUG; an unknown outcome (needs_reconciliation, with
+key and reason) and a definite failure at WARNING; a refused token at INFO with its reason, at
+WARNING when the record was tampered with. Never the token, the arguments or the result.
 """
 
 from __future__ import annotations
 
 import hmac
 import json
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,6 +40,8 @@ from .stores.base import Claimed, Stored, to_json
 from .stores.records import ApprovalRow
 from .table import ToolSpec
 from .tokens import Keyring, TokenClaims, token_hash
+
+log = logging.getLogger(__name__)
 
 EXEC_PREFIX = "eg_"
 WRITE_PREFIX = "w_"
@@ -154,8 +162,16 @@ class Execution:
             # As the token claims it (may name nothing); a malformed token names no approval.
             refused["approval_id"] = claims.approval_id if claims is not None else None
             self.events.record(refused)
+            log.log(
+                logging.WARNING if exc.reason == "tampered" else logging.INFO,
+                "grant refused (%s): approval=%s version=%s",
+                exc.reason,
+                claims.approval_id if claims is not None else None,
+                claims.version if claims is not None else None,
+            )
             raise
         if deferred is not None:
+            _log_outcome("needs_reconciliation (outcome unknown)", row.tool, row, key, deferred.reason)
             self.notices.unknown_outcome(row, key, deferred.reason, deferred.provider_ref)
             raise deferred
         assert isinstance(claim, Claimed)
@@ -212,6 +228,12 @@ class Execution:
             values={"status": "executed", "updated_at": now, "token_used_at": now},
         )
         self.store.append_events(conn, [self.events.event("replay", row=row, status="executed")])
+        log.info(
+            "execution replayed (stored result): approval=%s version=%d key=%s",
+            row.id,
+            row.version,
+            exec_key(row),
+        )
         return Executed(
             tool=row.tool,
             result=result,
@@ -250,6 +272,7 @@ class Execution:
                         )
                     ],
                 )
+            _log_outcome("failed (definite)", spec.name, row, key, error)
             raise
         execution = {
             "approval_id": row.id if row else None,
@@ -291,6 +314,7 @@ class Execution:
                         )
                     ],
                 )
+            _log_outcome("needs_reconciliation (outcome unknown)", spec.name, row, key, reason)
             self.notices.unknown_outcome(row, key, reason, ref, tool=spec.name)
             raise NeedsReconciliation(key, reason, provider_ref=ref) from exc
         try:
@@ -326,6 +350,10 @@ class Execution:
                     )
                 ],
             )
+        if row is not None:
+            log.info("executed: approval=%s version=%d tool=%s key=%s", row.id, row.version, spec.name, key)
+        else:
+            log.debug("write executed: tool=%s key=%s", spec.name, key)
         return Executed(
             tool=spec.name,
             result=record.result,
@@ -361,6 +389,7 @@ class Execution:
                     )
                 ],
             )
+        _log_outcome("failed (definite)", spec.name, row, key, error)
 
     def fail_approval(self, conn: Any, row: ApprovalRow | None, error: str) -> None:
         """End a gated approval in `failed`: the subject is free, the card shows why, and a new
@@ -374,3 +403,10 @@ class Execution:
             expect_status=["approved"],
             values={"status": "failed", "reason": error, "updated_at": now},
         )
+
+
+def _log_outcome(what: str, tool: str, row: ApprovalRow | None, key: str, reason: str) -> None:
+    """A WARNING for an execution (gated, `row`) or a write that did not succeed: an unknown
+    outcome or a definite failure, with the idempotency key and the reason."""
+    kind, approval = ("execution", f" approval={row.id} version={row.version}") if row else ("write", "")
+    log.warning("%s %s: tool=%s%s key=%s reason=%s", kind, what, tool, approval, key, reason)

@@ -4,11 +4,16 @@ A gated call freezes its arguments, registers or finds its approval under the in
 (session, tool, origin message, subject), and returns `Pending`; a replayed message finds the same
 approval (or, once it ran, its stored result); a new message while it waits amends it (version
 + 1, sealed again). A call out of scope is recorded as rejected and never reaches a card.
+
+Logged on "effectgate._proposals", after the transaction commits: proposed, amended and replayed
+approvals at INFO (approval id, version, tool, role; never argument values), refusals at INFO
+with their code, a tampered record at WARNING.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,6 +27,8 @@ from .errors import StaleApproval, TamperedRecord
 from .outcomes import Card, Executed, Outcome, Pending, Refused, VersionEntry
 from .stores.records import ApprovalRow
 from .table import ToolSpec
+
+log = logging.getLogger(__name__)
 
 
 class Proposals:
@@ -79,6 +86,8 @@ class Proposals:
                 now=now,
             )
         noted()
+        if log.isEnabledFor(logging.INFO):
+            _log_outcome(outcome, spec, ctx, edited_by)
         return outcome
 
     def _propose_in(
@@ -253,7 +262,9 @@ class Proposals:
         edited_by: str | None = None,
     ) -> Outcome:
         if not approval_intact(self.keyring, row):
-            raise TamperedRecord(row.id, broken(self.keyring, row))
+            error = TamperedRecord(row.id, broken(self.keyring, row))
+            log.warning("tampered approval record: approval=%s tool=%s: %s", row.id, row.tool, error)
+            raise error
         if row.args_hash == frozen:
             if not replay:
                 self.store.add_key(conn, intent, row.id, row.version, ctx.origin_message_id)
@@ -369,3 +380,27 @@ class Proposals:
                     editor if isinstance(editor, str) else None,
                 )
         return tuple(out[v] for v in sorted(out))
+
+
+def _log_outcome(outcome: Outcome, spec: ToolSpec, ctx: CallContext, edited_by: str | None) -> None:
+    """One INFO line for a gated call's outcome (its record is in the ledger); never its arguments."""
+    pending = outcome if isinstance(outcome, Pending) else None
+    if isinstance(outcome, Refused):
+        what = f"refused ({outcome.code})"
+    elif pending is not None:
+        what = "replayed" if pending.replay else "proposed" if pending.version == 1 else "amended"
+    else:
+        what = "replayed (executed)"
+    role = f" role={pending.card.approver_role} status={pending.status}" if pending else ""
+    editor = f" edited_by={edited_by!r}" if edited_by and pending and not pending.replay else ""
+    log.info(
+        "gated call %s: approval=%s version=%s tool=%s%s agent=%r session=%r%s",
+        what,
+        getattr(outcome, "approval_id", None),
+        getattr(outcome, "version", None),
+        spec.name,
+        role,
+        ctx.agent_id,
+        ctx.session_id,
+        editor,
+    )

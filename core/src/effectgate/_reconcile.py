@@ -5,11 +5,16 @@ completes with the provider's result; not found: it runs again under the same ke
 provider dedupes on) or by a person (`settle`: it happened, with its result, or it did not, a
 definite failure that ends the approval `failed`). A person reconciling must hold the approval's
 role. `recover()` turns in-flight records whose lease expired into `needs_reconciliation`.
+
+Logged on "effectgate._reconcile": reconciliations and settlements at INFO (approval id, version,
+key, who), a lease that expired in flight at WARNING (a new unknown outcome), a tampered record
+at WARNING.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from . import flow
@@ -24,6 +29,8 @@ from .outcomes import Executed
 from .stores.base import Stored, to_json
 from .stores.records import ApprovalRow
 from .table import ToolSpec
+
+log = logging.getLogger(__name__)
 
 
 def _tool_of_write_key(key: str) -> str | None:
@@ -88,7 +95,9 @@ class Reconciliation:
         if row is None:
             raise UnknownApproval(approval_id)
         if not approval_intact(self.keyring, row):
-            raise TamperedRecord(approval_id, broken(self.keyring, row))
+            error = TamperedRecord(approval_id, broken(self.keyring, row))
+            log.warning("reconcile refused: tampered approval record: approval=%s: %s", approval_id, error)
+            raise error
         if approver is not None and not self.policy.role_satisfies(approver.role, row.approver_role):
             raise WrongApprover(
                 approval_id,
@@ -112,12 +121,26 @@ class Reconciliation:
             )
         found = yield flow.Invoke(spec.reconcile, {"key": key})
         if found is None:
+            log.info(
+                "reconcile: still unknown at the provider: approval=%s version=%d key=%s",
+                row.id,
+                row.version,
+                key,
+            )
             return None
         if found.found:
             return self.settle_found(row, spec, key, found.result, found.provider_ref, by=by)
         with self.store.transaction() as conn:
             self.store.release(key, "provider never saw the key", conn=conn)
             self.store.append_events(conn, [self.events.event("released", row=row, key=key, by=by)])
+        log.info(
+            "reconcile: the provider never saw it, running again under the same key: approval=%s "
+            "version=%d key=%s by=%r",
+            row.id,
+            row.version,
+            key,
+            by,
+        )
         claim = self.store.claim(key, row.args_hash, lease_seconds=self.policy.lease_seconds)
         if isinstance(claim, Stored):  # pragma: no cover - released just above
             return None
@@ -172,6 +195,14 @@ class Reconciliation:
             self.store.append_events(
                 conn, [self.events.event("reconciled", row=row, key=key, by=by, provider_ref=ref)]
             )
+        log.info(
+            "reconciled (it happened): approval=%s version=%d key=%s by=%r provider_ref=%r",
+            row.id,
+            row.version,
+            key,
+            by,
+            ref,
+        )
         return Executed(
             tool=row.tool, result=record.result, approval_id=row.id, version=row.version, idempotency_key=key
         )
@@ -197,6 +228,9 @@ class Reconciliation:
             self.store.release(key, error, conn=conn)
             self.execution.fail_approval(conn, row, error)
             self.store.append_events(conn, [self.events.event("released", row=row, key=key, by=by)])
+        log.info(
+            "settled (it did not happen): approval=%s version=%d key=%s by=%r", row.id, row.version, key, by
+        )
         return None
 
     def recover(self) -> list[str]:
@@ -212,6 +246,9 @@ class Reconciliation:
             if not self.store.expire_lease(record.key, now=now, reason=reason):
                 continue
             touched.append(record.key)
+            log.warning(
+                "recover: lease expired in flight, needs_reconciliation: key=%s reason=%s", record.key, reason
+            )
             parsed = _approval_of_key(record.key)
             row = self.store.get_approval(parsed[0]) if parsed else None
             self.events.record(

@@ -15,6 +15,11 @@ execution (`_execution`), reconciliation (`_reconcile`), the ledger reading they
 (`_ledger`), events and notices. It depends on the store protocols (`stores.protocol`), never on
 one backend. `gate.flows` exposes the operations as flows (`effectgate.flow`) for adapters that
 compose them with `yield from`.
+
+Observability: decisions, refusals, executions and reconciliations are logged through `logging`
+(one logger per part under "effectgate", no handler installed; reads are not logged), and call,
+approve and execute are OpenTelemetry spans when `opentelemetry-api` is installed (`_telemetry`).
+Neither is the record: the ledger is, and a failing tracer changes no outcome.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from ._notice import Notices, Notify
 from ._proposals import Proposals
 from ._readlog import ReadLog
 from ._reconcile import Reconciliation
+from ._telemetry import Spans
 from .audit import AuditReport, audit
 from .context import Approver, CallContext
 from .effects import Policy
@@ -63,8 +69,15 @@ class Flows:
     the gate's own methods run."""
 
     def __init__(
-        self, calls: Calls, proposals: Proposals, decisions: Decisions, execution: Execution, ledger: Ledger
+        self,
+        calls: Calls,
+        proposals: Proposals,
+        decisions: Decisions,
+        execution: Execution,
+        ledger: Ledger,
+        spans: Spans,
     ) -> None:
+        self._spans = spans
         self._calls = calls
         self._proposals = proposals
         self._ledger = ledger
@@ -72,14 +85,14 @@ class Flows:
         self._execution = execution
 
     def call(self, name: str, args: Mapping[str, Any], ctx: CallContext) -> flow.Flow[Outcome]:
-        return self._calls.call_flow(name, args, ctx)
+        return self._spans.call_flow(name, self._calls.call_flow(name, args, ctx))
 
     def edit(
         self, name: str, args: Mapping[str, Any], ctx: CallContext, *, editor: str
     ) -> flow.Flow[Outcome]:
         """A reviewer's edit of a waiting call: the same call with new arguments, recorded as
         edited by `editor` (a new version that still needs its own approval)."""
-        return self._calls.call_flow(name, args, ctx, edited_by=editor)
+        return self._spans.call_flow(name, self._calls.call_flow(name, args, ctx, edited_by=editor))
 
     def versions(self, approval_id: str) -> flow.Flow[tuple[VersionEntry, ...]]:
         return flow.done(self._proposals.versions, approval_id)
@@ -91,7 +104,7 @@ class Flows:
         return self._calls.step_flow(calls, ctx)
 
     def execute(self, token: str, args: Mapping[str, Any] | None = None) -> flow.Flow[Executed]:
-        return self._execution.execute_flow(token, args)
+        return self._spans.execute_flow(token, self._execution.execute_flow(token, args))
 
     def deny(
         self, approval_id: str, *, approver: Approver, reason: str, version: int | None = None
@@ -114,7 +127,10 @@ class EffectGate:
         on_needs_reconciliation: Callable[[ReconciliationNotice], None] | None = None,
         notify: Notify | Sequence[Notify] | None = None,
         read_log_batch: int = 256,
+        tracer_provider: object | None = None,
     ) -> None:
+        """`tracer_provider`: the OpenTelemetry `TracerProvider` for the gate's spans (the global
+        one when None; spans are no-ops without `opentelemetry-api`)."""
         policy = policy or Policy()
         for spec in table:
             spec.check_policy(policy)
@@ -139,19 +155,22 @@ class EffectGate:
             ids=ids or (lambda: uuid.uuid4().hex),
         )
         self._reads = ReadLog(store, batch=read_log_batch)
+        self._spans = Spans(table, tracer_provider)
         self._events = Events(self.deps)
         self._ledger = Ledger(self.deps, self._events)
         self._notices = Notices(self.deps, self._events, self._ledger, notifiers, on_needs_reconciliation)
         self._execution = Execution(self.deps, self._events, self._ledger, self._notices)
         self._proposals = Proposals(self.deps, self._events, self._ledger)
         self._calls = Calls(
-            self.deps, self._events, self._notices, self._reads, self._proposals, self._execution
+            self.deps, self._events, self._notices, self._reads, self._proposals, self._execution, self._spans
         )
         self._decisions = Decisions(self.deps, self._events, self._ledger)
         self._reconciliation = Reconciliation(
             self.deps, self._events, self._ledger, self._notices, self._execution
         )
-        self.flows = Flows(self._calls, self._proposals, self._decisions, self._execution, self._ledger)
+        self.flows = Flows(
+            self._calls, self._proposals, self._decisions, self._execution, self._ledger, self._spans
+        )
 
     # -- what the gate enforces with
 
@@ -194,10 +213,10 @@ class EffectGate:
 
     def call(self, name: str, args: Mapping[str, Any], ctx: CallContext) -> Outcome:
         """Route one tool call: run it, or pause it for approval, or refuse it. See the module doc."""
-        return flow.drive(self._calls.call_flow(name, args, ctx))
+        return self._spans.call(name, lambda: flow.drive(self._calls.call_flow(name, args, ctx)))
 
     async def acall(self, name: str, args: Mapping[str, Any], ctx: CallContext) -> Outcome:
-        return await flow.adrive(self._calls.call_flow(name, args, ctx))
+        return await self._spans.acall(name, lambda: flow.adrive(self._calls.call_flow(name, args, ctx)))
 
     def call_step(self, calls: Sequence[ToolCallLike], ctx: CallContext) -> list[Outcome]:
         """One model step's calls. Two or more calls of one gated tool register none of them."""
@@ -245,7 +264,11 @@ class EffectGate:
 
     def approve(self, approval_id: str, *, version: int, approver: Approver) -> Grant | PartialApproval:
         """Approve one version (see `_decisions.Decisions.approve`)."""
-        return self._decisions.approve(approval_id, version=version, approver=approver)
+        return self._spans.approve(
+            approval_id,
+            version,
+            lambda: self._decisions.approve(approval_id, version=version, approver=approver),
+        )
 
     async def aapprove(
         self, approval_id: str, *, version: int, approver: Approver
@@ -271,10 +294,12 @@ class EffectGate:
         """Run an approved call exactly once. `args`, when given (what a framework re-sends),
         must hash to the frozen value. The tool always receives the frozen arguments.
         Raises TokenError (expired, used, forged, mismatch, revoked, tampered) and runs nothing."""
-        return flow.drive(self._execution.execute_flow(token, args))
+        return self._spans.execute(token, lambda: flow.drive(self._execution.execute_flow(token, args)))
 
     async def aexecute(self, token: str, args: Mapping[str, Any] | None = None) -> Executed:
-        return await flow.adrive(self._execution.execute_flow(token, args))
+        return await self._spans.aexecute(
+            token, lambda: flow.adrive(self._execution.execute_flow(token, args))
+        )
 
     def result(self, approval_id: str) -> Executed | None:
         """The stored result of an executed approval (None while it has not succeeded)."""
