@@ -451,3 +451,35 @@ def test_every_option_has_help_and_version_prints_the_release(capsys: pytest.Cap
     assert missing == []
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.strip() == f"effectgate {effectgate.__version__}"
+
+
+def test_setup_and_hash_secret_answer_in_json(
+    store_url: str, cli: Callable[..., Run], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`setup --json` names the schema version and the database (password hidden); `hash-secret
+    --json` gives a hash the approvers file accepts."""
+    from io import StringIO
+
+    from effectgate.web._auth import verify_secret
+
+    made = cli("setup", "--db", store_url, "--json")
+    assert made.code == 0, made.err
+    assert json.loads(made.out)["schema_version"] == SCHEMA_VERSION
+    assert json.loads(made.out)["db"] == sa.make_url(store_url).render_as_string(hide_password=True)
+    monkeypatch.setattr(sys, "stdin", StringIO("a long secret\n"))
+    hashed = cli("hash-secret", "--json")
+    assert hashed.code == 0, hashed.err
+    assert verify_secret("a long secret", json.loads(hashed.out)["hash"])
+
+
+def test_every_command_that_answers_has_json() -> None:
+    """Every command but the two that run until stopped (serve, demo) takes --json."""
+    from effectgate.cli import _parser
+
+    parser = _parser()
+    [sub] = [a for a in parser._actions if a.dest == "command"]
+    for name, command in sub.choices.items():  # type: ignore[union-attr]
+        if name in ("serve", "demo"):
+            continue
+        flags = {flag for action in command._actions for flag in action.option_strings}
+        assert "--json" in flags or "--jsonl" in flags, name

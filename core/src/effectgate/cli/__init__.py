@@ -92,7 +92,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"effectgate {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("setup", parents=[common], help="create the effectgate schema (or check its version)")
+    p = sub.add_parser("setup", parents=[common], help="create the effectgate schema (or check its version)")
+    p.add_argument("--json", action="store_true", help="the database and schema version as JSON")
     p = sub.add_parser("pending", parents=[common], help="list approvals waiting for a decision")
     p.add_argument("--role", help="only the approvals this role may decide")
     p.add_argument("--session", help="only the approvals of this session")
@@ -127,7 +128,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--execute", action="store_true", help="execute approved calls at once")
     p.add_argument("--sso-header", help="trust this header from a proxy as the approver id")
     p.add_argument("--https-only", action="store_true", help="mark the session cookie Secure")
-    sub.add_parser("hash-secret", help="read a secret on stdin; print its scrypt hash for --approvers")
+    p = sub.add_parser("hash-secret", help="read a secret on stdin; print its scrypt hash for --approvers")
+    p.add_argument("--json", action="store_true", help='the hash as JSON: {"hash": ...}')
     p = sub.add_parser("demo", parents=[common], help="run the shop demo (ten conversations)")
     p.add_argument(
         "--framework",

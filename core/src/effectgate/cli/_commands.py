@@ -36,9 +36,11 @@ def _cmd_setup(args: argparse.Namespace, out: Console) -> int:
     parsed = _parse(args.db)
     with open_store(args.db) as store:
         store.setup()
-    out.print(
-        _text(f"effectgate schema {SCHEMA_VERSION} ready at {parsed.render_as_string(hide_password=True)}")
-    )
+    where = parsed.render_as_string(hide_password=True)
+    if args.json:
+        _write_json({"db": where, "schema_version": SCHEMA_VERSION})
+        return EXIT_OK
+    out.print(_text(f"effectgate schema {SCHEMA_VERSION} ready at {where}"))
     return EXIT_OK
 
 
@@ -187,7 +189,10 @@ def _cmd_hash_secret(args: argparse.Namespace, out: Console) -> int:
     secret = sys.stdin.readline().rstrip("\n") if not sys.stdin.isatty() else getpass.getpass("secret: ")
     if not secret:
         raise UsageError("an empty secret")
-    print(hash_secret(secret))
+    if args.json:
+        _write_json({"hash": hash_secret(secret)})
+    else:
+        print(hash_secret(secret))
     return EXIT_OK
 
 
