@@ -13,16 +13,14 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import socket
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import httpx
-import pytest
 
 from effectgate import open_store
+from tests.web.serving import free_port, login_page
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -48,12 +46,6 @@ def serve_recipe() -> list[str]:
     )
     assert "$" not in line, line
     return shlex.split(line)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 SHIMS = """
@@ -104,16 +96,7 @@ def test_the_inbox_walk_through_works_as_written(tmp_path: Path) -> None:
     )
     try:
         base = f"http://127.0.0.1:{port}"
-        waited = threading.Event()
-        for _ in range(400):
-            try:
-                login = httpx.get(f"{base}/login")
-                break
-            except httpx.ConnectError:
-                assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
-                waited.wait(0.05)
-        else:
-            pytest.fail("the inbox did not start")
+        login = login_page(base, proc)
         with httpx.Client(base_url=base, cookies=login.cookies) as client:
             csrf = re.search(r'name="csrf" value="([^"]+)"', login.text)
             assert csrf

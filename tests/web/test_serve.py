@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import httpx
@@ -16,14 +14,9 @@ import pytest
 
 from effectgate.cli import main
 from effectgate.web import hash_secret
+from tests.web.serving import free_port, login_page
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_serve_works_against_the_demo_database(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -49,15 +42,7 @@ def test_serve_works_against_the_demo_database(tmp_path: Path, capsys: pytest.Ca
         first = proc.stdout.readline()  # printed just before uvicorn binds
         assert f"127.0.0.1:{port}" in first, first
         base = f"http://127.0.0.1:{port}"
-        waited = threading.Event()
-        for _ in range(300):
-            try:
-                login = httpx.get(f"{base}/login")
-                break
-            except httpx.ConnectError:
-                waited.wait(0.05)
-        else:
-            pytest.fail("the inbox did not start")
+        login = login_page(base, proc)
         with httpx.Client(base_url=base, cookies=login.cookies) as client:
             csrf = re.search(r'name="csrf" value="([^"]+)"', login.text)
             assert csrf

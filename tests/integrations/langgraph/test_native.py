@@ -11,15 +11,14 @@ from typing import Annotated, Any
 
 import pytest
 from langchain.agents import create_agent
-from langchain_core.messages import AnyMessage, HumanMessage, ToolMessage
-from langchain_core.runnables import RunnableConfig, RunnableLambda
+from langchain_core.messages import HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, InjectedToolCallId, StructuredTool, tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.graph.state import CompiledStateGraph
-from langgraph.prebuilt import InjectedState, ToolRuntime, tools_condition
+from langgraph.prebuilt import InjectedState, ToolRuntime
 from langgraph.types import Command, GraphOutput
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -37,6 +36,7 @@ from effectgate_langgraph import (
     resume,
 )
 from effectgate_langgraph.testing import ScriptedChatModel
+from tests.integrations.langgraph._graph import shop_graph
 
 FIONA = Approver("fiona", "finance")
 CONTEXT = {"user_id": "u1"}
@@ -116,21 +116,7 @@ def graph_of(
     tools: GatedToolNode, model: ScriptedChatModel, checkpointer: BaseCheckpointSaver[Any]
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
     """The classic loop, with the gated node where a ToolNode would go."""
-    bound = model.bind_tools(list(tools.tools_by_name.values()))
-
-    def agent(state: MessagesState) -> dict[str, list[AnyMessage]]:
-        return {"messages": [bound.invoke(state["messages"])]}
-
-    async def aagent(state: MessagesState) -> dict[str, list[AnyMessage]]:
-        return {"messages": [await bound.ainvoke(state["messages"])]}
-
-    builder = StateGraph(MessagesState)
-    builder.add_node("agent", RunnableLambda(agent, afunc=aagent))
-    builder.add_node("tools", tools)
-    builder.add_edge(START, "agent")
-    builder.add_conditional_edges("agent", tools_condition)
-    builder.add_edge("tools", "agent")
-    return builder.compile(checkpointer=checkpointer)
+    return shop_graph(tools.gate, model, checkpointer=checkpointer, node=tools)
 
 
 def refund_script() -> Script:
