@@ -24,7 +24,7 @@ from typing import Any
 
 import effectgate
 
-from . import arg_sizes, audit_scale, claims, concurrency, money_path, read_path
+from . import arg_sizes, audit_scale, claims, concurrency, money_path, processes, read_path
 from ._timing import Plan, Stats
 
 READ_OVERHEAD_TARGET_US = 10.0
@@ -120,8 +120,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, help="timed blocks per case (default 15, smoke 3)")
     args = parser.parse_args(argv)
     plans = SMOKE if args.smoke else FULL
+    sweep = processes.SMOKE if args.smoke else processes.FULL
     if args.repeats:
         plans = {k: dataclasses.replace(p, repeats=args.repeats) for k, p in plans.items()}
+        sweep = processes.with_repeats(sweep, args.repeats)
 
     with tempfile.TemporaryDirectory(prefix="effectgate-bench-", dir=args.dir) as tmp:
         directory = Path(tmp)
@@ -135,6 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for r, g in (AUDIT_SMOKE if args.smoke else AUDIT_FULL)
         ]
         rates = concurrency.run(directory, _pg_database(), ops=40 if args.smoke else 640)
+        writers = processes.run(directory, sweep)
         frameworks = _frameworks(directory, smoke=args.smoke)
         elapsed = time.perf_counter() - began
 
@@ -152,6 +155,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(_row(f"(b) raw sqlite3: the same writes in {raw_commits} commits", money.raw))
     print(_row("(c) store.claim + store.complete, distinct keys", claim.gated))
     print(_row("(c) raw sqlite3: the same writes in 2 commits", claim.raw))
+    writer_lines, writers_met = processes.report(writers)
+    print("\n".join(line for line in writer_lines if not line.startswith("ratio ")))
     for s_ in sizes:
         print(_row(f"(g) gate.call read with {s_.label} of arguments", s_.gated))
         print(_row(f"(g) json encode + sha256 of the same {s_.label}", s_.floor))
@@ -183,6 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"ratio (c) claims, claim + complete / 2 raw commits: {claim.ratio:.2f}x; "
         f"{claim.per_second:,.0f} claims per second (no target)"
     )
+    print("\n".join(line for line in writer_lines if line.startswith("ratio ")))
     money_cpu_added_ms = ((money.gated.cpu_median or 0) - (money.raw.cpu_median or 0)) / 1e6
     cpu_met = money_cpu_added_ms <= MONEY_CPU_TARGET_MS
     print(
@@ -223,7 +229,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "sqlite": sqlite3.sqlite_version,
             "platform": platform.platform(),
             "seconds": elapsed,
-            "plans": {k: dataclasses.asdict(p) for k, p in plans.items()},
+            "plans": {k: dataclasses.asdict(p) for k, p in plans.items()}
+            | {"processes": dataclasses.asdict(sweep)},
             "cases": {
                 "read_direct": read.direct.to_dict(),
                 "read_gated": read.gated.to_dict(),
@@ -250,6 +257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "sizes": [{"label": s_.label, "ratio": s_.ratio, "target": None} for s_ in sizes],
                 "audit": [dataclasses.asdict(a_) | {"met": a_.met} for a_ in audits],
                 "concurrency": [dataclasses.asdict(r) | {"ratio": r.ratio} for r in rates],
+                **processes.to_json(writers)["ratios"],
             },
             "frameworks": {name: data for name, (_, _, data) in frameworks.items()},
         }
@@ -259,7 +267,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.smoke:
         return 0
     audit_met = audits[0].met  # the realistic ledger carries the target; the stress case is reported
-    return 0 if read_met and money_met and cpu_met and audit_met and same and frameworks_met else 1
+    met = read_met and money_met and cpu_met and audit_met and same and frameworks_met and writers_met
+    return 0 if met else 1
 
 
 if __name__ == "__main__":

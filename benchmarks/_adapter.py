@@ -1,4 +1,5 @@
-"""The command line every adapter benchmark module shares: `python -m benchmarks.<adapter>`.
+"""The command line every adapter benchmark module shares: `python -m benchmarks.<adapter>`
+(and benchmarks/processes.py, which has the same shape).
 
 An adapter's module provides `FULL`, `SMOKE`, `run(directory, plans)`, `report(result)` (lines and
 whether its target was met) and `to_json(result)`, and calls `main(module, title, argv)`.
