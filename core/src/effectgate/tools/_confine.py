@@ -1,0 +1,331 @@
+"""Confinement to a work directory on file descriptors (POSIX): every path is walked, never resolved.
+
+A path is checked as text first (`steps`): not empty, no NUL byte, valid UTF-8, relative, at most
+`MAX_PATH_BYTES` and `MAX_STEPS` components of at most `MAX_NAME_BYTES` each, and no `..` that
+climbs above the work directory. Then it is walked from a descriptor of the work directory, one
+component at a time: each directory is opened relative to the previous descriptor with
+`O_NOFOLLOW | O_DIRECTORY`, and a `..` goes back to a descriptor already held (the disk's `..`
+is never opened). The file itself is opened relative to its directory's descriptor with
+`O_NOFOLLOW` (reads also `O_NONBLOCK | O_NOCTTY`, so a FIFO or a terminal cannot block or
+attach), and what was opened is checked with `fstat` on the descriptor.
+
+So there is no check-then-use gap: the check *is* the open. A symlink swapped in for any
+component between a look and the open makes that open fail (refused as a symlink), and the
+kernel never leaves the work directory, because it is never asked to resolve more than one name.
+Symlinks are refused everywhere, also those pointing inside the work directory: a link's target
+may change after any check, and a refused link is an error the model can read.
+
+Writes go to a fresh temporary file in the target's directory (`O_CREAT | O_EXCL | O_NOFOLLOW`,
+through the directory's descriptor) and are renamed over the target with `renameat`, which
+replaces a directory entry and never follows a symlink at the target. Deletes are `unlinkat`,
+which never follows one either.
+
+What this does not cover: a hard link (which is a file, not a path) to a file outside, bind
+mounts inside the work directory, and another process that moves directories out of it while a
+call runs. The work directory itself is trusted (resolved once, by whoever built the tools).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import stat
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from typing import NoReturn
+
+from ..errors import EffectGateError
+
+MAX_PATH_BYTES = 4096
+MAX_NAME_BYTES = 255
+MAX_STEPS = 128  # each step holds a descriptor while a path is walked
+
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_SYMLINK_ERRNOS = {errno.ELOOP, errno.EMLINK}  # O_NOFOLLOW on a link: ELOOP (Linux), EMLINK (BSD)
+
+
+class PathRefused(EffectGateError, ValueError):
+    """A file tool refused a path or a file; nothing was read or changed.
+
+    `code` says why, for programs: `empty`, `nul`, `encoding`, `absolute`, `escapes`, `too_long`,
+    `too_deep`, `symlink`, `not_a_directory`, `not_regular`, `work_directory`, `too_large`,
+    `not_text`. The message says it for people (and the model)."""
+
+    def __init__(self, path: str, code: str, reason: str) -> None:
+        self.path = path
+        self.code = code
+        self.reason = reason
+        shown = path if len(path) <= 80 else path[:77] + "..."
+        super().__init__(f"refused {shown!r}: {reason}")
+
+
+def _supported() -> bool:
+    needed = (os.open, os.stat, os.mkdir, os.rename, os.unlink)
+    return all(f in os.supports_dir_fd for f in needed) and hasattr(os, "O_NOFOLLOW")
+
+
+_SUPPORTED = _supported()  # at import: a wrapper put on os.open later must not change the answer
+
+
+def supported() -> bool:
+    """Whether this platform has what confinement needs (dir_fd for open, stat, rename, unlink)."""
+    return _SUPPORTED
+
+
+@dataclass(frozen=True)
+class Target:
+    """A checked path: the steps to walk (`..` kept), the normalized path it names, and whether
+    it can only name a directory (it ends in `/`, `.` or `..`)."""
+
+    given: str
+    steps: tuple[str, ...]
+    parts: tuple[str, ...]
+    directory: bool = False
+
+    @property
+    def shown(self) -> str:
+        """The path relative to the work directory, normalized ("." for the directory itself)."""
+        return "/".join(self.parts) or "."
+
+
+def steps(path: object) -> Target:
+    """Check `path` as text and split it (see the module docstring); raise PathRefused."""
+    if not isinstance(path, str):
+        raise PathRefused(repr(path), "encoding", "a path must be a string")
+    if path == "":
+        raise PathRefused(path, "empty", "the path is empty")
+    if "\x00" in path:
+        raise PathRefused(path, "nul", "the path contains a NUL byte")
+    try:
+        encoded = path.encode("utf-8")
+    except UnicodeEncodeError:
+        raise PathRefused(path, "encoding", "the path is not valid UTF-8 text") from None
+    if path.startswith("/"):
+        raise PathRefused(
+            path, "absolute", "absolute paths are refused: give a path relative to the work directory"
+        )
+    if len(encoded) > MAX_PATH_BYTES:
+        raise PathRefused(path, "too_long", f"the path is longer than {MAX_PATH_BYTES} bytes")
+    walk: list[str] = []
+    parts: list[str] = []
+    for name in path.split("/"):
+        if name in ("", "."):
+            continue
+        if name == "..":
+            if not parts:
+                raise PathRefused(path, "escapes", "the path escapes the work directory")
+            parts.pop()
+        elif len(name.encode("utf-8")) > MAX_NAME_BYTES:
+            raise PathRefused(path, "too_long", f"a path component is longer than {MAX_NAME_BYTES} bytes")
+        else:
+            parts.append(name)
+        walk.append(name)
+    if len(walk) > MAX_STEPS:
+        raise PathRefused(path, "too_deep", f"the path has more than {MAX_STEPS} components")
+    return Target(path, tuple(walk), tuple(parts), directory=path.rsplit("/", 1)[-1] in ("", ".", ".."))
+
+
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISLNK, "a symlink"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def not_regular(target: Target, mode: int) -> PathRefused:
+    return PathRefused(target.given, "not_regular", f"not a regular file: {target.shown} is {_kind(mode)}")
+
+
+def _explain(exc: OSError, dir_fd: int, name: str, target: Target) -> Exception:
+    """The error to raise for a failed open/rename/unlink of `name` in `dir_fd`: a refusal that
+    says why (symlink, not a directory, too long), FileNotFoundError naming the relative path,
+    or `exc` itself."""
+    try:
+        mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
+    except OSError:
+        mode = None
+    if exc.errno in _SYMLINK_ERRNOS or (mode is not None and stat.S_ISLNK(mode)):
+        return PathRefused(target.given, "symlink", f"symlinks are not followed: {name!r} is a symlink")
+    if exc.errno == errno.ENOTDIR:
+        return PathRefused(target.given, "not_a_directory", f"{name!r} is not a directory")
+    if exc.errno in (errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST) and mode is not None:
+        return not_regular(target, mode)
+    if exc.errno == errno.ENAMETOOLONG:
+        return PathRefused(target.given, "too_long", "the path is too long for this file system")
+    if exc.errno == errno.ENOENT:
+        return FileNotFoundError(errno.ENOENT, "no such file or directory", target.shown)
+    return exc
+
+
+def _fail(exc: OSError, dir_fd: int, name: str, target: Target) -> NoReturn:
+    explained = _explain(exc, dir_fd, name, target)
+    if explained is exc:
+        raise exc
+    raise explained from exc
+
+
+def _open_dir(dir_fd: int, name: str, target: Target, *, create: bool) -> int:
+    try:
+        return os.open(name, _DIR, dir_fd=dir_fd)
+    except FileNotFoundError:
+        if not create:
+            raise FileNotFoundError(errno.ENOENT, "no such file or directory", target.shown) from None
+    except OSError as exc:
+        _fail(exc, dir_fd, name, target)
+    try:
+        os.mkdir(name, 0o777, dir_fd=dir_fd)
+    except FileExistsError:
+        pass  # made meanwhile: the open below checks what it is
+    except OSError as exc:
+        _fail(exc, dir_fd, name, target)
+    return _open_dir(dir_fd, name, target, create=False)
+
+
+def open_subdir(dir_fd: int, name: str) -> int | None:
+    """A descriptor of the directory `name` in `dir_fd`, or None when it is anything else (a
+    symlink included) or gone: for walking a tree that is not the model's path."""
+    try:
+        return os.open(name, _DIR, dir_fd=dir_fd)
+    except OSError:
+        return None
+
+
+def open_root(root: str) -> int:
+    """A descriptor of the work directory (the last component is not followed)."""
+    return os.open(root, _DIR)
+
+
+def walk(root_fd: int, target: Target, walk_steps: Sequence[str], *, create: bool = False) -> int:
+    """A new descriptor of the directory `walk_steps` lead to from `root_fd` (see the module
+    docstring). `create` makes missing directories on the way (each then opened as any other)."""
+    held = [os.dup(root_fd)]
+    try:
+        for name in walk_steps:
+            if name == "..":
+                if len(held) == 1:  # `steps` refuses this already; never leave the root
+                    raise PathRefused(target.given, "escapes", "the path escapes the work directory")
+                os.close(held.pop())
+            else:
+                held.append(_open_dir(held[-1], name, target, create=create))
+        return held.pop()
+    finally:
+        for fd in held:
+            os.close(fd)
+
+
+@contextmanager
+def parent(root_fd: int, target: Target, *, create: bool = False) -> Iterator[tuple[int, str]]:
+    """The descriptor of the directory holding the target's file, and the file's name in it.
+    The work directory itself, or a path ending in `/`, `.` or `..`, names no file: refused."""
+    if not target.parts:
+        raise PathRefused(
+            target.given, "work_directory", "the path names the work directory itself, not a file"
+        )
+    if target.directory:
+        raise PathRefused(
+            target.given, "not_regular", "not a regular file: a path ending in /, . or .. names a directory"
+        )
+    fd = walk(root_fd, target, target.steps[:-1], create=create)
+    try:
+        yield fd, target.steps[-1]
+    finally:
+        os.close(fd)
+
+
+def open_file(dir_fd: int, name: str, target: Target) -> int:
+    """A read descriptor of the regular file `name` in `dir_fd`; anything else is refused
+    (checked on the open descriptor, so what is read is what was checked)."""
+    try:
+        fd = os.open(name, _READ, dir_fd=dir_fd)
+    except OSError as exc:
+        _fail(exc, dir_fd, name, target)
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise not_regular(target, mode)
+    return fd
+
+
+def read_capped(fd: int, target: Target, limit: int) -> bytes:
+    """The file's bytes, refused when it is over `limit` (by its size, and again by what a read
+    returns, since a file can grow after `fstat`)."""
+    if os.fstat(fd).st_size > limit:
+        raise PathRefused(target.given, "too_large", f"{target.shown} is larger than the {limit}-byte limit")
+    chunks: list[bytes] = []
+    total = 0
+    while total <= limit:
+        chunk = os.read(fd, min(1 << 16, limit + 1 - total))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+    if total > limit:
+        raise PathRefused(target.given, "too_large", f"{target.shown} is larger than the {limit}-byte limit")
+    return b"".join(chunks)
+
+
+def lstat_at(dir_fd: int, name: str) -> os.stat_result | None:
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+def replace_file(dir_fd: int, name: str, target: Target, data: bytes) -> bool:
+    """Write `data` as the file `name` in `dir_fd` atomically (temporary file, fsync, renameat);
+    a symlink or non-regular file at `name` is refused. True when the file already existed."""
+    old = lstat_at(dir_fd, name)
+    if old is not None and stat.S_ISLNK(old.st_mode):
+        raise PathRefused(target.given, "symlink", f"symlinks are not followed: {name!r} is a symlink")
+    if old is not None and not stat.S_ISREG(old.st_mode):
+        raise not_regular(target, old.st_mode)
+    temp = f".effectgate-{secrets.token_hex(8)}.tmp"
+    fd = os.open(temp, _CREATE, 0o666, dir_fd=dir_fd)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if old is not None:
+                os.fchmod(fd, stat.S_IMODE(old.st_mode))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        # renameat replaces the entry `name`, whatever it is now; it never follows a symlink.
+        os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException as exc:
+        with suppress(OSError):
+            os.unlink(temp, dir_fd=dir_fd)
+        if isinstance(exc, OSError):
+            _fail(exc, dir_fd, name, target)
+        raise
+    os.fsync(dir_fd)  # the rename itself survives a crash
+    return old is not None
+
+
+def remove_file(dir_fd: int, name: str, target: Target) -> int:
+    """Unlink the regular file `name` in `dir_fd` (unlinkat: a symlink swapped in is removed
+    itself, never followed); a symlink or non-regular file is refused. Returns its size."""
+    old = lstat_at(dir_fd, name)
+    if old is None:
+        raise FileNotFoundError(errno.ENOENT, "no such file or directory", target.shown)
+    if stat.S_ISLNK(old.st_mode):
+        raise PathRefused(target.given, "symlink", f"symlinks are not followed: {name!r} is a symlink")
+    if not stat.S_ISREG(old.st_mode):
+        raise not_regular(target, old.st_mode)
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except OSError as exc:
+        _fail(exc, dir_fd, name, target)
+    return old.st_size

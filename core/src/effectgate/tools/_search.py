@@ -1,0 +1,98 @@
+"""`search_files`: a depth-first walk on directory descriptors, never through a symlink.
+
+Directories are opened with `O_NOFOLLOW | O_DIRECTORY` relative to their parent's descriptor, so
+a directory swapped for a symlink during the walk is skipped, not entered; files are opened as
+`read_file` opens them. Entries are visited in name order; the walk stops at `max_results`
+matches, `max_files` files looked at, or `MAX_DEPTH` directories down (`truncated` then).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import stat
+from typing import Any
+
+from ._confine import PathRefused, Target, open_file, open_subdir, read_capped
+
+MAX_DEPTH = 32  # directories below the searched one
+_GLOB = frozenset("*?[")
+
+
+class Search:
+    """One `search_files` walk: depth first, sorted, never through a symlink, within limits."""
+
+    def __init__(
+        self, pattern: str, contains: str | None, *, max_results: int, max_files: int, max_bytes: int
+    ) -> None:
+        self.max_results = max_results
+        self.max_files = max_files
+        self.max_bytes = max_bytes
+        self.pattern = pattern
+        self.contains = contains
+        self.found: list[dict[str, Any]] = []
+        self.visited = 0
+        self.truncated = False
+
+    def _full(self) -> bool:
+        if len(self.found) >= self.max_results or self.visited >= self.max_files:
+            self.truncated = True
+        return self.truncated
+
+    def directory(self, fd: int, prefix: tuple[str, ...], *, depth: int) -> None:
+        with os.scandir(fd) as found:
+            entries = sorted((e for e in found if utf8(e.name)), key=lambda e: e.name)
+        for entry in entries:
+            if self._full():
+                return
+            try:
+                mode = entry.stat(follow_symlinks=False).st_mode
+            except OSError:
+                continue  # gone meanwhile
+            rel = (*prefix, entry.name)
+            if stat.S_ISDIR(mode):
+                if depth >= MAX_DEPTH:
+                    self.truncated = True
+                    continue
+                sub = open_subdir(fd, entry.name)  # None when swapped for a symlink: skipped
+                if sub is not None:
+                    try:
+                        self.directory(sub, rel, depth=depth + 1)
+                    finally:
+                        os.close(sub)
+            elif stat.S_ISREG(mode):
+                self.visited += 1
+                if _matches(self.pattern, "/".join(rel) if "/" in self.pattern else entry.name):
+                    self.file(fd, entry.name, rel)
+
+    def file(self, dir_fd: int, name: str, rel: tuple[str, ...]) -> None:
+        shown = "/".join(rel)
+        if self.contains is None:
+            self.found.append({"path": shown})
+            return
+        target = Target(shown, rel, rel)
+        try:
+            fd = open_file(dir_fd, name, target)  # refuses what was swapped for a link or a FIFO
+            try:
+                text = read_capped(fd, target, self.max_bytes).decode("utf-8")
+            finally:
+                os.close(fd)
+        except (OSError, PathRefused, UnicodeDecodeError):
+            return  # too large, not text, or not a regular file any more: not searched
+        for number, line in enumerate(text.splitlines(), start=1):
+            if self.contains in line:
+                self.found.append({"path": shown, "line": number, "text": line.strip()[:200]})
+                if self._full():
+                    return
+
+
+def utf8(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # undecodable bytes: no path the tools accept can name it
+        return False
+    return True
+
+
+def _matches(pattern: str, name: str) -> bool:
+    return fnmatch.fnmatchcase(name, pattern) if _GLOB & set(pattern) else pattern in name
