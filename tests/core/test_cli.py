@@ -688,3 +688,26 @@ def test_the_installed_command_approves_and_reports_errors(refund: Setup, tmp_pa
         done = app(store, keyring=keyring_for(refund.url), shop=shop).execute(_token(ok.stdout))
     assert done.approval_id == refund.approval_id
     assert shop.receiver.count("refund", order_id="1042") == 1
+
+
+def test_approve_execute_runs_the_call_once_and_spends_the_token(
+    refund: Setup, cli: Callable[..., Run]
+) -> None:
+    """`approve --execute` runs the grant at once (one execution recorded, the result printed, no
+    token); the approval is then executed, and a gate re-running it gets the stored result."""
+    run = cli(*_approve(refund), "--execute", "--json")
+    assert run.code == 0, run.err
+    answer = json.loads(run.out)
+    assert "token" not in answer
+    assert answer["executed"]["result"]["amount"] == 6000
+    assert answer["executed"]["replay"] is False
+    with open_store(refund.url) as store:
+        [execution] = store.executions(approval_id=refund.approval_id)
+        row = store.get_approval(refund.approval_id)
+        assert row is not None
+        assert row.status == "executed"
+        assert execution.version == 2
+    again = cli(*_approve(refund), "--execute")
+    assert again.code == 4, again.out
+    with open_store(refund.url) as store:
+        assert len(store.executions(approval_id=refund.approval_id)) == 1

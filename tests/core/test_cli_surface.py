@@ -473,13 +473,13 @@ def test_setup_and_hash_secret_answer_in_json(
 
 
 def test_every_command_that_answers_has_json() -> None:
-    """Every command but the two that run until stopped (serve, demo) takes --json."""
+    """Every command but those that run until stopped (serve, demo, mcp) takes --json."""
     from effectgate.cli import _parser
 
     parser = _parser()
     [sub] = [a for a in parser._actions if a.dest == "command"]
     for name, command in sub.choices.items():  # type: ignore[union-attr]
-        if name in ("serve", "demo"):
+        if name in ("serve", "demo", "mcp"):
             continue
         flags = {flag for action in command._actions for flag in action.option_strings}
         assert "--json" in flags or "--jsonl" in flags, name

@@ -24,6 +24,7 @@ from effectgate import (
     ToolContext,
     ToolSpec,
 )
+from effectgate.audit import audit
 from effectgate.canonical import args_hash, key_of
 from effectgate.errors import (
     AlreadyDecided,
@@ -864,6 +865,22 @@ def test_audit_against_a_reclassified_table_reports_it(shop_gate: ShopGate) -> N
     findings = gate.audit(table=table).findings
     assert [(f.kind, f.tool) for f in findings] == [("reclassified", "refund_order")]
     assert gate.audit().clean
+
+
+def test_audit_reports_an_approved_call_whose_tool_changed_since(
+    shop_gate: ShopGate, store: SQLStore, make_gate: MakeGate
+) -> None:
+    """A granted refund that has not run, whose row changed afterwards, is reported: against the
+    changed table, and from the records alone once a call under the new row recorded it."""
+    _, gate = shop_gate
+    grant = granted(gate)
+    changed = reclassified_gate(gate, make_gate, approver_role="finance_lead")
+    findings = gate.audit(table=changed.table).findings
+    assert [(f.kind, f.approval_id) for f in findings] == [("reclassified", grant.approval_id)]
+    assert gate.audit().clean  # nothing recorded says the tool changed yet
+    changed.call("refund_order", {**REFUND, "order_id": "2001"}, context("m9"))  # records the new row
+    findings = audit(store, keyring=gate.keyring).findings
+    assert [(f.kind, f.approval_id) for f in findings] == [("reclassified", grant.approval_id)]
 
 
 def test_audit_reports_a_write_that_is_now_gated(shop_gate: ShopGate) -> None:

@@ -622,3 +622,37 @@ def test_read_record_hashes_the_arguments_as_they_ran(shop_gate: ShopGate, store
     gate.flush()
     [event] = store.events(kind="read")
     assert event.args_hash == args_hash("get_order", {"order_id": "1042"})
+
+
+def test_a_schema_default_is_not_written_into_the_arguments(make_gate: MakeGate) -> None:
+    """Validation never changes the arguments: a schema `default` is not filled into the caller's
+    dict, nor into what is hashed and recorded (the tool's own default applies when it runs)."""
+    seen: list[dict[str, Any]] = []
+
+    def note(ticket_id: str, body: str, pinned: bool = False) -> dict[str, Any]:
+        """Add a note."""
+        seen.append({"ticket_id": ticket_id, "body": body, "pinned": pinned})
+        return {"ok": True}
+
+    schema = {
+        "type": "object",
+        "properties": {
+            "ticket_id": {"type": "string"},
+            "body": {"type": "string"},
+            "pinned": {"type": "boolean", "default": False},
+        },
+        "required": ["ticket_id", "body"],
+        "additionalProperties": False,
+    }
+    table = EffectTable([ToolSpec(name="note", effect=Effect.WRITE, fn=note, schema=schema)])
+    table.allow_all(AGENT)
+    gate = make_gate(table)
+    args = {"ticket_id": "t-1", "body": "hello"}
+    out = gate.call("note", args, ctx())
+    gate.flush()
+    assert isinstance(out, Executed)
+    assert args == {"ticket_id": "t-1", "body": "hello"}
+    assert seen == [{"ticket_id": "t-1", "body": "hello", "pinned": False}]
+    [record] = gate.store.executions(tool="note")
+    assert json.loads(record.args_json) == args
+    assert record.args_hash == args_hash("note", args)

@@ -500,6 +500,14 @@ def test_description_change_is_not_a_reclassification() -> None:
     assert dataclasses.replace(spec, description="Refund money.").fingerprint == spec.fingerprint
 
 
+def test_a_pinned_description_is_part_of_the_fingerprint() -> None:
+    """With `pin_description` (a row built from a tool definition someone else controls, such as
+    an upstream MCP server's), a reworded description is another row."""
+    spec = dataclasses.replace(Shop().table()["refund_order"], pin_description=True)
+    assert dataclasses.replace(spec, description="Refund money.").fingerprint != spec.fingerprint
+    assert dataclasses.replace(spec, description=spec.description).fingerprint == spec.fingerprint
+
+
 def test_replace_leaves_the_original_table_alone() -> None:
     """table.replace returns a copy; the original keeps its row and fingerprint, allowlists carry over."""
     table = Shop().table()

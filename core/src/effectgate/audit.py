@@ -118,6 +118,7 @@ class _Rules:
         self._rows = rows
         self._parsed: dict[str, dict[str, Any] | None] = {}
         self._policies: dict[str, Policy | None] = {}
+        self._by_tool: dict[str, list[tuple[float, str]]] | None = None
 
     def get(self, fingerprint: str) -> dict[str, Any] | None:
         if fingerprint not in self._parsed:
@@ -131,6 +132,16 @@ class _Rules:
                     body = None
             self._parsed[fingerprint] = body
         return self._parsed[fingerprint]
+
+    def rows_of(self, tool: str) -> list[tuple[float, str]]:
+        """(recorded at, fingerprint) of every verified row recorded for `tool`, oldest first."""
+        if self._by_tool is None:
+            self._by_tool = defaultdict(list)
+            for fingerprint, row in sorted(self._rows.items(), key=lambda item: item[1].at):
+                body = self.get(fingerprint) if row.kind == "row" else None
+                if body is not None and isinstance(body.get("name"), str):
+                    self._by_tool[body["name"]].append((row.at, fingerprint))
+        return self._by_tool.get(tool, [])
 
     def policy(self, fingerprint: str) -> Policy | None:
         if fingerprint not in self._policies:
@@ -219,6 +230,8 @@ class _Scan:
             # The bar an execution is held to: never lower than what the rule at the time says.
             role = role if role in roles else sorted(roles)[0]
             required = max(required, needed)
+        if a[A_STATUS] == "approved":
+            self.changed_since_approval(a)
         rounds: dict[tuple[int, int], set[str]] = defaultdict(set)
         for d in decisions:
             if not self._decision(a, d, policy, role):
@@ -230,6 +243,34 @@ class _Scan:
             approvers[version] = max(approvers.get(version, 0), len(people))
         self.bars[approval_id] = _Bar(
             a[A_VERSION], a[A_HASH], a[A_ROW_FP], a[A_EFFECT], role, required, approvers
+        )
+
+    def changed_since_approval(self, a: tuple[Any, ...]) -> None:
+        """An approved call that has not run, whose tool changed after the approval (a row of
+        the same name recorded since, or, with `table`, the table's row now): the reviewer
+        approved another tool, and the grant can no longer run (execute re-derives the row)."""
+        tool, fingerprint = a[A_TOOL], a[A_ROW_FP]
+        decided = a[A_DECIDED] if a[A_DECIDED] is not None else a[A_CREATED]
+        since = [f for at, f in self.rules.rows_of(tool) if f != fingerprint and at >= decided]
+        if since:
+            now = f"row {since[-1][:12]} was recorded after the approval"
+        elif self.table is None:
+            return
+        else:
+            spec = self.table.get(tool)
+            if spec is not None and spec.fingerprint == fingerprint:
+                return
+            now = (
+                "the tool is no longer in the table"
+                if spec is None
+                else f"the table's row is now {spec.fingerprint[:12]}"
+            )
+        self.add(
+            "reclassified",
+            tool,
+            f"approved under row {fingerprint[:12]}, not executed; {now} (the tool changed since it "
+            "was approved: its grant cannot run)",
+            a[A_ID],
         )
 
     def _decision(self, a: tuple[Any, ...], d: tuple[Any, ...], policy: Policy | None, role: str) -> bool:

@@ -79,7 +79,10 @@ def derive_schema(name: str, fn: Callable[..., Any]) -> dict[str, Any]:
 
 def _compile(schema: Mapping[str, Any]) -> Callable[[Any], Any] | None:
     try:
-        return fastjsonschema.compile(dict(schema))
+        # use_default=False: validation only. Filling a schema's defaults would change the
+        # arguments (the caller's own dict, since plain JSON is not copied) after they were
+        # frozen, and what is hashed would depend on which validator compiled the schema.
+        return fastjsonschema.compile(dict(schema), use_default=False)
     except Exception:  # a construct the fast compiler lacks: the full validator alone decides
         return None
 
@@ -109,6 +112,11 @@ class ToolSpec:
     # Display only (reviewer cards): what is left on the subject, e.g. the refundable balance.
     balance: Callable[[Mapping[str, Any], Confirmation], Any] | None = None
     description: str = ""
+    # The description is part of the row's fingerprint (approvals are bound to it): for rows built
+    # from a tool definition someone else controls, e.g. an upstream MCP server's, where a changed
+    # description is a different tool to the reviewer. Off by default: rewording your own tool's
+    # docstring is not a reclassification.
+    pin_description: bool = False
     _derived: dict[str, Any] = field(default_factory=dict[str, Any], init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -205,10 +213,12 @@ class ToolSpec:
 
     @cached_property
     def fingerprint(self) -> str:
-        """sha256 of the row's canonical form: effect, roles, subject, schema, checks by name."""
+        """sha256 of the row's canonical form: effect, roles, subject, schema, checks by name (and
+        the description when `pin_description`)."""
         return digest(self.canonical())
 
     def canonical(self) -> dict[str, Any]:
+        pinned = {"description": self.description} if self.pin_description else {}
         return {
             "name": self.name,
             "effect": str(self.effect),
@@ -224,6 +234,7 @@ class ToolSpec:
             "snapshot": _qualname(self.snapshot),
             "definite_failures": sorted(_qualname(t) or "" for t in self.definite_failures),
             "unknown_outcome": sorted(_qualname(t) or "" for t in self.unknown_outcome),
+            **pinned,
         }
 
 

@@ -40,6 +40,7 @@ from typing import Any, NoReturn
 from rich.console import Console
 
 from .. import __version__
+from . import _mcp
 from ._commands import (
     _DEMOS,
     _cmd_approve,
@@ -109,6 +110,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--as", dest="role", required=True, help="the approver's role")
     p.add_argument("--approver", required=True, help="the approver's id")
     p.add_argument("--json", action="store_true", help="the grant or partial approval as JSON")
+    p.add_argument(
+        "--execute",
+        action="store_true",
+        help="run the call now with the grant (once; the token is spent and not printed)",
+    )
     p = sub.add_parser("deny", parents=[common], help="deny an approval with a reason")
     p.add_argument("id", help="the approval id")
     p.add_argument("--reason", required=True, help="why (the model is told)")
@@ -130,6 +136,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--https-only", action="store_true", help="mark the session cookie Secure")
     p = sub.add_parser("hash-secret", help="read a secret on stdin; print its scrypt hash for --approvers")
     p.add_argument("--json", action="store_true", help='the hash as JSON: {"hash": ...}')
+    _mcp.add_parser(sub, common)
     p = sub.add_parser("demo", parents=[common], help="run the shop demo (ten conversations)")
     p.add_argument(
         "--framework",
@@ -151,6 +158,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace, Console], int]] = {
     "demo": _cmd_demo,
     "serve": _cmd_serve,
     "hash-secret": _cmd_hash_secret,
+    "mcp": _mcp.run,
 }
 
 

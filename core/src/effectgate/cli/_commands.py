@@ -26,6 +26,7 @@ from ._render import (
     _card_panel,
     _escape,
     _pending_entry,
+    _short,
     _text,
     _write_json,
 )
@@ -77,10 +78,18 @@ def _cmd_approve(args: argparse.Namespace, out: Console) -> int:
     with _gate(args, need_app=True) as gate:
         decision = gate.approve(args.id, version=args.version, approver=Approver(args.approver, args.role))
         now = gate.clock.now()
+        # --execute: the approver runs the grant now (its token is spent here and never printed)
+        done = gate.execute(decision.token) if args.execute and isinstance(decision, Grant) else None
     if args.json:
         kind = "grant" if isinstance(decision, Grant) else "partial_approval"
-        extra = {"message": decision.message} if isinstance(decision, PartialApproval) else {}
-        _write_json({"kind": kind, **asdict(decision), **extra})
+        extra: dict[str, Any] = {"message": decision.message} if isinstance(decision, PartialApproval) else {}
+        fields = asdict(decision)
+        if done is not None:
+            fields.pop("token")
+            extra["executed"] = {"result": done.result, "replay": done.replay}
+        _write_json({"kind": kind, **fields, **extra})
+    elif done is not None:
+        out.print(_text(f"approved and executed {args.id} v{args.version}: {_short(done.for_model())}"))
     elif isinstance(decision, Grant):
         expires = f"{when(decision.expires_at)}, {remaining(decision.expires_at - now)}"
         out.print(

@@ -1,0 +1,256 @@
+"""The proxy's configuration: upstream MCP servers, the effect row of each upstream tool, and who
+is calling. Read from TOML (`load_config`), strictly: an unknown key is an error naming it.
+
+```toml
+[identity]                     # who is calling: the application's configuration, never the model
+agent = "desktop"
+user = "u-42"
+session = "desktop-u-42"       # optional (default "mcp:AGENT:USER")
+
+[servers.files]                # one upstream: stdio (command) or streamable HTTP (url)
+command = ["python", "-m", "files_server"]
+env = { ROOT = "/srv/files" }  # the upstream sees this and a minimal safe environment, nothing else
+prefix = "files"               # served as files__<tool> (default: the server's name; "" for none)
+default = "read"               # optional: the row of a tool the table does not name
+approver_role = "ops"          # optional: who approves when annotations raise a row to destructive
+
+[servers.files.tools.delete]
+effect = "destructive"
+approver_role = "ops"
+subject = ["path"]
+```
+
+A tool row takes `effect` (or a label from another taxonomy), `approver_role`, `owner`,
+`subject`, `reversibility` and `tool_errors` ("definite" or "unknown": what an upstream error
+result means; unset keeps the gate's rule for the class, see `_upstream`). A server's `default`
+is a row too (a string is its effect): without one, a tool the table does not name is refused.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from ..effects import Effect, Reversibility
+from ..errors import EffectGateError
+
+#: Where `proxy_app` (and `effectgate mcp proxy`, by default) finds the configuration file.
+ENV_CONFIG = "EFFECTGATE_MCP_PROXY_CONFIG"
+#: Who `effectgate mcp serve` and `proxy` act as, when not given as flags (never the model).
+ENV_AGENT = "EFFECTGATE_MCP_AGENT"
+ENV_USER = "EFFECTGATE_MCP_USER"
+ENV_SESSION = "EFFECTGATE_MCP_SESSION"
+
+#: Between the server's prefix and the upstream tool's name in a served name (files__delete).
+SEPARATOR = "__"
+
+ToolErrors = Literal["definite", "unknown"]
+
+
+class ProxyConfigError(EffectGateError, ValueError):
+    """The proxy's configuration is not usable; the message names the key and the fix."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Row:
+    """The effect row of one upstream tool (or a server's default row)."""
+
+    effect: Effect
+    approver_role: str | None = None
+    owner: str | None = None
+    subject: tuple[str, ...] = ()
+    reversibility: Reversibility = Reversibility.IRREVERSIBLE
+    tool_errors: ToolErrors | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stdio:
+    """An upstream started as a subprocess, spoken to over its stdin and stdout."""
+
+    command: str
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict[str, str])
+    cwd: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Http:
+    """An upstream reached over streamable HTTP."""
+
+    url: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Upstream:
+    """One upstream MCP server. `target` is a `Stdio` or `Http`, or (in an application or a
+    test) anything `mcp.Client` accepts, such as an in-process `MCPServer`."""
+
+    name: str
+    target: Any
+    prefix: str
+    tools: Mapping[str, Row] = field(default_factory=dict[str, Row])
+    default: Row | None = None
+    approver_role: str | None = None
+
+    def served_name(self, tool: str) -> str:
+        return f"{self.prefix}{SEPARATOR}{tool}" if self.prefix else tool
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProxyConfig:
+    """The upstreams, and whatever identity the file names (flags and environment override it)."""
+
+    servers: tuple[Upstream, ...]
+    agent: str | None = None
+    user: str | None = None
+    session: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.servers:
+            raise ProxyConfigError("the proxy needs at least one [servers.NAME] table")
+        prefixes: dict[str, str] = {}
+        for server in self.servers:
+            if server.prefix in prefixes:
+                other = prefixes[server.prefix]
+                raise ProxyConfigError(
+                    f"servers {other!r} and {server.name!r} share the prefix {server.prefix!r}: "
+                    "their tools' names would collide; give one a different prefix"
+                )
+            prefixes[server.prefix] = server.name
+
+
+def _unknown(where: str, table: Mapping[str, Any], known: set[str]) -> None:
+    for key in sorted(set(table) - known):
+        raise ProxyConfigError(f"{where}: unknown key {key!r} (known: {', '.join(sorted(known))})")
+
+
+def _text(where: str, value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise ProxyConfigError(f"{where} must be a non-empty string")
+    return value
+
+
+def _optional(where: str, table: Mapping[str, Any], key: str) -> str | None:
+    return _text(f"{where}.{key}", table[key]) if key in table else None
+
+
+def _row(where: str, value: Any) -> Row:
+    if isinstance(value, str):
+        value = {"effect": value}
+    if not isinstance(value, Mapping):
+        raise ProxyConfigError(f"{where} must be a table (effect = ..., approver_role = ...)")
+    _unknown(where, value, {"effect", "approver_role", "owner", "subject", "reversibility", "tool_errors"})
+    if "effect" not in value:
+        raise ProxyConfigError(f"{where} needs an effect (read, write, send, money or destructive)")
+    try:
+        effect = Effect.from_label(_text(f"{where}.effect", value["effect"]))
+        reversibility = Reversibility(str(value.get("reversibility", Reversibility.IRREVERSIBLE)))
+    except ValueError as exc:
+        raise ProxyConfigError(f"{where}: {exc}") from exc
+    subject: Any = value.get("subject", ())
+    subject = (subject,) if isinstance(subject, str) else subject
+    if not isinstance(subject, list | tuple) or not all(isinstance(s, str) and s for s in subject):
+        raise ProxyConfigError(f"{where}.subject must be an argument name or a list of them")
+    errors = value.get("tool_errors")
+    if errors not in (None, "definite", "unknown"):
+        raise ProxyConfigError(f'{where}.tool_errors must be "definite" or "unknown"')
+    return Row(
+        effect=effect,
+        approver_role=_optional(where, value, "approver_role"),
+        owner=_optional(where, value, "owner"),
+        subject=tuple(subject),
+        reversibility=reversibility,
+        tool_errors=errors,
+    )
+
+
+def _target(where: str, server: Mapping[str, Any]) -> Stdio | Http:
+    if ("command" in server) == ("url" in server):
+        raise ProxyConfigError(f"{where} needs exactly one of command (stdio) or url (streamable HTTP)")
+    if "url" in server:
+        url = _text(f"{where}.url", server["url"])
+        if not url.startswith(("http://", "https://")):
+            raise ProxyConfigError(f"{where}.url must be an http:// or https:// URL")
+        for key in ("env", "cwd"):
+            if key in server:
+                raise ProxyConfigError(f"{where}.{key} applies to a command, not a url")
+        return Http(url=url)
+    command = server["command"]
+    if isinstance(command, str):
+        command = [command]
+    if not isinstance(command, list) or not command or not all(isinstance(c, str) and c for c in command):
+        raise ProxyConfigError(f"{where}.command must be a list of strings: [program, arg, ...]")
+    env = server.get("env", {})
+    if not isinstance(env, Mapping) or not all(isinstance(v, str) for v in env.values()):
+        raise ProxyConfigError(f"{where}.env must be a table of strings")
+    return Stdio(
+        command=command[0], args=tuple(command[1:]), env=dict(env), cwd=_optional(where, server, "cwd")
+    )
+
+
+def _server(name: str, server: Any) -> Upstream:
+    where = f"[servers.{name}]"
+    if not isinstance(server, Mapping):
+        raise ProxyConfigError(f"{where} must be a table")
+    _unknown(where, server, {"command", "url", "env", "cwd", "prefix", "tools", "default", "approver_role"})
+    prefix = server.get("prefix", name)
+    if not isinstance(prefix, str) or SEPARATOR in prefix:
+        raise ProxyConfigError(f"{where}.prefix must be a string without {SEPARATOR!r}")
+    tools = server.get("tools", {})
+    if not isinstance(tools, Mapping):
+        raise ProxyConfigError(f"{where}.tools must be a table of [servers.{name}.tools.TOOL] rows")
+    return Upstream(
+        name=name,
+        target=_target(where, server),
+        prefix=prefix,
+        tools={tool: _row(f"[servers.{name}.tools.{tool}]", row) for tool, row in tools.items()},
+        default=_row(f"{where}.default", server["default"]) if "default" in server else None,
+        approver_role=_optional(where, server, "approver_role"),
+    )
+
+
+def parse_config(data: Mapping[str, Any]) -> ProxyConfig:
+    """The configuration in a parsed TOML document (see the module docstring)."""
+    _unknown("the proxy configuration", data, {"identity", "servers"})
+    identity = data.get("identity", {})
+    if not isinstance(identity, Mapping):
+        raise ProxyConfigError("[identity] must be a table")
+    _unknown("[identity]", identity, {"agent", "user", "session"})
+    servers = data.get("servers", {})
+    if not isinstance(servers, Mapping):
+        raise ProxyConfigError("[servers] must be a table of [servers.NAME] tables")
+    return ProxyConfig(
+        servers=tuple(_server(name, server) for name, server in servers.items()),
+        agent=_optional("[identity]", identity, "agent"),
+        user=_optional("[identity]", identity, "user"),
+        session=_optional("[identity]", identity, "session"),
+    )
+
+
+def load_config(path: str | Path) -> ProxyConfig:
+    """Read and check the proxy's TOML configuration file."""
+    try:
+        with Path(path).open("rb") as f:
+            data = tomllib.load(f)
+    except OSError as exc:
+        raise ProxyConfigError(f"cannot read the proxy configuration {path}: {exc.strerror or exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ProxyConfigError(f"the proxy configuration {path} is not valid TOML: {exc}") from exc
+    return parse_config(data)
+
+
+__all__ = [
+    "ENV_CONFIG",
+    "SEPARATOR",
+    "Http",
+    "ProxyConfig",
+    "ProxyConfigError",
+    "Row",
+    "Stdio",
+    "Upstream",
+    "load_config",
+    "parse_config",
+]
