@@ -244,12 +244,14 @@ def test_parallel_gated_calls_wait_together(smol_harness: MakeSmolHarness, shop_
 
 
 def test_a_gated_tool_outside_a_gated_run_fails_loudly(shop_gate: ShopGate) -> None:
-    """Running the wrapped agent directly (no identity) raises; nothing is registered or run."""
-    gated = support_agent(shop_gate.gate, ScriptedModel(Script([call("refund_order", **REFUND)])))
-    with pytest.raises(BaseException, match=r"outside GatedAgent\.run"):
+    """Running the wrapped agent directly (no identity) raises MissingIdentity before the model is
+    asked; nothing is registered or run."""
+    model = ScriptedModel(Script([call("refund_order", **REFUND)]))
+    gated = support_agent(shop_gate.gate, model)
+    with pytest.raises(MissingIdentity, match=r"run it through its GatedAgent"):
         gated.agent.run("refund 1042")
     assert shop_gate.store.approvals() == []
-    assert issubclass(MissingIdentity, Exception)
+    assert model.script.seen == []
 
 
 def test_ids_in_arguments_are_not_identity(smol_harness: MakeSmolHarness, shop_gate: ShopGate) -> None:

@@ -21,7 +21,6 @@ Works for `ToolCallingAgent` and `CodeAgent` alike (`_agent` documents how each 
 from effectgate.adapter import DecisionMismatch, MissingIdentity, TamperedState, UnknownTool
 
 from ._agent import (
-    ApprovalRequired,
     Approve,
     AwaitingApproval,
     Decision,
@@ -33,11 +32,11 @@ from ._agent import (
     continuation,
     gate_agent,
     native_tools,
-    spec_tool,
-    table_tools,
 )
+from ._code import ApprovalRequired
 from ._memory import restore_memory, save_memory
 from ._native import native_tool
+from ._table import spec_tool, table_tools
 
 __version__ = "0.1.0"
 

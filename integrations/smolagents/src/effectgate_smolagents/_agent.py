@@ -7,8 +7,8 @@ smolagents has no pause primitive, so `GatedAgent` builds one from what it has:
   identity of the current run (never anything the model wrote).
 - A read or a write runs through the gate and returns its result. A bad argument or a refusal
   returns the gate's message as the tool's result, so the model can correct itself. A tool that
-  raises returns its error as text too, so the other calls of a parallel step keep their
-  observations (smolagents#2457 drops them when one call raises); the gate's records hold what ran.
+  raises fails as smolagents shows a plain tool's error (`_errors`), except that the other calls
+  of a parallel step keep their observations (smolagents#2457 drops them when one call raises).
 - A gated call registers its approval. In a `ToolCallingAgent` the tool answers "needs approval"
   and calls `agent.interrupt()`, so the step's other calls finish and are kept in memory, and the
   run stops before the next model call. In a `CodeAgent` it raises `ApprovalRequired`, a
@@ -60,7 +60,6 @@ from effectgate import (
     Outcome,
     Pending,
     Refused,
-    ToolSpec,
 )
 from effectgate.adapter import (
     DecisionMismatch,
@@ -70,7 +69,6 @@ from effectgate.adapter import (
     bind_decision,
     check_wrappable,
     is_gated,
-    missing_identity,
     sign_state,
     verify_state,
 )
@@ -84,28 +82,13 @@ from effectgate.errors import (
 )
 from effectgate.rows import DEFAULT_DB, NativeTool, Row, gate_for
 
+from ._code import ApprovalRequired, keep_logs_at_a_stop
+from ._errors import tool_failed
+from ._identity import Stop, outside_a_run, refuse_plain_runs, run_context
 from ._native import native_tool
+from ._saving import mark_saved_agent, saved_tool, unmarked
 
 _AWAITING = "smolagents.awaiting"
-
-
-class ApprovalRequired(BaseException):
-    """Raised inside a CodeAgent's code at the gated call: stops the snippet there.
-
-    A BaseException, because smolagents turns every Exception from a tool into an observation and
-    runs the rest of the code."""
-
-    def __init__(self, pending: Pending) -> None:
-        super().__init__(f"{pending.card.tool} awaits approval {pending.approval_id}")
-        self.pending = pending
-
-
-class _Stop(BaseException):
-    """Carries an application error (no identity) out of smolagents' handlers to `GatedAgent.run`."""
-
-    def __init__(self, error: Exception) -> None:
-        super().__init__(str(error))
-        self.error = error
 
 
 @dataclass(frozen=True)
@@ -217,12 +200,17 @@ class GatedTool(Tool):
         self.output_type = inner.output_type
         self.output_schema = getattr(inner, "output_schema", None)
         self._run = _through(owner, inner.name)
+        self._saved = saved_tool(inner)  # a closure too: `to_dict` gives inner's code, marked
         super().__init__()
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if args:
             kwargs = {**dict(zip(self.inputs, args, strict=False)), **kwargs}
         return self._run(kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The inner tool's `to_dict()`, marked as gated: what `agent.save` writes (`_saving`)."""
+        return self._saved()
 
 
 def _through(owner: GatedAgent, name: str) -> Callable[[Any], Any]:
@@ -309,6 +297,7 @@ class GatedAgent:
         # The CodeAgent stop: set by the first gated call that stops a snippet; every later call
         # of the run raises again and runs nothing, until the run is resumed.
         self._stopped: Pending | None = None
+        self._parallel = False  # the ToolCallingAgent step in progress has more than one call
         for name, tool in list(agent.tools.items()):
             if isinstance(tool, GatedTool | _StopGuard):
                 continue
@@ -320,6 +309,10 @@ class GatedAgent:
             agent.tools[name] = GatedTool(tool, self)
         if isinstance(agent, ToolCallingAgent):
             self._patch_tool_calling(agent)
+        if isinstance(agent, CodeAgent):
+            keep_logs_at_a_stop(agent)  # the step keeps the snippet's output up to a gated call
+        self._plain_run = refuse_plain_runs(agent)  # smolagents' own run has no identity
+        mark_saved_agent(agent, lambda: [n for n, t in agent.tools.items() if isinstance(t, GatedTool)])
 
     # -- smolagents hooks
 
@@ -353,6 +346,7 @@ class GatedAgent:
 
     def _register_step(self, tool_calls: Sequence[Any]) -> None:
         """Register one model step's gated calls together (the core's parallel rule)."""
+        self._parallel = len(tool_calls) > 1
         calls = [
             (c.function.name, _arguments(c.function.arguments), c.id)
             for c in tool_calls
@@ -375,13 +369,7 @@ class GatedAgent:
     def _context(self) -> CallContext:
         ctx = self._current
         if ctx is None:
-            raise _Stop(
-                missing_identity(
-                    "session_id, origin_message_id or user_id",
-                    "a gated smolagents tool ran outside GatedAgent.run(...); call "
-                    "gated.run(task, session_id=..., origin_message_id=..., user_id=...)",
-                )
-            )
+            raise Stop(outside_a_run())
         return ctx
 
     # -- one call
@@ -396,8 +384,10 @@ class GatedAgent:
             outcome = decided if decided is not None else self.gate.call(name, args, ctx)
         except EffectGateError as exc:
             return f"Refused: {exc}"
-        except Exception as exc:  # the tool's own failure: the gate recorded it; keep the siblings
-            return f"{name} failed: {type(exc).__name__}: {exc}"
+        except Exception as exc:  # the tool's own failure, recorded: shown as smolagents shows it
+            return tool_failed(
+                name, args, exc, code=self.code, parallel=self._parallel, logger=self.agent.logger
+            )
         if isinstance(outcome, Executed):
             return outcome.result
         if isinstance(outcome, Pending):
@@ -436,15 +426,17 @@ class GatedAgent:
         self,
         task: str,
         *,
-        session_id: str,
-        origin_message_id: str,
-        user_id: str,
+        session_id: str | None = None,
+        origin_message_id: str | None = None,
+        user_id: str | None = None,
         run_id: str = "",
         reset: bool = True,
         max_steps: int | None = None,
     ) -> RunOutcome:
-        """Run the agent on `task` for this user message; stop at the first step with gated calls."""
-        ctx = CallContext(
+        """Run the agent on `task` for this user message; stop at the first step with gated calls.
+
+        All three identity values are required: `MissingIdentity` names each one missing."""
+        ctx = run_context(
             session_id=session_id,
             origin_message_id=origin_message_id,
             user_id=user_id,
@@ -461,7 +453,7 @@ class GatedAgent:
             raise RuntimeError("this GatedAgent is already running (smolagents agents are not reentrant)")
         self._current = ctx
         try:
-            for event in self.agent.run(task, stream=True, reset=reset, max_steps=max_steps):
+            for event in self._plain_run(task, stream=True, reset=reset, max_steps=max_steps):
                 kind = type(event).__name__
                 if kind == "ToolOutput" and not event.is_final_answer:
                     observations.append((event.tool_call.name, event.observation))
@@ -472,7 +464,7 @@ class GatedAgent:
         except AgentError:
             if not self._pending:
                 raise
-        except _Stop as stop:
+        except Stop as stop:
             raise stop.error from None
         finally:
             self._current = None
@@ -483,9 +475,9 @@ class GatedAgent:
         if pending:
             awaiting = AwaitingApproval(
                 pending=pending,
-                session_id=session_id,
-                origin_message_id=origin_message_id,
-                user_id=user_id,
+                session_id=ctx.session_id,
+                origin_message_id=ctx.origin_message_id,
+                user_id=ctx.user_id,
                 run_id=run_id,
                 observations=tuple(observations),
                 paused=tuple(Paused.of(p) for p in pending),
@@ -617,10 +609,14 @@ class _StopGuard(Tool):
         self.inputs = dict(inner.inputs)
         self.output_type = inner.output_type
         self._answer = _guarded(owner, inner)  # a closure, like GatedTool's: nothing to reach
+        self._saved = unmarked(inner)  # final_answer is saved as it was
         super().__init__()
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         return self._answer(*args, **kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        return self._saved()
 
 
 def _guarded(owner: GatedAgent, inner: Tool) -> Callable[..., Any]:
@@ -650,42 +646,6 @@ def continuation(awaiting: AwaitingApproval, done: Mapping[str, Outcome]) -> str
             lines.append(f"- {call} is still waiting for approval (approval {pending.approval_id}).")
     lines.append("Continue with the user's request.")
     return "\n".join(lines)
-
-
-def spec_tool(spec: ToolSpec) -> Tool:
-    """A smolagents Tool for one effect-table row (inputs from the row's JSON schema).
-
-    Called outside the gate it refuses; give it to a `GatedAgent`."""
-    schema = spec.schema or {}
-    properties: Mapping[str, Any] = schema.get("properties", {})
-    required = set(schema.get("required", ()))
-    inputs: dict[str, dict[str, Any]] = {}
-    for name, prop in properties.items():
-        kind = prop.get("type", "any") if isinstance(prop, Mapping) else "any"
-        entry: dict[str, Any] = {
-            "type": kind if isinstance(kind, str) else "any",
-            "description": (prop.get("description") if isinstance(prop, Mapping) else None) or name,
-        }
-        if name not in required:
-            entry["nullable"] = True
-        inputs[name] = entry
-
-    class RowTool(Tool):
-        skip_forward_signature_validation = True
-
-        def forward(self, *args: Any, **kwargs: Any) -> Any:
-            raise EffectGateError(f"{spec.name} runs only through effectgate: give it to a GatedAgent")
-
-    RowTool.name = spec.name
-    RowTool.description = spec.description or spec.name
-    RowTool.inputs = inputs
-    RowTool.output_type = "any"
-    return RowTool()
-
-
-def table_tools(gate: EffectGate, *, agent_id: str) -> list[Tool]:
-    """Unwrapped Tools for every row `agent_id` may call (a `GatedAgent` wraps them)."""
-    return [spec_tool(s) for s in gate.table if gate.table.allowed(agent_id, s.name)]
 
 
 def native_tools(agent: MultiStepAgent) -> list[NativeTool]:

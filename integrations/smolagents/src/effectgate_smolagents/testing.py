@@ -25,6 +25,9 @@ To test what a CodeAgent does with code a model may really write (a gated call i
     ])
 
 Each snippet is dedented and sent verbatim as one code action, in order; it is just as strict.
+
+A saved agent whose model is a `ScriptedModel` loads with smolagents' own loaders (the class is
+in smolagents' model registry); pass the model to use: `from_folder(path, model=ScriptedModel(...))`.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from smolagents.models import (
+    MODEL_REGISTRY,
     ChatMessage,
     ChatMessageToolCall,
     ChatMessageToolCallFunction,
@@ -104,6 +108,17 @@ class ScriptedModel(Model):
 
     def assert_complete(self) -> None:
         self.script.assert_complete()
+
+    @classmethod
+    def from_dict(cls, model_dictionary: dict[str, Any]) -> ScriptedModel:
+        """What smolagents' loaders (`from_folder`, `from_dict`) build for a saved agent: a model
+        with an empty script (its first answer raises `ScriptError`). Give the loader the model
+        to use instead: `ToolCallingAgent.from_folder(path, model=ScriptedModel(script))`."""
+        return cls(Script([]))
+
+
+# smolagents' loaders find a saved agent's model class by name in this registry
+MODEL_REGISTRY.setdefault("ScriptedModel", ScriptedModel)
 
 
 class ScriptedCodeModel(Model):

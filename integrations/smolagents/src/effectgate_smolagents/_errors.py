@@ -1,0 +1,45 @@
+"""A tool's own exception, shown to the model as smolagents shows a plain tool's.
+
+The gate runs a read or a write and records its failure; then the exception goes back the way
+smolagents would have taken it:
+
+- In a `CodeAgent` the tool's exception is raised again, unchanged, at the call: smolagents'
+  executor stops the snippet there and the model reads "Code execution failed at line '...' due
+  to: ValueError: ..." (with the print output before it), as for an ungated tool.
+- In a `ToolCallingAgent` step with one call, `AgentToolExecutionError` with smolagents' own
+  text ("Error executing tool 'get_order' with arguments {...}: ValueError: ...\\nPlease try
+  again or use another tool"): the step records it as its error and the model reads it as
+  "Error: ... Now let's retry", as for an ungated tool.
+- In a `ToolCallingAgent` step with parallel calls, that same text comes back as the failing
+  call's observation instead. smolagents would raise and drop the observations of the step's
+  other calls (smolagents#2457), and those may have been writes that ran; the model is better
+  told what they did.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from smolagents.monitoring import AgentLogger
+from smolagents.utils import AgentToolExecutionError
+
+
+def tool_error_text(name: str, arguments: Any, exc: BaseException) -> str:
+    """smolagents' text for a tool that raised (`ToolCallingAgent.execute_tool_call`)."""
+    return (
+        f"Error executing tool '{name}' with arguments {arguments!s}: {type(exc).__name__}: {exc}\n"
+        "Please try again or use another tool"
+    )
+
+
+def tool_failed(
+    name: str, arguments: Any, exc: Exception, *, code: bool, parallel: bool, logger: AgentLogger
+) -> str:
+    """Raise the tool's failure as smolagents would (see the module docstring), or, for a call of
+    a parallel ToolCallingAgent step, return smolagents' error text as its observation."""
+    if code:
+        raise exc
+    text = tool_error_text(name, arguments, exc)
+    if parallel:
+        return text
+    raise AgentToolExecutionError(text, logger) from exc
