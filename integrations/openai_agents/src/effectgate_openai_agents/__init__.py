@@ -20,6 +20,8 @@
 - `gate_tools(tools, gate, agent_id=...)` / `gate_agent(agent, gate)`: a full effect table decides
   `needs_approval`, and every call runs through the gate (`_tools` documents how).
 - `pending_approvals`, `approval_of`, `approve`, `approve_as`, `reject`: the approval flow (`_approvals`).
+- The SDK's own `state.reject(item)` closes the approval; `state.approve(item)` approves through
+  the gate as `gate_agent(..., native_approver=Approver(...))`, and runs nothing without it.
 - `mode="deferred"`, `deferred_operations`, `execute_deferred`, `with_outcome`: deferred results.
 - The run context is a dict with `session_id`, `origin_message_id`, `user_id` (`EffectGateContext`).
 """

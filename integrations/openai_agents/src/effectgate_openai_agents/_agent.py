@@ -18,9 +18,11 @@ or a row without a tool, raises `TableError` here. The agent (`agent_id`, defaul
 call exactly the tools it was given. The gate opens the store at `db` (the embedded SQLite file
 `effectgate.db` in the working directory by default, set up on first use, its key file beside it,
 which the `effectgate` CLI and inbox share); other keywords go to `EffectGate`. The gate belongs to
-the caller: `gate_of(agent).close()` when done. A tool's own `needs_approval` is replaced by its
-row (reads and writes never pause; gated rows pause through effectgate), and what a tool's
-`RunContextWrapper` parameter sees is documented in `_native`.
+the caller: `gate_of(agent).close()` when done. A tool's own `needs_approval` can only add a
+pause (gated rows pause through effectgate whatever it says; on a read or write row it is a
+`TableError`), and what a tool's `RunContextWrapper` parameter sees and how its failures reach the
+model are documented in `_native`. The SDK's own `state.approve` / `state.reject` are settled
+through the gate (`native_approver=`, `_native_decisions`).
 
 `gate_of(agent)` returns the gate of any agent `gate_agent` made (or a clone of one), because the
 gate travels in the agent hooks it installs (`StepHooks`).
@@ -45,6 +47,7 @@ from effectgate.rows import DEFAULT_DB, Row, gate_for
 
 from ._context import adapter_state, call_context, resumed
 from ._native import native_tool
+from ._native_decisions import NativeApprover
 from ._tools import Mode, as_function_tool, gate_tools, is_deferred
 
 
@@ -135,6 +138,7 @@ def gate_agent(
     unknown: Unknown = "raise",
     mode: Mode = "approval",
     tools: Sequence[FunctionTool | Callable[..., Any]] | None = None,
+    native_approver: NativeApprover | None = None,
 ) -> Agent[TContext]: ...
 
 
@@ -147,6 +151,7 @@ def gate_agent(
     agent_id: str | None = None,
     mode: Mode = "approval",
     tools: Sequence[FunctionTool | Callable[..., Any]] | None = None,
+    native_approver: NativeApprover | None = None,
     db: str = DEFAULT_DB,
     **gate_options: Any,
 ) -> Agent[TContext]: ...
@@ -161,6 +166,7 @@ def gate_agent(
     unknown: Unknown = "raise",
     mode: Mode = "approval",
     tools: Sequence[FunctionTool | Callable[..., Any]] | None = None,
+    native_approver: NativeApprover | None = None,
     db: str = DEFAULT_DB,
     **gate_options: Any,
 ) -> Agent[TContext]:
@@ -170,7 +176,12 @@ def gate_agent(
     (one `Row` per tool name, next to the agent's own tools: the gate is built on `db` and
     reachable as `gate_of(agent)`). A tool that does not run through `on_invoke_tool` (hosted
     tools, MCP tools) raises `TypeError`. `agent_id` defaults to the agent's name. In deferred
-    mode the clone's `tool_use_behavior` ends the run on the first deferred result."""
+    mode the clone's `tool_use_behavior` ends the run on the first deferred result.
+
+    `native_approver` (an `Approver`, or a function of the run context returning one) is who the
+    SDK's own `state.approve(item)` approves as, through `gate.approve`; without it a native
+    approve runs nothing. A native `state.reject(item)` always closes the approval
+    (`_native_decisions`)."""
     name = agent_id or agent.name
     function_tools = _function_tools(agent, tools)
     if effects is not None:
@@ -182,7 +193,15 @@ def gate_agent(
             [native_tool(t) for t in function_tools], effects, agent_id=name, db=db, **gate_options
         )
         try:
-            return _gated(agent, built, function_tools, agent_id=name, unknown="raise", mode=mode)
+            return _gated(
+                agent,
+                built,
+                function_tools,
+                agent_id=name,
+                unknown="raise",
+                mode=mode,
+                native=native_approver,
+            )
         except BaseException:
             built.close()
             raise
@@ -193,7 +212,9 @@ def gate_agent(
         )
     elif db != DEFAULT_DB or gate_options:
         raise TypeError("db= and gate options build a gate from effects=; this gate is already built")
-    return _gated(agent, gate, function_tools, agent_id=name, unknown=unknown, mode=mode)
+    return _gated(
+        agent, gate, function_tools, agent_id=name, unknown=unknown, mode=mode, native=native_approver
+    )
 
 
 def _gated(
@@ -204,8 +225,9 @@ def _gated(
     agent_id: str,
     unknown: Unknown,
     mode: Mode,
+    native: NativeApprover | None,
 ) -> Agent[TContext]:
-    wrapped = gate_tools(tools, gate, agent_id=agent_id, unknown=unknown, mode=mode)
+    wrapped = gate_tools(tools, gate, agent_id=agent_id, unknown=unknown, mode=mode, native_approver=native)
     changes: dict[str, Any] = {
         "tools": wrapped,
         "hooks": StepHooks(agent.hooks, gate=gate, agent_id=agent_id),

@@ -63,12 +63,27 @@ class TamperedState(_adapter.TamperedState, UserError):
     """`effectgate.adapter.TamperedState`, also a `UserError` (the run ends, nothing runs)."""
 
 
+_REQUIRED = ("session_id", "origin_message_id", "user_id")
+#: The one line that gives a run its identity (named in every MissingIdentity).
+HOW = "Runner.run(agent, input, context={'session_id': ..., 'origin_message_id': ..., 'user_id': ...})"
+
+
+def _names(names: tuple[str, ...]) -> str:
+    quoted = [f"'{n}'" for n in names]
+    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} and {quoted[-1]}"
+
+
 def _mapping(context: Any) -> Mapping[str, Any]:
+    if context is None:
+        raise MissingIdentity(
+            f"missing {_names(_REQUIRED)}: the run was given no context. Pass a dict: {HOW}. "
+            "origin_message_id is the id of the user message this run answers."
+        )
     if not isinstance(context, Mapping):
         raise MissingIdentity(
-            "effectgate needs the run context to be a dict with session_id, origin_message_id and "
-            f"user_id (Runner.run(..., context={{...}})); got {type(context).__name__}. The SDK "
-            "serializes only mappings into RunState, so the keys would not survive a resume."
+            f"effectgate needs the run context to be a dict with {_names(_REQUIRED)}: {HOW}; got "
+            f"{type(context).__name__}. The SDK serializes only mappings into RunState, so the keys "
+            "would not survive a resume."
         )
     return context
 
@@ -84,19 +99,19 @@ def call_context(
     """The CallContext of one call; MissingIdentity when the backend left something out. With
     `gate`, the identity is signed into the context, and on a `resumed` run it must verify."""
     ctx = _mapping(context)
-    values: dict[str, str] = {}
-    for name in ("session_id", "origin_message_id", "user_id"):
-        value = ctx.get(name)
-        if not isinstance(value, str) or not value:
-            raise MissingIdentity(
-                f"the run context has no {name}: pass context={{'session_id': ..., "
-                f"'origin_message_id': ..., 'user_id': ...}} to Runner.run (the id of the user "
-                f"message this run answers is what makes a replay find the same approval)"
-            )
-        values[name] = value
+    values = {name: ctx.get(name) for name in _REQUIRED}
+    missing = tuple(name for name, value in values.items() if not isinstance(value, str) or not value)
+    if missing:
+        raise MissingIdentity(
+            f"missing {_names(missing)} in the run context (each a non-empty string): {HOW}. "
+            "origin_message_id is the id of the user message this run answers: a replay of that "
+            "message finds the same approval."
+        )
     run_id = ctx.get("run_id")
     made = CallContext(
-        **values,
+        session_id=str(values["session_id"]),
+        origin_message_id=str(values["origin_message_id"]),
+        user_id=str(values["user_id"]),
         agent_id=agent_id,
         run_id=run_id if isinstance(run_id, str) else "",
         tool_call_id=tool_call_id,

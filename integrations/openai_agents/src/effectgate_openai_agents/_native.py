@@ -25,25 +25,40 @@ What the tool sees:
   any SDK call: the parameter then sees a ToolContext made for it (`outside_run`), whose
   `context` is the one passed to `execute_deferred(..., context=...)` (default `{}`) and whose
   `tool_call_id` is the operation id;
-- an exception reaches the gate, not the tool's `failure_error_function`: the gate records the
-  failure (for a gated row, an unknown outcome unless the row names it in `definite_failures`)
-  and the model is told `"<tool> failed: <error>"`, like every gated tool.
+- an exception reaches the gate first, which records the failure; then the tool's own failure
+  policy applies, as the SDK applies it to a plain tool (`failed`): a `failure_error_function`
+  formats it for the model, `failure_error_function=None` re-raises it (an SDK error as it is,
+  any other as `UserError("Error running tool ...")`), and the SDK's default formatter is replaced
+  by effectgate's `"<tool> failed: <error>"`. For a gated row the outcome of a call that raised is
+  unknown (unless the row names the error in `definite_failures`): the model is told it needs
+  reconciliation, whatever the tool's policy, because the effect may have happened.
+
+The tool's own `needs_approval` can only add a pause (`check_own_approval`): a gated row pauses
+every new call whatever the tool's predicate says, and a read or write row, which effectgate never
+pauses, refuses a tool that asks for approval (`TableError` when it is wrapped).
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import inspect
 import json
 from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 from typing import Any
 
 from agents import FunctionTool
-from agents.tool import set_function_tool_failure_error_function
+from agents.exceptions import AgentsException, UserError
+from agents.tool import (
+    default_tool_error_function,
+    resolve_function_tool_failure_error_function,
+    set_function_tool_failure_error_function,
+)
 from agents.tool_context import ToolContext
 
-from effectgate.errors import EffectGateError
+from effectgate import EffectGate
+from effectgate.errors import EffectGateError, TableError
 from effectgate.rows import NativeTool
 
 _CURRENT: ContextVar[ToolContext[Any] | None] = ContextVar("effectgate_openai_agents_call", default=None)
@@ -105,4 +120,37 @@ def native_tool(tool: FunctionTool) -> NativeTool:
     )
 
 
-__all__ = ["calling", "native_tool", "outside_run"]
+def check_own_approval(gate: EffectGate, tool: FunctionTool, *, gated: bool) -> None:
+    """The tool's own `needs_approval` is an escalation: it can add a pause, never remove one. A
+    gated row already pauses every new call; a read or write row cannot pause (effectgate keeps no
+    approval to bind the SDK's pause to), so a tool asking for approval there is a `TableError`."""
+    spec = gate.table.get(tool.name)
+    if tool.needs_approval is False or spec is None or gated:
+        return
+    raise TableError(
+        tool.name,
+        "needs_approval",
+        f"the tool asks for approval (its own needs_approval), but its effect row is "
+        f"{spec.effect.value}, which never pauses. Give it a gated row (send, money or destructive, "
+        "naming the approver role; escalate= rules raise the role for some calls), or drop "
+        "needs_approval from the tool",
+    )
+
+
+async def failed(tool: FunctionTool | None, name: str, ctx: ToolContext[Any], exc: Exception) -> Any:
+    """A tool's failure, after the gate recorded it, as the SDK handles it for a plain tool: the
+    tool's `failure_error_function` formats it for the model; `None` re-raises it (an SDK error as
+    it is, any other as `UserError`, as the SDK does). The SDK's default formatter is replaced by
+    effectgate's message, which names the error."""
+    handler = resolve_function_tool_failure_error_function(tool, ctx) if tool is not None else None
+    if tool is None or handler is default_tool_error_function:
+        return f"{name} failed: {type(exc).__name__}: {exc}"
+    if handler is None:
+        if isinstance(exc, AgentsException):
+            raise exc
+        raise UserError(f"Error running tool {name}: {exc}") from exc
+    message = handler(ctx, exc)
+    return await message if inspect.isawaitable(message) else message
+
+
+__all__ = ["calling", "check_own_approval", "failed", "native_tool", "outside_run"]

@@ -12,7 +12,12 @@ description and JSON schema (what the model sees), and two things replaced:
   function for that row (for a table built from the tools, `gate_agent(..., effects=...)`, the
   tool itself: `_native`); the SDK's approval alone never runs a gated call. A gated call runs only
   with a grant token the application attached (`approve()`), checked against effectgate's record,
-  version and args hash; a call the SDK approved without one is refused.
+  version and args hash; a call the SDK approved without one is refused, unless the SDK's own
+  approval is settled into a grant through `native_approver` (`_native_decisions`).
+
+`is_enabled` keeps the tool's own answer, and first settles the SDK's native decisions
+(`state.approve` / `state.reject`): the SDK evaluates it with the run's context at the start of
+every turn, before it selects which paused calls of a resumed run may run.
 
 Parallel calls: with `gate_agent` (which installs agent hooks that record each model response's
 calls in the run context), the gated calls of one model turn are registered together through
@@ -31,7 +36,7 @@ import dataclasses
 import inspect
 import json
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from typing import Any, Literal
 
 from agents import FunctionTool, RunContextWrapper, function_tool
@@ -43,7 +48,8 @@ from effectgate.adapter import Unknown, check_wrappable, is_gated
 from effectgate.errors import EffectGateError, TokenError
 
 from ._context import STATE_KEY, MissingIdentity, TamperedState, adapter_state, call_context, resumed
-from ._native import calling
+from ._native import calling, check_own_approval, failed
+from ._native_decisions import NativeApprover, NativeDecisions, refusal
 
 Mode = Literal["approval", "deferred"]
 
@@ -82,6 +88,16 @@ def is_deferred(output: Any) -> bool:
     return isinstance(output, Mapping) and output.get("status") == "deferred" and "operation_id" in output
 
 
+def _record(pending: Pending) -> dict[str, Any]:
+    """What the run context keeps of a paused call: its approval, version, args hash and tool."""
+    return {
+        "approval_id": pending.approval_id,
+        "version": pending.version,
+        "args_hash": pending.card.args_hash,
+        "tool": pending.card.tool,
+    }
+
+
 def _text(outcome: Outcome) -> str:
     return outcome.for_model()
 
@@ -110,7 +126,9 @@ def as_function_tool(tool: FunctionTool | Callable[..., Any]) -> FunctionTool:
 class GatedTools:
     """The shared state of one `gate_tools` call: step registrations and per-call outcomes."""
 
-    def __init__(self, gate: EffectGate, *, agent_id: str, mode: Mode) -> None:
+    def __init__(
+        self, gate: EffectGate, *, agent_id: str, mode: Mode, native_approver: NativeApprover | None = None
+    ) -> None:
         if mode not in ("approval", "deferred"):
             raise ValueError(f"mode must be 'approval' or 'deferred', not {mode!r}")
         if not agent_id:
@@ -119,6 +137,8 @@ class GatedTools:
         self.agent_id = agent_id
         self.mode: Mode = mode
         self.names: set[str] = set()
+        self.tools: dict[str, FunctionTool] = {}  # each tool as given: its failure policy
+        self.native = NativeDecisions(gate, agent_id=agent_id, approver=native_approver, tools=self.names)
         # outcomes decided before the call runs (needs_approval), taken once by on_invoke
         self._decided: OrderedDict[tuple[str, str, str], Outcome] = OrderedDict()
         # one registration per model turn: (session, origin, call ids) -> task
@@ -131,7 +151,9 @@ class GatedTools:
     def wrap(self, tool: FunctionTool, unknown: Unknown) -> FunctionTool:
         check_wrappable(self.gate, agent_id=self.agent_id, name=tool.name, unknown=unknown)
         gated = is_gated(self.gate, tool.name)
+        check_own_approval(self.gate, tool, gated=gated)
         self.names.add(tool.name)
+        self.tools[tool.name] = tool
         name = tool.name
 
         async def on_invoke(ctx: ToolContext[Any], arguments: str) -> Any:
@@ -146,7 +168,23 @@ class GatedTools:
                 return await self.needs_approval(name, ctx, params, call_id)
 
             needs = needs_approval
-        return dataclasses.replace(tool, on_invoke_tool=on_invoke, needs_approval=needs)
+        return dataclasses.replace(
+            tool, on_invoke_tool=on_invoke, needs_approval=needs, is_enabled=self._enabled(tool.is_enabled)
+        )
+
+    def _enabled(self, own: Any) -> Callable[[RunContextWrapper[Any], Any], Awaitable[bool]]:
+        """The tool's own `is_enabled`, after settling the SDK's native decisions: the SDK evaluates
+        it with the run's context at the start of every turn, before it selects which paused calls
+        run (`_native_decisions`)."""
+
+        async def is_enabled(ctx: RunContextWrapper[Any], agent: Any) -> bool:
+            await self.native.settle(ctx)
+            if isinstance(own, bool):
+                return own
+            answer = own(ctx, agent)
+            return bool(await answer if inspect.isawaitable(answer) else answer)
+
+        return is_enabled
 
     # -- the core, off the event loop
 
@@ -209,12 +247,7 @@ class GatedTools:
         )
         outcome = await self._register(name, ctx.context, params, call_id, cctx)
         if isinstance(outcome, Pending):
-            adapter_state(ctx.context)["approvals"][call_id] = {
-                "approval_id": outcome.approval_id,
-                "version": outcome.version,
-                "args_hash": outcome.card.args_hash,
-                "tool": name,
-            }
+            adapter_state(ctx.context)["approvals"][call_id] = _record(outcome)
             return True
         self._remember((cctx.session_id, cctx.origin_message_id, call_id), outcome)
         return False
@@ -265,17 +298,29 @@ class GatedTools:
             return f"Refused (token_{exc.reason}): {exc}"
         except EffectGateError as exc:
             return f"Refused: {exc}"
-        except Exception as exc:  # the tool's own failure: recorded by the gate, told to the model
-            return f"{name} failed: {type(exc).__name__}: {exc}"
+        except Exception as exc:  # the tool's own failure: recorded by the gate, then its policy
+            return await failed(self.tools.get(name), name, ctx, exc)
 
     async def _run_granted(self, ctx: ToolContext[Any], pending: Pending, args: Any) -> str:
         grants = adapter_state(ctx.context)["grants"]
         token = grants.get(pending.approval_id)
-        if not isinstance(token, str) or pending.status != "approved":
-            return (
-                f"Refused (not_approved): {pending.card.tool} is approved in the run state but "
-                f"effectgate holds no grant for approval {pending.approval_id} (version "
-                f"{pending.version}, status {pending.status}); it has not run."
+        if not isinstance(token, str) and pending.status == "pending":
+            # a call the SDK approved without pausing it (an always_approve decision): settle it now
+            adapter_state(ctx.context)["approvals"].setdefault(ctx.tool_call_id, _record(pending))
+            await self.native.settle(ctx)
+            token = grants.get(pending.approval_id)
+            settled = isinstance(token, str)
+        else:
+            settled = False
+        if not isinstance(token, str) or (pending.status != "approved" and not settled):
+            record = adapter_state(ctx.context)["approvals"].get(ctx.tool_call_id)
+            return refusal(
+                pending.card.tool,
+                record,
+                pending.approval_id,
+                pending.version,
+                pending.status,
+                granted=isinstance(token, str),
             )
         executed = (
             await asyncio.to_thread(self.gate.execute, token, args)
@@ -283,6 +328,9 @@ class GatedTools:
             else await self.gate.aexecute(token, args)
         )
         grants.pop(pending.approval_id, None)
+        record = adapter_state(ctx.context)["approvals"].get(ctx.tool_call_id)
+        if isinstance(record, MutableMapping):
+            record["native"] = "ran"  # the SDK's approval stays; there is nothing left to settle
         return _text(executed)
 
 
@@ -293,13 +341,16 @@ def gate_tools(
     agent_id: str,
     unknown: Unknown = "raise",
     mode: Mode = "approval",
+    native_approver: NativeApprover | None = None,
 ) -> list[FunctionTool]:
     """Gated copies of `tools` (FunctionTools or plain functions) for the agent `agent_id`.
 
     A tool without a row in the table (or outside the agent's allowlist) raises `UnknownTool`
     here, unless `unknown="refuse"`: then it is kept and every call of it is refused and recorded.
+    `native_approver` is who `state.approve(item)` approves as (`_native_decisions`); without it a
+    native approve runs nothing, and a native reject always closes the approval.
     """
-    shared = GatedTools(gate, agent_id=agent_id, mode=mode)
+    shared = GatedTools(gate, agent_id=agent_id, mode=mode, native_approver=native_approver)
     return [shared.wrap(as_function_tool(t), unknown) for t in tools]
 
 

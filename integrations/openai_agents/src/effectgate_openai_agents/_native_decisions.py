@@ -1,0 +1,228 @@
+"""The SDK's own decisions, `state.approve(item)` and `state.reject(item)`, bridged to the gate.
+
+    agent = gate_agent(base, effects=..., native_approver=Approver("fiona", "finance"))
+    state.reject(item, rejection_message="not this one")   # closes effectgate's approval
+    state.approve(item)                                     # approves in effectgate as fiona
+    result = await Runner.run(agent, state)
+
+When a run resumes, before the SDK decides which paused calls run, effectgate settles every
+decision the SDK holds for a call effectgate registered and holds no grant for (it does this from
+the gated tools' `is_enabled`, which the SDK evaluates with the run's context at the start of every
+turn, including the resumed one):
+
+- A native reject always closes the approval (`gate.deny`), so the subject is free for other
+  sessions and the record says why: the reason is the SDK's rejection message (its default,
+  "Tool execution was not approved.", when none was given). The denial is recorded as the
+  configured `native_approver` when its role may decide the call, else as the system identity
+  `sdk-reject` with the row's role: the application rejected in the SDK, and a rejection cannot
+  raise anyone's privileges.
+- A native approve goes through `gate.approve` as the configured `native_approver` (an `Approver`,
+  or a function of the run context returning one): role, version, args hash, self-approval and the
+  two-person rule all hold. A grant is attached and the call runs once; a `PartialApproval` (a
+  destructive call's first approver) takes the SDK's approval back, so the call stays paused until
+  a second, distinct approver approves. Without `native_approver`, or when the gate refuses the
+  decision, nothing runs and the model is told why (the message names the setting). An
+  `always_approve=True` decision lets later calls of the tool reach `on_invoke_tool` without
+  pausing: each is settled there, the same way, before it may run.
+
+The approver comes from the application, never from the model or the snapshot's own fields: a
+function given as `native_approver` should read who is deciding from the application's request,
+not from values a stored snapshot could carry. Before deciding, the run's signed identity is
+verified and the approval's record must belong to that identity (`TamperedState` otherwise).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping, MutableMapping, Set
+from typing import Any
+
+from agents import RunContextWrapper
+from agents.tool import DEFAULT_APPROVAL_REJECTION_MESSAGE
+
+from effectgate import Approver, EffectGate, Grant
+from effectgate.errors import EffectGateError
+
+from ._context import STATE_KEY, TamperedState, call_context
+
+log = logging.getLogger(__name__)
+
+#: Who the application's native decision comes from: a fixed approver, or one per run context.
+NativeApprover = Approver | Callable[[Any], Approver | None]
+#: The identity a native reject is recorded under when no configured approver may decide the call.
+SDK_REJECT = "sdk-reject"
+NO_APPROVER = (
+    "state.approve() on a gated call needs gate_agent(..., native_approver=Approver(id, role)) "
+    "(or gate_tools(..., native_approver=...)), or approve it with "
+    "approve_as(gate, state, paused, approver)"
+)
+
+
+def native_approver_of(setting: NativeApprover | None, context: Any) -> Approver | None:
+    """The application's approver for this run (None when none is configured)."""
+    if setting is None or isinstance(setting, Approver):
+        return setting
+    chosen = setting(context)
+    if chosen is not None and not isinstance(chosen, Approver):
+        raise TypeError(f"native_approver must return an Approver or None, not {type(chosen).__name__}")
+    return chosen
+
+
+def _records(context: Any) -> tuple[MutableMapping[str, Any], MutableMapping[str, Any]] | None:
+    state = context.get(STATE_KEY) if isinstance(context, Mapping) else None
+    if not isinstance(state, MutableMapping):
+        return None
+    approvals, grants = state.get("approvals"), state.get("grants")
+    if not isinstance(approvals, MutableMapping) or not isinstance(grants, MutableMapping):
+        return None
+    return approvals, grants
+
+
+def _take_back(ctx: RunContextWrapper[Any], call_id: str) -> bool:
+    """Undo the SDK's per-call approval of `call_id`, so the call is paused again. The SDK has no
+    public way to withdraw a decision (0.24): this edits its per-call approval lists. A sticky
+    `always_approve` cannot be undone per call (False)."""
+    undone = False
+    for record in getattr(ctx, "_approvals", {}).values():
+        approved = getattr(record, "approved", None)
+        if isinstance(approved, list) and call_id in approved:
+            approved.remove(call_id)
+            undone = True
+    return undone
+
+
+class NativeDecisions:
+    """Settles the SDK's decisions for one set of gated tools (see the module docstring)."""
+
+    def __init__(
+        self, gate: EffectGate, *, agent_id: str, approver: NativeApprover | None, tools: Set[str]
+    ) -> None:
+        self.gate = gate
+        self.agent_id = agent_id
+        self.approver = approver
+        self.tools = tools  # this gate's tools: a handoff's other gated agent settles its own
+
+    async def settle(self, ctx: RunContextWrapper[Any]) -> None:
+        """Decide in effectgate what the SDK decided alone; each record once (a marker is set
+        before the first await, so concurrent callers of one turn skip it)."""
+        if not getattr(ctx, "_approvals", None):
+            return
+        found = _records(ctx.context)
+        if found is None:
+            return
+        approvals, grants = found
+        todo: list[tuple[str, MutableMapping[str, Any], bool]] = []
+        for call_id, record in list(approvals.items()):
+            if not isinstance(record, MutableMapping) or record.get("native") is not None:
+                continue
+            approval_id, tool = record.get("approval_id"), record.get("tool")
+            if not isinstance(approval_id, str) or not isinstance(tool, str) or tool not in self.tools:
+                continue
+            status = ctx.is_tool_approved(tool, call_id)
+            if status is None or (status and isinstance(grants.get(approval_id), str)):
+                continue  # undecided, or approved with the application's grant (`approve`)
+            record["native"] = "settling"
+            todo.append((call_id, record, status))
+        for call_id, record, approved in todo:
+            try:
+                if approved:
+                    await self._approve(ctx, call_id, record, grants)
+                else:
+                    await self._reject(ctx, call_id, record)
+            except BaseException:
+                record.pop("native", None)
+                raise
+
+    async def _owned_row(self, ctx: RunContextWrapper[Any], approval_id: str) -> Any:
+        """The approval's row, once the run's identity verifies and the row is that identity's."""
+        cctx = call_context(ctx.context, agent_id=self.agent_id, gate=self.gate, resumed=True)
+        row = await asyncio.to_thread(self.gate.store.get_approval, approval_id)
+        if row is not None and (row.session_id, row.origin_message_id, row.user_id) != (
+            cctx.session_id,
+            cctx.origin_message_id,
+            cctx.user_id,
+        ):
+            raise TamperedState(
+                f"approval {approval_id} belongs to another session, message or user than this run; "
+                "the run state was edited. Nothing was decided"
+            )
+        return row
+
+    async def _approve(
+        self,
+        ctx: RunContextWrapper[Any],
+        call_id: str,
+        record: MutableMapping[str, Any],
+        grants: MutableMapping[str, Any],
+    ) -> None:
+        approval_id, version = str(record["approval_id"]), record.get("version")
+        await self._owned_row(ctx, approval_id)
+        approver = native_approver_of(self.approver, ctx.context)
+        if approver is None:
+            record["native"] = "refused"
+            record["native_error"] = NO_APPROVER
+            log.warning("%s: %s", record.get("tool"), NO_APPROVER)
+            return
+        if not isinstance(version, int):
+            raise TamperedState(f"no version recorded for approval {approval_id}; nothing was approved")
+        try:
+            decision = await asyncio.to_thread(
+                self.gate.approve, approval_id, version=version, approver=approver
+            )
+        except EffectGateError as exc:
+            record["native"] = "refused"
+            record["native_error"] = f"state.approve() as {approver.id} ({approver.role}) was refused: {exc}"
+            return
+        if isinstance(decision, Grant):
+            grants[approval_id] = decision.token
+            record["native"] = "granted"
+            return
+        # PartialApproval: more distinct approvers are needed; the call waits for them
+        if _take_back(ctx, call_id):
+            record.pop("native", None)
+        else:
+            record["native"] = "refused"
+            record["native_error"] = (
+                f"{decision.approvals} of {decision.required} distinct approvers have approved; "
+                "an always_approve decision cannot keep the call paused for the next one"
+            )
+
+    async def _reject(
+        self, ctx: RunContextWrapper[Any], call_id: str, record: MutableMapping[str, Any]
+    ) -> None:
+        approval_id, tool = str(record["approval_id"]), str(record["tool"])
+        row = await self._owned_row(ctx, approval_id)
+        record["native"] = "rejected"
+        if row is None or row.status not in ("pending", "approved"):
+            return  # already closed (denied with effectgate's `reject`, expired, ran)
+        reason = ctx.get_rejection_message(tool, call_id) or DEFAULT_APPROVAL_REJECTION_MESSAGE
+        approver = native_approver_of(self.approver, ctx.context)
+        if approver is None or not self.gate.policy.role_satisfies(approver.role, row.approver_role):
+            approver = Approver(SDK_REJECT, row.approver_role)
+        try:
+            await asyncio.to_thread(
+                self.gate.deny, approval_id, approver=approver, reason=reason, version=record.get("version")
+            )
+        except EffectGateError as exc:  # decided meanwhile, or moved to a newer version
+            log.info("state.reject() of approval %s not recorded: %s", approval_id, exc)
+
+
+def refusal(
+    tool: str, record: Mapping[str, Any] | None, approval_id: str, version: int, status: str, *, granted: bool
+) -> str:
+    """What the model is told when the SDK approved a call effectgate will not run: no grant (and
+    why: the native approve's refusal, or the setting that makes `state.approve()` work), or a
+    grant for an approval that is no longer approved."""
+    text = (
+        f"Refused (not_approved): {tool} is approved in the run state but effectgate holds no "
+        f"{'usable ' if granted else ''}grant for approval {approval_id} (version {version}, status "
+        f"{status}); it has not run."
+    )
+    if granted:
+        return text
+    why = record.get("native_error") if isinstance(record, Mapping) else None
+    return f"{text} {why if isinstance(why, str) else NO_APPROVER}."
+
+
+__all__ = ["NO_APPROVER", "SDK_REJECT", "NativeApprover", "NativeDecisions", "native_approver_of", "refusal"]
