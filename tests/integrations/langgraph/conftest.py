@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -12,6 +13,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 
+from effectgate import EffectGate
 from effectgate.testing import Script
 from effectgate_langgraph.testing import ScriptedChatModel
 from tests._helpers import refuse_remote_sockets
@@ -76,3 +78,19 @@ def node_or_agent(request: pytest.FixtureRequest, lg_harness: MakeLangGraphHarne
         return lg_harness(script, agent=request.param == "agent", **options)
 
     return make
+
+
+@pytest.fixture
+def gates() -> Iterator[list[EffectGate]]:
+    """Gates a test built, closed when it ends."""
+    built: list[EffectGate] = []
+    yield built
+    for gate in built:
+        gate.close()
+
+
+@pytest.fixture
+def keyed_db(store_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The store (SQLite file or PostgreSQL); PostgreSQL keeps no key file, so the key is set."""
+    monkeypatch.setenv("EFFECTGATE_KEYRING", "k1:" + secrets.token_hex(32))
+    return store_url

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -101,15 +100,6 @@ def shop_tools(receiver: EffectRecorder) -> list[BaseTool]:
 @pytest.fixture
 def db(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path}/effectgate.db"
-
-
-@pytest.fixture
-def gates() -> Iterator[list[EffectGate]]:
-    """Gates a test built, closed when it ends."""
-    built: list[EffectGate] = []
-    yield built
-    for gate in built:
-        gate.close()
 
 
 def graph_of(

@@ -20,7 +20,26 @@ from langchain_core.messages import AIMessage, AnyMessage, ToolCall
 from langchain_core.runnables import RunnableConfig
 
 from effectgate import CallContext
-from effectgate.adapter import MissingIdentity
+from effectgate.adapter import missing_identity
+
+#: Where each identity value goes, for MissingIdentity (see `call_context`).
+WHERE_THREAD = (
+    "pass config={'configurable': {'thread_id': ...}} to graph.invoke / agent.invoke "
+    "(the conversation's id; the checkpointer keys on it too)"
+)
+WHERE_USER = (
+    "pass context=YourContext(user_id=...) to graph.invoke, with StateGraph(..., "
+    "context_schema=YourContext) or create_agent(..., context_schema=YourContext) (a mapping "
+    "works too: context={'user_id': ...}), or put it in config['configurable']['user_id']"
+)
+WHERE_AGENT = (
+    "build the node or middleware with agent_id=..., or pass agent_id in the runtime context "
+    "or config['configurable']['agent_id']"
+)
+WHERE_MESSAGE = (
+    "send the user's message in the input as HumanMessage(text, id=...); LangGraph gives a "
+    "message without an id a fresh one when it enters the state through the messages reducer"
+)
 
 
 def _field(source: Any, name: str) -> str | None:
@@ -58,10 +77,7 @@ def origin_message_id(messages: Sequence[AnyMessage]) -> str:
             if not message.id:
                 break
             return str(message.id)
-    raise MissingIdentity(
-        "no HumanMessage with an id in the state: the gate keys a call on the user message it "
-        "answers (LangGraph assigns ids to messages that enter the state through a reducer)"
-    )
+    raise missing_identity("id of the user message it answers (no HumanMessage with an id)", WHERE_MESSAGE)
 
 
 def call_context(
@@ -75,16 +91,18 @@ def call_context(
     conf: Mapping[str, Any] = config.get("configurable") or {}
     thread = conf.get("thread_id")
     if thread is None or str(thread) == "":
-        raise MissingIdentity("the graph was run without config['configurable']['thread_id']")
+        raise missing_identity("thread_id", WHERE_THREAD)
     user = _field(context, "user_id") or _field(conf, "user_id")
     if user is None:
-        raise MissingIdentity(
-            "no user_id: pass it in the runtime context (graph.invoke(..., context={'user_id': ...})) "
-            "or in config['configurable']"
+        given = (
+            "no runtime context was passed"
+            if context is None
+            else f"the runtime context ({type(context).__name__}) has no non-empty string user_id"
         )
+        raise missing_identity(f"user_id ({given})", WHERE_USER)
     agent = agent_id or _field(context, "agent_id") or _field(conf, "agent_id")
     if agent is None:
-        raise MissingIdentity("no agent_id: build the node with agent_id= or pass it in the context")
+        raise missing_identity("agent_id", WHERE_AGENT)
     run = config.get("run_id")
     return CallContext(
         session_id=str(thread),

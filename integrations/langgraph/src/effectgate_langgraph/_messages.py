@@ -1,8 +1,12 @@
-"""Outcomes as ToolMessages: the text is the core's `for_model()`, never built from model output.
+"""Outcomes as ToolMessages, never built from model output.
 
-`Executed` is a success; `Refused` and `Invalid` are errors (`status="error"`) whose text says
-what happened and, for a denial, why. The artifact (never sent to the model) carries the
-outcome's record fields for the application: kind, code, approval id, version, idempotency key.
+`Executed` is a success whose content is what ToolNode makes of the result (`content_of`: a
+string or content blocks as they are, anything else as JSON with non-ASCII kept); when the tool
+ran just now as a native langchain tool, its own ToolMessage is used as it is (status, content,
+artifact). `Refused` and `Invalid` are errors (`status="error"`) whose text is the core's
+`for_model()`: what happened and, for a denial, why. The artifact (never sent to the model)
+carries the outcome's record fields for the application: kind, code, approval id, version,
+idempotency key; a tool that returns its own artifact keeps it.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from langchain_core.messages import ToolCall, ToolMessage
 
 from effectgate import Executed, Invalid, Outcome, Pending, Refused
 from effectgate.errors import NeedsReconciliation
+
+from ._fidelity import content_of
 
 ARTIFACT_KEY = "effectgate"
 
@@ -39,27 +45,44 @@ def _artifact(outcome: Outcome | NeedsReconciliation) -> dict[str, Any]:
     return {ARTIFACT_KEY: info}
 
 
+def _edited(content: str | list[Any], edited_args: Mapping[str, Any]) -> str | list[Any]:
+    note = (
+        f"A reviewer changed the arguments of this call to "
+        f"{json.dumps(dict(edited_args), sort_keys=True, ensure_ascii=False)} and it ran with those. Result: "
+    )
+    if isinstance(content, str):
+        return note + content
+    return [{"type": "text", "text": note}, *content]
+
+
 def tool_message(
     outcome: Outcome | NeedsReconciliation,
     call: ToolCall,
     *,
     edited_args: Mapping[str, Any] | None = None,
+    ran: ToolMessage | None = None,
 ) -> ToolMessage:
-    """The ToolMessage the model receives for one call."""
+    """The ToolMessage the model receives for one call. `ran`: the tool's own ToolMessage, when
+    it ran just now (a native langchain tool): used as it is for an `Executed` outcome."""
+    content: str | list[Any]
     if isinstance(outcome, NeedsReconciliation):
         content = (
             f"{call['name']}: the outcome is unknown ({outcome.reason}); a person will reconcile it. "
             "Do not call it again."
         )
         status = "error"
+    elif isinstance(outcome, Executed):
+        if ran is not None and not outcome.replay:
+            content = ran.content if edited_args is None else _edited(ran.content, edited_args)
+            artifact = ran.artifact if ran.artifact is not None else _artifact(outcome)
+            return ran.model_copy(update={"content": content, "artifact": artifact})
+        content = content_of(outcome.result)
+        status = "success"
+        if edited_args is not None:
+            content = _edited(content, edited_args)
     else:
         content = outcome.for_model()
-        status = "success" if isinstance(outcome, Executed) else "error"
-        if isinstance(outcome, Executed) and edited_args is not None:
-            content = (
-                f"A reviewer changed the arguments of this call to "
-                f"{json.dumps(dict(edited_args), sort_keys=True)} and it ran with those. Result: {content}"
-            )
+        status = "error"
     return ToolMessage(
         content=content,
         name=call["name"],
@@ -67,13 +90,3 @@ def tool_message(
         status=status,
         artifact=_artifact(outcome),
     )
-
-
-def render(
-    outcome: Outcome | BaseException, call: ToolCall, edited_args: Mapping[str, Any] | None = None
-) -> ToolMessage:
-    """A settled gated call as its ToolMessage; a tool's own failure is raised again, so that
-    ToolNode's `handle_tool_errors` treats it as it treats any tool's."""
-    if isinstance(outcome, BaseException) and not isinstance(outcome, NeedsReconciliation):
-        raise outcome
-    return tool_message(outcome, call, edited_args=edited_args)

@@ -33,11 +33,17 @@ from langgraph.types import Command
 from effectgate import CallContext, EffectGate, Outcome
 from effectgate.adapter import is_gated
 
+from ._fidelity import flying
 from ._identity import call_context, messages_of, step_calls
-from ._messages import render, tool_message
-from ._node import DEFAULT_RESUME_IDENTITY
+from ._messages import tool_message
+from ._node import DEFAULT_RESUME_IDENTITY, answer_settled
 from ._step import StepFlow, adrive, drive, settle_step
 from ._tools import table_tools
+
+
+def _raise(e: Exception) -> str:
+    """A tool's failure is raised to create_agent's ToolNode, which applies its own flag."""
+    raise e
 
 
 class EffectGateMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
@@ -83,11 +89,13 @@ class EffectGateMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ) -> ToolMessage | Command[Any]:
         call = request.tool_call
         ctx = self._context(request)
-        if is_gated(self.gate, call["name"]):
-            settled = drive(self._flow(request, ctx), self.gate)[str(call.get("id") or "")]
-            return render(settled.outcome, call, settled.edited_args)
-        outcome: Outcome = self.gate.call(call["name"], call["args"], ctx)
-        return tool_message(outcome, call)
+        call_id = str(call.get("id") or "")
+        with flying([call], request.runtime.config) as flight:
+            if is_gated(self.gate, call["name"]):
+                settled = drive(self._flow(request, ctx), self.gate)[call_id]
+                return answer_settled(settled, call, flight.messages.get(call_id), _raise)
+            outcome: Outcome = self.gate.call(call["name"], call["args"], ctx)
+        return tool_message(outcome, call, ran=flight.messages.get(call_id))
 
     async def awrap_tool_call(
         self,
@@ -96,8 +104,10 @@ class EffectGateMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ) -> ToolMessage | Command[Any]:
         call = request.tool_call
         ctx = self._context(request)
-        if is_gated(self.gate, call["name"]):
-            settled = (await adrive(self._flow(request, ctx), self.gate))[str(call.get("id") or "")]
-            return render(settled.outcome, call, settled.edited_args)
-        outcome: Outcome = await self.gate.acall(call["name"], call["args"], ctx)
-        return tool_message(outcome, call)
+        call_id = str(call.get("id") or "")
+        with flying([call], request.runtime.config) as flight:
+            if is_gated(self.gate, call["name"]):
+                settled = (await adrive(self._flow(request, ctx), self.gate))[call_id]
+                return answer_settled(settled, call, flight.messages.get(call_id), _raise)
+            outcome: Outcome = await self.gate.acall(call["name"], call["args"], ctx)
+        return tool_message(outcome, call, ran=flight.messages.get(call_id))

@@ -14,9 +14,10 @@ function, turned into a tool as ToolNode would) is read once by `native_tool`:
 - its schema: the JSON schema the model is shown (`convert_to_openai_tool(tool)`'s parameters,
   built from `tool.tool_call_schema`, so without injected arguments). The gate validates, hashes
   and puts on the reviewer's card exactly what the model was asked for;
-- a function that runs it with `tool.invoke(args)` (an async-only tool: `tool.ainvoke`), so the
-  tool receives what langchain gives it: its pydantic `args_schema` parses the arguments (enums,
-  dates, nested models) as it would under a plain ToolNode.
+- a function that runs it as ToolNode does (`_fidelity.invoke_tool`): inside the gated node or
+  middleware, `tool.invoke(tool_call, config)` (an async-only tool: `ainvoke`), so its pydantic
+  `args_schema` parses the arguments (enums, dates, nested models), its callbacks fire, and its
+  ToolMessage is what the model receives; elsewhere `tool.invoke(args)`.
 
 Limits, refused or documented rather than guessed:
 
@@ -30,9 +31,10 @@ Limits, refused or documented rather than guessed:
 - `response_format="content_and_artifact"`: the content is the result; the artifact is dropped
   (it was never shown to the model).
 - A result with no JSON form is stored as its text (what langchain would have shown the model).
-- `handle_tool_error` turns a `ToolException` into text that the gate records as a success; leave
-  it off and list `ToolException` in the row's `definite_failures=` to have a refusal recorded as a
-  failure of a gated call.
+- `handle_tool_error` turns a `ToolException` into the tool's error ToolMessage, which the model
+  receives as under ToolNode; the gate records its text as a success. Leave it off and list
+  `ToolException` in the row's `definite_failures=` to have a refusal recorded as a failure of a
+  gated call.
 - The arguments are checked against the tool's own pydantic model before it runs; a failure there
   (a validator the JSON schema cannot express) raises `InvalidToolArguments`, which the rows
   `gated_node` / `gated_middleware` build list as a definite failure: nothing ran. For a gated
@@ -59,21 +61,13 @@ from effectgate.errors import TableError
 from effectgate.rows import DEFAULT_DB, NativeTool, Row, gate_for, table_for
 from effectgate.stores.base import to_json
 
+from ._fidelity import InvalidToolArguments, ainvoke_tool, invoke_tool, mark_native
 from ._middleware import EffectGateMiddleware
 from ._node import GatedToolNode
 
 logger = logging.getLogger(__name__)
 
 LangChainTool = BaseTool | Callable[..., Any]
-
-
-class InvalidToolArguments(ValueError):
-    """The tool's own pydantic model refused the arguments; the tool did not run."""
-
-    def __init__(self, tool: str, error: pydantic.ValidationError) -> None:
-        self.tool = tool
-        self.errors = error.errors(include_url=False)
-        super().__init__(f"{tool}: the tool refused its arguments: {error}")
 
 
 def as_tool(tool: LangChainTool) -> BaseTool:
@@ -176,19 +170,20 @@ def native_tool(tool: LangChainTool) -> NativeTool:
 
         async def run(**args: Any) -> Any:
             _check(tool, args)
-            return _content(name, await tool.ainvoke(args))
+            return _content(name, await ainvoke_tool(tool, args))
 
     else:
 
         def run(**args: Any) -> Any:  # type: ignore[misc]
             _check(tool, args)
-            return _content(name, tool.invoke(args))
+            return _content(name, invoke_tool(tool, args))
 
     # The row's fingerprint names its function: name the tool's code, not this wrapper.
     run.__module__ = getattr(code, "__module__", None) or run.__module__
     run.__qualname__ = getattr(code, "__qualname__", None) or name
     run.__name__ = name
     run.__doc__ = tool.description
+    mark_native(run)
     schema = convert_to_openai_tool(tool)["function"].get("parameters") or {
         "type": "object",
         "properties": {},
@@ -256,7 +251,7 @@ def gated_node(
     at `db` (the embedded SQLite file, set up on first use, its key file beside it): a tool
     without a row, or a row without a tool, is a TableError here. With `gate=`, that gate is used
     and must hold these rows. `node_options` go to `GatedToolNode` (`name`, `handle_tool_errors`,
-    `messages_key`, `resume_identity`, ...)."""
+    `messages_key`, `wrap_tool_call`, `resume_identity`, ...)."""
     offered = [as_tool(t) for t in tools]
     built = _gate(offered, effects, agent_id=agent_id, db=db, gate=gate)
     return GatedToolNode(built, offered, agent_id=agent_id, **node_options)

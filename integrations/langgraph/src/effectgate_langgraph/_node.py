@@ -5,7 +5,15 @@ Each time the node runs (first pass, or a re-run on resume) it:
 1. settles the step's gated calls (`_step.py`): registers them through the core and, while any
    waits for a person, raises one `interrupt()` listing all of them;
 2. then lets ToolNode dispatch every call as usual, with a `wrap_tool_call` that answers a
-   gated call from step 1 and runs a read or write call through `gate.call`.
+   gated call from step 1 and runs a read or write call through `gate.call`. Wrappers given as
+   `wrap_tool_call=` / `awrap_tool_call=` run outside it, as ToolNode runs them: their `execute`
+   is the gate.
+
+What the model receives is what a plain ToolNode would give it (`_fidelity.py`): a native tool
+runs through `tool.invoke(tool_call, config)` with its callbacks, its own error handling and its
+ToolMessage; `handle_tool_errors` is applied as ToolNode applies it, to the tool's own exception.
+A gated call's refusal or denial is the gate's answer (an error ToolMessage), not an exception,
+and an approved call whose outcome is unknown is reported for reconciliation, whatever the flag.
 
 Nothing with an effect runs before the step is settled, so reads and writes run once, after the
 last answer, and a gated call runs once because the core holds its grant and its result. The
@@ -21,21 +29,30 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.messages import AnyMessage, ToolMessage
+from langchain_core.callbacks import CallbackManagerForToolRun
+from langchain_core.messages import AnyMessage, ToolCall, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
+from langgraph.errors import GraphBubbleUp, is_invalid_resume
 from langgraph.prebuilt import ToolNode
-from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.prebuilt.tool_node import (
+    AsyncToolCallWrapper,
+    ToolCallRequest,
+    ToolCallWrapper,
+    _default_handle_tool_errors,
+    _handle_tool_error,
+)
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 from pydantic import BaseModel
 
 from effectgate import CallContext, EffectGate, Outcome
 from effectgate.adapter import is_gated
-from effectgate.errors import TableError
+from effectgate.errors import NeedsReconciliation, TableError
 
+from ._fidelity import error_message, flying, is_native, tool_span
 from ._identity import call_context, messages_of, state_of, step_calls
-from ._messages import render, tool_message
+from ._messages import tool_message
 from ._step import Settled, StepFlow, adrive, drive, settle_step
 from ._tools import table_tools
 
@@ -47,10 +64,37 @@ class _Step:
     gate: EffectGate
     ctx: CallContext
     settled: dict[str, Settled]
+    ran: dict[str, ToolMessage]  # the ToolMessages of gated calls that ran in this step, by call id
 
 
 # The settled step, for the wrappers ToolNode calls on its worker threads (it copies the context).
 _STEP: ContextVar[_Step | None] = ContextVar("effectgate_langgraph_step", default=None)
+
+
+def _propagate(e: Exception) -> str:
+    """ToolNode's own flag: the gate's wrapper has applied `handle_tool_errors` already, so
+    whatever reaches ToolNode from it is raised as it is."""
+    raise e
+
+
+def answer_settled(
+    settled: Settled, call: ToolCall, ran: ToolMessage | None, flag: Any
+) -> ToolMessage | Command[Any]:
+    """The ToolMessage for a gated call the step settled. Its tool's own failure after approval
+    (a definite failure, nothing ran) is handled as ToolNode handles any tool's; an unknown
+    outcome is reported for reconciliation."""
+    outcome = settled.outcome
+    if isinstance(outcome, Exception) and not isinstance(outcome, NeedsReconciliation):
+        return error_message(outcome, call, flag)
+    if isinstance(outcome, BaseException) and not isinstance(outcome, NeedsReconciliation):
+        raise outcome
+    return tool_message(outcome, call, edited_args=settled.edited_args, ran=ran)
+
+
+def _ended(message: ToolMessage, span: CallbackManagerForToolRun | None) -> ToolMessage:
+    if span is not None:
+        span.on_tool_end(message, name=message.name)
+    return message
 
 
 def _current(request: ToolCallRequest) -> tuple[_Step, CallContext]:
@@ -68,6 +112,9 @@ class GatedToolNode(ToolNode):
     caller's `user_id` in the runtime context or `config["configurable"]`. See
     `effectgate_langgraph` for the interrupt payload and the resume value. For langchain tools you
     already have, `gated_node(tools, effects)` builds the gate and the node in one call.
+
+    `handle_tool_errors`, `wrap_tool_call` and `awrap_tool_call` mean what they mean for ToolNode
+    (see the module docstring for how they meet the gate); `None` is ToolNode's default.
     """
 
     def __init__(
@@ -80,21 +127,26 @@ class GatedToolNode(ToolNode):
         tags: list[str] | None = None,
         handle_tool_errors: Any = None,
         messages_key: str = "messages",
+        wrap_tool_call: ToolCallWrapper | None = None,
+        awrap_tool_call: AsyncToolCallWrapper | None = None,
         resume_identity: str = DEFAULT_RESUME_IDENTITY,
     ) -> None:
         offered = list(tools) if tools is not None else table_tools(gate.table, agent_id=agent_id)
-        options: dict[str, Any] = {}
-        if handle_tool_errors is not None:
-            options["handle_tool_errors"] = handle_tool_errors
         super().__init__(
             offered,
             name=name,
             tags=tags,
             messages_key=messages_key,
-            wrap_tool_call=self._wrap,
-            awrap_tool_call=self._awrap,
-            **options,
+            wrap_tool_call=self._outer_wrap,
+            awrap_tool_call=self._outer_awrap,
+            handle_tool_errors=_propagate,
         )
+        #: ToolNode's `handle_tool_errors`, applied by the gate's wrapper (see `error_message`).
+        self.handle_tool_errors: Any = (
+            _default_handle_tool_errors if handle_tool_errors is None else handle_tool_errors
+        )
+        self.wrap_tool_call = wrap_tool_call
+        self.awrap_tool_call = awrap_tool_call
         for tool_name in self.tools_by_name:
             if tool_name not in gate.table:
                 raise TableError(tool_name, "tools", "the node offers a tool the effect table has no row for")
@@ -133,7 +185,9 @@ class GatedToolNode(ToolNode):
         runtime: Runtime[Any],
     ) -> Any:
         ctx, flow = self._flow(input, config, runtime)
-        token = _STEP.set(_Step(self.gate, ctx, drive(flow, self.gate) if flow is not None else {}))
+        with flying(self._gated(input), config) as flight:
+            settled = drive(flow, self.gate) if flow is not None else {}
+        token = _STEP.set(_Step(self.gate, ctx, settled, flight.messages))
         try:
             return super()._func(input, config, runtime)
         finally:
@@ -146,38 +200,110 @@ class GatedToolNode(ToolNode):
         runtime: Runtime[Any],
     ) -> Any:
         ctx, flow = self._flow(input, config, runtime)
-        token = _STEP.set(_Step(self.gate, ctx, await adrive(flow, self.gate) if flow is not None else {}))
+        with flying(self._gated(input), config) as flight:
+            settled = await adrive(flow, self.gate) if flow is not None else {}
+        token = _STEP.set(_Step(self.gate, ctx, settled, flight.messages))
         try:
             return await super()._afunc(input, config, runtime)
         finally:
             _STEP.reset(token)
 
+    def _gated(self, node_input: Any) -> list[ToolCall]:
+        own_calls, _ = self._parse_input(node_input)
+        return [c for c in own_calls if is_gated(self.gate, c["name"])]
+
     # -- one call (on ToolNode's worker thread or task)
 
-    @staticmethod
-    def _wrap(
-        request: ToolCallRequest, execute: Callable[[ToolCallRequest], ToolMessage | Command[Any]]
+    def _outer_wrap(
+        self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], ToolMessage | Command[Any]]
     ) -> ToolMessage | Command[Any]:
-        step, ctx = _current(request)
-        settled = step.settled.get(str(request.tool_call.get("id") or ""))
-        if settled is not None:
-            return render(settled.outcome, request.tool_call, settled.edited_args)
-        call = request.tool_call
-        outcome: Outcome = step.gate.call(call["name"], call["args"], ctx)
-        return tool_message(outcome, call)
+        """The caller's `wrap_tool_call` around the gate, as ToolNode runs it around the tool."""
+        if self.wrap_tool_call is None:
+            return self._wrap(request)
+        try:
+            return self.wrap_tool_call(request, self._wrap)
+        except GraphBubbleUp:
+            raise
+        except Exception as exc:
+            return self._wrapper_failed(exc, request)
 
-    @staticmethod
-    async def _awrap(
+    async def _outer_awrap(
+        self,
         request: ToolCallRequest,
         execute: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
     ) -> ToolMessage | Command[Any]:
+        if self.awrap_tool_call is None and self.wrap_tool_call is None:
+            return await self._awrap(request)
+        try:
+            if self.awrap_tool_call is not None:
+                return await self.awrap_tool_call(request, self._awrap)
+            assert self.wrap_tool_call is not None  # ToolNode's fallback: the sync wrapper
+            return self.wrap_tool_call(request, self._wrap)
+        except GraphBubbleUp:
+            raise
+        except Exception as exc:
+            return self._wrapper_failed(exc, request)
+
+    def _wrapper_failed(self, exc: Exception, request: ToolCallRequest) -> ToolMessage:
+        """ToolNode's rule for an exception out of a caller's wrapper: any truthy flag turns it
+        into an error ToolMessage (no type filter), an invalid resume value is never handled."""
+        flag = self.handle_tool_errors
+        if not flag or is_invalid_resume(exc):
+            raise exc
+        return ToolMessage(
+            content=_handle_tool_error(exc, flag=flag),
+            name=request.tool_call["name"],
+            tool_call_id=str(request.tool_call.get("id") or ""),
+            status="error",
+        )
+
+    def _wrap(self, request: ToolCallRequest) -> ToolMessage | Command[Any]:
         step, ctx = _current(request)
-        settled = step.settled.get(str(request.tool_call.get("id") or ""))
-        if settled is not None:
-            return render(settled.outcome, request.tool_call, settled.edited_args)
         call = request.tool_call
-        outcome: Outcome = await step.gate.acall(call["name"], call["args"], ctx)
-        return tool_message(outcome, call)
+        call_id = str(call.get("id") or "")
+        settled = step.settled.get(call_id)
+        if settled is not None:
+            return answer_settled(settled, call, step.ran.get(call_id), self.handle_tool_errors)
+        span = self._span(step.gate, request)
+        with flying([call], request.runtime.config) as flight:
+            try:
+                outcome: Outcome = step.gate.call(call["name"], call["args"], ctx)
+            except GraphBubbleUp:
+                raise
+            except Exception as exc:
+                return self._failed(exc, call, span)
+        return _ended(tool_message(outcome, call, ran=flight.messages.get(call_id)), span)
+
+    async def _awrap(self, request: ToolCallRequest) -> ToolMessage | Command[Any]:
+        step, ctx = _current(request)
+        call = request.tool_call
+        call_id = str(call.get("id") or "")
+        settled = step.settled.get(call_id)
+        if settled is not None:
+            return answer_settled(settled, call, step.ran.get(call_id), self.handle_tool_errors)
+        span = self._span(step.gate, request)
+        with flying([call], request.runtime.config) as flight:
+            try:
+                outcome: Outcome = await step.gate.acall(call["name"], call["args"], ctx)
+            except GraphBubbleUp:
+                raise
+            except Exception as exc:
+                return self._failed(exc, call, span)
+        return _ended(tool_message(outcome, call, ran=flight.messages.get(call_id)), span)
+
+    def _span(self, gate: EffectGate, request: ToolCallRequest) -> CallbackManagerForToolRun | None:
+        """The callbacks of a read or write a table row's function answers (a langchain tool
+        given to `gated_node` fires its own when it runs)."""
+        spec = gate.table.get(request.tool_call["name"])
+        tool = self.tools_by_name.get(request.tool_call["name"])
+        if spec is None or tool is None or is_native(spec.fn):
+            return None
+        return tool_span(tool, request.tool_call, request.runtime.config)
+
+    def _failed(self, exc: Exception, call: ToolCall, span: CallbackManagerForToolRun | None) -> ToolMessage:
+        if span is not None:
+            span.on_tool_error(exc, tool_call_id=call.get("id"))
+        return error_message(exc, call, self.handle_tool_errors)
 
 
 def gated_tool_node(

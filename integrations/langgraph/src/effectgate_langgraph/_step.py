@@ -175,6 +175,25 @@ def settle_step(
     return {cid: Settled(s.outcome, s.edited_args) for cid, s in slots.items()}
 
 
+HOW_TO_ANSWER = (
+    "answer by approval id: Command(resume={approval_id: decision}), or "
+    "effectgate_langgraph.resume({approval_id: decision}, out.interrupts), where a decision is "
+    "effectgate_langgraph.approve(grant.token) (the token from gate.approve(...) or `effectgate "
+    "approve`), deny(reason) or edit(args)"
+)
+NOT_A_MAPPING = f"the resume value is not a mapping from approval id to decision; {HOW_TO_ANSWER}"
+HITL_ANSWER = (
+    "the resume value is langchain's HumanInTheLoopMiddleware answer ({'decisions': [...]}), "
+    "which matches decisions to calls by position and carries no grant; effectgate binds each "
+    f"decision to its approval, so {HOW_TO_ANSWER}"
+)
+
+
+def _is_hitl(answer: Mapping[Any, Any]) -> bool:
+    """langchain's HITL resume shape: `{"decisions": [...]}` (never an approval id)."""
+    return isinstance(answer.get("decisions"), list)
+
+
 def _apply(
     gate: EffectGate,
     answer: object,
@@ -184,14 +203,9 @@ def _apply(
     resume_identity: str,
     signature: str,
 ) -> Generator[Any, Any, list[RefusedDecision]]:
-    if not isinstance(answer, Mapping):
-        return [
-            {
-                "approval_id": w.pending.approval_id,
-                "reason": "resume with a mapping from approval id to decision",
-            }
-            for w in waiting
-        ]
+    if not isinstance(answer, Mapping) or _is_hitl(answer):
+        reason = HITL_ANSWER if isinstance(answer, Mapping) else NOT_A_MAPPING
+        return [{"approval_id": w.pending.approval_id, "reason": reason} for w in waiting]
     by_id = {w.pending.approval_id: w for w in waiting}
     refused: list[RefusedDecision] = []
     for key, raw in answer.items():
