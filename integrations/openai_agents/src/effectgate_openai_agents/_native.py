@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import inspect
 import json
 from collections.abc import Iterator, Mapping
@@ -57,21 +58,47 @@ from agents.tool import (
 )
 from agents.tool_context import ToolContext
 
-from effectgate import EffectGate
+from effectgate import EffectGate, Executed, Outcome
 from effectgate.errors import EffectGateError, TableError
 from effectgate.rows import NativeTool
 
-_CURRENT: ContextVar[ToolContext[Any] | None] = ContextVar("effectgate_openai_agents_call", default=None)
+
+@dataclasses.dataclass
+class Call:
+    """The SDK call the gate is working on: its ToolContext, and what the native tool returned
+    when it ran in this call (mutated from the worker thread a sync call runs in)."""
+
+    ctx: ToolContext[Any]
+    ran: bool = False
+    output: Any = None
+
+
+_CURRENT: ContextVar[Call | None] = ContextVar("effectgate_openai_agents_call", default=None)
 
 
 @contextlib.contextmanager
-def calling(ctx: ToolContext[Any]) -> Iterator[None]:
+def calling(ctx: ToolContext[Any]) -> Iterator[Call]:
     """Make `ctx` the current call's ToolContext (for native tools) while the gate works on it."""
-    token = _CURRENT.set(ctx)
+    call = Call(ctx)
+    token = _CURRENT.set(call)
     try:
-        yield
+        yield call
     finally:
         _CURRENT.reset(token)
+
+
+def model_output(outcome: Outcome) -> Any:
+    """What the SDK is given as the tool's output. A native tool that ran in this call: its own
+    return value, as a plain FunctionTool gives it (the SDK turns typed outputs, `ToolOutputImage`
+    and lists of them, into their items and anything else into text). A stored result (a replay)
+    or a table row's function: its text, JSON without escaping non-ASCII."""
+    call = _CURRENT.get()
+    if isinstance(outcome, Executed):
+        if call is not None and call.ran and not outcome.replay:
+            return call.output
+        if not isinstance(outcome.result, str):
+            return json.dumps(outcome.result, ensure_ascii=False, default=str)
+    return outcome.for_model()
 
 
 def outside_run(
@@ -103,13 +130,15 @@ def native_tool(tool: FunctionTool) -> NativeTool:
     name = tool.name
 
     async def run_tool(**kwargs: Any) -> Any:
-        ctx = _CURRENT.get()
-        if ctx is None:
+        call = _CURRENT.get()
+        if call is None:
             raise EffectGateError(
                 f"{name} runs only inside its own gated call (gate_agent or gate_tools), where the "
                 "SDK's ToolContext is known"
             )
-        return await raw.on_invoke_tool(ctx, json.dumps(kwargs, separators=(",", ":")))
+        output = await raw.on_invoke_tool(call.ctx, json.dumps(kwargs, separators=(",", ":")))
+        call.ran, call.output = True, output
+        return output
 
     run_tool.__name__ = run_tool.__qualname__ = name
     return NativeTool(
@@ -153,4 +182,4 @@ async def failed(tool: FunctionTool | None, name: str, ctx: ToolContext[Any], ex
     return await message if inspect.isawaitable(message) else message
 
 
-__all__ = ["calling", "check_own_approval", "failed", "native_tool", "outside_run"]
+__all__ = ["Call", "calling", "check_own_approval", "failed", "model_output", "native_tool", "outside_run"]

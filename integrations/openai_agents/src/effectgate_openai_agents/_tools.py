@@ -48,7 +48,7 @@ from effectgate.adapter import Unknown, check_wrappable, is_gated
 from effectgate.errors import EffectGateError, TokenError
 
 from ._context import STATE_KEY, MissingIdentity, TamperedState, adapter_state, call_context, resumed
-from ._native import calling, check_own_approval, failed
+from ._native import calling, check_own_approval, failed, model_output
 from ._native_decisions import NativeApprover, NativeDecisions, refusal
 
 Mode = Literal["approval", "deferred"]
@@ -96,10 +96,6 @@ def _record(pending: Pending) -> dict[str, Any]:
         "args_hash": pending.card.args_hash,
         "tool": pending.card.tool,
     }
-
-
-def _text(outcome: Outcome) -> str:
-    return outcome.for_model()
 
 
 def _parse(arguments: str) -> Any:
@@ -291,7 +287,7 @@ class GatedTools:
                 return deferred_payload(outcome)  # type: ignore[arg-type]
             if isinstance(outcome, Pending):
                 return await self._run_granted(ctx, outcome, args)
-            return _text(outcome)
+            return model_output(outcome)
         except (MissingIdentity, TamperedState):
             raise
         except TokenError as exc:
@@ -301,7 +297,7 @@ class GatedTools:
         except Exception as exc:  # the tool's own failure: recorded by the gate, then its policy
             return await failed(self.tools.get(name), name, ctx, exc)
 
-    async def _run_granted(self, ctx: ToolContext[Any], pending: Pending, args: Any) -> str:
+    async def _run_granted(self, ctx: ToolContext[Any], pending: Pending, args: Any) -> Any:
         grants = adapter_state(ctx.context)["grants"]
         token = grants.get(pending.approval_id)
         if not isinstance(token, str) and pending.status == "pending":
@@ -331,7 +327,7 @@ class GatedTools:
         record = adapter_state(ctx.context)["approvals"].get(ctx.tool_call_id)
         if isinstance(record, MutableMapping):
             record["native"] = "ran"  # the SDK's approval stays; there is nothing left to settle
-        return _text(executed)
+        return model_output(executed)
 
 
 def gate_tools(
