@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import pytest
 import sqlalchemy as sa
 
-from effectgate import Keyring, Pending, open_store
+from effectgate import Approver, Grant, Keyring, Pending, open_store
 from effectgate.canonical import args_hash, canonical_text
 from effectgate.cli import keyring_for, main
 from effectgate.errors import TokenError
@@ -605,6 +605,42 @@ def test_export_jsonl_writes_one_tagged_object_per_line(
     [approval] = [r for r in records if r["table"] == "approvals"]
     assert (approval["id"], approval["version"]) == (refund.approval_id, 2)
     assert f"wrote {len(lines)} records" in _one_line(run.out)
+
+
+def test_export_writes_a_signed_chain_that_verify_checks(
+    refund: Setup, tmp_path: Path, cli: Callable[..., Run]
+) -> None:
+    """`export --out FILE` writes the executed refund as a chained record with a signed manifest;
+    `verify` says ok, names the line of a changed amount (exit 1), and an export continuing the
+    first with `--after` verifies against it."""
+    with open_store(refund.url) as store:
+        gate = app(store, keyring=keyring_for(refund.url))
+        grant = gate.approve(
+            refund.approval_id, version=refund.version, approver=Approver("fiona", "finance")
+        )
+        assert isinstance(grant, Grant)
+        gate.execute(grant.token)
+        gate.close()
+    target = tmp_path / "d1.jsonl"
+    assert cli("export", "--db", refund.url).code == 2  # no --out
+    run = cli("export", "--db", refund.url, "--out", str(target), "--settle", "0")
+    assert run.code == 0, run.err
+    assert "wrote 1 decision records" in _one_line(run.out)
+    [line] = [json.loads(text) for text in target.read_text().splitlines()]
+    assert (line["record"]["args"]["amount"], line["record"]["approvers"][0]["id"]) == (6000, "fiona")
+    manifest = f"{target}.manifest.json"
+    ok = cli("verify", "--db", refund.url, str(target))
+    assert (ok.code, _one_line(ok.out)) == (0, "ok: 1 records, chain and signed manifest verified")
+    later = tmp_path / "d2.jsonl"
+    assert (
+        cli("export", "--db", refund.url, "--out", str(later), "--after", manifest, "--settle", "0").code == 0
+    )
+    assert cli("verify", "--db", refund.url, str(later), "--after", manifest).code == 0
+    target.write_text(target.read_text().replace('"amount": 6000', '"amount": 6100'))
+    broken = cli("verify", "--db", refund.url, str(target), "--json")
+    assert broken.code == 1
+    assert (json.loads(broken.out)["ok"], json.loads(broken.out)["line"]) == (False, 1)
+    assert "line 1" in cli("verify", "--db", refund.url, str(target)).out
 
 
 # -- demo

@@ -1,4 +1,4 @@
-"""The `effectgate` command: setup, pending, show, approve, deny, audit, export, demo, serve.
+"""The `effectgate` command: setup, pending, show, approve, deny, audit, export, verify, demo, serve.
 
 `--db URL` everywhere (default: $EFFECTGATE_DB or sqlite:///effectgate.db). Commands that re-run
 the table's checks (approve, serve) need the application's gate: `--app module:factory`, where
@@ -16,12 +16,13 @@ escape such as \\u202e. `pending` shortens each argument to a fixed width and sa
 Exit codes (a failure prints one line, `effectgate: error: ...`, on stderr, never a traceback):
 
     0   ok
-    1   audit findings: `audit` found a divergence (or the demo failed one of its checks)
+    1   audit findings: `audit` found a divergence, `verify` found a broken export (or the demo
+        failed one of its checks)
     2   usage error: bad arguments or options, a bad --app, no usable keyring
     3   not found: no approval with that id, no database file at that path
     4   refused: the gate refused the decision and recorded none (stale version, wrong role or
         approver, expired, already decided, confirm check failed, tampered record, policy
-        violation, token error)
+        violation, token error), or `export` refused (audit findings, a foreign manifest)
     5   store unavailable: the server is unreachable, the database file is corrupt, the URL cannot
         be parsed, the database has no effectgate schema or another schema version, or its
         driver is not installed
@@ -53,6 +54,7 @@ from ._commands import (
     _cmd_serve,
     _cmd_setup,
     _cmd_show,
+    _cmd_verify,
 )
 from ._render import DEFAULT_DB, EXIT_OK, EXIT_USAGE, _card_panel, _console, _one_line, _short
 from ._store import UsageError, _failure, keyring_for
@@ -124,9 +126,22 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="the refusal as JSON")
     p = sub.add_parser("audit", parents=[common], help="scan the ledger, seals verified; exit 1 on findings")
     p.add_argument("--json", action="store_true", help="the report as JSON")
-    p = sub.add_parser("export", parents=[common], help="export every record")
-    p.add_argument("--jsonl", action="store_true", help="one JSON object a line (the only format)")
-    p.add_argument("--out", help="write to this file instead of stdout")
+    p = sub.add_parser("export", parents=[common], help="the decision records as a signed hash chain")
+    p.add_argument("--out", help="the export file; its signed manifest goes beside it (FILE.manifest.json)")
+    p.add_argument(
+        "--after", metavar="MANIFEST", help="continue this earlier export's chain: only what is new"
+    )
+    p.add_argument(
+        "--settle", type=float, default=60.0, help="leave records newer than this (seconds) for later"
+    )
+    p.add_argument("--jsonl", action="store_true", help="instead: every row of every table, unsigned")
+    p.add_argument("--json", action="store_true", help="the manifest as JSON")
+    p = sub.add_parser(
+        "verify", parents=[common], help="check an export's chain and manifest; exit 1 if broken"
+    )
+    p.add_argument("file", help="the export file (FILE.manifest.json beside it)")
+    p.add_argument("--after", metavar="MANIFEST", help="the earlier export this file must continue")
+    p.add_argument("--json", action="store_true", help="the verdict as JSON")
     p = sub.add_parser("serve", parents=[common], help="the reviewer inbox (web), on 127.0.0.1")
     p.add_argument("--approvers", help="TOML file of [[approver]] id, role, secret (effectgate hash-secret)")
     p.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
@@ -155,6 +170,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace, Console], int]] = {
     "deny": _cmd_deny,
     "audit": _cmd_audit,
     "export": _cmd_export,
+    "verify": _cmd_verify,
     "demo": _cmd_demo,
     "serve": _cmd_serve,
     "hash-secret": _cmd_hash_secret,

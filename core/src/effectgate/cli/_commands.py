@@ -17,6 +17,7 @@ from rich.text import Text
 from .._display import remaining, when
 from ..audit import audit, export_jsonl
 from ..context import Approver
+from ..export import Manifest, export_chain, manifest_path, verify_export
 from ..outcomes import Grant, PartialApproval
 from ..stores.records import SCHEMA_VERSION
 from ..stores.sql import open_store
@@ -30,7 +31,7 @@ from ._render import (
     _text,
     _write_json,
 )
-from ._store import UsageError, _gate, _make_gate, _open, _parse
+from ._store import UsageError, _gate, _make_gate, _open, _parse, keyring_for
 
 
 def _cmd_setup(args: argparse.Namespace, out: Console) -> int:
@@ -141,16 +142,59 @@ def _cmd_audit(args: argparse.Namespace, out: Console) -> int:
 
 
 def _cmd_export(args: argparse.Namespace, out: Console) -> int:
-    if not args.jsonl:
-        raise UsageError("export needs --jsonl (the only format)")
+    if args.jsonl:
+        with _open(args.db) as store:
+            lines = list(export_jsonl(store))
+        if args.out:
+            Path(args.out).write_text("".join(line + "\n" for line in lines))
+            out.print(_text(f"wrote {len(lines)} records to {args.out}"))
+        else:
+            sys.stdout.write("".join(line + "\n" for line in lines))
+        return EXIT_OK
+    if not args.out:
+        raise UsageError("export needs --out FILE (the signed manifest is written beside it)")
+    after = Manifest.load(args.after) if args.after else None
+    keyring = keyring_for(args.db, create=False)
     with _open(args.db) as store:
-        lines = list(export_jsonl(store))
-    if args.out:
-        Path(args.out).write_text("".join(line + "\n" for line in lines))
-        out.print(_text(f"wrote {len(lines)} records to {args.out}"))
-    else:
-        sys.stdout.write("".join(line + "\n" for line in lines))
+        manifest = export_chain(store, keyring, args.out, after=after, settle=args.settle)
+    if args.json:
+        _write_json(asdict(manifest))
+        return EXIT_OK
+    span = (
+        "no new records"
+        if manifest.first_seq is None
+        else f"records {manifest.first_seq}..{manifest.last_seq}"
+    )
+    out.print(
+        _text(
+            f"wrote {manifest.count} decision records ({span}) to {args.out}; chain head "
+            f"{manifest.head[:16]}, signed with key {manifest.key_id} in {manifest_path(args.out)}"
+        )
+    )
     return EXIT_OK
+
+
+def _cmd_verify(args: argparse.Namespace, out: Console) -> int:
+    after = Manifest.load(args.after) if args.after else None
+    verdict = verify_export(args.file, keyring_for(args.db, create=False), after=after)
+    if args.json:
+        _write_json(verdict.to_dict())
+    elif verdict.ok:
+        out.print(_text(f"ok: {verdict.count} records, chain and signed manifest verified"))
+    else:
+        where = (
+            ""
+            if verdict.line is None
+            else f"line {verdict.line}" + (f" (seq {verdict.seq})" if verdict.seq else "")
+        )
+        out.print(
+            Text.assemble(
+                ("BROKEN", "bold red"),
+                " ",
+                _text(f"{where}: {verdict.problem}" if where else str(verdict.problem)),
+            )
+        )
+    return EXIT_OK if verdict.ok else EXIT_FINDINGS
 
 
 def _cmd_serve(args: argparse.Namespace, out: Console) -> int:

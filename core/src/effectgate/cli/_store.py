@@ -23,6 +23,7 @@ from ..errors import (
     TokenError,
     UnknownApproval,
 )
+from ..export import ExportError
 from ..gate import EffectGate
 from ..stores.sql import SQLStore, open_store
 from ..table import EffectTable
@@ -186,7 +187,7 @@ def _failure(exc: Exception, url: str) -> tuple[int, str]:
         return exc.exit_code, str(exc)
     if isinstance(exc, UnknownApproval):
         return EXIT_NOT_FOUND, str(exc)
-    if isinstance(exc, ApprovalError | PolicyViolation | TokenError | IdempotencyError):
+    if isinstance(exc, ApprovalError | PolicyViolation | TokenError | IdempotencyError | ExportError):
         return EXIT_REFUSED, str(exc)
     if isinstance(exc, StoreError | MissingDependency):
         return EXIT_UNAVAILABLE, str(exc)

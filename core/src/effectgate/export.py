@@ -1,0 +1,282 @@
+"""Tamper-evident export of the decision records: a hash chain with a signed manifest.
+
+    manifest = export_chain(store, keyring, "2026-12-04.jsonl")                # first export
+    manifest = export_chain(store, keyring, "2026-12-05.jsonl", after=manifest) # only what is new
+    report = verify_export("2026-12-05.jsonl", keyring, after=previous)         # names the first break
+
+A decision record is one execution the gate recorded (a read is not one; a write, and a gated
+call with who authorised it): its sequence number (the execution's id), time, tool, effect,
+status, args hash and arguments, idempotency key and provider reference, the caller (session,
+origin message, user, agent, run), the table, row and policy fingerprints, and for a gated call
+its approval id, version and every approver's id, role, round and time.
+
+The file is JSON Lines, one `{"seq", "prev", "hash", "record"}` a line, where `hash` is sha256 of
+`prev` and the record's RFC 8785 canonical JSON, and `prev` is the hash of the line before (the
+first line's is the previous export's chain head, or 64 zeros). Beside it, `<file>.manifest.json`
+names the format, the key id, the first and last sequence, the count, the chain's start and head,
+and is signed with the gate's keyring (HMAC, domain-separated from grant tokens). `verify_export`
+recomputes every link and checks the manifest's signature: a flipped byte, a removed, added or
+reordered record, a file cut short or a forged manifest are each named at the first record where
+the chain breaks.
+
+What is exported is re-derived first: the export runs `audit` over the whole ledger with the
+keyring (seals, hashes, roles, approver counts) and refuses while it has findings, so a signature
+never vouches for an edited row. An incremental export starts after the previous manifest's last
+sequence (its signature verified first) and continues its chain. Records newer than `settle`
+seconds are left for the next export, so a row whose transaction commits late is not skipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections import defaultdict
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from .audit import audit
+from .canonical import canonical_json
+from .errors import EffectGateError, TokenError
+from .stores.protocol import Store
+from .tokens import Keyring
+
+FORMAT = "effectgate-export/1"
+GENESIS = "0" * 64
+PURPOSE = "export-manifest"
+SETTLE_S = 60.0
+
+
+class ExportError(EffectGateError):
+    """The export was refused (the ledger has audit findings, or the previous manifest is not
+    this keyring's); nothing was written."""
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What one export file holds, signed: verify the signature before trusting any field."""
+
+    format: str
+    key_id: str
+    first_seq: int | None
+    last_seq: int | None
+    count: int
+    start: str  # the chain head this file continues (the previous export's, or GENESIS)
+    head: str  # the hash of the file's last line (== start when the file is empty)
+    after_seq: int  # records with a greater sequence number are in this file or later ones
+    created_at: float
+    signature: str = ""
+
+    def body(self) -> bytes:
+        fields = asdict(self)
+        fields.pop("signature")
+        return canonical_json(fields)
+
+    def dumps(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True, indent=2) + "\n"
+
+    @classmethod
+    def load(cls, path: str | Path) -> Manifest:
+        try:
+            data = json.loads(Path(path).read_text())
+            return cls(**data)
+        except (OSError, ValueError, TypeError) as exc:
+            raise ExportError(f"{path} is not an export manifest: {exc}") from exc
+
+    def check(self, keyring: Keyring) -> None:
+        """Raise ExportError unless this manifest was signed with a key of `keyring`."""
+        if self.format != FORMAT:
+            raise ExportError(f"unknown export format {self.format!r} (this is {FORMAT})")
+        try:
+            keyring.verify_signature(PURPOSE, self.body(), self.signature)
+        except TokenError as exc:
+            raise ExportError(f"the manifest's signature does not verify: {exc}") from exc
+        if not self.signature.startswith(f"{self.key_id}."):
+            raise ExportError("the manifest's key id is not the key that signed it")
+
+
+def manifest_path(path: str | Path) -> Path:
+    return Path(f"{path}.manifest.json")
+
+
+def link(prev: str, record: Mapping[str, Any]) -> str:
+    """The hash of one chain line: sha256 over the previous hash and the record's canonical JSON."""
+    return hashlib.sha256(prev.encode() + b"\n" + canonical_json(dict(record))).hexdigest()
+
+
+def decision_records(
+    store: Store, *, after_seq: int = 0, before: float | None = None
+) -> Iterator[dict[str, Any]]:
+    """The decision records with a sequence number above `after_seq`, in sequence order, up to the
+    first one not older than `before` (it and every later one are left for the next export)."""
+    approvers: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    for d in store.all_decisions():
+        if d.decision == "approve":
+            approvers[(d.approval_id, d.version)].append(
+                {"id": d.approver_id, "role": d.role, "round": d.grant_round, "at": d.at}
+            )
+    refs = {r.key: r.provider_ref for r in store.idempotency_records()}
+    for ex in store.executions():
+        assert ex.id is not None
+        if ex.id <= after_seq or ex.effect == "read":
+            continue
+        if before is not None and ex.at >= before:
+            return  # this one and every later one wait for the next export, in sequence order
+        gated = ex.approval_id is not None and ex.version is not None
+        yield {
+            "seq": ex.id,
+            "at": ex.at,
+            "tool": ex.tool,
+            "effect": ex.effect,
+            "status": ex.status,
+            "args_hash": ex.args_hash,
+            "args": json.loads(ex.args_json),
+            "idempotency_key": ex.idempotency_key,
+            "provider_ref": refs.get(ex.idempotency_key),
+            "error": ex.error,
+            "session_id": ex.session_id,
+            "origin_message_id": ex.origin_message_id,
+            "user_id": ex.user_id,
+            "agent_id": ex.agent_id,
+            "run_id": ex.run_id,
+            "table_fingerprint": ex.table_fingerprint,
+            "row_fingerprint": ex.row_fingerprint,
+            "policy_fingerprint": ex.policy_fingerprint,
+            "approval_id": ex.approval_id,
+            "version": ex.version,
+            "approvers": approvers.get((ex.approval_id, ex.version), []) if gated else [],  # type: ignore[arg-type]
+        }
+
+
+def export_chain(
+    store: Store,
+    keyring: Keyring,
+    path: str | Path,
+    *,
+    after: Manifest | None = None,
+    settle: float = SETTLE_S,
+    now: float | None = None,
+) -> Manifest:
+    """Write the decision records after `after` (all when None) to `path` as a hash chain, and its
+    signed manifest beside it (`manifest_path(path)`). Refused, writing nothing, when the audit
+    has findings or `after` is not signed by this keyring."""
+    if after is not None:
+        after.check(keyring)
+    report = audit(store, keyring=keyring)
+    if not report.clean:
+        kinds = sorted({f.kind for f in report.findings})
+        raise ExportError(
+            f"the ledger has {len(report.findings)} audit finding(s) ({', '.join(kinds)}): run "
+            "`effectgate audit` and resolve them; nothing was exported"
+        )
+    at = time.time() if now is None else now
+    start = after.head if after is not None else GENESIS
+    after_seq = after.after_seq if after is not None else 0
+    head, first, last, count = start, None, None, 0
+    target = Path(path)
+    partial = target.with_name(target.name + ".partial")
+    with partial.open("w", encoding="utf-8") as out:
+        for record in decision_records(store, after_seq=after_seq, before=at - settle):
+            digest = link(head, record)
+            out.write(
+                json.dumps({"seq": record["seq"], "prev": head, "hash": digest, "record": record}) + "\n"
+            )
+            head, last, count = digest, record["seq"], count + 1
+            first = record["seq"] if first is None else first
+    manifest = Manifest(
+        format=FORMAT,
+        key_id=keyring.current,
+        first_seq=first,
+        last_seq=last,
+        count=count,
+        start=start,
+        head=head,
+        after_seq=after_seq if last is None else last,
+        created_at=at,
+    )
+    signed = Manifest(**{**asdict(manifest), "signature": keyring.sign(PURPOSE, manifest.body())})
+    partial.replace(target)
+    manifest_path(target).write_text(signed.dumps())
+    return signed
+
+
+@dataclass(frozen=True)
+class Verified:
+    """The result of `verify_export`: `ok`, or the first break (1-based line, its sequence, why)."""
+
+    ok: bool
+    count: int
+    line: int | None = None
+    seq: int | None = None
+    problem: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def verify_export(path: str | Path, keyring: Keyring, *, after: Manifest | None = None) -> Verified:
+    """Check an export file against its signed manifest (and, with `after`, that it continues that
+    earlier export's chain). Never raises for a broken file: the answer names the first break."""
+    try:
+        manifest = Manifest.load(manifest_path(path))
+        manifest.check(keyring)
+        if after is not None:
+            after.check(keyring)
+    except ExportError as exc:
+        return Verified(False, 0, problem=str(exc))
+    if after is not None and manifest.start != after.head:
+        return Verified(False, 0, problem="the file does not continue the given earlier export's chain")
+    head, count, last_seq = manifest.start, 0, None
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        return Verified(False, 0, problem=f"cannot read {path}: {exc}")
+    for number, text in enumerate(lines, start=1):
+        try:
+            line = json.loads(text)
+            seq, prev, digest, record = line["seq"], line["prev"], line["hash"], line["record"]
+        except (ValueError, KeyError, TypeError):
+            return Verified(
+                False, count, number, None, "not a chain line (unreadable JSON or missing fields)"
+            )
+        if not isinstance(record, dict) or record.get("seq") != seq or not isinstance(seq, int):
+            return Verified(False, count, number, None, "the line's sequence number is not its record's")
+        if prev != head:
+            return Verified(
+                False,
+                count,
+                number,
+                seq,
+                "does not follow the record before it (a record was removed, added or reordered)",
+            )
+        if link(prev, record) != digest:
+            return Verified(False, count, number, seq, "the record does not match its hash (it was changed)")
+        if last_seq is not None and seq <= last_seq:
+            return Verified(False, count, number, seq, "sequence numbers go backwards")
+        head, count, last_seq = digest, count + 1, seq
+    if count != manifest.count or head != manifest.head or last_seq != manifest.last_seq:
+        return Verified(
+            False,
+            count,
+            len(lines) + 1,
+            None,
+            f"the file ends after {count} record(s) at another head than its manifest's "
+            f"{manifest.count} (records were removed or added at the end)",
+        )
+    return Verified(True, count)
+
+
+__all__ = [
+    "FORMAT",
+    "GENESIS",
+    "ExportError",
+    "Manifest",
+    "Verified",
+    "decision_records",
+    "export_chain",
+    "link",
+    "manifest_path",
+    "verify_export",
+]
