@@ -35,6 +35,7 @@ PUBLIC = [
     "Policy",
     "Reconciled",
     "ReconciliationNotice",
+    "Recorded",
     "Refused",
     "Reversibility",
     "Row",

@@ -25,9 +25,9 @@ from typing import Any, NamedTuple, Protocol
 
 import pytest
 
-from effectgate import Approver, EffectGate, Grant, Keyring, Pending, open_store
+from effectgate import Approver, EffectGate, Grant, Keyring, Pending, Recorded, open_store
 from effectgate.adapter import DecisionMismatch, TamperedState
-from effectgate.examples.shop import Shop, app, context
+from effectgate.examples.shop import SHOP_POLICY, Shop, app, context
 from effectgate.stores import SQLStore
 from effectgate.stores.base import from_json
 from effectgate.testing import FakeClock, Script, call, say, step
@@ -106,12 +106,17 @@ MakeHarness = Callable[[Script], AdapterHarness]
 
 
 @contextmanager
-def open_shop_gate(url: str, clock: FakeClock) -> Iterator[ShopGate]:
-    """The shop (counting its reads) behind its gate on a fresh store at `url`; closed after."""
+def open_shop_gate(url: str, clock: FakeClock, *, shadow: bool = False) -> Iterator[ShopGate]:
+    """The shop (counting its reads) behind its gate on a fresh store at `url`; closed after.
+    With `shadow`, every gated row of the shop's table is in shadow mode."""
     store = open_store(url, clock=clock)
     store.setup()
     shop = CountingShop()
-    gate = app(store, keyring=Keyring.generate(), clock=clock, shop=shop)
+    if shadow:
+        table = shop.table().shadowed()
+        gate = EffectGate(table, store, policy=SHOP_POLICY, keyring=Keyring.generate(), clock=clock)
+    else:
+        gate = app(store, keyring=Keyring.generate(), clock=clock, shop=shop)
     try:
         yield ShopGate(shop, gate, store, clock)
     finally:
@@ -130,8 +135,11 @@ class AdapterContract:
     """The scenarios of tests/conformance; subclass and provide `make_harness`."""
 
     @pytest.fixture
-    def shop_gate(self, sqlite_url: str, clock: FakeClock) -> Iterator[ShopGate]:
-        with open_shop_gate(sqlite_url, clock) as parts:
+    def shop_gate(
+        self, sqlite_url: str, clock: FakeClock, request: pytest.FixtureRequest
+    ) -> Iterator[ShopGate]:
+        """The shop's gate; `parametrize("shop_gate", ["shadow"], indirect=True)` for shadow mode."""
+        with open_shop_gate(sqlite_url, clock, shadow=getattr(request, "param", "live") == "shadow") as parts:
             yield parts
 
     @pytest.fixture
@@ -234,6 +242,33 @@ class AdapterContract:
         assert len(shop_gate.store.approvals()) == 1
         assert len(shop_gate.store.executions()) == 1
         assert len(shop_gate.store.events(kind="proposed")) == 1
+        h.script.assert_complete()
+
+    @pytest.mark.parametrize("shop_gate", ["shadow"], indirect=True)
+    def test_a_shadow_call_is_recorded_never_paused_never_run(
+        self, make_harness: MakeHarness, shop_gate: ShopGate
+    ) -> None:
+        """In shadow mode a refund is recorded for review with its card; the run does not pause,
+        the model is told it did not run, and a reviewer's approval runs nothing, also when the
+        same message comes again."""
+        h = make_harness(
+            Script(
+                [call("refund_order", **REFUND), say("Noted."), call("refund_order", **REFUND), say("Noted.")]
+            )
+        )
+        turn = h.send("Please refund order 1042", message_id="m3")
+        assert turn.paused == ()
+        assert [(r.tool, r.ok) for r in turn.results] == [("refund_order", False)]
+        [row] = shop_gate.store.approvals()
+        assert (row.tool, row.status, row.approver_role) == ("refund_order", "pending", "finance")
+        decision = shop_gate.gate.approve(row.id, version=1, approver=FINANCE)
+        assert isinstance(decision, Recorded)
+        again = h.send("Please refund order 1042", message_id="m3")
+        assert again.paused == ()
+        assert [(r.tool, r.ok) for r in again.results] == [("refund_order", False)]
+        assert len(shop_gate.store.approvals()) == 1
+        assert shop_gate.shop.receiver.count("refund") == 0
+        assert shop_gate.store.executions() == []
         h.script.assert_complete()
 
     def test_unknown_tool_is_refused(self, make_harness: MakeHarness, shop_gate: ShopGate) -> None:

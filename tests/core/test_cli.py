@@ -643,6 +643,43 @@ def test_export_writes_a_signed_chain_that_verify_checks(
     assert "line 1" in cli("verify", "--db", refund.url, str(target)).out
 
 
+def test_report_counts_a_denied_refund_as_disagreement(refund: Setup, cli: Callable[..., Run]) -> None:
+    """`report --json`: the amended refund, denied, is one decided call with a disagreement of
+    1.0 under tool refund_order and role finance, mode live; a bad --since is a usage error."""
+    assert (
+        cli(
+            "deny",
+            "--db",
+            refund.url,
+            refund.approval_id,
+            "--reason",
+            "no",
+            "--as",
+            "finance",
+            "--approver",
+            "fiona",
+        ).code
+        == 0
+    )
+    run = cli("report", "--db", refund.url, "--json")
+    assert run.code == 0, run.err
+    data = json.loads(run.out)
+    [by_tool], [by_role] = data["by_tool"], data["by_role"]
+    assert (by_tool["key"], by_tool["mode"], by_tool["decided"], by_tool["denied"]) == (
+        "refund_order",
+        "live",
+        1,
+        1,
+    )
+    assert by_tool["disagreement"] == 1.0
+    assert (by_role["key"], by_role["decided"]) == ("finance", 1)
+    assert (
+        json.loads(cli("report", "--db", refund.url, "--json", "--since", "2999-01-01").out)["by_tool"] == []
+    )
+    assert cli("report", "--db", refund.url, "--since", "last tuesday").code == 2
+    assert "refund_order" in cli("report", "--db", refund.url).out
+
+
 # -- demo
 
 

@@ -11,7 +11,7 @@ from .context import (
 )
 from .effects import Effect, Policy, Reversibility
 from .gate import EffectGate, ReconciliationNotice
-from .outcomes import Card, Executed, Grant, Invalid, Outcome, PartialApproval, Pending, Refused
+from .outcomes import Card, Executed, Grant, Invalid, Outcome, PartialApproval, Pending, Recorded, Refused
 from .rows import Row, destructive, money, read, send, write
 from .stores import open_store
 from .table import EffectTable, Escalate, Reconciled, SchemaError, ToolSpec
@@ -38,6 +38,7 @@ __all__ = [
     "Policy",
     "Reconciled",
     "ReconciliationNotice",
+    "Recorded",
     "Refused",
     "Reversibility",
     "Row",

@@ -32,7 +32,7 @@ from .errors import (
     UnknownApproval,
     WrongApprover,
 )
-from .outcomes import Grant, PartialApproval, Refused
+from .outcomes import Decision, Grant, PartialApproval, Recorded, Refused
 from .stores.records import ApprovalRow
 from .table import ToolSpec
 from .tokens import token_hash
@@ -68,14 +68,25 @@ class Decisions:
         self.events = events
         self.ledger = ledger
 
-    def approve(self, approval_id: str, *, version: int, approver: Approver) -> Grant | PartialApproval:
+    def approve(self, approval_id: str, *, version: int, approver: Approver) -> Decision:
         """Approve one version (see `_approve`), logged."""
         try:
             decision = self._approve(approval_id, version=version, approver=approver)
         except EffectGateError as exc:
             _log_refused("approve", approval_id, approver, exc)
             raise
-        if isinstance(decision, Grant):
+        if isinstance(decision, Recorded):
+            log.info(
+                "shadow approval recorded (%d of %d; nothing runs): approval=%s version=%d "
+                "approver=%r role=%s",
+                decision.approvals,
+                decision.required,
+                decision.approval_id,
+                decision.version,
+                approver.id,
+                approver.role,
+            )
+        elif isinstance(decision, Grant):
             log.info(
                 "approval granted: approval=%s version=%d approver=%r role=%s",
                 decision.approval_id,
@@ -95,7 +106,7 @@ class Decisions:
             )
         return decision
 
-    def _approve(self, approval_id: str, *, version: int, approver: Approver) -> Grant | PartialApproval:
+    def _approve(self, approval_id: str, *, version: int, approver: Approver) -> Decision:
         """Approve one version. Checks role (after escalation), version, expiry, that the approver
         did not make the call (unless `Policy.self_approval`), and re-runs `scope` and `confirm`.
         Returns a `Grant`, or a `PartialApproval` while more distinct approvers are needed. An
@@ -117,6 +128,8 @@ class Decisions:
                         f"{approver.id} made this call and may not approve it (Policy.self_approval is off)",
                     )
                 regrant = row.status == "approved"
+                if spec.shadow and regrant:
+                    raise AlreadyDecided(approval_id, "approved")  # shadow: decided once, never run
                 if regrant:
                     self.lapsed(conn, row)
                 given = self.ledger.approvers(conn, row, round_=row.grants, role=role)
@@ -125,6 +138,8 @@ class Decisions:
                         approval_id, f"{approver.id} already approved; a second, distinct approver is needed"
                     )
                 self.recheck_and_record(conn, spec, row, approver)
+                if spec.shadow:
+                    return self.record_shadow(conn, row, approver, len(given) + 1, required)
                 if len(given) + 1 < required:
                     kind = "regrant_partial" if regrant else "approved_partial"
                     self.store.append_events(conn, [self.events.event(kind, row=row, approver=approver.id)])
@@ -137,6 +152,26 @@ class Decisions:
                 return self.mint(conn, row, approver, "approved", decided, expect="pending")
         assert expired
         raise ApprovalExpired(approval_id)
+
+    def record_shadow(
+        self, conn: Any, row: ApprovalRow, approver: Approver, approvals: int, required: int
+    ) -> Recorded:
+        """A shadow call's approval: the decision is recorded (by the caller); once `required`
+        distinct approvers have approved, the approval is `approved` with no grant. No token is
+        minted for a shadow call, so nothing can ever run it."""
+        complete = approvals >= required
+        if complete:
+            now = self.clock.now()
+            values = {"status": "approved", "decided_at": now, "updated_at": now}
+            if not self.store.update_approval(
+                conn, row.id, expect_status=["pending"], expect_version=row.version, values=values
+            ):  # pragma: no cover - the subject lock is held
+                raise StaleApproval(row.id, row.version, row.version)
+        kind = "shadow_approved" if complete else "shadow_approved_partial"
+        self.store.append_events(
+            conn, [self.events.event(kind, row=row, approver=approver.id, role=approver.role)]
+        )
+        return Recorded(approval_id=row.id, version=row.version, approvals=approvals, required=required)
 
     def lapsed(self, conn: Any, row: ApprovalRow) -> None:
         """An approved version may be granted again only when its grant lapsed unpresented: the

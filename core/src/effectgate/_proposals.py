@@ -58,8 +58,10 @@ class Proposals:
         canonical JSON (stored as `args_json`), `frozen` its args hash."""
         subject = spec.subject_of(args)
         subject_key = digest({"subject": subject}) if subject is not None else f"args:{frozen}"
+        if spec.shadow:  # shadow calls never hold a live subject, nor a live call's intent key
+            subject_key = f"shadow:{subject_key}"
         intent = key_of(
-            "intent",
+            "intent-shadow" if spec.shadow else "intent",
             ctx.session_id,
             spec.name,
             ctx.origin_message_id,
@@ -88,7 +90,7 @@ class Proposals:
         noted()
         if log.isEnabledFor(logging.INFO):
             _log_outcome(outcome, spec, ctx, edited_by)
-        return outcome
+        return shadowed(spec, outcome) if spec.shadow else outcome
 
     def _propose_in(
         self,
@@ -380,6 +382,23 @@ class Proposals:
                     editor if isinstance(editor, str) else None,
                 )
         return tuple(out[v] for v in sorted(out))
+
+
+def shadowed(spec: ToolSpec, outcome: Outcome) -> Outcome:
+    """What the agent is told for a call in shadow mode: recorded for review, not executed, and
+    never paused for, whatever the reviewers decide (a refusal other than a decision stands)."""
+    if isinstance(outcome, Refused) and outcome.code not in ("denied", "expired"):
+        return outcome
+    approval_id = getattr(outcome, "approval_id", None)
+    return Refused(
+        code="shadow",
+        message=(
+            f"{spec.name} is in shadow mode: the call was recorded for review (approval "
+            f"{approval_id}) and has not run; it will not run. Do not call it again for this request."
+        ),
+        tool=spec.name,
+        approval_id=approval_id,
+    )
 
 
 def _log_outcome(outcome: Outcome, spec: ToolSpec, ctx: CallContext, edited_by: str | None) -> None:

@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable, Generator
 from typing import Any, TypeVar
 
 from .errors import TokenError
-from .outcomes import Executed, Grant, Outcome, PartialApproval, Pending, Refused
+from .outcomes import Decision, Executed, Grant, Outcome, Pending, Recorded, Refused
 from .table import EffectTable
 from .tokens import Keyring
 
@@ -70,7 +70,9 @@ def _outcome_attributes(outcome: Outcome) -> Attributes:
     return attrs
 
 
-def _decision_attributes(decision: Grant | PartialApproval) -> Attributes:
+def _decision_attributes(decision: Decision) -> Attributes:
+    if isinstance(decision, Recorded):
+        return {"effectgate.outcome": "shadow"}
     return {"effectgate.outcome": "grant" if isinstance(decision, Grant) else "partial"}
 
 
@@ -124,9 +126,7 @@ class Spans:
     def call_flow(self, name: str, inner: Generator[Any, Any, Outcome]) -> Generator[Any, Any, Outcome]:
         return self._flow("effectgate.call", self._call_attributes, name, _outcome_attributes, inner)
 
-    def approve(
-        self, approval_id: str, version: int, run: Callable[[], Grant | PartialApproval]
-    ) -> Grant | PartialApproval:
+    def approve(self, approval_id: str, version: int, run: Callable[[], Decision]) -> Decision:
         def attributes(_: object) -> Attributes:
             return {"effectgate.approval_id": approval_id, "effectgate.version": version}
 

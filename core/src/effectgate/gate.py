@@ -46,10 +46,9 @@ from .context import Approver, CallContext
 from .effects import Policy
 from .outcomes import (
     Card,
+    Decision,
     Executed,
-    Grant,
     Outcome,
-    PartialApproval,
     ReconciliationNotice,
     RefusalCode,
     Refused,
@@ -262,7 +261,7 @@ class EffectGate:
 
     # -- decisions
 
-    def approve(self, approval_id: str, *, version: int, approver: Approver) -> Grant | PartialApproval:
+    def approve(self, approval_id: str, *, version: int, approver: Approver) -> Decision:
         """Approve one version (see `_decisions.Decisions.approve`)."""
         return self._spans.approve(
             approval_id,
@@ -270,9 +269,7 @@ class EffectGate:
             lambda: self._decisions.approve(approval_id, version=version, approver=approver),
         )
 
-    async def aapprove(
-        self, approval_id: str, *, version: int, approver: Approver
-    ) -> Grant | PartialApproval:
+    async def aapprove(self, approval_id: str, *, version: int, approver: Approver) -> Decision:
         return await asyncio.to_thread(self.approve, approval_id, version=version, approver=approver)
 
     def deny(

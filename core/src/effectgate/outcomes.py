@@ -33,6 +33,7 @@ RefusalCode = Literal[
     "in_progress",
     "failed",
     "mismatch",
+    "shadow",
 ]
 
 
@@ -202,6 +203,28 @@ Outcome = Executed | Pending | Refused | Invalid
 
 
 @dataclass(frozen=True, kw_only=True)
+class Recorded:
+    """A reviewer's approval of a call proposed in shadow mode, recorded: `approvals` of
+    `required` distinct approvers have approved. Nothing runs, ever (no grant is minted)."""
+
+    approval_id: str
+    version: int
+    approvals: int
+    required: int
+
+    @property
+    def complete(self) -> bool:
+        return self.approvals >= self.required
+
+    @property
+    def message(self) -> str:
+        return (
+            f"{self.approvals} of {self.required} approvals recorded; the call was proposed in shadow "
+            "mode and never runs"
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
 class Grant:
     """A single-use token for one approval version; present it to `gate.execute`."""
 
@@ -223,6 +246,10 @@ class PartialApproval:
     @property
     def message(self) -> str:
         return f"{self.approvals} of {self.required} approvals; a second, distinct approver is needed"
+
+
+#: What `approve` returns.
+Decision = Grant | PartialApproval | Recorded
 
 
 @dataclass(frozen=True, kw_only=True)

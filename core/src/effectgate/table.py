@@ -8,6 +8,7 @@ does not run.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import typing
 from collections.abc import Callable, Iterable, Mapping
@@ -117,6 +118,11 @@ class ToolSpec:
     # description is a different tool to the reviewer. Off by default: rewording your own tool's
     # docstring is not a reclassification.
     pin_description: bool = False
+    # Shadow mode (gated rows): a call is recorded as an approval with its card and decided by
+    # reviewers as usual, but never paused for and never executed; the agent is told it was
+    # recorded, not executed (Refused, code "shadow"). Part of the fingerprint, so a call proposed
+    # in shadow can never be approved or run once the row goes live.
+    shadow: bool = False
     _derived: dict[str, Any] = field(default_factory=dict[str, Any], init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -173,6 +179,10 @@ class ToolSpec:
         """Refuse a gated row (under this policy) that names no approver role."""
         if policy.gates(self.effect) and not self.approver_role:
             raise TableError(self.name, "approver_role", f"a {self.effect} tool needs an approver_role")
+        if self.shadow and not policy.gates(self.effect):
+            raise TableError(
+                self.name, "shadow", f"shadow mode is for gated rows; a {self.effect} row runs at once"
+            )
 
     @property
     def context_params(self) -> frozenset[str]:
@@ -218,7 +228,9 @@ class ToolSpec:
         return digest(self.canonical())
 
     def canonical(self) -> dict[str, Any]:
-        pinned = {"description": self.description} if self.pin_description else {}
+        pinned: dict[str, Any] = {"description": self.description} if self.pin_description else {}
+        if self.shadow:
+            pinned["shadow"] = True
         return {
             "name": self.name,
             "effect": str(self.effect),
@@ -297,6 +309,22 @@ class EffectTable:
 
     def allowlist(self, agent_id: str) -> frozenset[str]:
         return self._allow.get(agent_id, frozenset())
+
+    def shadowed(self, names: Iterable[str] | None = None, *, shadow: bool = True) -> EffectTable:
+        """A copy of this table with the gated rows `names` (default: every gated row) in shadow
+        mode, or live again with `shadow=False`. A call proposed in shadow never runs live."""
+        wanted = None if names is None else frozenset(names)
+        for name in sorted((wanted or frozenset()) - self._specs.keys()):
+            raise TableError(name, "shadow", "the table has no row of this name")
+        table = EffectTable(
+            dataclasses.replace(s, shadow=shadow)
+            if (wanted is None or s.name in wanted) and Policy().gates(s.effect)
+            else s
+            for s in self._specs.values()
+        )
+        for agent, names_ in self._allow.items():
+            table.allow(agent, names_)
+        return table
 
     def replace(self, spec: ToolSpec) -> EffectTable:
         """A copy of this table with one row replaced (e.g. a tool reclassified)."""

@@ -1,4 +1,5 @@
-"""The `effectgate` command: setup, pending, show, approve, deny, audit, export, verify, demo, serve.
+"""The `effectgate` command: setup, pending, show, approve, deny, audit, export, verify, report,
+demo, serve.
 
 `--db URL` everywhere (default: $EFFECTGATE_DB or sqlite:///effectgate.db). Commands that re-run
 the table's checks (approve, serve) need the application's gate: `--app module:factory`, where
@@ -51,6 +52,7 @@ from ._commands import (
     _cmd_export,
     _cmd_hash_secret,
     _cmd_pending,
+    _cmd_report,
     _cmd_serve,
     _cmd_setup,
     _cmd_show,
@@ -142,6 +144,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("file", help="the export file (FILE.manifest.json beside it)")
     p.add_argument("--after", metavar="MANIFEST", help="the earlier export this file must continue")
     p.add_argument("--json", action="store_true", help="the verdict as JSON")
+    p = sub.add_parser(
+        "report", parents=[common], help="disagreement: denied or edited over decided, per tool and role"
+    )
+    p.add_argument("--since", help="calls proposed at or after this time (ISO 8601, or epoch seconds)")
+    p.add_argument("--until", help="calls proposed before this time (ISO 8601, or epoch seconds)")
+    p.add_argument("--json", action="store_true", help="the rates as JSON")
     p = sub.add_parser("serve", parents=[common], help="the reviewer inbox (web), on 127.0.0.1")
     p.add_argument("--approvers", help="TOML file of [[approver]] id, role, secret (effectgate hash-secret)")
     p.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
@@ -171,6 +179,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace, Console], int]] = {
     "audit": _cmd_audit,
     "export": _cmd_export,
     "verify": _cmd_verify,
+    "report": _cmd_report,
     "demo": _cmd_demo,
     "serve": _cmd_serve,
     "hash-secret": _cmd_hash_secret,

@@ -8,17 +8,20 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import asdict
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.table import Table
 from rich.text import Text
 
 from .._display import remaining, when
 from ..audit import audit, export_jsonl
 from ..context import Approver
 from ..export import Manifest, export_chain, manifest_path, verify_export
-from ..outcomes import Grant, PartialApproval
+from ..outcomes import Grant, PartialApproval, Recorded
+from ..report import disagreement
 from ..stores.records import SCHEMA_VERSION
 from ..stores.sql import open_store
 from ._render import (
@@ -82,8 +85,10 @@ def _cmd_approve(args: argparse.Namespace, out: Console) -> int:
         # --execute: the approver runs the grant now (its token is spent here and never printed)
         done = gate.execute(decision.token) if args.execute and isinstance(decision, Grant) else None
     if args.json:
-        kind = "grant" if isinstance(decision, Grant) else "partial_approval"
-        extra: dict[str, Any] = {"message": decision.message} if isinstance(decision, PartialApproval) else {}
+        kind = {Grant: "grant", PartialApproval: "partial_approval", Recorded: "shadow_recorded"}[
+            type(decision)
+        ]
+        extra: dict[str, Any] = {} if isinstance(decision, Grant) else {"message": decision.message}
         fields = asdict(decision)
         if done is not None:
             fields.pop("token")
@@ -195,6 +200,51 @@ def _cmd_verify(args: argparse.Namespace, out: Console) -> int:
             )
         )
     return EXIT_OK if verdict.ok else EXIT_FINDINGS
+
+
+def _moment(text: str | None, option: str) -> float | None:
+    """A time given as epoch seconds or ISO 8601 (a date alone is midnight UTC)."""
+    if text is None:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise UsageError(f"{option} {text!r}: give ISO 8601 (2026-12-01T09:00) or epoch seconds") from exc
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
+def _cmd_report(args: argparse.Namespace, out: Console) -> int:
+    since, until = _moment(args.since, "--since"), _moment(args.until, "--until")
+    with _open(args.db) as store:
+        tables = {by: disagreement(store, by=by, since=since, until=until) for by in ("tool", "role")}
+    if args.json:
+        _write_json(
+            {
+                "since": since,
+                "until": until,
+                **{f"by_{k}": [r.to_dict() for r in v] for k, v in tables.items()},
+            }
+        )
+        return EXIT_OK
+    for by, rates in tables.items():
+        grid = Table(title=f"disagreement by {by} (denied or edited over decided)", title_justify="left")
+        for column in (by, "mode", "decided", "approved", "denied", "edited", "disagreement", "undecided"):
+            grid.add_column(column, justify="left" if column in (by, "mode") else "right")
+        for r in rates:
+            rate = "-" if r.disagreement is None else f"{100 * r.disagreement:.1f}%"
+            grid.add_row(
+                _text(r.key),
+                r.mode,
+                *(str(n) for n in (r.decided, r.approved, r.denied, r.edited)),
+                rate,
+                str(r.undecided),
+            )
+        out.print(grid)
+    return EXIT_OK
 
 
 def _cmd_serve(args: argparse.Namespace, out: Console) -> int:

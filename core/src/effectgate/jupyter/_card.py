@@ -21,9 +21,7 @@ from .._display import card_view, pretty, when
 from ..context import Approver
 from ..errors import EffectGateError, StaleApproval
 from ..gate import EffectGate
-from ..outcomes import Card, Executed, Grant, PartialApproval, Pending
-
-Decision = Grant | PartialApproval
+from ..outcomes import Card, Decision, Executed, Grant, PartialApproval, Pending, Recorded
 
 try:
     import ipywidgets as _widgets  # type: ignore[import-untyped]  # ships no type information
@@ -246,7 +244,7 @@ class ApprovalCard:
                     shown = self.result.result if isinstance(self.result, Executed) else self.result
                     if shown is not None:
                         message += f" Result: {json.dumps(shown, default=str)}"
-        elif isinstance(outcome, PartialApproval):
+        elif isinstance(outcome, PartialApproval | Recorded):
             self.outcome = outcome
             message = f"Recorded: {outcome.message}."
         else:

@@ -48,7 +48,7 @@ from ..errors import (
     WrongApprover,
 )
 from ..gate import EffectGate
-from ..outcomes import TAMPERED_WARNING, Card, Executed, Grant, PartialApproval
+from ..outcomes import TAMPERED_WARNING, Card, Executed, Grant, PartialApproval, Recorded
 from ..stores.base import from_json
 from ._auth import ApproverRegistry, RegisteredApprover, csrf_ok, csrf_token
 from ._sessions import LoginThrottle, Sessions
@@ -252,6 +252,7 @@ def create_app(
             action=action,
             outcome=outcome,
             partial=isinstance(outcome, PartialApproval),
+            shadow=isinstance(outcome, Recorded),
             shown=shown,
             token=token,
             approval_id=approval_id,

@@ -30,8 +30,9 @@ from typing import Any
 from agents import RunResult, RunState
 from agents.items import ToolApprovalItem
 
-from effectgate import Approver, EffectGate, Grant, PartialApproval, Refused
+from effectgate import Approver, EffectGate, Grant, Refused
 from effectgate.adapter import Paused, bind_token
+from effectgate.outcomes import Decision
 
 from ._context import TamperedState, adapter_state, has_signed_identity, mark_resumed, verify_identity
 
@@ -137,7 +138,7 @@ def approve(state: RunState[Any, Any], paused: PendingApproval, grant: Grant | s
 
 def approve_as(
     gate: EffectGate, state: RunState[Any, Any], paused: PendingApproval, approver: Approver
-) -> Grant | PartialApproval:
+) -> Decision:
     """Approve through the gate as `approver`; when that mints a grant, approve in the SDK too.
 
     A destructive call returns `PartialApproval` after its first approver: the SDK item stays
