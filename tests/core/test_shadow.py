@@ -74,6 +74,7 @@ def test_a_shadow_call_is_recorded_with_its_card_never_paused_never_run(
         card = gate.card(row.id)
         assert json.loads(row.args_json)["amount"] == 1200
         assert card.args["amount"] == 1200
+        assert any("shadow mode" in note for note in card.notes)
         # a replay of the same message finds the same record: no second approval
         again = refused_shadow(gate.call("refund_order", refund_args(1200), context("m1")))
         assert again.approval_id == out.approval_id

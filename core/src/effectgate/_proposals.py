@@ -17,6 +17,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from ._answers import SHADOW_NOTE, log_outcome, shadowed
 from ._deps import Deps, Events
 from ._execution import exec_key
 from ._ledger import Ledger, in_scope
@@ -69,6 +70,8 @@ class Proposals:
         )
         role, notes = spec.role_for(args)
         assert role is not None  # check_policy guarantees a role for every gated row
+        if spec.shadow:
+            notes = [*notes, SHADOW_NOTE]
         now = self.clock.now()
         with self.store.transaction() as conn:
             noted = self.events.note_rules(conn, spec)
@@ -89,7 +92,7 @@ class Proposals:
             )
         noted()
         if log.isEnabledFor(logging.INFO):
-            _log_outcome(outcome, spec, ctx, edited_by)
+            log_outcome(outcome, spec, ctx, edited_by)
         return shadowed(spec, outcome) if spec.shadow else outcome
 
     def _propose_in(
@@ -382,44 +385,3 @@ class Proposals:
                     editor if isinstance(editor, str) else None,
                 )
         return tuple(out[v] for v in sorted(out))
-
-
-def shadowed(spec: ToolSpec, outcome: Outcome) -> Outcome:
-    """What the agent is told for a call in shadow mode: recorded for review, not executed, and
-    never paused for, whatever the reviewers decide (a refusal other than a decision stands)."""
-    if isinstance(outcome, Refused) and outcome.code not in ("denied", "expired"):
-        return outcome
-    approval_id = getattr(outcome, "approval_id", None)
-    return Refused(
-        code="shadow",
-        message=(
-            f"{spec.name} is in shadow mode: the call was recorded for review (approval "
-            f"{approval_id}) and has not run; it will not run. Do not call it again for this request."
-        ),
-        tool=spec.name,
-        approval_id=approval_id,
-    )
-
-
-def _log_outcome(outcome: Outcome, spec: ToolSpec, ctx: CallContext, edited_by: str | None) -> None:
-    """One INFO line for a gated call's outcome (its record is in the ledger); never its arguments."""
-    pending = outcome if isinstance(outcome, Pending) else None
-    if isinstance(outcome, Refused):
-        what = f"refused ({outcome.code})"
-    elif pending is not None:
-        what = "replayed" if pending.replay else "proposed" if pending.version == 1 else "amended"
-    else:
-        what = "replayed (executed)"
-    role = f" role={pending.card.approver_role} status={pending.status}" if pending else ""
-    editor = f" edited_by={edited_by!r}" if edited_by and pending and not pending.replay else ""
-    log.info(
-        "gated call %s: approval=%s version=%s tool=%s%s agent=%r session=%r%s",
-        what,
-        getattr(outcome, "approval_id", None),
-        getattr(outcome, "version", None),
-        spec.name,
-        role,
-        ctx.agent_id,
-        ctx.session_id,
-        editor,
-    )
