@@ -680,6 +680,26 @@ def test_report_counts_a_denied_refund_as_disagreement(refund: Setup, cli: Calla
     assert "refund_order" in cli("report", "--db", refund.url).out
 
 
+def test_replay_says_every_approved_intent_replays_the_same(refund: Setup, cli: Callable[..., Run]) -> None:
+    """`replay --app`: the executed refund replays the same against stubs (exit 0, nothing real
+    runs); without --app it is a usage error."""
+    with open_store(refund.url) as store:
+        gate = app(store, keyring=keyring_for(refund.url))
+        fiona = Approver("fiona", "finance")
+        grant = gate.approve(refund.approval_id, version=refund.version, approver=fiona)
+        assert isinstance(grant, Grant)
+        gate.execute(grant.token)
+        gate.close()
+    run = cli("replay", "--db", refund.url, "--app", APP, "--json")
+    assert run.code == 0, run.err
+    [result] = json.loads(run.out)["results"]
+    assert (result["approval_id"], result["verdict"]) == (refund.approval_id, "same")
+    assert "1 of 1 approved intents replay the same" in _one_line(
+        cli("replay", "--db", refund.url, "--app", APP).out
+    )
+    assert cli("replay", "--db", refund.url).code == 2
+
+
 # -- demo
 
 

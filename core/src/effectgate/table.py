@@ -310,6 +310,10 @@ class EffectTable:
     def allowlist(self, agent_id: str) -> frozenset[str]:
         return self._allow.get(agent_id, frozenset())
 
+    def agents(self) -> list[str]:
+        """The agents that have an allowlist, sorted."""
+        return sorted(self._allow)
+
     def shadowed(self, names: Iterable[str] | None = None, *, shadow: bool = True) -> EffectTable:
         """A copy of this table with the gated rows `names` (default: every gated row) in shadow
         mode, or live again with `shadow=False`. A call proposed in shadow never runs live."""

@@ -1,5 +1,5 @@
 """The `effectgate` command: setup, pending, show, approve, deny, audit, export, verify, report,
-demo, serve.
+replay, demo, serve.
 
 `--db URL` everywhere (default: $EFFECTGATE_DB or sqlite:///effectgate.db). Commands that re-run
 the table's checks (approve, serve) need the application's gate: `--app module:factory`, where
@@ -17,8 +17,9 @@ escape such as \\u202e. `pending` shortens each argument to a fixed width and sa
 Exit codes (a failure prints one line, `effectgate: error: ...`, on stderr, never a traceback):
 
     0   ok
-    1   audit findings: `audit` found a divergence, `verify` found a broken export (or the demo
-        failed one of its checks)
+    1   audit findings: `audit` found a divergence, `verify` found a broken export, `replay` found
+        an intent the current table would refuse or route differently (or the demo failed one of
+        its checks)
     2   usage error: bad arguments or options, a bad --app, no usable keyring
     3   not found: no approval with that id, no database file at that path
     4   refused: the gate refused the decision and recorded none (stale version, wrong role or
@@ -52,6 +53,7 @@ from ._commands import (
     _cmd_export,
     _cmd_hash_secret,
     _cmd_pending,
+    _cmd_replay,
     _cmd_report,
     _cmd_serve,
     _cmd_setup,
@@ -150,6 +152,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--since", help="calls proposed at or after this time (ISO 8601, or epoch seconds)")
     p.add_argument("--until", help="calls proposed before this time (ISO 8601, or epoch seconds)")
     p.add_argument("--json", action="store_true", help="the rates as JSON")
+    p = sub.add_parser(
+        "replay", parents=[common], help="re-run approved intents against stubs; exit 1 on changes"
+    )
+    p.add_argument("--json", action="store_true", help="every intent's verdict as JSON")
     p = sub.add_parser("serve", parents=[common], help="the reviewer inbox (web), on 127.0.0.1")
     p.add_argument("--approvers", help="TOML file of [[approver]] id, role, secret (effectgate hash-secret)")
     p.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
@@ -180,6 +186,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace, Console], int]] = {
     "export": _cmd_export,
     "verify": _cmd_verify,
     "report": _cmd_report,
+    "replay": _cmd_replay,
     "demo": _cmd_demo,
     "serve": _cmd_serve,
     "hash-secret": _cmd_hash_secret,

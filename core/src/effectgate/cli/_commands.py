@@ -21,6 +21,7 @@ from ..audit import audit, export_jsonl
 from ..context import Approver
 from ..export import Manifest, export_chain, manifest_path, verify_export
 from ..outcomes import Grant, PartialApproval, Recorded
+from ..replay import replay
 from ..report import disagreement
 from ..stores.records import SCHEMA_VERSION
 from ..stores.sql import open_store
@@ -245,6 +246,20 @@ def _cmd_report(args: argparse.Namespace, out: Console) -> int:
             )
         out.print(grid)
     return EXIT_OK
+
+
+def _cmd_replay(args: argparse.Namespace, out: Console) -> int:
+    with _gate(args, need_app=True) as gate:
+        report = replay(gate.store, gate.table, gate.policy)
+    if args.json:
+        _write_json(report.to_dict())
+        return EXIT_OK if report.clean else EXIT_FINDINGS
+    for r in report.changed:
+        line = _text(f"{r.tool} approval={r.approval_id} v{r.version}: {r.detail}")
+        out.print(Text.assemble((r.verdict.upper(), "bold red"), " ", line))
+    same = len(report.results) - len(report.changed)
+    out.print(_text(f"{same} of {len(report.results)} approved intents replay the same against stubs"))
+    return EXIT_OK if report.clean else EXIT_FINDINGS
 
 
 def _cmd_serve(args: argparse.Namespace, out: Console) -> int:

@@ -1,0 +1,201 @@
+"""Sandbox replay: would every recorded approval still verify, route and run the same way?
+
+    report = replay(gate.store, table, policy)          # after a refactor or a table change
+    for r in report.changed: print(r.approval_id, r.verdict, r.detail)
+
+Each approved intent in the ledger (an approval that was approved: it ran, failed, awaits
+reconciliation, or holds an unspent grant) is re-run through the current gate code and the given
+table and policy, in a sandbox: a throwaway SQLite ledger, a fresh keyring, and every tool's
+function replaced by a recorder (or the stub given for it), so nothing real is ever called. Each
+intent is proposed again with its recorded arguments and identity (session, origin message, user,
+agent, run), approved by its recorded approvers in their recorded roles, and executed with the
+grant. The verdict:
+
+- `same`: it pauses for the recorded role and number of approvers, the recorded approvers'
+  decisions grant it, and it runs once with exactly the recorded arguments (same args hash);
+- `rerouted`: it would now run without approval, need another role or another number of
+  approvers, or hash its arguments differently;
+- `refused`: the current gate refuses it (the tool is gone or not allowed, the arguments no longer
+  fit the schema, the caller is out of scope, a check fails, the recorded approvers may not decide).
+
+Stored arguments are re-derived before they are used: an approval whose record no longer hashes
+to its args hash is reported `refused` (tampered), never replayed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tempfile
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from .canonical import hash_of_text
+from .context import Approver, CallContext
+from .effects import Policy
+from .errors import EffectGateError
+from .gate import EffectGate
+from .outcomes import Executed, Grant, Invalid, PartialApproval, Pending, Recorded, Refused
+from .stores import open_store
+from .stores.protocol import Store
+from .stores.records import ApprovalRow
+from .table import EffectTable, ToolSpec
+from .tokens import Keyring
+
+Verdict = Literal["same", "rerouted", "refused"]
+REPLAYED = ("approved", "executing", "executed", "failed", "needs_reconciliation")
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """One recorded intent and what the current gate would do with it."""
+
+    approval_id: str
+    version: int
+    tool: str
+    verdict: Verdict
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class ReplayReport:
+    results: tuple[Replayed, ...]
+    calls: Mapping[str, list[dict[str, Any]]] = field(default_factory=dict[str, list[dict[str, Any]]])
+
+    @property
+    def changed(self) -> tuple[Replayed, ...]:
+        return tuple(r for r in self.results if r.verdict != "same")
+
+    @property
+    def clean(self) -> bool:
+        return not self.changed
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"clean": self.clean, "results": [dataclasses.asdict(r) for r in self.results]}
+
+
+class Recorder:
+    """A stub tool: records each call's arguments, answers `{"stub": name}`."""
+
+    def __init__(self, name: str, calls: dict[str, list[dict[str, Any]]]) -> None:
+        self.name = name
+        self.calls = calls
+
+    def __call__(self, **kwargs: Any) -> Any:
+        self.calls[self.name].append(kwargs)
+        return {"stub": self.name}
+
+
+def sandbox_table(
+    table: EffectTable, calls: dict[str, list[dict[str, Any]]], stubs: Mapping[str, Callable[..., Any]]
+) -> EffectTable:
+    """`table` with every tool's function a recorder (or its stub); schemas, roles, checks kept."""
+    specs = [
+        dataclasses.replace(s, fn=stubs.get(s.name) or Recorder(s.name, calls), reconcile=None) for s in table
+    ]
+    sandbox = EffectTable(specs)
+    for agent in table.agents():
+        sandbox.allow(agent, table.allowlist(agent))
+    return sandbox
+
+
+def replay(
+    store: Store,
+    table: EffectTable,
+    policy: Policy | None = None,
+    *,
+    stubs: Mapping[str, Callable[..., Any]] | None = None,
+) -> ReplayReport:
+    """Replay every approved intent of `store` against `table` and `policy` in a sandbox (see
+    the module docstring). `store` is only read."""
+    calls: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    approvers: dict[tuple[str, int], list[Approver]] = defaultdict(list)
+    for d in store.all_decisions():
+        if d.decision == "approve":
+            approvers[(d.approval_id, d.version)].append(Approver(d.approver_id, d.role))
+    rows = sorted(store.approvals(status=list(REPLAYED)), key=lambda r: (r.created_at, r.id))
+    results: list[Replayed] = []
+    with tempfile.TemporaryDirectory(prefix="effectgate-replay-") as where:
+        sandbox_store = open_store(f"sqlite:///{Path(where) / 'sandbox.db'}")
+        sandbox_store.setup()
+        gate = EffectGate(
+            sandbox_table(table, calls, stubs or {}),
+            sandbox_store,
+            policy=policy,
+            keyring=Keyring.generate(),
+        )
+        try:
+            for row in rows:
+                results.append(_one(gate, row, approvers[(row.id, row.version)], calls))
+        finally:
+            gate.close()
+            sandbox_store.close()
+    return ReplayReport(tuple(results), dict(calls))
+
+
+def _one(
+    gate: EffectGate, row: ApprovalRow, approvers: list[Approver], calls: dict[str, list[dict[str, Any]]]
+) -> Replayed:
+    def verdict(kind: Verdict, detail: str = "") -> Replayed:
+        return Replayed(row.id, row.version, row.tool, kind, detail)
+
+    if hash_of_text(row.tool, row.args_json) != row.args_hash:
+        return verdict("refused", "tampered: the stored arguments do not hash to the approval's hash")
+    args = json.loads(row.args_json)
+    ctx = CallContext(
+        session_id=row.session_id,
+        origin_message_id=row.origin_message_id,
+        user_id=row.user_id,
+        agent_id=row.agent_id,
+        run_id=row.run_id,
+    )
+    before = len(calls[row.tool])
+    try:
+        out = gate.call(row.tool, args, ctx)
+        if isinstance(out, Invalid):
+            return verdict("refused", f"invalid: {out.message}")
+        if isinstance(out, Refused):
+            return verdict("refused", f"{out.code}: {out.message}")
+        if isinstance(out, Executed):
+            spec = gate.table.get(row.tool)
+            effect = spec.effect if spec is not None else "?"
+            return verdict("rerouted", f"runs without approval now (its row is {effect}, was {row.effect})")
+        assert isinstance(out, Pending)
+        card = out.card
+        if card.args_hash != row.args_hash:
+            return verdict("rerouted", "its arguments hash differently now")
+        if (card.approver_role, card.approvals_required) != (row.approver_role, row.approvals_required):
+            return verdict(
+                "rerouted",
+                f"needs {card.approvals_required} x {card.approver_role} now, was "
+                f"{row.approvals_required} x {row.approver_role}",
+            )
+        grant = None
+        for approver in approvers:
+            decision = gate.approve(out.approval_id, version=out.version, approver=approver)
+            if isinstance(decision, Grant):
+                grant = decision
+                break
+            if isinstance(decision, Recorded):
+                return verdict("rerouted", "the row is in shadow mode now: it would not run")
+            assert isinstance(decision, PartialApproval)
+        if grant is None:
+            return verdict("refused", f"the recorded approvers ({len(approvers)}) do not grant it now")
+        gate.execute(grant.token)
+    except EffectGateError as exc:
+        return verdict("refused", f"{type(exc).__name__}: {exc}")
+    ran = calls[row.tool][before:]
+    if ran != [args] and not _stubbed(gate.table.get(row.tool)):
+        return verdict("rerouted", f"ran {len(ran)} times or with other arguments")
+    return verdict("same")
+
+
+def _stubbed(spec: ToolSpec | None) -> bool:
+    """A stub the caller gave records nothing here: its calls cannot be compared."""
+    return spec is not None and not isinstance(spec.fn, Recorder)
+
+
+__all__ = ["ReplayReport", "Replayed", "Verdict", "replay", "sandbox_table"]
