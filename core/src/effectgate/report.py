@@ -1,4 +1,6 @@
-"""Model proposal against human decision: the disagreement rate per tool and per approver role.
+"""Model proposal against human decision: the disagreement rate per tool and per approver role,
+and the rollout figures (`metrics`): p95 approval latency per role against a target, replays
+absorbed, gated proposals per day against the sessions of that day, the reconciliation backlog.
 
     rates = disagreement(store, by="tool", since=..., until=...)
 
@@ -21,8 +23,11 @@ counted under mode "unverified".
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from .canonical import digest
@@ -44,7 +49,8 @@ class Rate:
     denied: int = 0
     edited: int = 0
     disagreed: int = 0
-    undecided: int = 0
+    undecided: int = 0  # pending or expired
+    expired: int = 0
     rejected: int = 0
     tools: set[str] = field(default_factory=set[str])
 
@@ -102,6 +108,7 @@ def disagreement(
             continue
         if row.status in UNDECIDED:
             rate.undecided += 1
+            rate.expired += row.status == "expired"
             continue
         rate.decided += 1
         was_edited = row.id in edited
@@ -114,10 +121,100 @@ def disagreement(
     return [groups[k] for k in sorted(groups)]
 
 
+@dataclass
+class Metrics:
+    """The rollout figures over a window (see `metrics`)."""
+
+    since: float | None
+    until: float | None
+    latency_p95_s: dict[str, float | None]  # per approver role: created -> decided, decided calls
+    latency_targets: dict[str, float]
+    proposals: int  # gated calls proposed (not counting replays)
+    replays_absorbed: int  # the same message again, answered from the record: no second approval
+    gated_by_day: list[tuple[str, int, int]]  # (UTC day, gated proposals, sessions with any call)
+    needs_reconciliation: int  # operations whose outcome is unknown, now
+
+    @property
+    def replay_rate(self) -> float | None:
+        total = self.proposals + self.replays_absorbed
+        return self.replays_absorbed / total if total else None
+
+    def latency_met(self, role: str) -> bool | None:
+        p95, target = self.latency_p95_s.get(role), self.latency_targets.get(role)
+        return None if p95 is None or target is None else p95 <= target
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["replay_rate"] = self.replay_rate
+        data["latency_met"] = {role: self.latency_met(role) for role in self.latency_p95_s}
+        data["gated_by_day"] = [
+            {"day": d, "proposals": n, "sessions": s, "per_1000_sessions": 1000.0 * n / s if s else None}
+            for d, n, s in self.gated_by_day
+        ]
+        return data
+
+
+def metrics(
+    store: Store,
+    *,
+    since: float | None = None,
+    until: float | None = None,
+    targets: Mapping[str, float] | None = None,
+) -> Metrics:
+    """p95 approval latency per role (against `targets`, seconds per role), replays absorbed,
+    gated proposals per day against the sessions active that day, and the reconciliation backlog."""
+    latencies: dict[str, list[float]] = defaultdict(list)
+    proposals_by_day: dict[str, int] = defaultdict(int)
+    proposals = 0
+    for row in _in_window(store.approvals(), since, until):
+        if row.status == "rejected":
+            continue
+        proposals += 1
+        proposals_by_day[_day(row.created_at)] += 1
+        if row.decided_at is not None and row.status not in UNDECIDED:
+            latencies[row.approver_role].append(row.decided_at - row.created_at)
+        else:
+            latencies.setdefault(row.approver_role, [])
+    sessions_by_day: dict[str, set[str]] = defaultdict(set)
+    replays = 0
+    for event in _in_window_at(store.events(), since, until):
+        if event.session_id:
+            sessions_by_day[_day(event.at)].add(event.session_id)
+        replays += event.kind == "replay" and event.approval_id is not None
+    days = sorted(set(proposals_by_day) | set(sessions_by_day))
+    return Metrics(
+        since=since,
+        until=until,
+        latency_p95_s={role: p95(values) for role, values in sorted(latencies.items())},
+        latency_targets=dict(targets or {}),
+        proposals=proposals,
+        replays_absorbed=replays,
+        gated_by_day=[(d, proposals_by_day.get(d, 0), len(sessions_by_day.get(d, ()))) for d in days],
+        needs_reconciliation=len(store.idempotency_records(status="needs_reconciliation")),
+    )
+
+
+def p95(values: list[float]) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
+
+
+def _day(at: float) -> str:
+    return datetime.fromtimestamp(at, tz=UTC).date().isoformat()
+
+
+def _in_window_at(rows: Iterable[Any], since: float | None, until: float | None) -> Iterable[Any]:
+    for row in rows:
+        if (since is None or row.at >= since) and (until is None or row.at < until):
+            yield row
+
+
 def _in_window(rows: Iterable[Any], since: float | None, until: float | None) -> Iterable[Any]:
     for row in rows:
         if (since is None or row.created_at >= since) and (until is None or row.created_at < until):
             yield row
 
 
-__all__ = ["Rate", "disagreement", "edited_approvals", "modes"]
+__all__ = ["Metrics", "Rate", "disagreement", "edited_approvals", "metrics", "modes", "p95"]

@@ -151,7 +151,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--since", help="calls proposed at or after this time (ISO 8601, or epoch seconds)")
     p.add_argument("--until", help="calls proposed before this time (ISO 8601, or epoch seconds)")
-    p.add_argument("--json", action="store_true", help="the rates as JSON")
+    p.add_argument("--target", action="append", metavar="ROLE=SECONDS", help="a p95 latency target, per role")
+    p.add_argument("--json", action="store_true", help="the rates and figures as JSON")
     p = sub.add_parser(
         "replay", parents=[common], help="re-run approved intents against stubs; exit 1 on changes"
     )

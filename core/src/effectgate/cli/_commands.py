@@ -22,7 +22,7 @@ from ..context import Approver
 from ..export import Manifest, export_chain, manifest_path, verify_export
 from ..outcomes import Grant, PartialApproval, Recorded
 from ..replay import replay
-from ..report import disagreement
+from ..report import disagreement, metrics
 from ..stores.records import SCHEMA_VERSION
 from ..stores.sql import open_store
 from ._render import (
@@ -218,33 +218,81 @@ def _moment(text: str | None, option: str) -> float | None:
     return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
 
 
+def _targets(given: list[str] | None) -> dict[str, float]:
+    """`--target finance=300` (seconds) per role."""
+    targets: dict[str, float] = {}
+    for item in given or ():
+        role, _, seconds = item.partition("=")
+        try:
+            targets[role] = float(seconds)
+        except ValueError as exc:
+            raise UsageError(f"--target {item!r}: give ROLE=SECONDS, e.g. finance=300") from exc
+        if not role or targets[role] <= 0:
+            raise UsageError(f"--target {item!r}: give ROLE=SECONDS, e.g. finance=300")
+    return targets
+
+
+def _duration(seconds: float) -> str:
+    return "0s" if seconds < 1 else remaining(seconds).removeprefix("in ")
+
+
 def _cmd_report(args: argparse.Namespace, out: Console) -> int:
     since, until = _moment(args.since, "--since"), _moment(args.until, "--until")
+    targets = _targets(args.target)
     with _open(args.db) as store:
         tables = {by: disagreement(store, by=by, since=since, until=until) for by in ("tool", "role")}
+        figures = metrics(store, since=since, until=until, targets=targets)
     if args.json:
-        _write_json(
-            {
-                "since": since,
-                "until": until,
-                **{f"by_{k}": [r.to_dict() for r in v] for k, v in tables.items()},
-            }
-        )
+        rows = {f"by_{k}": [r.to_dict() for r in v] for k, v in tables.items()}
+        _write_json({"since": since, "until": until, **rows, "metrics": figures.to_dict()})
         return EXIT_OK
     for by, rates in tables.items():
         grid = Table(title=f"disagreement by {by} (denied or edited over decided)", title_justify="left")
-        for column in (by, "mode", "decided", "approved", "denied", "edited", "disagreement", "undecided"):
+        columns = (
+            by,
+            "mode",
+            "decided",
+            "approved",
+            "denied",
+            "edited",
+            "disagreement",
+            "expired",
+            "pending",
+        )
+        for column in columns:
             grid.add_column(column, justify="left" if column in (by, "mode") else "right")
         for r in rates:
             rate = "-" if r.disagreement is None else f"{100 * r.disagreement:.1f}%"
-            grid.add_row(
-                _text(r.key),
-                r.mode,
-                *(str(n) for n in (r.decided, r.approved, r.denied, r.edited)),
-                rate,
-                str(r.undecided),
-            )
+            counts = [str(n) for n in (r.decided, r.approved, r.denied, r.edited)]
+            grid.add_row(_text(r.key), r.mode, *counts, rate, str(r.expired), str(r.undecided - r.expired))
         out.print(grid)
+    grid = Table(title="approval latency, p95 per role", title_justify="left")
+    for column in ("role", "p95", "target", "met"):
+        grid.add_column(column)
+    for role, p95 in figures.latency_p95_s.items():
+        target = figures.latency_targets.get(role)
+        met = figures.latency_met(role)
+        grid.add_row(
+            _text(role),
+            "-" if p95 is None else _duration(p95),
+            "-" if target is None else _duration(target),
+            "-" if met is None else ("met" if met else "MISSED"),
+        )
+    out.print(grid)
+    replay_rate = figures.replay_rate
+    shown = "-" if replay_rate is None else f"{100 * replay_rate:.1f}%"
+    out.print(
+        _text(
+            f"{figures.proposals} gated proposals, {figures.replays_absorbed} replays absorbed"
+            f" ({shown}); needs_reconciliation backlog: "
+            f"{figures.needs_reconciliation}"
+        )
+    )
+    for day, proposals, sessions in figures.gated_by_day:
+        per = f"{1000 * proposals / sessions:.0f}" if sessions else "-"
+        out.print(
+            _text(f"  {day}: {proposals} gated proposals, {sessions} sessions, {per} per 1,000 sessions")
+        )
     return EXIT_OK
 
 
