@@ -6,18 +6,17 @@ from __future__ import annotations
 import asyncio
 import enum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
-from langchain_core.tools import BaseTool, InjectedToolCallId, StructuredTool, tool
+from langchain_core.tools import BaseTool, StructuredTool, tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph.state import CompiledStateGraph
-from langgraph.prebuilt import InjectedState, ToolRuntime
 from langgraph.types import Command, GraphOutput
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -321,40 +320,22 @@ def test_an_async_only_tool_is_awaited_under_ainvoke(db: str, gates: list[Effect
     model.assert_complete()
 
 
-def test_tools_with_injected_arguments_are_refused(db: str) -> None:
-    """A tool that takes the graph state, the runtime or its tool call id is refused at build time:
-    the gate runs a call with the model's arguments only."""
-
-    @tool
-    def with_state(order_id: str, state: Annotated[dict[str, Any], InjectedState]) -> str:
-        """Reads the graph state."""
-        return order_id
-
-    @tool
-    def with_runtime(order_id: str, runtime: ToolRuntime) -> str:
-        """Reads the runtime."""
-        return order_id
-
-    @tool
-    def with_call_id(order_id: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> str:
-        """Reads its tool call id."""
-        return tool_call_id
-
-    for t, arg in ((with_state, "state"), (with_runtime, "runtime"), (with_call_id, "tool_call_id")):
-        with pytest.raises(TableError, match=f"injected arguments \\({arg}\\)"):
-            gated_node([t], {t.name: read()}, db=db)
-
-
-def test_a_tool_declared_to_return_a_command_is_refused() -> None:
-    """A state update is not a result the gate can store and replay: refused when read."""
+def test_a_tool_declared_to_return_a_command_is_refused_unless_a_read(
+    db: str, gates: list[EffectGate]
+) -> None:
+    """A state update is not a result the gate can store and replay: refused for a write or a
+    gated row when the node is built; a read's Command goes to the graph (test_injection.py)."""
 
     @tool
     def jump(order_id: str) -> Command[Any]:
         """Moves the graph."""
         return Command(goto="agent")
 
-    with pytest.raises(TableError, match="returns a Command"):
-        native_tool(jump)
+    with pytest.raises(TableError, match="returns a Command and its row is a write"):
+        gated_node([jump], {"jump": write()}, db=db)
+    node = gated_node([jump], {"jump": read()}, db=db)
+    gates.append(node.gate)
+    assert native_tool(jump).name == "jump"
 
 
 def test_content_and_artifact_gives_the_content() -> None:

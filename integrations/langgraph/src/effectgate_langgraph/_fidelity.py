@@ -3,12 +3,19 @@
 The gate decides whether a call runs and records it; how a langchain tool runs, and what its
 ToolMessage looks like, stays langchain's:
 
-- `flying(calls, config)` marks the calls the gate is about to run. A native tool
-  (`gated_node`, `gated_middleware`) then runs as ToolNode runs it: `tool.invoke(tool_call,
-  config)`, so its pydantic arguments, its own `handle_tool_error`, its callbacks
-  (`on_tool_start` / `on_tool_end` / `on_tool_error`) and its ToolMessage (status, content blocks,
-  artifact) are the framework's. The gate stores the message's content; the ToolMessage itself is
-  kept here, by tool call id, and is what the model receives for that run.
+- `flying(calls, config, runtimes=..., inject=...)` marks the calls the gate is about to run. A
+  native tool (`gated_node`, `gated_middleware`) then runs as ToolNode runs it: its injected
+  arguments are added by ToolNode's own `_inject_tool_args` from the call's `ToolRuntime`, then
+  `tool.invoke(tool_call, config)`, so its pydantic arguments, its own `handle_tool_error`, its
+  callbacks (`on_tool_start` / `on_tool_end` / `on_tool_error`) and its ToolMessage (status,
+  content blocks, artifact) are the framework's. The gate stores the message's content; the
+  ToolMessage itself is kept here, by tool call id, and is what the model receives for that run.
+  A `Command` a read's tool returns is kept here too, and goes to the graph as ToolNode's would.
+- `injected_keys(tool)` / `framework_keys(gate, tools)` name the arguments the framework supplies
+  and the model never does; `model_call(call, keys)` drops them from a call before the gate sees
+  it, so a value the model sent for one is never validated, hashed, approved, shown or stored,
+  and never reaches the tool. Injected values are read when the call runs (on a resume, from the
+  state of that re-run) and are never part of what was approved.
 - `content_of(result)` is the ToolMessage content ToolNode makes of a return value (a string or
   content blocks as they are, anything else as JSON without escaping non-ASCII): what the model
   sees for a stored result (a replay) or a table row's function.
@@ -20,6 +27,7 @@ ToolMessage looks like, stays langchain's:
 
 from __future__ import annotations
 
+import logging
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -31,36 +39,61 @@ import pydantic
 from langchain_core.callbacks import CallbackManager, CallbackManagerForToolRun
 from langchain_core.messages import ToolCall, ToolMessage
 from langchain_core.runnables import RunnableConfig
-from langchain_core.tools import BaseTool
-from langchain_core.tools.base import _normalize_message_content, _stringify
+from langchain_core.tools import BaseTool, InjectedToolCallId
+from langchain_core.tools.base import (
+    _is_injected_arg_type,
+    _normalize_message_content,
+    _stringify,
+    get_all_basemodel_annotations,
+)
 from langgraph.prebuilt.tool_node import (
     ToolInvocationError,
+    ToolRuntime,
     _filter_validation_errors,
+    _get_all_injected_args,
     _handle_tool_error,
     _infer_handled_types,
 )
+from langgraph.types import Command
+from pydantic_core import ErrorDetails
 
+from effectgate import EffectGate
 from effectgate.errors import NeedsReconciliation
+
+logger = logging.getLogger(__name__)
+
+#: ToolNode's `_inject_tool_args(call, runtime, tool)`: the call with the trusted values added.
+Inject = Callable[[ToolCall, ToolRuntime[Any, Any], BaseTool], ToolCall]
 
 
 class InvalidToolArguments(ValueError):
-    """The tool's own pydantic model refused the arguments; the tool did not run."""
+    """The tool's own pydantic model refused the arguments, or the values the graph injects could
+    not be supplied (no store, a missing state field); the tool did not run."""
 
-    def __init__(self, tool: str, error: pydantic.ValidationError) -> None:
+    def __init__(self, tool: str, error: Exception) -> None:
         self.tool = tool
         self.source = error
-        self.errors = error.errors(include_url=False)
-        super().__init__(f"{tool}: the tool refused its arguments: {error}")
+        self.errors: list[ErrorDetails] = []
+        if isinstance(error, pydantic.ValidationError):
+            self.errors = error.errors(include_url=False)
+            super().__init__(f"{tool}: the tool refused its arguments: {error}")
+        else:
+            super().__init__(f"{tool}: the arguments the graph injects could not be supplied: {error}")
 
 
 @dataclass
 class Flight:
-    """Calls the gate is about to run (by tool name) and the ToolMessages their tools produced
-    (by tool call id). Mutated from the worker thread that runs a tool, read by the node."""
+    """Calls the gate is about to run (by tool name), each one's ToolRuntime (by tool call id),
+    and the ToolMessages and graph updates their tools produced (by tool call id). Mutated from
+    the worker thread that runs a tool, read by the node."""
 
     calls: dict[str, ToolCall]
     config: RunnableConfig | None
+    runtimes: Mapping[str, ToolRuntime[Any, Any]] = field(default_factory=dict[str, ToolRuntime[Any, Any]])
+    inject: Inject | None = None
+    graph_updates: bool = False  # a Command the tool returns goes to the graph (the call is a read)
     messages: dict[str, ToolMessage] = field(default_factory=dict[str, ToolMessage])
+    updates: dict[str, Any] = field(default_factory=dict[str, Any])
 
 
 # A ContextVar holding a mutable Flight: tools run in copies of the context (ToolNode's executor,
@@ -69,10 +102,18 @@ _FLIGHT: ContextVar[Flight | None] = ContextVar("effectgate_langgraph_flight", d
 
 
 @contextmanager
-def flying(calls: Iterable[ToolCall], config: RunnableConfig | None) -> Iterator[Flight]:
-    """Mark `calls` as the ones the gate runs next. A gated step names each gated tool once (two
-    calls of one gated tool register neither), so a tool name finds its call."""
-    flight = Flight({c["name"]: c for c in calls}, config)
+def flying(
+    calls: Iterable[ToolCall],
+    config: RunnableConfig | None,
+    *,
+    runtimes: Mapping[str, ToolRuntime[Any, Any]] | None = None,
+    inject: Inject | None = None,
+    graph_updates: bool = False,
+) -> Iterator[Flight]:
+    """Mark `calls` as the ones the gate runs next, each with its ToolRuntime (by call id) and
+    the injector that adds the trusted values. A gated step names each gated tool once (two calls
+    of one gated tool register neither), so a tool name finds its call."""
+    flight = Flight({c["name"]: c for c in calls}, config, dict(runtimes or {}), inject, graph_updates)
     token = _FLIGHT.set(flight)
     try:
         yield flight
@@ -80,48 +121,162 @@ def flying(calls: Iterable[ToolCall], config: RunnableConfig | None) -> Iterator
         _FLIGHT.reset(token)
 
 
-def _as_call(tool: BaseTool, args: Mapping[str, Any]) -> tuple[Any, Flight | None, str]:
+def injected_keys(tool: BaseTool) -> frozenset[str]:
+    """The arguments the framework supplies to `tool` and the model never does: every key
+    ToolNode injects or strips (`InjectedState`, `InjectedStore`, `ToolRuntime`,
+    `InjectedToolCallId`, any `InjectedToolArg`) and every argument langchain leaves out of the
+    schema the model is shown."""
+    found = _get_all_injected_args(tool)
+    names = set(found.all_injected_keys) | set(found.state)
+    names.update(n for n in (found.store, found.runtime) if n)
+    names |= set(getattr(tool, "_injected_args_keys", frozenset()))
+    full = tool.args_schema
+    if isinstance(full, type) and issubclass(full, pydantic.BaseModel):
+        shown_schema = tool.tool_call_schema
+        shown = (
+            set(shown_schema.get("properties", {}))
+            if isinstance(shown_schema, dict)
+            else set(getattr(shown_schema, "model_fields", {}))
+        )
+        names |= set(full.model_fields) - shown
+    return frozenset(names)
+
+
+def model_call(call: ToolCall, keys: frozenset[str] | None) -> ToolCall:
+    """`call` as the gate sees it: without the injected keys (a model's value for one is dropped)."""
+    if not keys or not keys & set(call["args"]):
+        return call
+    args = {k: v for k, v in call["args"].items() if k not in keys}
+    return ToolCall(name=call["name"], args=args, id=call.get("id"), type="tool_call")
+
+
+def framework_keys(gate: EffectGate, tools: Iterable[BaseTool]) -> dict[str, frozenset[str]]:
+    """The injected keys of every tool name the gate or `tools` knows: a native row's tool and the
+    tool offered under that name. A function of the tool name, so every task of a step (a
+    sibling's registration, a re-run in another process) strips a call the same way."""
+    keys: dict[str, frozenset[str]] = {}
+    for spec in gate.table:
+        keys[spec.name] = _NATIVE.get(spec.fn, frozenset()) if _hashable(spec.fn) else frozenset()
+    for tool in tools:
+        keys[tool.name] = keys.get(tool.name, frozenset()) | injected_keys(tool)
+    return {name: found for name, found in keys.items() if found}
+
+
+def _check(tool: BaseTool, args: Mapping[str, Any], keys: frozenset[str], call_id: Any) -> None:
+    """The tool's own pydantic model over the arguments it will be invoked with (the injected
+    values included, its tool call id as langchain fills it), before it runs."""
+    model = tool.args_schema
+    if not (isinstance(model, type) and issubclass(model, pydantic.BaseModel)):
+        return
+    values = dict(args)
+    if keys - set(values):
+        hints = get_all_basemodel_annotations(model)
+        for key in keys - set(values):
+            hint = hints.get(key)
+            if key == "tool_call_id" or (
+                hint is not None and _is_injected_arg_type(hint, injected_type=InjectedToolCallId)
+            ):
+                values[key] = call_id
+    try:
+        model.model_validate(values)
+    except pydantic.ValidationError as exc:
+        raise InvalidToolArguments(tool.name, exc) from exc
+
+
+def _as_call(
+    tool: BaseTool, args: Mapping[str, Any], keys: frozenset[str]
+) -> tuple[Any, Flight | None, str, RunnableConfig | None]:
+    """What to invoke the tool with: a ToolCall with the trusted injected values inside a flight,
+    the plain arguments elsewhere. Whatever was given for an injected key is dropped first."""
     flight = _FLIGHT.get()
     call = flight.calls.get(tool.name) if flight is not None else None
+    given = {k: v for k, v in args.items() if k not in keys}
     if flight is None or call is None:
-        return dict(args), None, ""
-    call_id = call.get("id")
+        if keys:
+            raise InvalidToolArguments(
+                tool.name,
+                RuntimeError(
+                    f"the tool takes arguments the graph supplies ({', '.join(sorted(keys))}), so "
+                    "it runs only inside the gated node or middleware"
+                ),
+            )
+        _check(tool, given, keys, None)
+        return given, None, "", None
+    call_id = str(call.get("id") or "")
     # The arguments are the gate's (the approved or edited ones), never the checkpoint's.
-    value = {"name": tool.name, "args": dict(args), "id": call_id, "type": "tool_call"}
-    return value, flight, str(call_id or "")
+    value = ToolCall(name=tool.name, args=given, id=call.get("id"), type="tool_call")
+    runtime = flight.runtimes.get(call_id)
+    if keys:
+        if runtime is None or flight.inject is None:
+            raise InvalidToolArguments(tool.name, RuntimeError("no ToolRuntime for this call"))
+        try:
+            value = flight.inject(value, runtime, tool)
+        except Exception as exc:  # no store, a missing state field: ToolNode's own errors
+            raise InvalidToolArguments(tool.name, exc) from exc
+        value["type"] = "tool_call"
+    _check(tool, value["args"], keys, call.get("id"))
+    return value, flight, call_id, runtime.config if runtime is not None else flight.config
 
 
-def invoke_tool(tool: BaseTool, args: Mapping[str, Any]) -> Any:
-    """`tool.invoke` as ToolNode calls it when the gate runs a marked call; plain otherwise."""
-    value, flight, call_id = _as_call(tool, args)
-    out = tool.invoke(value, flight.config if flight is not None else None)
-    if flight is not None and isinstance(out, ToolMessage):
+def is_update(out: Any) -> bool:
+    """A tool result that is a graph update: a Command, or a list of Commands and ToolMessages."""
+    if isinstance(out, Command):
+        return True
+    return (
+        isinstance(out, list)
+        and any(isinstance(o, Command) for o in out)
+        and all(isinstance(o, Command | ToolMessage) for o in out)
+    )
+
+
+def _ran(tool: BaseTool, flight: Flight | None, call_id: str, out: Any) -> Any:
+    if flight is None:
+        return out
+    if isinstance(out, ToolMessage):
         flight.messages[call_id] = out
+    elif is_update(out):
+        if flight.graph_updates:
+            flight.updates[call_id] = out
+        else:
+            logger.warning(
+                "%s returned a Command: only a read's goes to the graph; the gate keeps its "
+                "ToolMessage text, the rest of the update is dropped",
+                tool.name,
+            )
     return out
 
 
-async def ainvoke_tool(tool: BaseTool, args: Mapping[str, Any]) -> Any:
+def invoke_tool(tool: BaseTool, args: Mapping[str, Any], keys: frozenset[str] = frozenset()) -> Any:
+    """`tool.invoke` as ToolNode calls it when the gate runs a marked call (the injected values
+    added to the gate's arguments); plain otherwise. `keys`: `injected_keys(tool)`."""
+    value, flight, call_id, config = _as_call(tool, args, keys)
+    return _ran(tool, flight, call_id, tool.invoke(value, config))
+
+
+async def ainvoke_tool(tool: BaseTool, args: Mapping[str, Any], keys: frozenset[str] = frozenset()) -> Any:
     """`invoke_tool` for an async-only tool."""
-    value, flight, call_id = _as_call(tool, args)
-    out = await tool.ainvoke(value, flight.config if flight is not None else None)
-    if flight is not None and isinstance(out, ToolMessage):
-        flight.messages[call_id] = out
-    return out
+    value, flight, call_id, config = _as_call(tool, args, keys)
+    return _ran(tool, flight, call_id, await tool.ainvoke(value, config))
 
 
-# The runners `native_tool` builds: their tool fires its own callbacks.
-_NATIVE: weakref.WeakSet[Callable[..., Any]] = weakref.WeakSet()
+# The runners `native_tool` builds (their tool fires its own callbacks), with their injected keys.
+_NATIVE: weakref.WeakKeyDictionary[Callable[..., Any], frozenset[str]] = weakref.WeakKeyDictionary()
 
 
-def mark_native(fn: Callable[..., Any]) -> None:
-    _NATIVE.add(fn)
+def _hashable(fn: Callable[..., Any]) -> bool:
+    try:
+        hash(fn)
+    except TypeError:  # an unhashable callable object: not one of ours
+        return False
+    return True
+
+
+def mark_native(fn: Callable[..., Any], keys: frozenset[str] = frozenset()) -> None:
+    _NATIVE[fn] = keys
 
 
 def is_native(fn: Callable[..., Any]) -> bool:
-    try:
-        return fn in _NATIVE
-    except TypeError:  # an unhashable callable object: not one of ours
-        return False
+    return _hashable(fn) and fn in _NATIVE
 
 
 def tool_span(tool: BaseTool, call: ToolCall, config: RunnableConfig) -> CallbackManagerForToolRun:
@@ -152,6 +307,14 @@ def content_of(result: Any) -> str | list[Any]:
     return _stringify(result) if normalized is None else normalized
 
 
+def raise_injection_error(exc: BaseException) -> None:
+    """ToolNode's own error (a missing store or state field, no runtime) when the values a tool's
+    injected arguments need could not be supplied: ToolNode raises it before the tool runs,
+    whatever `handle_tool_errors` says (a caller's wrapper around the node may still handle it)."""
+    if isinstance(exc, InvalidToolArguments) and not isinstance(exc.source, pydantic.ValidationError):
+        raise exc.source from exc
+
+
 def error_message(exc: Exception, call: ToolCall, flag: Any) -> ToolMessage:
     """ToolNode's `handle_tool_errors` for an exception raised by a call the gate ran.
 
@@ -159,12 +322,15 @@ def error_message(exc: Exception, call: ToolCall, flag: Any) -> ToolMessage:
     know, the cause of its NeedsReconciliation; the store keeps that record either way): a type,
     a tuple of types or a typed callable handle only those types; `True`, a string or an untyped
     callable handle all. Arguments the tool's pydantic model refused are ToolNode's
-    `ToolInvocationError`, which its default flag turns into an error ToolMessage. Unhandled, the
-    exception is raised again and fails the run."""
+    `ToolInvocationError`, which its default flag turns into an error ToolMessage; injected values
+    that could not be supplied are raised (`raise_injection_error`). Unhandled, the exception is
+    raised again and fails the run."""
     cause = exc.__cause__ if isinstance(exc, NeedsReconciliation) else exc
     error = cause if isinstance(cause, Exception) else exc
+    raise_injection_error(error)
     if isinstance(error, InvalidToolArguments):  # what ToolNode raises for arguments its tool refuses
         source = error.source
+        assert isinstance(source, pydantic.ValidationError)
         error = ToolInvocationError(
             call["name"], source, dict(call["args"]), _filter_validation_errors(source, None)
         )

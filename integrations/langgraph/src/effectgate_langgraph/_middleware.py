@@ -15,25 +15,31 @@ a call around it. `create_agent` runs each tool call of a model step as its own 
 Resume with a mapping from approval id to decision: `resume(decisions, out.interrupts)` sends
 each interrupt the decisions for the approvals it lists; `Command(resume=decisions)` works too.
 The middleware answers every call itself: the tool functions (and any middleware listed after
-it) are never invoked, because what runs is the effect table's row.
+it) are never invoked, because what runs is the effect table's row. A langchain tool given to
+`gated_middleware` runs as create_agent's ToolNode would run it: injected keys are dropped from
+the call before the gate sees it, and the trusted values are added from the call's
+`request.runtime` (ToolNode's `_inject_tool_args`) when it runs, including a gated call that
+runs on resume. A read's `Command` goes to the graph, checked as ToolNode checks it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from contextlib import AbstractContextManager
+from typing import Any, cast
 
 from langchain.agents.middleware import AgentMiddleware, AgentState
-from langchain_core.messages import ToolMessage
+from langchain_core.messages import ToolCall, ToolMessage
 from langchain_core.tools import BaseTool
+from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
-from effectgate import CallContext, EffectGate, Outcome
+from effectgate import CallContext, Effect, EffectGate, Executed, Outcome
 from effectgate.adapter import is_gated
 
-from ._fidelity import flying
+from ._fidelity import Flight, InvalidToolArguments, flying, framework_keys, model_call, raise_injection_error
 from ._identity import call_context, messages_of, step_calls
 from ._messages import tool_message
 from ._node import DEFAULT_RESUME_IDENTITY, answer_settled
@@ -68,46 +74,88 @@ class EffectGateMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self.agent_id = agent_id
         self.resume_identity = resume_identity
         self.tools = list(tools) if tools is not None else table_tools(gate.table, agent_id=agent_id)
+        #: The arguments the framework supplies, by tool name: dropped from every call the gate sees.
+        self.injected_keys = framework_keys(gate, self.tools)
+        # ToolNode's own injection and Command checks (create_agent's ToolNode is not reachable
+        # from a middleware; a tool it does not know is read on the fly, as ToolNode does).
+        self._tool_node = ToolNode(self.tools)
 
     def _context(self, request: ToolCallRequest) -> CallContext:
         messages = messages_of(request.state)
         ctx = call_context(messages, request.runtime.config, request.runtime.context, agent_id=self.agent_id)
         return dataclasses.replace(ctx, tool_call_id=request.tool_call.get("id"))
 
-    def _flow(self, request: ToolCallRequest, ctx: CallContext) -> StepFlow:
-        call = request.tool_call
-        step = step_calls(messages_of(request.state))
+    def _model_call(self, call: ToolCall) -> ToolCall:
+        return model_call(call, self.injected_keys.get(call["name"]))
+
+    def _flow(self, request: ToolCallRequest, call: ToolCall, ctx: CallContext) -> StepFlow:
+        step = [self._model_call(c) for c in step_calls(messages_of(request.state))]
         if call.get("id") not in {c.get("id") for c in step}:
             step = [call]
         own = frozenset({str(call.get("id") or "")})
-        return settle_step(self.gate, step, ctx, own=own, resume_identity=self.resume_identity)
+        return settle_step(
+            self.gate,
+            step,
+            ctx,
+            own=own,
+            resume_identity=self.resume_identity,
+            injected_keys=self.injected_keys,
+        )
+
+    def _flight(self, call: ToolCall, request: ToolCallRequest) -> AbstractContextManager[Flight]:
+        """The call runs with the ToolRuntime create_agent's ToolNode built for it."""
+        spec = self.gate.table.get(call["name"])
+        return flying(
+            [call],
+            request.runtime.config,
+            runtimes={str(call.get("id") or ""): request.runtime},
+            inject=self._tool_node._inject_tool_args,
+            graph_updates=spec is not None and spec.effect is Effect.READ,
+        )
+
+    def _answer(self, call: ToolCall, outcome: Outcome, flight: Flight) -> ToolMessage | Command[Any]:
+        call_id = str(call.get("id") or "")
+        update = flight.updates.get(call_id)
+        if update is not None and isinstance(outcome, Executed):
+            # create_agent sends each call to its ToolNode on its own ("tool_calls" input).
+            out: Any = self._tool_node._normalize_tool_response(update, call, "tool_calls")
+            return cast("ToolMessage | Command[Any]", out)
+        return tool_message(outcome, call, ran=flight.messages.get(call_id))
 
     def wrap_tool_call(
         self,
         request: ToolCallRequest,
         handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
     ) -> ToolMessage | Command[Any]:
-        call = request.tool_call
+        call = self._model_call(request.tool_call)
         ctx = self._context(request)
         call_id = str(call.get("id") or "")
-        with flying([call], request.runtime.config) as flight:
+        with self._flight(call, request) as flight:
             if is_gated(self.gate, call["name"]):
-                settled = drive(self._flow(request, ctx), self.gate)[call_id]
+                settled = drive(self._flow(request, call, ctx), self.gate)[call_id]
                 return answer_settled(settled, call, flight.messages.get(call_id), _raise)
-            outcome: Outcome = self.gate.call(call["name"], call["args"], ctx)
-        return tool_message(outcome, call, ran=flight.messages.get(call_id))
+            try:
+                outcome: Outcome = self.gate.call(call["name"], call["args"], ctx)
+            except InvalidToolArguments as exc:
+                raise_injection_error(exc)
+                raise
+        return self._answer(call, outcome, flight)
 
     async def awrap_tool_call(
         self,
         request: ToolCallRequest,
         handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
     ) -> ToolMessage | Command[Any]:
-        call = request.tool_call
+        call = self._model_call(request.tool_call)
         ctx = self._context(request)
         call_id = str(call.get("id") or "")
-        with flying([call], request.runtime.config) as flight:
+        with self._flight(call, request) as flight:
             if is_gated(self.gate, call["name"]):
-                settled = (await adrive(self._flow(request, ctx), self.gate))[call_id]
+                settled = (await adrive(self._flow(request, call, ctx), self.gate))[call_id]
                 return answer_settled(settled, call, flight.messages.get(call_id), _raise)
-            outcome: Outcome = await self.gate.acall(call["name"], call["args"], ctx)
-        return tool_message(outcome, call, ran=flight.messages.get(call_id))
+            try:
+                outcome: Outcome = await self.gate.acall(call["name"], call["args"], ctx)
+            except InvalidToolArguments as exc:
+                raise_injection_error(exc)
+                raise
+        return self._answer(call, outcome, flight)

@@ -19,15 +19,21 @@ function, turned into a tool as ToolNode would) is read once by `native_tool`:
   `args_schema` parses the arguments (enums, dates, nested models), its callbacks fire, and its
   ToolMessage is what the model receives; elsewhere `tool.invoke(args)`.
 
+Injected arguments (`InjectedState`, `InjectedStore`, `ToolRuntime`, `InjectedToolCallId`, any
+`InjectedToolArg`) work as under ToolNode: the model is not shown them, a value the model sends
+for one is dropped before the gate sees the call (so it is never validated, hashed, approved,
+shown to a reviewer or stored), and the framework supplies them when the call runs (`_fidelity`).
+They are read at that moment, on a resume from the state of that re-run, and are never part of
+what was approved. Such a tool runs only inside the gated node or middleware.
+
 Limits, refused or documented rather than guessed:
 
-- A tool with injected arguments (`InjectedState`, `InjectedStore`, `ToolRuntime`,
-  `InjectedToolCallId`, any `InjectedToolArg`) is refused (TableError): the gate runs a call with
-  the model's arguments only, possibly on a resume in another process, and what was approved is
-  those arguments and nothing read from the graph at run time.
-- A tool declared to return `Command` is refused: a state update or jump is not a result the gate
-  can store and replay. Should one return a `Command` anyway, the model is told the text of its
-  ToolMessage and the rest of the update is dropped (logged as a warning).
+- A `Command` (a state update, a goto, a handoff) returned by a read's tool goes to the graph as
+  ToolNode returns it: a read is never stored or replayed. A write or gated row whose tool is
+  declared to return `Command` is refused (TableError): a stored result must replay identically,
+  and a state update or jump is not a result the gate can store. Should such a tool return one
+  anyway, the model is told the text of its ToolMessage and the rest of the update is dropped
+  (logged as a warning).
 - `response_format="content_and_artifact"`: the content is the result; the artifact is dropped
   (it was never shown to the model).
 - A result with no JSON form is stored as its text (what langchain would have shown the model).
@@ -44,28 +50,24 @@ Limits, refused or documented rather than guessed:
 from __future__ import annotations
 
 import dataclasses
-import logging
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import pydantic
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool
 from langchain_core.tools import tool as create_tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.types import Command
 
-from effectgate import EffectGate, ToolSpec
+from effectgate import Effect, EffectGate, ToolSpec
 from effectgate.errors import TableError
 from effectgate.rows import DEFAULT_DB, NativeTool, Row, gate_for, table_for
 from effectgate.stores.base import to_json
 
-from ._fidelity import InvalidToolArguments, ainvoke_tool, invoke_tool, mark_native
+from ._fidelity import InvalidToolArguments, ainvoke_tool, injected_keys, invoke_tool, mark_native
 from ._middleware import EffectGateMiddleware
 from ._node import GatedToolNode
-
-logger = logging.getLogger(__name__)
 
 LangChainTool = BaseTool | Callable[..., Any]
 
@@ -82,21 +84,6 @@ def as_tool(tool: LangChainTool) -> BaseTool:
     return made
 
 
-def _injected(tool: BaseTool) -> list[str]:
-    """Arguments the tool takes that the model is not shown (supplied by the graph at run time)."""
-    names: set[str] = set(getattr(tool, "_injected_args_keys", frozenset()))
-    full = tool.args_schema
-    if isinstance(full, type) and issubclass(full, pydantic.BaseModel):
-        call = tool.tool_call_schema
-        shown = (
-            set(call.get("properties", {}))
-            if isinstance(call, dict)
-            else set(getattr(call, "model_fields", {}))
-        )
-        names |= set(full.model_fields) - set(shown)
-    return sorted(names)
-
-
 def _function(tool: BaseTool) -> Callable[..., Any]:
     """The code behind the tool: its function, or its class's `_run`."""
     found = getattr(tool, "func", None) or getattr(tool, "coroutine", None)
@@ -111,18 +98,14 @@ def _returns_command(fn: Callable[..., Any]) -> bool:
     return any(h is Command or typing.get_origin(h) is Command for h in (hint, *typing.get_args(hint)))
 
 
-def _content(name: str, value: Any) -> Any:
+def _content(value: Any) -> Any:
     """What the gate stores for a tool's return value: JSON-able, as the model is shown it."""
-    if isinstance(value, Command):
+    if isinstance(value, Command):  # a read's goes to the graph (`_fidelity`); the gate keeps the text
         update: Any = value.update
         if isinstance(update, list | tuple):
-            update = dict(update)
+            update = dict(update) if all(isinstance(u, tuple) for u in update) else {"messages": update}
         raw = update.get("messages", []) if isinstance(update, Mapping) else []
         messages = [m for m in (raw if isinstance(raw, list) else [raw]) if isinstance(m, ToolMessage)]
-        logger.warning(
-            "%s returned a Command; the gate keeps its ToolMessage text, the rest of the update is dropped",
-            name,
-        )
         value = messages[-1].content if messages else ""
     elif isinstance(value, ToolMessage):
         value = value.content
@@ -133,57 +116,34 @@ def _content(name: str, value: Any) -> Any:
     return value
 
 
-def _check(tool: BaseTool, args: Mapping[str, Any]) -> None:
-    model = tool.args_schema
-    if isinstance(model, type) and issubclass(model, pydantic.BaseModel):
-        try:
-            model.model_validate(dict(args))
-        except pydantic.ValidationError as exc:
-            raise InvalidToolArguments(tool.name, exc) from exc
-
-
 def native_tool(tool: LangChainTool) -> NativeTool:
     """Name, description, model-facing JSON schema and a runner for one langchain tool.
 
-    TableError for a tool with injected arguments or one declared to return `Command` (see the
-    module docstring). What runs is `tool.invoke(args)` (`ainvoke` for an async-only tool)."""
+    What runs is `tool.invoke(...)` (`ainvoke` for an async-only tool), with its injected
+    arguments supplied by the gated node or middleware (see the module docstring). A tool
+    declared to return `Command` is refused by `gated_node` / `gated_middleware` unless its row
+    is a read (this function does not know the row)."""
     tool = as_tool(tool)
-    injected = _injected(tool)
-    if injected:
-        raise TableError(
-            tool.name,
-            "tool",
-            f"the tool takes injected arguments ({', '.join(injected)}): the gate runs a call with "
-            "the model's arguments only. Pass what the tool needs as arguments, or write a ToolSpec",
-        )
+    keys = injected_keys(tool)
     code = _function(tool)
-    if _returns_command(code):
-        raise TableError(
-            tool.name,
-            "tool",
-            "the tool returns a Command: a state update is not a result the gate can store and "
-            "replay. Return the result itself",
-        )
     name = tool.name
 
     if getattr(tool, "func", True) is None and getattr(tool, "coroutine", None) is not None:
 
         async def run(**args: Any) -> Any:
-            _check(tool, args)
-            return _content(name, await ainvoke_tool(tool, args))
+            return _content(await ainvoke_tool(tool, args, keys))
 
     else:
 
         def run(**args: Any) -> Any:  # type: ignore[misc]
-            _check(tool, args)
-            return _content(name, invoke_tool(tool, args))
+            return _content(invoke_tool(tool, args, keys))
 
     # The row's fingerprint names its function: name the tool's code, not this wrapper.
     run.__module__ = getattr(code, "__module__", None) or run.__module__
     run.__qualname__ = getattr(code, "__qualname__", None) or name
     run.__name__ = name
     run.__doc__ = tool.description
-    mark_native(run)
+    mark_native(run, keys)
     schema = convert_to_openai_tool(tool)["function"].get("parameters") or {
         "type": "object",
         "properties": {},
@@ -215,6 +175,16 @@ def _gate(
     db: str,
     gate: EffectGate | None,
 ) -> EffectGate:
+    for t in tools:
+        row = effects.get(t.name)
+        if row is not None and row.effect is not Effect.READ and _returns_command(_function(t)):
+            raise TableError(
+                t.name,
+                "tool",
+                f"the tool returns a Command and its row is a {row.effect.value}: a stored result "
+                "must replay identically, and a Command is a state update or jump the gate cannot "
+                "store. Return the result itself (only a read's Command goes to the graph)",
+            )
     natives = [native_tool(t) for t in tools]
     rows = _rows(effects)
     if gate is None:

@@ -12,6 +12,10 @@ Each time the node runs (first pass, or a re-run on resume) it:
 What the model receives is what a plain ToolNode would give it (`_fidelity.py`): a native tool
 runs through `tool.invoke(tool_call, config)` with its callbacks, its own error handling and its
 ToolMessage; `handle_tool_errors` is applied as ToolNode applies it, to the tool's own exception.
+Injected arguments are dropped from each call before the gate sees it and supplied by ToolNode's
+`_inject_tool_args` when the tool runs: for reads and writes from the ToolRuntime ToolNode built
+for the call, for gated calls (run while the step is settled, before ToolNode dispatches) from a
+ToolRuntime built the same way from this run's input. A read's `Command` goes to the graph.
 A gated call's refusal or denial is the gate's answer (an error ToolMessage), not an exception,
 and an approved call whose outcome is unknown is reported for reconciliation, whatever the flag.
 
@@ -25,13 +29,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractContextManager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, cast
 
 from langchain_core.callbacks import CallbackManagerForToolRun
 from langchain_core.messages import AnyMessage, ToolCall, ToolMessage
 from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables.config import get_config_list
 from langchain_core.tools import BaseTool
 from langgraph.errors import GraphBubbleUp, is_invalid_resume
 from langgraph.prebuilt import ToolNode
@@ -39,6 +45,7 @@ from langgraph.prebuilt.tool_node import (
     AsyncToolCallWrapper,
     ToolCallRequest,
     ToolCallWrapper,
+    ToolRuntime,
     _default_handle_tool_errors,
     _handle_tool_error,
 )
@@ -46,17 +53,18 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 from pydantic import BaseModel
 
-from effectgate import CallContext, EffectGate, Outcome
+from effectgate import CallContext, Effect, EffectGate, Executed, Outcome
 from effectgate.adapter import is_gated
 from effectgate.errors import NeedsReconciliation, TableError
 
-from ._fidelity import error_message, flying, is_native, tool_span
+from ._fidelity import Flight, error_message, flying, framework_keys, is_native, model_call, tool_span
 from ._identity import call_context, messages_of, state_of, step_calls
 from ._messages import tool_message
 from ._step import Settled, StepFlow, adrive, drive, settle_step
 from ._tools import table_tools
 
 DEFAULT_RESUME_IDENTITY = "langgraph-resume"
+_RUNTIME_FIELDS = frozenset(f.name for f in dataclasses.fields(ToolRuntime))
 
 
 @dataclass(frozen=True)
@@ -65,6 +73,7 @@ class _Step:
     ctx: CallContext
     settled: dict[str, Settled]
     ran: dict[str, ToolMessage]  # the ToolMessages of gated calls that ran in this step, by call id
+    input_type: Literal["list", "dict", "tool_calls"]  # ToolNode's reading of the node's input
 
 
 # The settled step, for the wrappers ToolNode calls on its worker threads (it copies the context).
@@ -153,6 +162,11 @@ class GatedToolNode(ToolNode):
         self.gate = gate
         self.agent_id = agent_id
         self.resume_identity = resume_identity
+        #: The arguments the framework supplies, by tool name: dropped from every call the gate sees.
+        self.injected_keys = framework_keys(gate, self.tools_by_name.values())
+
+    def _model_call(self, call: ToolCall) -> ToolCall:
+        return model_call(call, self.injected_keys.get(call["name"]))
 
     # -- the step
 
@@ -161,9 +175,9 @@ class GatedToolNode(ToolNode):
     ) -> tuple[CallContext, StepFlow | None]:
         """The step's context, and the flow settling its gated calls (None when it has none)."""
         messages: Sequence[AnyMessage] = messages_of(state_of(node_input), self._messages_key)
-        own_calls, _ = self._parse_input(node_input)
+        own_calls = self._own_calls(node_input)
         ctx = call_context(messages, config, runtime.context, agent_id=self.agent_id)
-        step = step_calls(messages)
+        step = [self._model_call(c) for c in step_calls(messages)]
         own = frozenset(str(c.get("id") or "") for c in own_calls)
         if not own <= {str(c.get("id") or "") for c in step}:
             step = own_calls
@@ -175,8 +189,38 @@ class GatedToolNode(ToolNode):
             ctx,
             own=own if len(own) < len(step) else None,
             resume_identity=self.resume_identity,
+            injected_keys=self.injected_keys,
         )
         return ctx, flow
+
+    def _gated_flight(
+        self, node_input: Any, config: RunnableConfig, runtime: Runtime[Any], flow: StepFlow | None
+    ) -> AbstractContextManager[Flight]:
+        """The flight of the step's gated calls, each with the ToolRuntime `ToolNode._func` builds
+        for it in this run: they run (on a resume, in whatever process) with this run's state."""
+        if flow is None:
+            return flying([], config)
+        all_calls, _ = self._parse_input(node_input)
+        gated = {str(c.get("id") or "") for c in all_calls if is_gated(self.gate, c["name"])}
+        # Fields a newer ToolRuntime has, passed when this one has them too.
+        newer = {
+            k: getattr(runtime, k, None) for k in ("execution_info", "server_info") if k in _RUNTIME_FIELDS
+        }
+        runtimes: dict[str, ToolRuntime[Any, Any]] = {}
+        for call, cfg in zip(all_calls, get_config_list(config, len(all_calls)), strict=False):
+            if str(call.get("id") or "") in gated:
+                runtimes[str(call.get("id") or "")] = ToolRuntime(
+                    state=self._extract_state(node_input, cfg),
+                    tool_call_id=call["id"],
+                    config=cfg,
+                    context=runtime.context,
+                    store=runtime.store,
+                    stream_writer=runtime.stream_writer,
+                    tools=list(self.tools_by_name.values()),
+                    **newer,
+                )
+        calls = [c for c in self._own_calls(node_input) if str(c.get("id") or "") in gated]
+        return flying(calls, config, runtimes=runtimes, inject=self._inject_tool_args)
 
     def _func(
         self,
@@ -185,9 +229,9 @@ class GatedToolNode(ToolNode):
         runtime: Runtime[Any],
     ) -> Any:
         ctx, flow = self._flow(input, config, runtime)
-        with flying(self._gated(input), config) as flight:
+        with self._gated_flight(input, config, runtime, flow) as flight:
             settled = drive(flow, self.gate) if flow is not None else {}
-        token = _STEP.set(_Step(self.gate, ctx, settled, flight.messages))
+        token = _STEP.set(_Step(self.gate, ctx, settled, flight.messages, self._parse_input(input)[1]))
         try:
             return super()._func(input, config, runtime)
         finally:
@@ -200,17 +244,18 @@ class GatedToolNode(ToolNode):
         runtime: Runtime[Any],
     ) -> Any:
         ctx, flow = self._flow(input, config, runtime)
-        with flying(self._gated(input), config) as flight:
+        with self._gated_flight(input, config, runtime, flow) as flight:
             settled = await adrive(flow, self.gate) if flow is not None else {}
-        token = _STEP.set(_Step(self.gate, ctx, settled, flight.messages))
+        token = _STEP.set(_Step(self.gate, ctx, settled, flight.messages, self._parse_input(input)[1]))
         try:
             return await super()._afunc(input, config, runtime)
         finally:
             _STEP.reset(token)
 
-    def _gated(self, node_input: Any) -> list[ToolCall]:
+    def _own_calls(self, node_input: Any) -> list[ToolCall]:
+        """This run's calls as the gate sees them (without injected keys)."""
         own_calls, _ = self._parse_input(node_input)
-        return [c for c in own_calls if is_gated(self.gate, c["name"])]
+        return [self._model_call(c) for c in own_calls]
 
     # -- one call (on ToolNode's worker thread or task)
 
@@ -259,46 +304,80 @@ class GatedToolNode(ToolNode):
 
     def _wrap(self, request: ToolCallRequest) -> ToolMessage | Command[Any]:
         step, ctx = _current(request)
-        call = request.tool_call
+        call = self._model_call(request.tool_call)
         call_id = str(call.get("id") or "")
         settled = step.settled.get(call_id)
         if settled is not None:
             return answer_settled(settled, call, step.ran.get(call_id), self.handle_tool_errors)
-        span = self._span(step.gate, request)
-        with flying([call], request.runtime.config) as flight:
+        span = self._span(step.gate, call, request)
+        with self._flight(step.gate, call, request) as flight:
             try:
                 outcome: Outcome = step.gate.call(call["name"], call["args"], ctx)
             except GraphBubbleUp:
                 raise
             except Exception as exc:
                 return self._failed(exc, call, span)
-        return _ended(tool_message(outcome, call, ran=flight.messages.get(call_id)), span)
+        return self._answer(step, call, outcome, flight, span)
 
     async def _awrap(self, request: ToolCallRequest) -> ToolMessage | Command[Any]:
         step, ctx = _current(request)
-        call = request.tool_call
+        call = self._model_call(request.tool_call)
         call_id = str(call.get("id") or "")
         settled = step.settled.get(call_id)
         if settled is not None:
             return answer_settled(settled, call, step.ran.get(call_id), self.handle_tool_errors)
-        span = self._span(step.gate, request)
-        with flying([call], request.runtime.config) as flight:
+        span = self._span(step.gate, call, request)
+        with self._flight(step.gate, call, request) as flight:
             try:
                 outcome: Outcome = await step.gate.acall(call["name"], call["args"], ctx)
             except GraphBubbleUp:
                 raise
             except Exception as exc:
                 return self._failed(exc, call, span)
+        return self._answer(step, call, outcome, flight, span)
+
+    def _flight(
+        self, gate: EffectGate, call: ToolCall, request: ToolCallRequest
+    ) -> AbstractContextManager[Flight]:
+        """A read or write runs with the ToolRuntime ToolNode built for it; a read's Command
+        goes to the graph."""
+        spec = gate.table.get(call["name"])
+        return flying(
+            [call],
+            request.runtime.config,
+            runtimes={str(call.get("id") or ""): request.runtime},
+            inject=self._inject_tool_args,
+            graph_updates=spec is not None and spec.effect is Effect.READ,
+        )
+
+    def _answer(
+        self,
+        step: _Step,
+        call: ToolCall,
+        outcome: Outcome,
+        flight: Flight,
+        span: CallbackManagerForToolRun | None,
+    ) -> ToolMessage | Command[Any]:
+        call_id = str(call.get("id") or "")
+        update = flight.updates.get(call_id)
+        if update is not None and isinstance(outcome, Executed):
+            try:  # ToolNode's checks of a tool's Command (a matching ToolMessage, the update's shape)
+                out: Any = self._normalize_tool_response(update, call, step.input_type)
+            except Exception as exc:
+                return self._failed(exc, call, span)
+            return cast("ToolMessage | Command[Any]", out)
         return _ended(tool_message(outcome, call, ran=flight.messages.get(call_id)), span)
 
-    def _span(self, gate: EffectGate, request: ToolCallRequest) -> CallbackManagerForToolRun | None:
+    def _span(
+        self, gate: EffectGate, call: ToolCall, request: ToolCallRequest
+    ) -> CallbackManagerForToolRun | None:
         """The callbacks of a read or write a table row's function answers (a langchain tool
         given to `gated_node` fires its own when it runs)."""
-        spec = gate.table.get(request.tool_call["name"])
-        tool = self.tools_by_name.get(request.tool_call["name"])
+        spec = gate.table.get(call["name"])
+        tool = self.tools_by_name.get(call["name"])
         if spec is None or tool is None or is_native(spec.fn):
             return None
-        return tool_span(tool, request.tool_call, request.runtime.config)
+        return tool_span(tool, call, request.runtime.config)
 
     def _failed(self, exc: Exception, call: ToolCall, span: CallbackManagerForToolRun | None) -> ToolMessage:
         if span is not None:

@@ -145,8 +145,13 @@ def settle_step(
     *,
     own: frozenset[str] | None = None,
     resume_identity: str,
+    injected_keys: Mapping[str, frozenset[str]] | None = None,
 ) -> StepFlow:
-    """Settle the gated calls among `calls` (those in `own`, or all); see the module docstring."""
+    """Settle the gated calls among `calls` (those in `own`, or all); see the module docstring.
+
+    `calls` are as the gate sees them, without injected keys; `injected_keys` (by tool name)
+    are dropped from a reviewer's edited arguments too: the graph supplies them when it runs."""
+    keys = injected_keys or {}
     gated = [c for c in calls if is_gated(gate, c["name"])]
     if not gated:
         return {}
@@ -171,7 +176,9 @@ def settle_step(
             break
         ask = payload(gate, waiting, refused, ctx)
         answer = yield Ask(ask, frozenset(w.pending.approval_id for w in waiting))
-        refused = yield from _apply(gate, answer, waiting, slots, ctx, resume_identity, ask["signature"])
+        refused = yield from _apply(
+            gate, answer, waiting, slots, ctx, resume_identity, ask["signature"], keys
+        )
     return {cid: Settled(s.outcome, s.edited_args) for cid, s in slots.items()}
 
 
@@ -202,6 +209,7 @@ def _apply(
     ctx: CallContext,
     resume_identity: str,
     signature: str,
+    keys: Mapping[str, frozenset[str]],
 ) -> Generator[Any, Any, list[RefusedDecision]]:
     if not isinstance(answer, Mapping) or _is_hitl(answer):
         reason = HITL_ANSWER if isinstance(answer, Mapping) else NOT_A_MAPPING
@@ -218,6 +226,9 @@ def _apply(
         slot = slots[w.call_id or ""]
         try:
             decision = read_decision(raw, w, signature)
+            if isinstance(decision, Edit) and keys.get(w.tool):
+                dropped = keys[w.tool]
+                decision = Edit({k: v for k, v in decision.args.items() if k not in dropped})
             yield from _apply_one(gate, decision, w, slot, ctx, resume_identity)
         except DecisionRefused as exc:
             refused.append({"approval_id": key, "reason": exc.reason})
