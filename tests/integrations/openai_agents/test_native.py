@@ -261,8 +261,9 @@ def test_a_deferred_refund_of_an_existing_tool_runs_once_when_the_application_ex
 
 
 def test_a_failing_tool_is_a_failure_to_the_gate_not_an_error_text(tmp_path: Path) -> None:
-    """The tool's exception reaches the gate (recorded as a failure) and the model is told it
-    failed; the SDK's default error text is never stored as the write's result."""
+    """The tool's exception reaches the gate (recorded as a failure, never as the write's result)
+    and the model is told what the SDK tells it for the plain tool: its default formatter's text,
+    which does not expose the exception."""
 
     @function_tool
     def cancel_order(order_id: str) -> str:
@@ -275,10 +276,14 @@ def test_a_failing_tool_is_a_failure_to_the_gate_not_an_error_text(tmp_path: Pat
         effects={"cancel_order": write()},
         db=db_in(tmp_path),
     )
-    with gate_of(agent):
+    with gate_of(agent) as gate:
         result = Runner.run_sync(agent, "Cancel order 1042", context=context("m1"))
         [output] = tool_results(result)
-        assert output.content == "cancel_order failed: RuntimeError: the warehouse is offline"
+        assert output.content == "An error occurred while running the tool. Please try again."
+        [execution] = gate.store.executions()
+        assert (execution.status, execution.result_json) == ("failed", None)
+        assert execution.error is not None
+        assert "the warehouse is offline" in execution.error
 
 
 def test_a_native_tools_function_runs_only_inside_its_gated_call() -> None:

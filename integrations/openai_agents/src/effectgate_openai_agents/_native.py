@@ -26,11 +26,13 @@ What the tool sees:
   `context` is the one passed to `execute_deferred(..., context=...)` (default `{}`) and whose
   `tool_call_id` is the operation id;
 - an exception reaches the gate first, which records the failure; then the tool's own failure
-  policy applies, as the SDK applies it to a plain tool (`failed`): a `failure_error_function`
-  formats it for the model, `failure_error_function=None` re-raises it (an SDK error as it is,
-  any other as `UserError("Error running tool ...")`), and the SDK's default formatter is replaced
-  by effectgate's `"<tool> failed: <error>"`. For a gated row the outcome of a call that raised is
-  unknown (unless the row names the error in `definite_failures`): the model is told it needs
+  policy applies, through the SDK's own code (`failed`): its `failure_error_function` (the SDK's
+  default one unless replaced) formats it for the model, and `failure_error_function=None`
+  raises it unchanged. Arguments the gate refuses (nothing ran) are the SDK's
+  `ModelBehaviorError("Invalid JSON input for tool ...")` under a policy of the tool's own; under
+  the SDK's default policy (which hides the error) the model is told effectgate's Invalid text,
+  so it can correct the call. For a gated row the outcome of a call that raised is unknown
+  (unless the row names the error in `definite_failures`): the model is told it needs
   reconciliation, whatever the tool's policy, because the effect may have happened.
 
 The tool's own `needs_approval` can only add a pause (`check_own_approval`): a gated row pauses
@@ -43,22 +45,22 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import inspect
 import json
 from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 from typing import Any
 
-from agents import FunctionTool
-from agents.exceptions import AgentsException, UserError
+from agents import FunctionTool, _debug
+from agents.exceptions import ModelBehaviorError
 from agents.tool import (
     default_tool_error_function,
+    maybe_invoke_function_tool_failure_error_function,
     resolve_function_tool_failure_error_function,
     set_function_tool_failure_error_function,
 )
 from agents.tool_context import ToolContext
 
-from effectgate import EffectGate, Executed, Outcome
+from effectgate import EffectGate, Executed, Invalid, Outcome
 from effectgate.errors import EffectGateError, TableError
 from effectgate.rows import NativeTool
 
@@ -167,19 +169,48 @@ def check_own_approval(gate: EffectGate, tool: FunctionTool, *, gated: bool) -> 
 
 
 async def failed(tool: FunctionTool | None, name: str, ctx: ToolContext[Any], exc: Exception) -> Any:
-    """A tool's failure, after the gate recorded it, as the SDK handles it for a plain tool: the
-    tool's `failure_error_function` formats it for the model; `None` re-raises it (an SDK error as
-    it is, any other as `UserError`, as the SDK does). The SDK's default formatter is replaced by
-    effectgate's message, which names the error."""
-    handler = resolve_function_tool_failure_error_function(tool, ctx) if tool is not None else None
-    if tool is None or handler is default_tool_error_function:
+    """A tool's failure, after the gate recorded it, handled as the SDK handles it for the plain
+    tool (its own failure policy, through the SDK's `maybe_invoke_function_tool_failure_error_function`):
+    the tool's `failure_error_function` (the SDK's default one unless replaced) formats it for the
+    model, and `failure_error_function=None` raises it unchanged. A table row's function (no SDK
+    tool) answers with effectgate's text."""
+    if tool is None:
         return f"{name} failed: {type(exc).__name__}: {exc}"
-    if handler is None:
-        if isinstance(exc, AgentsException):
-            raise exc
-        raise UserError(f"Error running tool {name}: {exc}") from exc
-    message = handler(ctx, exc)
-    return await message if inspect.isawaitable(message) else message
+    message = await maybe_invoke_function_tool_failure_error_function(
+        function_tool=tool, context=ctx, error=exc
+    )
+    if message is None:
+        raise exc
+    return message
 
 
-__all__ = ["Call", "calling", "check_own_approval", "failed", "model_output", "native_tool", "outside_run"]
+def own_policy(tool: FunctionTool, ctx: ToolContext[Any]) -> bool:
+    """Whether the tool's failure policy is its own (a formatter, or None to raise), not the SDK's
+    default formatter."""
+    return resolve_function_tool_failure_error_function(tool, ctx) is not default_tool_error_function
+
+
+def invalid_error(name: str, raw: str, outcome: Invalid) -> ModelBehaviorError:
+    """The SDK's error for the raw arguments `raw` the gate refused (nothing ran), as the SDK words
+    it: not JSON (the payload only where the SDK logs tool data), not an object, or not valid."""
+    base = f"Invalid JSON input for tool {name}"
+    try:
+        parsed = json.loads(raw) if raw else {}
+    except ValueError:
+        return ModelBehaviorError(base if _debug.DONT_LOG_TOOL_DATA else f"{base}: {raw}")
+    if not isinstance(parsed, Mapping):
+        return ModelBehaviorError(f"{base}: expected a JSON object")
+    return ModelBehaviorError(f"{base}: {outcome.message}")
+
+
+__all__ = [
+    "Call",
+    "calling",
+    "check_own_approval",
+    "failed",
+    "invalid_error",
+    "model_output",
+    "native_tool",
+    "outside_run",
+    "own_policy",
+]

@@ -32,6 +32,7 @@ a JSON string) as its final output (see `_deferred`).
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import inspect
 import json
@@ -43,12 +44,12 @@ from agents import FunctionTool, RunContextWrapper, function_tool
 from agents.strict_schema import ensure_strict_json_schema
 from agents.tool_context import ToolContext
 
-from effectgate import CallContext, EffectGate, Executed, Outcome, Pending, ToolSpec
+from effectgate import CallContext, EffectGate, Executed, Invalid, Outcome, Pending, ToolSpec
 from effectgate.adapter import Unknown, check_wrappable, is_gated
 from effectgate.errors import EffectGateError, TokenError
 
 from ._context import STATE_KEY, MissingIdentity, TamperedState, adapter_state, call_context, resumed
-from ._native import calling, check_own_approval, failed, model_output
+from ._native import calling, check_own_approval, failed, invalid_error, model_output, own_policy
 from ._native_decisions import NativeApprover, NativeDecisions, refusal
 
 Mode = Literal["approval", "deferred"]
@@ -164,9 +165,13 @@ class GatedTools:
                 return await self.needs_approval(name, ctx, params, call_id)
 
             needs = needs_approval
-        return dataclasses.replace(
-            tool, on_invoke_tool=on_invoke, needs_approval=needs, is_enabled=self._enabled(tool.is_enabled)
-        )
+        # A shallow copy, as the SDK copies tools (a FunctionTool subclass with an __init__ of its
+        # own cannot be rebuilt field by field); the original is never changed.
+        gated_tool = copy.copy(tool)
+        gated_tool.on_invoke_tool = on_invoke
+        gated_tool.needs_approval = needs
+        gated_tool.is_enabled = self._enabled(tool.is_enabled)
+        return gated_tool
 
     def _enabled(self, own: Any) -> Callable[[RunContextWrapper[Any], Any], Awaitable[bool]]:
         """The tool's own `is_enabled`, after settling the SDK's native decisions: the SDK evaluates
@@ -287,7 +292,9 @@ class GatedTools:
                 return deferred_payload(outcome)  # type: ignore[arg-type]
             if isinstance(outcome, Pending):
                 return await self._run_granted(ctx, outcome, args)
-            return model_output(outcome)
+            tool = self.tools.get(name)
+            if not isinstance(outcome, Invalid) or tool is None or not own_policy(tool, ctx):
+                return model_output(outcome)
         except (MissingIdentity, TamperedState):
             raise
         except TokenError as exc:
@@ -296,6 +303,10 @@ class GatedTools:
             return f"Refused: {exc}"
         except Exception as exc:  # the tool's own failure: recorded by the gate, then its policy
             return await failed(self.tools.get(name), name, ctx, exc)
+        # Arguments the gate refused, for a tool with a failure policy of its own: the SDK's error
+        # under that policy (the SDK's default policy would hide what to correct: effectgate's
+        # Invalid text tells the model, as every gated tool's does)
+        return await failed(tool, name, ctx, invalid_error(name, ctx.tool_arguments, outcome))
 
     async def _run_granted(self, ctx: ToolContext[Any], pending: Pending, args: Any) -> Any:
         grants = adapter_state(ctx.context)["grants"]
