@@ -5,7 +5,7 @@ SHELL := /bin/bash
 UV ?= python3 -m uv
 PY := $(UV) run --frozen python
 
-.PHONY: help uv sync demo test check lint typecheck pytest notebooks bench browser serve pg-start pg-stop clean
+.PHONY: help uv sync demo test check lint typecheck pytest compat notebooks bench browser serve pg-start pg-stop clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -56,5 +56,8 @@ bench: sync ## benchmarks: ratios measured in one run
 
 test: check pytest ## the whole suite: lint, types, tests (SQLite and PostgreSQL), notebooks, bench smoke
 
+compat: uv ## the adapter suites on the lowest and the newest framework versions each adapter declares
+	@UV="$(UV)" python3 tests/compat.py
+
 clean:
-	rm -rf .pgtest .pytest_cache .mypy_cache .ruff_cache artifacts effectgate-demo.db*
+	rm -rf .pgtest .pytest_cache .mypy_cache .ruff_cache .compat artifacts effectgate-demo.db*
