@@ -5,10 +5,12 @@ smolagents has no pause primitive, so `GatedAgent` builds one from what it has:
 - Every tool of the agent (except `final_answer`) is replaced by a `GatedTool` with the same name,
   description, inputs and output type. Its `forward` sends the call through the gate, with the
   identity of the current run (never anything the model wrote).
-- A read or a write runs through the gate and returns its result. A bad argument or a refusal
-  returns the gate's message as the tool's result, so the model can correct itself. A tool that
-  raises fails as smolagents shows a plain tool's error (`_errors`), except that the other calls
-  of a parallel step keep their observations (smolagents#2457 drops them when one call raises).
+- A read or a write runs through the gate and returns its result. A refusal returns the gate's
+  message as the tool's result, so the model can correct itself. A bad argument (nothing runs)
+  raises `AgentToolCallError` with the gate's message where smolagents raises it, and is the
+  call's result elsewhere (`_arguments`). A tool that raises fails as smolagents shows a plain
+  tool's error (`_errors`), except that the other calls of a parallel step keep their
+  observations (smolagents#2457 drops them when one call raises).
 - A gated call registers its approval. In a `ToolCallingAgent` the tool answers "needs approval"
   and calls `agent.interrupt()`, so the step's other calls finish and are kept in memory, and the
   run stops before the next model call. In a `CodeAgent` it raises `ApprovalRequired`, a
@@ -32,7 +34,8 @@ smolagents has no pause primitive, so `GatedAgent` builds one from what it has:
   result: one effect.
 
 For a `ToolCallingAgent`, smolagents' own argument check (`validate_tool_arguments`) is skipped
-for gated tools. The gate validates the arguments against the effect table instead, so a bad
+for gated tools. The gate validates the arguments as the tool receives them (`_arguments`: a bare
+value is the tool's first input, as in smolagents) against the effect table instead, so a bad
 argument is recorded as `invalid` and no approval is created. The one model step's gated calls
 are registered together (`gate.call_step`): two calls of one gated tool in a step register neither.
 """
@@ -42,14 +45,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
+import time
 import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from smolagents import CodeAgent, Tool, ToolCallingAgent
-from smolagents.agents import MultiStepAgent
-from smolagents.utils import AgentError
+from smolagents.agents import MultiStepAgent, RunResult
+from smolagents.utils import AgentError, AgentToolCallError
 
 from effectgate import (
     Approver,
@@ -57,6 +61,7 @@ from effectgate import (
     EffectGate,
     Executed,
     Grant,
+    Invalid,
     Outcome,
     Pending,
     Refused,
@@ -82,10 +87,12 @@ from effectgate.errors import (
 )
 from effectgate.rows import DEFAULT_DB, NativeTool, Row, gate_for
 
+from ._arguments import bad_argument, keywords, received
 from ._code import ApprovalRequired, keep_logs_at_a_stop
 from ._errors import tool_failed
 from ._identity import Stop, outside_a_run, refuse_plain_runs, run_context
 from ._native import native_tool
+from ._result import run_result, wants_full_result
 from ._saving import mark_saved_agent, saved_tool, unmarked
 
 _AWAITING = "smolagents.awaiting"
@@ -93,11 +100,15 @@ _AWAITING = "smolagents.awaiting"
 
 @dataclass(frozen=True)
 class Finished:
-    """The run ended with a final answer. `observations`: (tool, what the model was given) per call."""
+    """The run ended with a final answer. `observations`: (tool, what the model was given) per call.
+
+    `run_result`: smolagents' `RunResult` (token usage, timing, steps, state) when the run or the
+    agent asked for the full result (`return_full_result`, as in smolagents' `run`), else None."""
 
     output: Any
     observations: tuple[tuple[str, str], ...] = ()
     decided: tuple[tuple[str, Outcome], ...] = ()
+    run_result: RunResult | None = None
 
 
 @dataclass(frozen=True)
@@ -204,8 +215,15 @@ class GatedTool(Tool):
         super().__init__()
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        if args:
-            kwargs = {**dict(zip(self.inputs, args, strict=False)), **kwargs}
+        if args:  # bound as Python binds them to the inner tool's `forward(...)`, or refused
+            if len(args) > len(self.inputs):
+                raise TypeError(
+                    f"{self.name}() takes {len(self.inputs)} positional arguments but {len(args)} were given"
+                )
+            positional = dict(zip(self.inputs, args, strict=False))
+            for name in positional.keys() & kwargs.keys():
+                raise TypeError(f"{self.name}() got multiple values for argument {name!r}")
+            kwargs = {**positional, **kwargs}
         return self._run(kwargs)
 
     def to_dict(self) -> dict[str, Any]:
@@ -224,15 +242,6 @@ def _through(owner: GatedAgent, name: str) -> Callable[[Any], Any]:
 
 def _text(outcome: Outcome) -> str:
     return outcome.for_model()
-
-
-def _arguments(raw: Any) -> Any:
-    if isinstance(raw, str):
-        try:
-            return json.loads(raw)
-        except ValueError:
-            return raw
-    return raw if raw is not None else {}
 
 
 class GatedAgent:
@@ -324,10 +333,10 @@ class GatedAgent:
         def execute_tool_call(self_: Any, tool_name: str, arguments: Any) -> Any:
             tool = self_.tools.get(tool_name)
             if isinstance(tool, GatedTool):  # the gate validates against the table, and records it
-                arguments = self_._substitute_state_variables(arguments)
-                if isinstance(arguments, Mapping):
+                arguments = received(self_, tool, arguments)
+                if keywords(arguments):
                     return tool(**arguments, sanitize_inputs_outputs=True)
-                return owner._call(tool_name, arguments)
+                return owner._call(tool_name, arguments)  # not keywords: the gate refuses it
             return original_execute(tool_name, arguments)
 
         def process_tool_calls(self_: Any, chat_message: Any, memory_step: Any) -> Any:
@@ -335,6 +344,7 @@ class GatedAgent:
             try:
                 yield from original_process(chat_message, memory_step)
             finally:
+                owner._parallel = False
                 with owner._lock:
                     owner._step.clear()
 
@@ -347,11 +357,12 @@ class GatedAgent:
     def _register_step(self, tool_calls: Sequence[Any]) -> None:
         """Register one model step's gated calls together (the core's parallel rule)."""
         self._parallel = len(tool_calls) > 1
-        calls = [
-            (c.function.name, _arguments(c.function.arguments), c.id)
-            for c in tool_calls
-            if self._gated(c.function.name) and isinstance(self.agent.tools.get(c.function.name), GatedTool)
-        ]
+        calls = []
+        for c in tool_calls:
+            tool = self.agent.tools.get(c.function.name)
+            if self._gated(c.function.name) and isinstance(tool, GatedTool):
+                # what execute_tool_call will send (smolagents gives it `arguments or {}`)
+                calls.append((c.function.name, received(self.agent, tool, c.function.arguments or {}), c.id))
         if not calls:
             return
         outcomes = self.gate.call_step(calls, self._context())
@@ -390,6 +401,8 @@ class GatedAgent:
             )
         if isinstance(outcome, Executed):
             return outcome.result
+        if isinstance(outcome, Invalid):
+            return bad_argument(outcome, code=self.code, parallel=self._parallel, logger=self.agent.logger)
         if isinstance(outcome, Pending):
             with self._lock:
                 self._pending[outcome.approval_id] = outcome
@@ -432,10 +445,13 @@ class GatedAgent:
         run_id: str = "",
         reset: bool = True,
         max_steps: int | None = None,
+        return_full_result: bool | None = None,
     ) -> RunOutcome:
         """Run the agent on `task` for this user message; stop at the first step with gated calls.
 
-        All three identity values are required: `MissingIdentity` names each one missing."""
+        All three identity values are required: `MissingIdentity` names each one missing.
+        `return_full_result` (None: the agent's own setting) puts smolagents' `RunResult` on
+        `Finished.run_result`, as smolagents' `run` would return it."""
         ctx = run_context(
             session_id=session_id,
             origin_message_id=origin_message_id,
@@ -452,11 +468,20 @@ class GatedAgent:
         if self._current is not None:
             raise RuntimeError("this GatedAgent is already running (smolagents agents are not reentrant)")
         self._current = ctx
+        started = time.time()
+        step_calls: list[str] = []
         try:
             for event in self._plain_run(task, stream=True, reset=reset, max_steps=max_steps):
                 kind = type(event).__name__
-                if kind == "ToolOutput" and not event.is_final_answer:
+                if kind == "ToolCall":
+                    step_calls.append(event.name)
+                elif kind == "ToolOutput" and not event.is_final_answer:
                     observations.append((event.tool_call.name, event.observation))
+                elif kind == "ActionStep":
+                    # a step's only call with a bad argument raised; the model reads the error
+                    if isinstance(event.error, AgentToolCallError) and len(step_calls) == 1:
+                        observations.append((step_calls[0], str(event.error)))
+                    step_calls = []
                 elif kind == "FinalAnswerStep":
                     final = event.output
         except ApprovalRequired:
@@ -486,7 +511,12 @@ class GatedAgent:
             return dataclasses.replace(
                 awaiting, signature=sign_state(self.gate, _AWAITING, awaiting.signed_fields())
             )
-        return Finished(output=final, observations=tuple(observations))
+        full = (
+            run_result(self.agent, final, started=started)
+            if wants_full_result(self.agent, return_full_result)
+            else None
+        )
+        return Finished(output=final, observations=tuple(observations), run_result=full)
 
     def _bind(self, awaiting: AwaitingApproval, decisions: Mapping[str, Decision]) -> None:
         """Every decision must answer a call this run paused on, at the version and args hash it
@@ -576,10 +606,12 @@ class GatedAgent:
         decisions: Mapping[str, Decision],
         *,
         max_steps: int | None = None,
+        return_full_result: bool | None = None,
     ) -> RunOutcome:
         """Apply the decisions, then continue the run (memory kept) with how each call ended.
 
-        The outcome's `decided` holds each decided approval's outcome (what the model is told)."""
+        The outcome's `decided` holds each decided approval's outcome (what the model is told);
+        `return_full_result` is `run`'s."""
         done = self.decide(awaiting, decisions)
         outcome = self.run(
             continuation(awaiting, done),
@@ -589,6 +621,7 @@ class GatedAgent:
             run_id=awaiting.run_id,
             reset=False,
             max_steps=max_steps,
+            return_full_result=return_full_result,
         )
         return dataclasses.replace(outcome, decided=tuple(done.items()))
 

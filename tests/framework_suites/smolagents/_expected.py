@@ -1,0 +1,33 @@
+"""The vendored tests that do not pass as they are: skipped for a missing package, or strict xfail.
+
+(a) refused by design, (b) inspects internals or identity, "gap:" a fidelity gap the adapter
+should close (see the README section "Measured against smolagents' own tests").
+"""
+
+#: tests that need a package the dev group does not install: test -> module
+NEEDS: dict[str, str] = {
+    "test_agents.py::TestAgent::test_init_agent_with_different_toolsets": "ddgs",
+    "test_agents.py::TestAgent::test_function_persistence_across_steps": "numpy",
+    "test_agents.py::TestAgent::test_replay_shows_logs": "numpy",
+    "test_agents.py::TestAgent::test_transformers_toolcalling_agent": "transformers",
+    "test_agents.py::TestCodeAgent::test_from_folder": "pandas",
+    "test_agents.py::TestCodeAgent::test_from_dict": "numpy",
+    "test_agents.py::TestMultiAgents::test_multiagents_save": "ddgs",
+    "test_agents.py::TestMultiAgents::test_multiagents": "numpy",
+    "test_monitoring.py::MonitoringTester::test_streaming_agent_image_output": "gradio",
+    "test_monitoring.py::MonitoringTester::test_streaming_agent_text_output": "gradio",
+    "test_monitoring.py::MonitoringTester::test_streaming_with_agent_error": "gradio",
+}
+
+#: strict xfail: test -> reason (no test here is refused by design or inspects internals, and no
+#: fidelity gap is left open: the nine once listed here pass, see the README section)
+EXPECTED: dict[str, str] = {}
+
+#: skipped when gated: test -> reason (a test whose outcome depends on thread timing, so it can
+#: neither pass reliably nor be a strict xfail; counted as not passing)
+TIMING: dict[str, str] = {
+    "test_agents.py::TestToolCallingAgent::test_process_tool_calls[test_case1]": (
+        "expects two parallel calls' outputs in call order, but smolagents yields them in the order "
+        "its threads finish; a gated read writes to the store, so either may finish first"
+    ),
+}
