@@ -46,6 +46,7 @@ from langchain_core.tools.base import (
     _stringify,
     get_all_basemodel_annotations,
 )
+from langgraph.errors import is_invalid_resume
 from langgraph.prebuilt.tool_node import (
     ToolInvocationError,
     ToolRuntime,
@@ -343,7 +344,9 @@ def error_message(exc: Exception, call: ToolCall, flag: Any) -> ToolMessage:
         handled = _infer_handled_types(flag)
     else:
         handled = (Exception,)
-    if not flag or not isinstance(error, handled):
+    # an answer to the tool's own interrupt() that does not fit its response_schema is never
+    # handled: the run fails so the interrupt can be answered again (ToolNode's rule)
+    if not flag or not isinstance(error, handled) or is_invalid_resume(error):
         raise error
     return ToolMessage(
         content=_handle_tool_error(error, flag=flag),

@@ -6,7 +6,8 @@ ran just now as a native langchain tool, its own ToolMessage is used as it is (s
 artifact). `Refused` and `Invalid` are errors (`status="error"`) whose text is the core's
 `for_model()`: what happened and, for a denial, why. The artifact (never sent to the model)
 carries the outcome's record fields for the application: kind, code, approval id, version,
-idempotency key; a tool that returns its own artifact keeps it.
+idempotency key; a tool that returns its own artifact keeps it, and a native tool's read (which
+has no record to point at) keeps its own ToolMessage as ToolNode gives it.
 """
 
 from __future__ import annotations
@@ -45,6 +46,11 @@ def _artifact(outcome: Outcome | NeedsReconciliation) -> dict[str, Any]:
     return {ARTIFACT_KEY: info}
 
 
+def _read(outcome: Executed) -> bool:
+    """An executed read: no approval, no idempotency key (nothing the application could look up)."""
+    return outcome.approval_id is None and outcome.idempotency_key is None and not outcome.replay
+
+
 def _edited(content: str | list[Any], edited_args: Mapping[str, Any]) -> str | list[Any]:
     note = (
         f"A reviewer changed the arguments of this call to "
@@ -74,7 +80,9 @@ def tool_message(
     elif isinstance(outcome, Executed):
         if ran is not None and not outcome.replay:
             content = ran.content if edited_args is None else _edited(ran.content, edited_args)
-            artifact = ran.artifact if ran.artifact is not None else _artifact(outcome)
+            # A read has no record to point at: its message is the tool's own, as under ToolNode
+            own = ran.artifact is not None or _read(outcome)
+            artifact = ran.artifact if own else _artifact(outcome)
             return ran.model_copy(update={"content": content, "artifact": artifact})
         content = content_of(outcome.result)
         status = "success"
