@@ -47,10 +47,6 @@ EXPECTED: dict[str, str] = {
         "gap: its last case is (a), an unknown tool refused in the gate's words (the artifact "
         "difference that also failed it is closed)"
     ),
-    "test_tool_node.py::test_tool_node_ensure_utf8": (
-        "gap: a list result that is not content blocks reaches the model as the list; ToolNode sends "
-        "json.dumps(result, ensure_ascii=False)"
-    ),
     # gap: bad arguments
     "test_tool_node.py::test_tool_node_error_handling_default_invocation": GAP_BAD_ARGS_TEXT,
     "test_tool_node_validation_error_filtering.py::test_filter_injected_store_validation_errors": GAP_BAD_ARGS_TEXT,

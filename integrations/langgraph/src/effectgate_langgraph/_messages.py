@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from langchain_core.messages import ToolCall, ToolMessage
+from langgraph.prebuilt.tool_node import msg_content_output
 
 from effectgate import Executed, Invalid, Outcome, Pending, Refused
 from effectgate.errors import NeedsReconciliation
@@ -79,12 +80,14 @@ def tool_message(
         status = "error"
     elif isinstance(outcome, Executed):
         if ran is not None and not outcome.replay:
-            content = ran.content if edited_args is None else _edited(ran.content, edited_args)
+            own_content = msg_content_output(ran.content)  # as ToolNode normalizes a tool's message
+            content = own_content if edited_args is None else _edited(own_content, edited_args)
             # A read has no record to point at: its message is the tool's own, as under ToolNode
             own = ran.artifact is not None or _read(outcome)
             artifact = ran.artifact if own else _artifact(outcome)
             return ran.model_copy(update={"content": content, "artifact": artifact})
-        content = content_of(outcome.result)
+        normalized = msg_content_output(content_of(outcome.result))  # as ToolNode normalizes it
+        content = normalized if isinstance(normalized, str) else list(normalized)
         status = "success"
         if edited_args is not None:
             content = _edited(content, edited_args)
