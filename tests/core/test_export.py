@@ -77,6 +77,12 @@ def test_an_export_verifies_and_says_who_authorised_each_refund(ledger: tuple[Ef
         [("fiona", "finance")],
         [("fiona", "finance")],
     ]
+    tokens = {a.id: (a.token_kid, a.token_hash) for a in gate.store.approvals()}
+    assert [(r["token_kid"], r["token_hash"]) for r in records] == [
+        (None, None),
+        *(tokens[r["approval_id"]] for r in records[1:]),
+    ]
+    assert all(r["token_kid"] == gate.keyring.current for r in records[1:])
     executions = gate.store.executions()
     assert [r["seq"] for r in records] == [e.id for e in executions]
     assert [r["args_hash"] for r in records] == [e.args_hash for e in executions]

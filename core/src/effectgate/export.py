@@ -8,7 +8,8 @@ A decision record is one execution the gate recorded (a read is not one; a write
 call with who authorised it): its sequence number (the execution's id), time, tool, effect,
 status, args hash and arguments, idempotency key and provider reference, the caller (session,
 origin message, user, agent, run), the table, row and policy fingerprints, and for a gated call
-its approval id, version and every approver's id, role, round and time.
+its approval id, version, every approver's id, role, round and time, and the grant that ran it
+(its key id and the sha256 of its token; the token itself is never stored).
 
 The file is JSON Lines, one `{"seq", "prev", "hash", "record"}` a line, where `hash` is sha256 of
 `prev` and the record's RFC 8785 canonical JSON, and `prev` is the hash of the line before (the
@@ -118,6 +119,8 @@ def decision_records(
                 {"id": d.approver_id, "role": d.role, "round": d.grant_round, "at": d.at}
             )
     refs = {r.key: r.provider_ref for r in store.idempotency_records()}
+    # the grant that ran a gated call: its key id and the hash of its token (never the token)
+    grants = {a.id: (a.token_kid, a.token_hash) for a in store.approvals() if a.token_hash is not None}
     for ex in store.executions():
         assert ex.id is not None
         if ex.id <= after_seq or ex.effect == "read":
@@ -125,6 +128,7 @@ def decision_records(
         if before is not None and ex.at >= before:
             return  # this one and every later one wait for the next export, in sequence order
         gated = ex.approval_id is not None and ex.version is not None
+        grant = grants.get(ex.approval_id or "", (None, None))
         yield {
             "seq": ex.id,
             "at": ex.at,
@@ -147,6 +151,8 @@ def decision_records(
             "approval_id": ex.approval_id,
             "version": ex.version,
             "approvers": approvers.get((ex.approval_id, ex.version), []) if gated else [],  # type: ignore[arg-type]
+            "token_kid": grant[0],
+            "token_hash": grant[1],
         }
 
 
