@@ -18,6 +18,7 @@ from effectgate import (
     Recorded,
     Refused,
 )
+from effectgate.audit import audit
 from effectgate.errors import AlreadyDecided, PolicyViolation, TableError
 from effectgate.examples.shop import SHOP_POLICY, Shop, context
 from effectgate.flow import drive
@@ -135,6 +136,9 @@ def test_switching_to_live_never_runs_what_was_proposed_in_shadow(
     assert shop.receiver.count("refund") == 1
     executed = [e.approval_id for e in store.executions()]
     assert executed == [replay.approval_id]
+    # the approved shadow proposal is no reclassification finding after the switch: no grant exists
+    assert audit(store, keyring=keyring).clean
+    assert audit(store, shop.table(), keyring=keyring).clean
 
 
 def test_a_shadow_call_never_holds_a_live_subject(

@@ -250,6 +250,9 @@ class _Scan:
         the same name recorded since, or, with `table`, the table's row now): the reviewer
         approved another tool, and the grant can no longer run (execute re-derives the row)."""
         tool, fingerprint = a[A_TOOL], a[A_ROW_FP]
+        recorded = self.rules.get(fingerprint)
+        if recorded is not None and recorded.get("shadow") is True:
+            return  # proposed in shadow mode: no grant exists, and a change of row is the switch to live
         decided = a[A_DECIDED] if a[A_DECIDED] is not None else a[A_CREATED]
         since = [f for at, f in self.rules.rows_of(tool) if f != fingerprint and at >= decided]
         if since:
