@@ -119,3 +119,21 @@ def test_an_edited_record_is_refused_not_replayed(ledger: tuple[Shop, list[str]]
     assert first.verdict == "refused"
     assert first.detail.startswith("tampered")
     assert [c["amount"] for c in report.calls["refund_order"]] == [500]
+
+
+def test_a_shadow_proposal_replays_the_same_in_shadow_and_rerouted_once_live(
+    store: SQLStore, clock: FakeClock
+) -> None:
+    shop = Shop()
+    shadow_table = shop.table().shadowed(["refund_order"])
+    with EffectGate(shadow_table, store, policy=SHOP_POLICY, keyring=Keyring.generate(), clock=clock) as gate:
+        out = gate.call(
+            "refund_order", {"order_id": "1042", "amount": 1200, "currency": "GBP"}, context("m1")
+        )
+        assert out.approval_id is not None  # type: ignore[union-attr]
+        gate.approve(out.approval_id, version=1, approver=FINANCE)  # type: ignore[union-attr]
+    assert [(r.verdict, r.detail) for r in replay(store, shadow_table, SHOP_POLICY).results] == [("same", "")]
+    [live] = replay(store, shop.table(), SHOP_POLICY).results
+    assert live.verdict == "rerouted"
+    assert "shadow" in live.detail
+    assert shop.receiver.count("refund") == 0

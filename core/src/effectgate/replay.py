@@ -39,6 +39,7 @@ from .effects import Policy
 from .errors import EffectGateError
 from .gate import EffectGate
 from .outcomes import Executed, Grant, Invalid, PartialApproval, Pending, Recorded, Refused
+from .report import modes
 from .stores import open_store
 from .stores.protocol import Store
 from .stores.records import ApprovalRow
@@ -117,6 +118,7 @@ def replay(
         if d.decision == "approve":
             approvers[(d.approval_id, d.version)].append(Approver(d.approver_id, d.role))
     rows = sorted(store.approvals(status=list(REPLAYED)), key=lambda r: (r.created_at, r.id))
+    shadow = {f for f, mode in modes(store).items() if mode == "shadow"}
     results: list[Replayed] = []
     with tempfile.TemporaryDirectory(prefix="effectgate-replay-") as where:
         sandbox_store = open_store(f"sqlite:///{Path(where) / 'sandbox.db'}")
@@ -129,7 +131,8 @@ def replay(
         )
         try:
             for row in rows:
-                results.append(_one(gate, row, approvers[(row.id, row.version)], calls))
+                recorded = approvers[(row.id, row.version)]
+                results.append(_one(gate, row, recorded, calls, shadow=row.row_fingerprint in shadow))
         finally:
             gate.close()
             sandbox_store.close()
@@ -137,8 +140,16 @@ def replay(
 
 
 def _one(
-    gate: EffectGate, row: ApprovalRow, approvers: list[Approver], calls: dict[str, list[dict[str, Any]]]
+    gate: EffectGate,
+    row: ApprovalRow,
+    approvers: list[Approver],
+    calls: dict[str, list[dict[str, Any]]],
+    *,
+    shadow: bool,
 ) -> Replayed:
+    """One intent; `shadow`: it was proposed in shadow mode (its recorded row says so), so the same
+    is a shadow proposal that its recorded approvers approve and that never runs."""
+
     def verdict(kind: Verdict, detail: str = "") -> Replayed:
         return Replayed(row.id, row.version, row.tool, kind, detail)
 
@@ -157,8 +168,16 @@ def _one(
         out = gate.call(row.tool, args, ctx)
         if isinstance(out, Invalid):
             return verdict("refused", f"invalid: {out.message}")
+        if isinstance(out, Refused) and out.code == "shadow" and out.approval_id is not None:
+            if not shadow:
+                return verdict("rerouted", "the row is in shadow mode now: it would not run")
+            return _shadow_same(gate, out.approval_id, approvers, verdict)
         if isinstance(out, Refused):
             return verdict("refused", f"{out.code}: {out.message}")
+        if shadow:
+            return verdict(
+                "rerouted", "proposed in shadow mode; the row is live now (it would pause and run)"
+            )
         if isinstance(out, Executed):
             spec = gate.table.get(row.tool)
             effect = spec.effect if spec is not None else "?"
@@ -191,6 +210,18 @@ def _one(
     if ran != [args] and not _stubbed(gate.table.get(row.tool)):
         return verdict("rerouted", f"ran {len(ran)} times or with other arguments")
     return verdict("same")
+
+
+def _shadow_same(
+    gate: EffectGate, approval_id: str, approvers: list[Approver], verdict: Callable[..., Replayed]
+) -> Replayed:
+    """A shadow proposal again: its recorded approvers must complete its approval (nothing runs)."""
+    decision = None
+    for approver in approvers:
+        decision = gate.approve(approval_id, version=1, approver=approver)
+    if isinstance(decision, Recorded) and decision.complete:
+        return verdict("same")
+    return verdict("refused", f"the recorded approvers ({len(approvers)}) do not approve it now")
 
 
 def _stubbed(spec: ToolSpec | None) -> bool:
