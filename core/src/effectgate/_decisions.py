@@ -75,18 +75,7 @@ class Decisions:
         except EffectGateError as exc:
             _log_refused("approve", approval_id, approver, exc)
             raise
-        if isinstance(decision, Recorded):
-            log.info(
-                "shadow approval recorded (%d of %d; nothing runs): approval=%s version=%d "
-                "approver=%r role=%s",
-                decision.approvals,
-                decision.required,
-                decision.approval_id,
-                decision.version,
-                approver.id,
-                approver.role,
-            )
-        elif isinstance(decision, Grant):
+        if isinstance(decision, Grant):
             log.info(
                 "approval granted: approval=%s version=%d approver=%r role=%s",
                 decision.approval_id,
@@ -94,9 +83,12 @@ class Decisions:
                 approver.id,
                 approver.role,
             )
-        else:
+        else:  # recorded, not granted: more approvers needed, or a shadow call (never runs)
             log.info(
-                "approval partial (%d of %d): approval=%s version=%d approver=%r role=%s",
+                "%s (%d of %d): approval=%s version=%d approver=%r role=%s",
+                "shadow approval recorded, nothing runs"
+                if isinstance(decision, Recorded)
+                else "approval partial",
                 decision.approvals,
                 decision.required,
                 decision.approval_id,

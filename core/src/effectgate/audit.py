@@ -20,7 +20,6 @@ ORM objects) and leaves counting to SQL: the event log, the largest table, is on
 from __future__ import annotations
 
 import json
-import math
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -30,6 +29,7 @@ from ._rules import possible_roles
 from ._seal import sealed_values, stored_args_hash
 from .canonical import digest
 from .effects import Effect, Policy, weakened
+from .report import p95
 from .stores.protocol import Store
 from .stores.records import RuleRow
 from .table import EffectTable
@@ -92,13 +92,6 @@ class AuditReport:
             "findings": [asdict(f) for f in self.findings],
             "metrics": asdict(self.metrics) if self.metrics else None,
         }
-
-
-def _p95(values: list[float]) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
 
 
 _GATED_CLASSES = frozenset({Effect.SEND, Effect.MONEY, Effect.DESTRUCTIVE})
@@ -443,7 +436,7 @@ def audit(
     proposals = sum(statuses.values()) - statuses["rejected"]
     sessions = counts["sessions"]
     metrics = Metrics(
-        approval_latency_p95_s=_p95(scan.latencies),
+        approval_latency_p95_s=p95(scan.latencies),
         approved=statuses["approved"] + statuses["executed"],
         denied=statuses["denied"],
         expired=statuses["expired"],
