@@ -25,6 +25,7 @@ import hmac
 import json
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from . import flow
@@ -288,15 +289,22 @@ class Execution:
             **{k: v for k, v in ctx.as_record().items() if k != "tool_call_id"},
             "before_json": to_json(before) if spec.snapshot else None,
         }
+        refs: list[str] = []  # what the tool recorded with tool_context.set_provider_ref
+
+        def on_ref(ref: str) -> None:
+            self.store.set_provider_ref(key, owner, ref)  # committed before the tool goes on
+            refs.append(ref)
+
+        bound = replace(tool_context, _on_provider_ref=on_ref)
         try:
-            result = yield flow.Invoke(spec.fn, args, spec.context_params, tool_context)
+            result = yield flow.Invoke(spec.fn, args, spec.context_params, bound)
         except Exception as exc:
             if _definite(spec, gated=row is not None, exc=exc):
                 self.record_failure(spec, ctx, row, frozen, key, owner, execution, exc)
                 raise
 
             reason = f"{type(exc).__name__}: {exc}"
-            ref = getattr(exc, "provider_ref", None)
+            ref = getattr(exc, "provider_ref", None) or (refs[-1] if refs else None)
             with self.store.transaction() as conn:
                 self.store.mark_needs_reconciliation(key, owner, reason, provider_ref=ref, conn=conn)
                 self.store.append_execution(conn, status="needs_reconciliation", error=reason, **execution)

@@ -30,6 +30,7 @@ def context_of(row: ApprovalRow) -> CallContext:
         user_id=row.user_id,
         agent_id=row.agent_id,
         run_id=row.run_id,
+        model_id=row.model_id,
     )
 
 

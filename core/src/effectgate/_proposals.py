@@ -226,6 +226,7 @@ class Proposals:
             user_id=ctx.user_id,
             agent_id=ctx.agent_id,
             run_id=ctx.run_id,
+            model_id=ctx.model_id,
             tool=spec.name,
             effect=str(spec.effect),
             reversibility=str(spec.reversibility),

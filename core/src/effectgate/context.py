@@ -6,7 +6,7 @@ authenticated user, the originating user message). None of it comes from model o
 
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -17,7 +17,10 @@ class CallContext:
 
     `origin_message_id` is the id of the user message that started this turn; together with the
     session, tool and subject it forms the intent key, so a replay of that message finds the same
-    approval. `tool_call_id` is kept for the audit only and never used as a key.
+    approval. `tool_call_id` is kept for the audit only and never used as a key. `model_id` names
+    the model that proposed the call (as the application knows it, e.g. "gpt-4.1-2025-04-14"):
+    recorded on approvals and executions for the report and the decision records, never a key
+    and never a reason to allow or refuse anything.
     """
 
     session_id: str
@@ -26,12 +29,15 @@ class CallContext:
     agent_id: str
     run_id: str = ""
     tool_call_id: str | None = None
+    model_id: str = ""
 
     def __post_init__(self) -> None:
         for name in ("session_id", "origin_message_id", "user_id", "agent_id"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value:
                 raise ValueError(f"CallContext.{name} must be a non-empty string")
+        if not isinstance(self.model_id, str):
+            raise ValueError("CallContext.model_id must be a string")
 
     def as_record(self) -> dict[str, str | None]:
         return {
@@ -41,6 +47,7 @@ class CallContext:
             "agent_id": self.agent_id,
             "run_id": self.run_id,
             "tool_call_id": self.tool_call_id,
+            "model_id": self.model_id,
         }
 
 
@@ -70,6 +77,19 @@ class ToolContext:
     approval_id: str | None = None
     version: int | None = None
     attempt: int = 1
+    _on_provider_ref: Callable[[str], None] | None = field(default=None, repr=False, compare=False)
+
+    def set_provider_ref(self, provider_ref: str) -> None:
+        """Record the provider's own id for this effect (e.g. the processing id of a 202) as soon
+        as the provider gives it, before the call returns: it is committed at once, so if the
+        outcome is then lost the reconciliation (and a reviewer deciding whether to approve it
+        again) sees it, and the decision record carries it. Raises `LeaseLost` if this call no
+        longer holds its lease; ValueError for an empty reference."""
+        if not isinstance(provider_ref, str) or not provider_ref:
+            raise ValueError("provider_ref must be a non-empty string")
+        if self._on_provider_ref is None:
+            raise RuntimeError("this ToolContext is not running a call: nothing to record against")
+        self._on_provider_ref(provider_ref)
 
 
 class _HasHeaders(Protocol):

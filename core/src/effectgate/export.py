@@ -7,7 +7,8 @@
 A decision record is one execution the gate recorded (a read is not one; a write, and a gated
 call with who authorised it): its sequence number (the execution's id), time, tool, effect,
 status, args hash and arguments, idempotency key and provider reference, the caller (session,
-origin message, user, agent, run), the table, row and policy fingerprints, and for a gated call
+origin message, user, agent, run, and the model that proposed it), the table, row and policy
+fingerprints, and for a gated call
 its approval id, version, every approver's id, role, round and time, and the grant that ran it
 (its key id and the sha256 of its token; the token itself is never stored).
 
@@ -145,6 +146,7 @@ def decision_records(
             "user_id": ex.user_id,
             "agent_id": ex.agent_id,
             "run_id": ex.run_id,
+            "model_id": ex.model_id,
             "table_fingerprint": ex.table_fingerprint,
             "row_fingerprint": ex.row_fingerprint,
             "policy_fingerprint": ex.policy_fingerprint,

@@ -33,8 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from ._ledger import context_of
 from .canonical import hash_of_text
-from .context import Approver, CallContext
+from .context import Approver
 from .effects import Policy
 from .errors import EffectGateError
 from .gate import EffectGate
@@ -156,13 +157,7 @@ def _one(
     if hash_of_text(row.tool, row.args_json) != row.args_hash:
         return verdict("refused", "tampered: the stored arguments do not hash to the approval's hash")
     args = json.loads(row.args_json)
-    ctx = CallContext(
-        session_id=row.session_id,
-        origin_message_id=row.origin_message_id,
-        user_id=row.user_id,
-        agent_id=row.agent_id,
-        run_id=row.run_id,
-    )
+    ctx = context_of(row)
     before = len(calls[row.tool])
     try:
         out = gate.call(row.tool, args, ctx)

@@ -47,6 +47,10 @@ class IdempotencyLedger(Protocol):
     def fail(self, key: str, owner: str, error: str, *, conn: Any = None) -> None:
         """A definite failure (the lease owner only). Raises `LeaseLost`."""
 
+    def set_provider_ref(self, key: str, owner: str, provider_ref: str) -> None:
+        """Persist the provider's reference while the call is in flight (its own transaction,
+        committed before it returns; the lease owner only). Raises `LeaseLost`."""
+
     def mark_needs_reconciliation(
         self, key: str, owner: str, reason: str, *, provider_ref: str | None = None, conn: Any = None
     ) -> None:

@@ -9,6 +9,8 @@ table row and policy it was proposed under, how many grants it has had; a decisi
 role and round) is sealed with the gate's keyring (`seal` columns, see `_seal.py`) and checked
 again whenever it is read back to decide something: a row edited in the database is refused.
 Version 2 added the seals, `policy_fingerprint`, `grants`, decision rounds and `eg_rules`.
+Version 3 added `model_id` to approvals and executions (`SQLStore.setup` upgrades a version 2
+database in place: the new columns default to '').
 """
 
 from __future__ import annotations
@@ -20,7 +22,12 @@ from typing import Any
 from sqlalchemy import Column, Index, Text
 from sqlmodel import Field, SQLModel
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+
+
+def _model_id() -> Any:
+    # server_default: a version 2 database upgraded in place gets '' for its existing rows
+    return Field(default="", sa_column_kwargs={"server_default": ""})
 
 
 class SchemaVersionRow(SQLModel, table=True):
@@ -71,6 +78,7 @@ class ApprovalTable(SQLModel, table=True):
     token_kid: str | None = None
     token_expires_at: float | None = None
     token_used_at: float | None = None
+    model_id: str = _model_id()
 
 
 class IntentKeyRow(SQLModel, table=True):
@@ -140,6 +148,7 @@ class ExecutionRow(SQLModel, table=True):
     after_json: str | None = Field(default=None, sa_column=Column(Text))
     result_json: str | None = Field(default=None, sa_column=Column(Text))
     error: str | None = Field(default=None, sa_column=Column(Text))
+    model_id: str = _model_id()
 
 
 class IdempotencyRow(SQLModel, table=True):
@@ -228,6 +237,7 @@ class ApprovalRow:
     token_kid: str | None = None
     token_expires_at: float | None = None
     token_used_at: float | None = None
+    model_id: str = ""
 
     def model_copy(self, *, update: Mapping[str, Any]) -> ApprovalRow:
         return replace(self, **update)

@@ -18,7 +18,7 @@ from sqlmodel import SQLModel
 
 from .._clock import SYSTEM_CLOCK, Clock
 from ..errors import StoreError
-from . import _dialect
+from . import _dialect, _upgrade
 from . import _queries as Q
 from ._queries import AuditTable
 from .base import IdempotencyRecord, IdempotencyStore, Status
@@ -61,23 +61,34 @@ class SQLStore(IdempotencyStore):
     # -- lifecycle
 
     def setup(self) -> None:
-        """Create the tables (idempotent) and check or record the schema version. A database of
-        another schema version is refused before anything is created or written in it."""
+        """Create the tables (idempotent) and check or record the schema version. A database of an
+        older version this release knows is upgraded in place (`_upgrade.py`, in one transaction);
+        any other version is refused before anything is created or written in it."""
         with self.engine.begin() as conn:
             # Concurrent set-ups queue on one lock and create the tables inside it (PostgreSQL DDL
             # is transactional); create_all's check-then-create would otherwise collide.
             self.lock(conn, "effectgate:setup")
+            found = None
             if sa.inspect(conn).has_table(Q.T_VERSION.name):
                 row = conn.execute(sa.select(Q.T_VERSION.c.version).where(Q.T_VERSION.c.id == 1)).first()
-                if row is not None:
-                    self._refuse_version(row.version)
+                found = None if row is None else int(row.version)
+            if found is not None and found != SCHEMA_VERSION:
+                _upgrade.upgrade(conn, found, SCHEMA_VERSION, where=self._where())
             SQLModel.metadata.create_all(conn, tables=list(Q.ALL_TABLES))
             values = {"id": 1, "version": SCHEMA_VERSION, "applied_at": self.clock.now()}
-            if conn.execute(_dialect.insert_if_absent(conn, Q.T_VERSION, "id"), values).first():
+            if found is not None and found != SCHEMA_VERSION:
+                conn.execute(sa.update(Q.T_VERSION).where(Q.T_VERSION.c.id == 1).values(**values))
+                _dialect.append_only_ddl(conn, APPEND_ONLY)
+            elif conn.execute(_dialect.insert_if_absent(conn, Q.T_VERSION, "id"), values).first():
                 _dialect.append_only_ddl(conn, APPEND_ONLY)
         self._ready = True
 
     def _refuse_version(self, version: int) -> None:
+        if version < SCHEMA_VERSION and version in _upgrade.STEPS:
+            raise StoreError(
+                f"the database at {self._where()} has effectgate schema version {version}; run "
+                f"`effectgate setup` (or store.setup()) once to upgrade it in place to {SCHEMA_VERSION}"
+            )
         if version != SCHEMA_VERSION:
             raise StoreError(
                 f"the database at {self._where()} has effectgate schema version {version}; this "

@@ -104,10 +104,13 @@ def call_context(
     if agent is None:
         raise missing_identity("agent_id", WHERE_AGENT)
     run = config.get("run_id")
+    # the model that proposed the calls, as the application names it: recorded, never deciding
+    model = _field(context, "model_id") or _field(conf, "model_id") or ""
     return CallContext(
         session_id=str(thread),
         origin_message_id=origin_message_id(messages),
         user_id=user,
         agent_id=agent,
         run_id=str(run) if run is not None else "",
+        model_id=model,
     )

@@ -107,7 +107,7 @@ def call_context(
             "origin_message_id is the id of the user message this run answers: a replay of that "
             "message finds the same approval."
         )
-    run_id = ctx.get("run_id")
+    run_id, model_id = ctx.get("run_id"), ctx.get("model_id")
     made = CallContext(
         session_id=str(values["session_id"]),
         origin_message_id=str(values["origin_message_id"]),
@@ -115,6 +115,7 @@ def call_context(
         agent_id=agent_id,
         run_id=run_id if isinstance(run_id, str) else "",
         tool_call_id=tool_call_id,
+        model_id=model_id if isinstance(model_id, str) else "",  # recorded, never deciding
     )
     if gate is not None:
         _check_identity(gate, context, made, resumed=resumed)

@@ -90,7 +90,7 @@ from effectgate.rows import DEFAULT_DB, NativeTool, Row, gate_for
 from ._arguments import bad_argument, keywords, received
 from ._code import ApprovalRequired, keep_logs_at_a_stop
 from ._errors import tool_failed
-from ._identity import Stop, outside_a_run, refuse_plain_runs, run_context
+from ._identity import Stop, model_id_of, outside_a_run, refuse_plain_runs, run_context
 from ._native import native_tool
 from ._result import run_result, wants_full_result
 from ._saving import mark_saved_agent, saved_tool, unmarked
@@ -458,6 +458,7 @@ class GatedAgent:
             user_id=user_id,
             agent_id=self.agent_id,
             run_id=run_id,
+            model_id=model_id_of(self.agent),
         )
         with self._lock:
             self._pending.clear()

@@ -40,8 +40,21 @@ class Stop(BaseException):
         self.error = error
 
 
+def model_id_of(agent: MultiStepAgent) -> str:
+    """The agent's model as smolagents names it (`Model.model_id`), '' when it has none: recorded
+    with each approval and execution, never used to decide anything."""
+    name = getattr(getattr(agent, "model", None), "model_id", None)
+    return name if isinstance(name, str) else ""
+
+
 def run_context(
-    *, session_id: str | None, origin_message_id: str | None, user_id: str | None, agent_id: str, run_id: str
+    *,
+    session_id: str | None,
+    origin_message_id: str | None,
+    user_id: str | None,
+    agent_id: str,
+    run_id: str,
+    model_id: str = "",
 ) -> CallContext:
     """The run's `CallContext`; `MissingIdentity` naming each value that is missing or empty."""
     given = {"session_id": session_id, "origin_message_id": origin_message_id, "user_id": user_id}
@@ -57,6 +70,7 @@ def run_context(
         user_id=str(user_id),
         agent_id=agent_id,
         run_id=run_id,
+        model_id=model_id,
     )
 
 

@@ -1,0 +1,36 @@
+"""In-place upgrades of an older effectgate schema, run by `SQLStore.setup` under its lock.
+
+Each step takes a database from one version to the next and never loses a row: columns are
+added with a default for the rows already there, and new tables are created by `create_all`
+after the steps. A version with no step (older than the oldest step, or newer than this
+release) is refused, as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlalchemy.engine import Connection
+
+from ..errors import StoreError
+
+
+def _2_to_3(conn: Connection) -> None:
+    # the model that proposed a call, on approvals and executions ('' for rows written before)
+    for table in ("eg_approvals", "eg_executions"):
+        conn.exec_driver_sql(f"ALTER TABLE {table} ADD COLUMN model_id VARCHAR NOT NULL DEFAULT ''")
+
+
+STEPS: dict[int, Callable[[Connection], None]] = {2: _2_to_3}
+
+
+def upgrade(conn: Connection, found: int, target: int, *, where: str) -> None:
+    """Run the steps from version `found` to `target` inside `conn`'s transaction."""
+    if found > target or any(v not in STEPS for v in range(found, target)):
+        raise StoreError(
+            f"the database at {where} has effectgate schema version {found}; this effectgate "
+            f"(schema {target}) neither reads nor writes it. Use the effectgate release that "
+            "created it, or start a new database"
+        )
+    for version in range(found, target):
+        STEPS[version](conn)
