@@ -319,3 +319,17 @@ def test_awaiting_round_trips_through_json(smol_harness: MakeSmolHarness, shop_g
     assert again.origin_message_id == "m3"
     assert again.pending[0].card == h.awaiting.pending[0].card
     assert FINANCE.role == "finance"
+
+
+def test_the_agents_model_id_is_recorded_with_its_approval_and_execution(
+    smol_harness: MakeSmolHarness, shop_gate: ShopGate
+) -> None:
+    """smolagents names its model (`Model.model_id`): the approval and the execution record it."""
+    h = smol_harness(Script([call("refund_order", **REFUND), say("Refunded.")]))
+    [paused] = h.send("Please refund order 1042", message_id="m3").paused
+    h.approve(paused, grant(shop_gate.gate, paused))
+    [approval] = shop_gate.store.approvals()
+    assert approval.model_id == "effectgate-scripted"
+    assert [(e.tool, e.model_id) for e in shop_gate.store.executions()] == [
+        ("refund_order", "effectgate-scripted")
+    ]

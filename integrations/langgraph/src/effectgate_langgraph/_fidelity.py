@@ -23,6 +23,8 @@ ToolMessage looks like, stays langchain's:
   not a langchain tool, so nothing else would): the node ends it with the ToolMessage or the error.
 - `error_message(exc, call, flag)` applies ToolNode's `handle_tool_errors` to an exception a call
   raised through the gate: the same error ToolMessage, or the exception raised again.
+- `invocation_error(tool, call, ...)` is the `ToolInvocationError` ToolNode raises for arguments
+  the gate found invalid (the tool's own pydantic model over them): what the middleware answers.
 """
 
 from __future__ import annotations
@@ -306,6 +308,33 @@ def content_of(result: Any) -> str | list[Any]:
     """The ToolMessage content ToolNode makes of a tool's return value."""
     normalized = _normalize_message_content(result)
     return _stringify(result) if normalized is None else normalized
+
+
+def invocation_error(
+    tool: BaseTool, call: ToolCall, runtime: ToolRuntime[Any, Any], inject: Inject, injected: Any
+) -> ToolInvocationError | None:
+    """ToolNode's `ToolInvocationError` for a call whose arguments the gate found invalid: the
+    tool's own pydantic model over them, with the values ToolNode injects and without the errors
+    of injected arguments (`injected`: ToolNode's `_injected_args` entry for the tool). It echoes
+    `call`'s arguments, the model's own. None when that model accepts them (the gate's JSON
+    schema is stricter) or the injected values cannot be supplied: the gate's text stays."""
+    keys = injected_keys(tool)
+    given = ToolCall(
+        name=call["name"],
+        args={k: v for k, v in call["args"].items() if k not in keys},
+        id=call.get("id"),
+        type="tool_call",
+    )
+    try:
+        value = inject(given, runtime, tool) if keys else given
+        _check(tool, value["args"], keys, call.get("id"))
+    except InvalidToolArguments as exc:
+        if isinstance(exc.source, pydantic.ValidationError):
+            errors = _filter_validation_errors(exc.source, injected)
+            return ToolInvocationError(call["name"], exc.source, dict(call["args"]), errors)
+    except Exception:  # no store, a missing state field: not an argument the model can fix
+        return None
+    return None
 
 
 def raise_injection_error(exc: BaseException) -> None:

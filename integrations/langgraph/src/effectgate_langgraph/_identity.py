@@ -4,7 +4,9 @@
 - origin message: the id of the last `HumanMessage` in the state. LangGraph gives a message
   without an id a fresh uuid4 when it enters the state, so a client that resubmits the same
   message must send its own id (`HumanMessage(content=..., id="m-123")`) for the resubmission to
-  count as the same message.
+  count as the same message. Where the state has no HumanMessage with an id (a node invoked with
+  the model's message alone), `config["configurable"]["origin_message_id"]`, which the
+  application supplies; the state's id always wins over it.
 - user_id and agent_id: from the graph's runtime context (`graph.invoke(..., context=...)`, a
   mapping or an object with those attributes), else from `config["configurable"]`; a node built
   with `agent_id=` uses that. Never tool_call_id, task, checkpoint or interrupt ids: those change
@@ -20,7 +22,7 @@ from langchain_core.messages import AIMessage, AnyMessage, ToolCall
 from langchain_core.runnables import RunnableConfig
 
 from effectgate import CallContext
-from effectgate.adapter import missing_identity
+from effectgate.adapter import MissingIdentity, missing_identity
 
 #: Where each identity value goes, for MissingIdentity (see `call_context`).
 WHERE_THREAD = (
@@ -37,8 +39,9 @@ WHERE_AGENT = (
     "or config['configurable']['agent_id']"
 )
 WHERE_MESSAGE = (
-    "send the user's message in the input as HumanMessage(text, id=...); LangGraph gives a "
-    "message without an id a fresh one when it enters the state through the messages reducer"
+    "send the user's message in the input as HumanMessage(text, id=...) (LangGraph gives a "
+    "message without an id a fresh one when it enters the state through the messages reducer), "
+    "or, for a state without one, put the id in config['configurable']['origin_message_id']"
 )
 
 
@@ -80,6 +83,18 @@ def origin_message_id(messages: Sequence[AnyMessage]) -> str:
     raise missing_identity("id of the user message it answers (no HumanMessage with an id)", WHERE_MESSAGE)
 
 
+def _origin(messages: Sequence[AnyMessage], conf: Mapping[str, Any]) -> str:
+    """The state's user message id; where the state has none, the one the application put in
+    `configurable` (never read from model output)."""
+    try:
+        return origin_message_id(messages)
+    except MissingIdentity:
+        given = _field(conf, "origin_message_id")
+        if given is None:
+            raise
+        return given
+
+
 def call_context(
     messages: Sequence[AnyMessage],
     config: RunnableConfig,
@@ -108,7 +123,7 @@ def call_context(
     model = _field(context, "model_id") or _field(conf, "model_id") or ""
     return CallContext(
         session_id=str(thread),
-        origin_message_id=origin_message_id(messages),
+        origin_message_id=_origin(messages, conf),
         user_id=user,
         agent_id=agent,
         run_id=str(run) if run is not None else "",

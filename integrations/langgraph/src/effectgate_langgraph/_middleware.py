@@ -19,7 +19,9 @@ it) are never invoked, because what runs is the effect table's row. A langchain 
 `gated_middleware` runs as create_agent's ToolNode would run it: injected keys are dropped from
 the call before the gate sees it, and the trusted values are added from the call's
 `request.runtime` (ToolNode's `_inject_tool_args`) when it runs, including a gated call that
-runs on resume. A read's `Command` goes to the graph, checked as ToolNode checks it.
+runs on resume. A read's `Command` goes to the graph, checked as ToolNode checks it. A read's or
+write's arguments the gate finds invalid are answered with the `ToolInvocationError` text
+create_agent's ToolNode gives for them (`_fidelity.invocation_error`); nothing runs either way.
 """
 
 from __future__ import annotations
@@ -36,10 +38,18 @@ from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
-from effectgate import CallContext, Effect, EffectGate, Executed, Outcome
+from effectgate import CallContext, Effect, EffectGate, Executed, Invalid, Outcome
 from effectgate.adapter import is_gated
 
-from ._fidelity import Flight, InvalidToolArguments, flying, framework_keys, model_call, raise_injection_error
+from ._fidelity import (
+    Flight,
+    InvalidToolArguments,
+    flying,
+    framework_keys,
+    invocation_error,
+    model_call,
+    raise_injection_error,
+)
 from ._identity import call_context, messages_of, step_calls
 from ._messages import tool_message
 from ._node import DEFAULT_RESUME_IDENTITY, answer_settled
@@ -113,14 +123,37 @@ class EffectGateMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             graph_updates=spec is not None and spec.effect is Effect.READ,
         )
 
-    def _answer(self, call: ToolCall, outcome: Outcome, flight: Flight) -> ToolMessage | Command[Any]:
+    def _answer(
+        self, call: ToolCall, outcome: Outcome, flight: Flight, request: ToolCallRequest
+    ) -> ToolMessage | Command[Any]:
         call_id = str(call.get("id") or "")
         update = flight.updates.get(call_id)
         if update is not None and isinstance(outcome, Executed):
             # create_agent sends each call to its ToolNode on its own ("tool_calls" input).
             out: Any = self._tool_node._normalize_tool_response(update, call, "tool_calls")
             return cast("ToolMessage | Command[Any]", out)
+        if isinstance(outcome, Invalid):
+            invalid = self._invalid(call, request)
+            if invalid is not None:
+                return invalid
         return tool_message(outcome, call, ran=flight.messages.get(call_id))
+
+    def _invalid(self, call: ToolCall, request: ToolCallRequest) -> ToolMessage | None:
+        """A read's or write's invalid arguments as create_agent's ToolNode answers them (its
+        default `handle_tool_errors` turns the tool's `ToolInvocationError` into this message);
+        nothing ran either way. None for a row that is not a langchain tool the agent offers."""
+        tool = self._tool_node.tools_by_name.get(call["name"])
+        if tool is None:
+            return None
+        injected = self._tool_node._injected_args.get(call["name"])
+        error = invocation_error(
+            tool, request.tool_call, request.runtime, self._tool_node._inject_tool_args, injected
+        )
+        if error is None:
+            return None
+        return ToolMessage(
+            content=error.message, name=call["name"], tool_call_id=str(call.get("id") or ""), status="error"
+        )
 
     def wrap_tool_call(
         self,
@@ -139,7 +172,7 @@ class EffectGateMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             except InvalidToolArguments as exc:
                 raise_injection_error(exc)
                 raise
-        return self._answer(call, outcome, flight)
+        return self._answer(call, outcome, flight, request)
 
     async def awrap_tool_call(
         self,
@@ -158,4 +191,4 @@ class EffectGateMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             except InvalidToolArguments as exc:
                 raise_injection_error(exc)
                 raise
-        return self._answer(call, outcome, flight)
+        return self._answer(call, outcome, flight, request)

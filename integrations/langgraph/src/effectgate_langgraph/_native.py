@@ -12,8 +12,9 @@ function, turned into a tool as ToolNode would) is read once by `native_tool`:
 
 - its name and description;
 - its schema: the JSON schema the model is shown (`convert_to_openai_tool(tool)`'s parameters,
-  built from `tool.tool_call_schema`, so without injected arguments). The gate validates, hashes
-  and puts on the reviewer's card exactly what the model was asked for;
+  built from `tool.tool_call_schema`, so without injected arguments; an untyped parameter named
+  `runtime`, which langchain shows but ToolNode injects by name, is left out too). The gate
+  validates, hashes and puts on the reviewer's card exactly what the model was asked for;
 - a function that runs it as ToolNode does (`_fidelity.invoke_tool`): inside the gated node or
   middleware, `tool.invoke(tool_call, config)` (an async-only tool: `ainvoke`), so its pydantic
   `args_schema` parses the arguments (enums, dates, nested models), its callbacks fire, and its
@@ -148,7 +149,23 @@ def native_tool(tool: LangChainTool) -> NativeTool:
         "type": "object",
         "properties": {},
     }
-    return NativeTool(name=name, description=tool.description, schema=schema, fn=run)
+    return NativeTool(name=name, description=tool.description, schema=_without(schema, keys), fn=run)
+
+
+def _without(schema: dict[str, Any], keys: frozenset[str]) -> dict[str, Any]:
+    """The schema without the injected keys langchain still shows the model (a parameter named
+    `runtime` without a ToolRuntime annotation, which ToolNode injects by name): they are dropped
+    from every call before the gate sees it, so the gate must not require them."""
+    properties = schema.get("properties")
+    if not isinstance(properties, Mapping) or not keys & set(properties):
+        return schema
+    trimmed = {**schema, "properties": {k: v for k, v in properties.items() if k not in keys}}
+    required = [r for r in schema.get("required", ()) if r not in keys]
+    if required:
+        trimmed["required"] = required
+    else:
+        trimmed.pop("required", None)
+    return trimmed
 
 
 def _rows(effects: Mapping[str, Row]) -> dict[str, Row]:
