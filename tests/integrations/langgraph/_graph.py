@@ -31,8 +31,9 @@ def shop_graph(
     *,
     checkpointer: BaseCheckpointSaver[Any] | None,
     node: GatedToolNode | None = None,
+    native_approver: Any = None,
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
-    tools = node or GatedToolNode(gate, agent_id=SUPPORT_AGENT)
+    tools = node or GatedToolNode(gate, agent_id=SUPPORT_AGENT, native_approver=native_approver)
     bound = model.bind_tools(list(tools.tools_by_name.values()))
 
     def agent(state: MessagesState) -> dict[str, list[AnyMessage]]:
@@ -71,7 +72,8 @@ def paused_of(out: GraphOutput[Any]) -> tuple[Paused, ...]:
 
 class LangGraphHarness:
     """One conversation (thread s-ada, user u1) on the shop graph (or, with `agent=True`, on
-    `create_agent` with EffectGateMiddleware); see the adapter contract."""
+    `create_agent` with EffectGateMiddleware); see the adapter contract. `native_approver` goes to
+    the gated node or middleware (who decides a HITL answer)."""
 
     def __init__(
         self,
@@ -83,6 +85,7 @@ class LangGraphHarness:
         user_id: str = "u1",
         node: GatedToolNode | None = None,
         agent: bool = False,
+        native_approver: Any = None,
     ) -> None:
         self.gate = gate
         self.model = model
@@ -90,11 +93,15 @@ class LangGraphHarness:
         if agent:
             self.graph = create_agent(
                 model,
-                middleware=[EffectGateMiddleware(gate, agent_id=SUPPORT_AGENT)],
+                middleware=[
+                    EffectGateMiddleware(gate, agent_id=SUPPORT_AGENT, native_approver=native_approver)
+                ],
                 checkpointer=checkpointer,
             )
         else:
-            self.graph = shop_graph(gate, model, checkpointer=checkpointer, node=node)
+            self.graph = shop_graph(
+                gate, model, checkpointer=checkpointer, node=node, native_approver=native_approver
+            )
         self.config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
         self.context = {"user_id": user_id}
         self.last: GraphOutput[Any] | None = None

@@ -1,7 +1,7 @@
 """What the application must give the graph, said exactly: a run without a user fails with a
-MissingIdentity naming the value and where it goes; langchain's HITL answer to an effectgate pause
-is refused with how to answer; a value for a framework-supplied parameter never comes from the
-model."""
+MissingIdentity naming the value and where it goes; langchain's HITL approve of an effectgate pause,
+with no native approver configured, is refused with how to answer; a value for a framework-supplied
+parameter never comes from the model."""
 
 from __future__ import annotations
 
@@ -67,11 +67,12 @@ def test_the_one_line_identity_in_the_config_works(shop_gate: ShopGate) -> None:
     model.assert_complete()
 
 
-def test_a_langchain_hitl_answer_is_refused_with_how_to_answer(
+def test_a_langchain_hitl_approve_without_a_native_approver_is_refused_with_how_to_answer(
     node_or_agent: MakeLangGraphHarness, shop_gate: ShopGate
 ) -> None:
-    """`{"decisions": [{"type": "approve"}]}` (HumanInTheLoopMiddleware's answer) runs nothing: the
-    pause comes back, its `refused` says how to answer, and the effectgate answer then works."""
+    """`{"decisions": [{"type": "approve"}]}` (HumanInTheLoopMiddleware's answer) with no
+    `native_approver` runs nothing: the pause comes back, its `refused` names the setting and the
+    effectgate answer, and the effectgate answer then works (test_hitl_decisions.py: the rest)."""
     h = node_or_agent(
         Script([call("refund_order", order_id="1042", amount=12000, currency="GBP"), say("ok")])
     )
@@ -83,6 +84,7 @@ def test_a_langchain_hitl_answer_is_refused_with_how_to_answer(
     [refused] = h.last.interrupts[0].value["refused"]
     assert refused["approval_id"] == paused.approval_id
     assert "HumanInTheLoopMiddleware" in refused["reason"]
+    assert "native_approver=Approver(id, role)" in refused["reason"]
     assert "effectgate_langgraph.resume({approval_id: decision}, out.interrupts)" in refused["reason"]
     assert "approve(grant.token)" in refused["reason"]
 

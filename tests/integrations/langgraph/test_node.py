@@ -212,7 +212,8 @@ def test_decision_for_an_approval_not_waiting_is_refused(
 def test_resume_that_is_not_a_mapping_by_approval_id_is_refused(
     lg_harness: MakeLangGraphHarness, shop_gate: ShopGate, answer: object
 ) -> None:
-    """A bare value, HITL's positional decisions or a list never approves anything; the step asks again."""
+    """A bare value, HITL's approve with no native approver, or a list, never approves anything;
+    the step asks again."""
     h = lg_harness(Script([call("refund_order", **REFUND)]))
     [paused] = h.send("Please refund order 1042", message_id="m3").paused
     grant(shop_gate.gate, paused)

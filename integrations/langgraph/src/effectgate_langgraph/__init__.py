@@ -27,7 +27,10 @@ stored card, allowed decisions, and the same requests in langchain's HITL `actio
 `review_configs` shape). Answer it with a mapping from approval id to decision:
 `approve(token)`, `deny(reason)` or `edit(args)`. `resume(decisions, interrupt)` builds
 `Command(resume={interrupt.id: decisions})`, the form that works whatever the approval ids look
-like; `Command(resume=decisions)` works as well.
+like; `Command(resume=decisions)` works as well. langchain's HumanInTheLoopMiddleware answer,
+`Command(resume={"decisions": [...]})`, is bridged by position: a reject closes the approval,
+an approve goes through `gate.approve` as the application's `native_approver=` (set on the node
+or middleware; without it the approve is refused, naming that setting).
 
 For `langchain.agents.create_agent`, put `EffectGateMiddleware(gate, agent_id=...)` where
 `HumanInTheLoopMiddleware` would go; it gates each call at `wrap_tool_call`.

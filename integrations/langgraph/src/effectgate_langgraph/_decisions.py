@@ -42,7 +42,7 @@ them again. An application can check a payload it stored with `verify_state` and
 id, and a decision may echo `"signature"`: it is then refused unless the step, as it stands now,
 signs the same (the checkpoint, the approval or the identity changed since it was shown).
 
-Resume value: a mapping from approval id to decision, and nothing else::
+Resume value: a mapping from approval id to decision (or HITL's answer, below)::
 
     {"<approval_id>": {"type": "approve", "token": "<grant token>"}}
     {"<approval_id>": {"type": "deny", "reason": "not this order"}}
@@ -60,6 +60,11 @@ Resume value: a mapping from approval id to decision, and nothing else::
   call's subject.
 - Every decision may also name `"version"` and `"args_hash"`; when present they must match the
   waiting card. HITL's `"reject"` (with `"message"`) is read as deny.
+
+langchain's HumanInTheLoopMiddleware answer, `{"decisions": [...]}`, is read by position against
+the payload's `action_requests` (`_hitl.py`): there `{"type": "approve"}` without a token is a
+`NativeApprove` (approved through `gate.approve` as the application's `native_approver`) and
+`{"type": "reject", "message"?}` a `Reject` (always closes the approval).
 
 A decision that names no waiting approval, a token for another approval or version, or a
 version or hash that does not match is refused: nothing runs, and the step asks again.
@@ -192,7 +197,21 @@ class Edit:
     args: Mapping[str, Any]
 
 
-Decision = Approve | Deny | Edit
+@dataclass(frozen=True)
+class NativeApprove:
+    """HITL's `{"type": "approve"}`: no grant; approved through `gate.approve` as the
+    application's configured native approver, or refused."""
+
+
+@dataclass(frozen=True)
+class Reject:
+    """HITL's `{"type": "reject"}`: closes the approval; recorded as the native approver when
+    their role may decide the call, else as the system identity `hitl-reject`."""
+
+    reason: str
+
+
+Decision = Approve | Deny | Edit | NativeApprove | Reject
 
 
 class DecisionRefused(Exception):
@@ -203,10 +222,13 @@ class DecisionRefused(Exception):
         super().__init__(reason)
 
 
-def read_decision(raw: object, waiting: Waiting, signature: str | None = None) -> Decision:
+def read_decision(
+    raw: object, waiting: Waiting, signature: str | None = None, *, hitl: bool = False
+) -> Decision:
     """Parse one decision against the card it answers; DecisionRefused if it does not fit. A
     decision that echoes the payload's `signature` must echo the one this step would sign now:
-    a different one means the paused step changed since the reviewer saw it."""
+    a different one means the paused step changed since the reviewer saw it. `hitl`: the
+    decision came in langchain's `{"decisions": [...]}` (see `read_hitl` and `_hitl.py`)."""
     if not isinstance(raw, Mapping):
         raise DecisionRefused("a decision is an object with a 'type'")
     if "signature" in raw and raw["signature"] != signature:
@@ -222,6 +244,8 @@ def read_decision(raw: object, waiting: Waiting, signature: str | None = None) -
         )
     if "args_hash" in raw and raw["args_hash"] != waiting.pending.card.args_hash:
         raise DecisionRefused("the decision's args_hash does not match the waiting card")
+    if hitl and (kind == "reject" or (kind == "approve" and raw.get("token") is None)):
+        return read_hitl(raw, waiting)
     if kind == "approve":
         token = raw.get("token")
         if not isinstance(token, str) or not token:
@@ -242,7 +266,29 @@ def read_decision(raw: object, waiting: Waiting, signature: str | None = None) -
         if not isinstance(args, Mapping):
             raise DecisionRefused("edit needs 'args', an object of the tool's arguments")
         return Edit(dict(args))
-    raise DecisionRefused(f"unknown decision type {kind!r}; allowed: approve, deny, edit")
+    if hitl and kind == "respond":
+        raise DecisionRefused(
+            "a respond decision answers in the tool's place; a gated call runs as approved or not "
+            "at all: approve, edit or reject it"
+        )
+    allowed = "approve, edit, reject" if hitl else "approve, deny, edit"
+    raise DecisionRefused(f"unknown decision type {kind!r}; allowed: {allowed}")
+
+
+def read_hitl(raw: Mapping[str, Any], waiting: Waiting) -> Decision:
+    """HITL's tokenless approve and its reject. A reject's reason is its message, or langchain's
+    own wording when none is given (the model is told it, and the record keeps it)."""
+    if raw.get("type") == "approve":
+        return NativeApprove()
+    message = raw.get("message")
+    if message is not None and not isinstance(message, str):
+        raise DecisionRefused("a reject's 'message' is text the model can be told")
+    if message and message.strip():
+        return Reject(message)
+    return Reject(
+        f"User rejected the tool call for `{waiting.tool}`. The tool was not executed. Do not "
+        "retry this tool call unless the user explicitly requests it."
+    )
 
 
 def _approver(raw: object) -> Approver | None:

@@ -14,6 +14,9 @@ a call around it. `create_agent` runs each tool call of a model step as its own 
 
 Resume with a mapping from approval id to decision: `resume(decisions, out.interrupts)` sends
 each interrupt the decisions for the approvals it lists; `Command(resume=decisions)` works too.
+HumanInTheLoopMiddleware's answer, `{"decisions": [...]}` (one decision per interrupt here, each
+interrupt listing its own call), is bridged as for the node (`_hitl.py`): a reject closes the
+approval, an approve goes through `gate.approve` as the configured `native_approver`.
 The middleware answers every call itself: the tool functions (and any middleware listed after
 it) are never invoked, because what runs is the effect table's row. A langchain tool given to
 `gated_middleware` runs as create_agent's ToolNode would run it: injected keys are dropped from
@@ -50,6 +53,7 @@ from ._fidelity import (
     model_call,
     raise_injection_error,
 )
+from ._hitl import NativeApprover, native_approver_of
 from ._identity import call_context, messages_of, step_calls
 from ._messages import tool_message
 from ._node import DEFAULT_RESUME_IDENTITY, answer_settled
@@ -69,6 +73,8 @@ class EffectGateMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     by default the table rows `agent_id` may call. Pass `tools=[]` when the agent is given its
     tools itself; every tool it offers must then have a row in the table. For langchain tools
     you already have, `gated_middleware(tools, effects)` builds the gate and the middleware.
+    `native_approver`: who approves and rejects a HITL answer, as for `GatedToolNode` (a function
+    is called with the tool call's `request.runtime.config` and `.context`).
     """
 
     def __init__(
@@ -78,11 +84,13 @@ class EffectGateMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         agent_id: str | None = None,
         tools: Sequence[BaseTool] | None = None,
         resume_identity: str = DEFAULT_RESUME_IDENTITY,
+        native_approver: NativeApprover | None = None,
     ) -> None:
         super().__init__()
         self.gate = gate
         self.agent_id = agent_id
         self.resume_identity = resume_identity
+        self.native_approver = native_approver
         self.tools = list(tools) if tools is not None else table_tools(gate.table, agent_id=agent_id)
         #: The arguments the framework supplies, by tool name: dropped from every call the gate sees.
         self.injected_keys = framework_keys(gate, self.tools)
@@ -103,6 +111,7 @@ class EffectGateMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if call.get("id") not in {c.get("id") for c in step}:
             step = [call]
         own = frozenset({str(call.get("id") or "")})
+        runtime = request.runtime
         return settle_step(
             self.gate,
             step,
@@ -110,6 +119,7 @@ class EffectGateMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             own=own,
             resume_identity=self.resume_identity,
             injected_keys=self.injected_keys,
+            approver_of=lambda: native_approver_of(self.native_approver, runtime.config, runtime.context),
         )
 
     def _flight(self, call: ToolCall, request: ToolCallRequest) -> AbstractContextManager[Flight]:

@@ -238,7 +238,7 @@ def gated_node(
     at `db` (the embedded SQLite file, set up on first use, its key file beside it): a tool
     without a row, or a row without a tool, is a TableError here. With `gate=`, that gate is used
     and must hold these rows. `node_options` go to `GatedToolNode` (`name`, `handle_tool_errors`,
-    `messages_key`, `wrap_tool_call`, `resume_identity`, ...)."""
+    `messages_key`, `wrap_tool_call`, `resume_identity`, `native_approver`, ...)."""
     offered = [as_tool(t) for t in tools]
     built = _gate(offered, effects, agent_id=agent_id, db=db, gate=gate)
     return GatedToolNode(built, offered, agent_id=agent_id, **node_options)
@@ -254,7 +254,8 @@ def gated_middleware(
     **middleware_options: Any,
 ) -> EffectGateMiddleware:
     """`gated_node` for `create_agent`: an EffectGateMiddleware that registers `tools` with the
-    agent (do not also pass them as `create_agent(tools=...)`) and gates each call by its row."""
+    agent (do not also pass them as `create_agent(tools=...)`) and gates each call by its row.
+    `middleware_options` go to `EffectGateMiddleware` (`resume_identity`, `native_approver`)."""
     offered = [as_tool(t) for t in tools]
     built = _gate(offered, effects, agent_id=agent_id, db=db, gate=gate)
     return EffectGateMiddleware(built, agent_id=agent_id, tools=offered, **middleware_options)

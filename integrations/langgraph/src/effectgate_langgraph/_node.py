@@ -58,6 +58,7 @@ from effectgate.adapter import is_gated
 from effectgate.errors import NeedsReconciliation, TableError
 
 from ._fidelity import Flight, error_message, flying, framework_keys, is_native, model_call, tool_span
+from ._hitl import NativeApprover, native_approver_of
 from ._identity import call_context, messages_of, state_of, step_calls
 from ._messages import tool_message
 from ._step import Settled, StepFlow, adrive, drive, settle_step
@@ -124,7 +125,8 @@ class GatedToolNode(ToolNode):
 
     `handle_tool_errors`, `wrap_tool_call` and `awrap_tool_call` mean what they mean for ToolNode
     (see the module docstring for how they meet the gate); `None` is ToolNode's default.
-    """
+    `native_approver` decides a langchain HITL answer (`_hitl.py`): an `Approver`, or a function
+    of the invoke's `(config, context)` returning one or None."""
 
     def __init__(
         self,
@@ -139,6 +141,7 @@ class GatedToolNode(ToolNode):
         wrap_tool_call: ToolCallWrapper | None = None,
         awrap_tool_call: AsyncToolCallWrapper | None = None,
         resume_identity: str = DEFAULT_RESUME_IDENTITY,
+        native_approver: NativeApprover | None = None,
     ) -> None:
         offered = list(tools) if tools is not None else table_tools(gate.table, agent_id=agent_id)
         super().__init__(
@@ -162,6 +165,7 @@ class GatedToolNode(ToolNode):
         self.gate = gate
         self.agent_id = agent_id
         self.resume_identity = resume_identity
+        self.native_approver = native_approver
         #: The arguments the framework supplies, by tool name: dropped from every call the gate sees.
         self.injected_keys = framework_keys(gate, self.tools_by_name.values())
 
@@ -190,6 +194,7 @@ class GatedToolNode(ToolNode):
             own=own if len(own) < len(step) else None,
             resume_identity=self.resume_identity,
             injected_keys=self.injected_keys,
+            approver_of=lambda: native_approver_of(self.native_approver, config, runtime.context),
         )
         return ctx, flow
 

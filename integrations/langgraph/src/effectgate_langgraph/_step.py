@@ -10,6 +10,9 @@ again and again with the same result:
    answer through the core (`execute` with the grant token, `deny`, or `call` with edited
    arguments). Each loop turn consumes one interrupt slot, so a re-run replays the same answers
    in the same order; what an answer already did is in the store and comes back as a replay.
+   langchain's HITL answer (`{"decisions": [...]}`, by position) is bridged in `_hitl.py`: a
+   reject closes the approval, an approve goes through `gate.approve` as the application's
+   `native_approver`, and a replayed HITL answer is skipped (it was applied by its own run).
 
 The flow composes the gate's own flows (`gate.flows`) with `yield from` and adds one request of
 its own, `Ask` (the pause): one body serves the sync and the async node, driven by
@@ -27,22 +30,26 @@ from langchain_core.messages import ToolCall
 from langgraph.config import get_config
 from langgraph.types import interrupt
 
-from effectgate import Approver, CallContext, EffectGate, Outcome, Pending, flow
+from effectgate import Approver, CallContext, EffectGate, Grant, Outcome, Pending, flow
 from effectgate.adapter import DecisionMismatch, Paused, bind_decision, is_gated
 from effectgate.canonical import args_hash, freeze
-from effectgate.errors import ApprovalError, ArgumentError, PolicyViolation, TokenError
+from effectgate.errors import ApprovalError, ArgumentError, EffectGateError, PolicyViolation, TokenError
 
 from ._decisions import (
     ApprovalPayload,
     Approve,
+    Decision,
     DecisionRefused,
     Deny,
     Edit,
+    NativeApprove,
     RefusedDecision,
+    Reject,
     Waiting,
     payload,
     read_decision,
 )
+from ._hitl import HOW_TO_ANSWER, NO_APPROVER, by_position, is_hitl, is_newest_answer, reject_approver
 
 # LangGraph reads a resume dict whose keys all look like xxh3 digests (32 lowercase hex) as a
 # map from interrupt id to value. effectgate's default approval ids have that shape too, so a
@@ -55,6 +62,23 @@ _RESUME_MAP_KEY = "__pregel_resume_map"
 class Ask:
     payload: ApprovalPayload
     approval_ids: frozenset[str]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What an `Ask` got back; `newest`: brought by this resume, not replayed from an earlier one
+    (told apart for HITL answers only, see `_hitl.is_newest_answer`)."""
+
+    value: object
+    newest: bool = True
+
+
+#: The application's approver for HITL decisions in this run (`_hitl.native_approver_of`).
+ApproverOf = Callable[[], Approver | None]
+
+
+def _no_approver() -> Approver | None:
+    return None
 
 
 @dataclass
@@ -146,11 +170,14 @@ def settle_step(
     own: frozenset[str] | None = None,
     resume_identity: str,
     injected_keys: Mapping[str, frozenset[str]] | None = None,
+    approver_of: ApproverOf = _no_approver,
 ) -> StepFlow:
     """Settle the gated calls among `calls` (those in `own`, or all); see the module docstring.
 
     `calls` are as the gate sees them, without injected keys; `injected_keys` (by tool name)
-    are dropped from a reviewer's edited arguments too: the graph supplies them when it runs."""
+    are dropped from a reviewer's edited arguments too: the graph supplies them when it runs.
+    `approver_of` names the application's native approver, asked only when a HITL decision
+    needs one."""
     keys = injected_keys or {}
     gated = [c for c in calls if is_gated(gate, c["name"])]
     if not gated:
@@ -175,61 +202,57 @@ def settle_step(
         if not waiting:
             break
         ask = payload(gate, waiting, refused, ctx)
-        answer = yield Ask(ask, frozenset(w.pending.approval_id for w in waiting))
+        answer: Answer = yield Ask(ask, frozenset(w.pending.approval_id for w in waiting))
         refused = yield from _apply(
-            gate, answer, waiting, slots, ctx, resume_identity, ask["signature"], keys
+            gate, answer, waiting, slots, ctx, resume_identity, ask["signature"], keys, approver_of
         )
     return {cid: Settled(s.outcome, s.edited_args) for cid, s in slots.items()}
 
 
-HOW_TO_ANSWER = (
-    "answer by approval id: Command(resume={approval_id: decision}), or "
-    "effectgate_langgraph.resume({approval_id: decision}, out.interrupts), where a decision is "
-    "effectgate_langgraph.approve(grant.token) (the token from gate.approve(...) or `effectgate "
-    "approve`), deny(reason) or edit(args)"
-)
 NOT_A_MAPPING = f"the resume value is not a mapping from approval id to decision; {HOW_TO_ANSWER}"
-HITL_ANSWER = (
-    "the resume value is langchain's HumanInTheLoopMiddleware answer ({'decisions': [...]}), "
-    "which matches decisions to calls by position and carries no grant; effectgate binds each "
-    f"decision to its approval, so {HOW_TO_ANSWER}"
-)
 
 
-def _is_hitl(answer: Mapping[Any, Any]) -> bool:
-    """langchain's HITL resume shape: `{"decisions": [...]}` (never an approval id)."""
-    return isinstance(answer.get("decisions"), list)
+def _pairs(answer: Mapping[Any, Any], waiting: Sequence[Waiting]) -> list[tuple[str, Waiting | None, object]]:
+    """Each decision of the answer with the waiting call it answers (None: no such call). A HITL
+    answer by position (DecisionRefused when its length differs), any other by approval id."""
+    if is_hitl(answer):
+        return [(w.pending.approval_id, w, raw) for w, raw in by_position(answer, waiting)]
+    by_id = {w.pending.approval_id: w for w in waiting}
+    return [(str(k), by_id.get(k) if isinstance(k, str) else None, raw) for k, raw in answer.items()]
 
 
 def _apply(
     gate: EffectGate,
-    answer: object,
+    answer: Answer,
     waiting: Sequence[Waiting],
     slots: dict[str, _Slot],
     ctx: CallContext,
     resume_identity: str,
     signature: str,
     keys: Mapping[str, frozenset[str]],
+    approver_of: ApproverOf,
 ) -> Generator[Any, Any, list[RefusedDecision]]:
-    if not isinstance(answer, Mapping) or _is_hitl(answer):
-        reason = HITL_ANSWER if isinstance(answer, Mapping) else NOT_A_MAPPING
-        return [{"approval_id": w.pending.approval_id, "reason": reason} for w in waiting]
-    by_id = {w.pending.approval_id: w for w in waiting}
+    value = answer.value
+    if not isinstance(value, Mapping):
+        return [{"approval_id": w.pending.approval_id, "reason": NOT_A_MAPPING} for w in waiting]
+    hitl = is_hitl(value)
     refused: list[RefusedDecision] = []
-    for key, raw in answer.items():
-        w = by_id.get(key) if isinstance(key, str) else None
+    try:
+        # a replayed HITL answer was applied by the run its resume brought (see `_hitl`)
+        pairs = _pairs(value, waiting) if answer.newest or not hitl else []
+    except DecisionRefused as exc:
+        return [{"approval_id": w.pending.approval_id, "reason": exc.reason} for w in waiting]
+    for key, w, raw in pairs:
         if w is None:
-            refused.append(
-                {"approval_id": str(key), "reason": "no approval of this step waits under this id"}
-            )
+            refused.append({"approval_id": key, "reason": "no approval of this step waits under this id"})
             continue
         slot = slots[w.call_id or ""]
         try:
-            decision = read_decision(raw, w, signature)
+            decision = read_decision(raw, w, signature, hitl=hitl)
             if isinstance(decision, Edit) and keys.get(w.tool):
                 dropped = keys[w.tool]
                 decision = Edit({k: v for k, v in decision.args.items() if k not in dropped})
-            yield from _apply_one(gate, decision, w, slot, ctx, resume_identity)
+            yield from _apply_one(gate, decision, w, slot, ctx, resume_identity, approver_of)
         except DecisionRefused as exc:
             refused.append({"approval_id": key, "reason": exc.reason})
     refused += [
@@ -244,18 +267,24 @@ def _apply(
 
 def _apply_one(
     gate: EffectGate,
-    decision: Approve | Deny | Edit,
+    decision: Decision,
     w: Waiting,
     slot: _Slot,
     ctx: CallContext,
     resume_identity: str,
+    approver_of: ApproverOf,
 ) -> Generator[Any, Any, None]:
     call_ctx = dataclasses.replace(ctx, tool_call_id=w.call_id)
-    if w.mismatch is not None and not isinstance(decision, Deny):
+    if w.mismatch is not None and not isinstance(decision, Deny | Reject):
         # Said apart from the step's own note on the mismatch, so the reviewer can tell that
         # this answer arrived and was refused.
-        kind = "approve" if isinstance(decision, Approve) else "edit"
+        kind = "edit" if isinstance(decision, Edit) else "approve"
         raise DecisionRefused(f"{kind} refused, only a deny is accepted for this call: {w.mismatch}")
+    if isinstance(decision, NativeApprove):
+        token = yield from _native_grant(gate, w, slot, call_ctx, approver_of())
+        if token is None:
+            return  # more distinct approvers are needed: the call stays paused
+        decision = Approve(token)
     if isinstance(decision, Approve):
         try:
             bind_decision(gate, Paused.of(w.pending), decision.token)
@@ -269,8 +298,12 @@ def _apply_one(
         except Exception as exc:  # settled as this call's result: NeedsReconciliation, a tool error
             slot.outcome = exc
         return
-    if isinstance(decision, Deny):
-        approver = decision.approver or Approver(resume_identity, w.pending.card.approver_role)
+    if isinstance(decision, Deny | Reject):
+        role = w.pending.card.approver_role
+        if isinstance(decision, Reject):
+            approver = reject_approver(gate, approver_of(), role)
+        else:
+            approver = decision.approver or Approver(resume_identity, role)
         try:
             slot.outcome = yield from gate.flows.deny(
                 w.pending.approval_id, approver=approver, reason=decision.reason, version=w.pending.version
@@ -297,6 +330,26 @@ def _apply_one(
     slot.mismatch = edited.mismatch
 
 
+def _native_grant(
+    gate: EffectGate, w: Waiting, slot: _Slot, ctx: CallContext, approver: Approver | None
+) -> Generator[Any, Any, str | None]:
+    """A HITL approve through `gate.approve` as the application's approver: the grant's token,
+    or None while more distinct approvers are needed (the slot then shows the counted card)."""
+    if approver is None:
+        raise DecisionRefused(NO_APPROVER)
+    try:
+        decided = yield from flow.done(
+            gate.approve, w.pending.approval_id, version=w.pending.version, approver=approver
+        )
+    except EffectGateError as exc:
+        yield from _refresh(gate, slot, w, ctx)
+        raise DecisionRefused(f"approve as {approver.id} ({approver.role}) was refused: {exc}") from exc
+    if isinstance(decided, Grant):
+        return decided.token
+    yield from _refresh(gate, slot, w, ctx)
+    return None
+
+
 def _refresh(gate: EffectGate, slot: _Slot, w: Waiting, ctx: CallContext) -> Generator[Any, Any, None]:
     """After the core refused a decision, ask it again where the call stands (a replay)."""
     slot.outcome = yield from gate.flows.call(w.tool, dict(slot.args), ctx)
@@ -305,12 +358,12 @@ def _refresh(gate: EffectGate, slot: _Slot, w: Waiting, ctx: CallContext) -> Gen
 # -- drivers
 
 
-def _asker() -> Callable[[Ask], Any]:
+def _asker() -> Callable[[Ask], Answer]:
     """`interrupt()`, except that a plain `{approval_id: decision}` resume is read once from the
     run's resume map (see `_RESUME_MAP_KEY`)."""
     used = False
 
-    def ask(op: Ask) -> Any:
+    def ask(op: Ask) -> Answer:
         nonlocal used
         if not used:
             used = True
@@ -318,8 +371,9 @@ def _asker() -> Callable[[Ask], Any]:
             if isinstance(resume_map, Mapping):
                 picked = {k: v for k, v in resume_map.items() if k in op.approval_ids}
                 if picked:
-                    return picked
-        return interrupt(op.payload)
+                    return Answer(picked)
+        value = interrupt(op.payload)
+        return Answer(value, is_newest_answer(value) if is_hitl(value) else True)
 
     return ask
 
