@@ -26,6 +26,7 @@ def test_benchmark_smoke_run_prints_every_ratio(tmp_path: Path) -> None:
         "ratio (a) read path",
         "ratio (b) money path",
         "ratio (c) claims",
+        "ratio (f') report of",
         "ratio (e) langgraph read",
         "ratio (f) langgraph interrupt + resume",
         "ratio (g) openai-agents read",

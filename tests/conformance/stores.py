@@ -31,7 +31,7 @@ from effectgate.errors import (
     StoreError,
 )
 from effectgate.stores import Claimed, SQLStore, Stored
-from effectgate.stores.records import APPEND_ONLY, SCHEMA_VERSION, ApprovalRow
+from effectgate.stores.records import APPEND_ONLY, SCHEMA_VERSION, ApprovalRow, HoldRow
 from effectgate.testing import FakeClock
 
 StoreFactory = Callable[[], SQLStore]
@@ -87,6 +87,24 @@ def _fill(store: SQLStore) -> None:
         store.append_events(conn, [{"at": store.clock.now(), "kind": "sentinel"}])
         _append_execution(store, conn)
         store.add_rules(conn, [("sentinel", "row", "{}")])
+        now = store.clock.now()
+        sentinel = {"redaction_id": "r-s", "table_name": "eg_events", "row_key": "1", "column_name": "x"}
+        store.append_redacted(conn, [{**sentinel, "commitment": "k.c", "at": now, "seal": "s"}])
+        store.append_checkpoint(
+            conn,
+            {
+                "table_name": "eg_events",
+                "first_id": 1,
+                "last_id": 1,
+                "count": 1,
+                "start": "0",
+                "head": "h",
+                "key_id": "k",
+                "at": now,
+                "signature": "s",
+            },
+        )
+        store.add_hold(conn, HoldRow(id="h-s", user_id="u", reason="r", placed_by="b", at=now))
 
 
 def _append_execution(store: SQLStore, conn: sa.Connection) -> None:

@@ -146,11 +146,22 @@ def test_a_model_id_must_be_text() -> None:
 
 
 def _as_version_2(url: str) -> None:
-    """Turn a database this release made into what version 2 left: no model_id columns."""
+    """Turn a database this release made into what version 2 left: no model_id columns, no
+    redaction or hold tables, and version 2's triggers (every UPDATE and DELETE refused)."""
     engine = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
+    sqlite = url.startswith("sqlite")
     with engine.begin() as conn:
         for table in ("eg_approvals", "eg_executions"):
+            if sqlite and table == "eg_executions":
+                conn.exec_driver_sql("DROP TRIGGER eg_executions_no_update")
             conn.exec_driver_sql(f"ALTER TABLE {table} DROP COLUMN model_id")
+        if sqlite:
+            conn.exec_driver_sql(
+                "CREATE TRIGGER eg_executions_no_update BEFORE UPDATE ON eg_executions "
+                "BEGIN SELECT RAISE(ABORT, 'eg_executions is append-only'); END"
+            )
+        conn.exec_driver_sql("DROP TABLE eg_redacted")
+        conn.exec_driver_sql("DROP TABLE eg_holds")
         conn.exec_driver_sql("UPDATE eg_schema_version SET version = 2")
     engine.dispose()
 
@@ -173,7 +184,15 @@ def test_a_version_2_database_is_upgraded_in_place_keeping_every_row(
     [approval] = old.approvals()
     assert (approval.tool, approval.status, approval.model_id) == ("pay", "executed", "")
     assert [(e.tool, e.model_id) for e in old.executions()] == [("pay", "")]
-    # still append-only after the upgrade
-    with pytest.raises(sa.exc.DBAPIError, match="append-only"), old.transaction() as conn:
-        conn.exec_driver_sql("DELETE FROM eg_executions")
+    # still append-only after the upgrade, and a personal column takes only a redaction marker
+    for statement in (
+        "DELETE FROM eg_executions",
+        "UPDATE eg_executions SET tool = 'x'",
+        "UPDATE eg_executions SET args_json = '{}'",
+    ):
+        with pytest.raises(sa.exc.DBAPIError, match="append-only"), old.transaction() as conn:
+            conn.exec_driver_sql(statement)
+    with old.transaction() as conn:
+        conn.exec_driver_sql("""UPDATE eg_executions SET args_json = '{"$redacted":"r-1"}'""")
+    assert [e.args_json for e in old.executions()] == ['{"$redacted":"r-1"}']
     old.close()

@@ -3,12 +3,16 @@ on SQLite and PostgreSQL (`store_url`)."""
 
 from __future__ import annotations
 
+import os
 import re
+import socket
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+import uvicorn
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
@@ -18,6 +22,11 @@ from effectgate.outcomes import Executed
 from effectgate.stores import SQLStore
 from effectgate.testing import FakeClock
 from effectgate.web import ApproverRegistry, RegisteredApprover, create_app, hash_secret
+
+from . import browser as chromium
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, Page
 
 SECRETS = {"fiona": "fiona-pw", "frank": "frank-pw", "sam": "sam-pw", "pia": "pia-pw", "pete": "pete-pw"}
 ROLES = {"fiona": "finance", "frank": "finance", "sam": "support_lead", "pia": "privacy", "pete": "privacy"}
@@ -101,3 +110,47 @@ def inbox(store_url: str, clock: FakeClock) -> Iterator[Inbox]:
     finally:
         gate.close()
         store.close()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """Debian's headless chromium, driven by Playwright (skips without it, fails under CI)."""
+    from playwright.sync_api import sync_playwright
+
+    path = chromium.ensure()
+    if path is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI: the browser tests need Debian's chromium (apt-get install chromium)")
+        pytest.skip("no chromium on this machine (apt-get install chromium)")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=path, headless=True, args=chromium.ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def server(inbox: Inbox) -> Iterator[str]:
+    """The inbox served by uvicorn on a free loopback port, in a thread."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    srv = uvicorn.Server(uvicorn.Config(inbox.app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    started = threading.Event()
+    for _ in range(500):  # bounded wait for the socket, no sleep: the event's timeout paces it
+        if srv.started:
+            break
+        started.wait(0.01)
+    assert srv.started, "uvicorn did not start"
+    yield f"http://127.0.0.1:{port}"
+    srv.should_exit = True
+    thread.join(timeout=10)
+
+
+def sign_in(page: Page, base: str, approver: str) -> None:
+    page.goto(f"{base}/login")
+    page.fill("input[name=approver]", approver)
+    page.fill("input[name=secret]", SECRETS[approver])
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{base}/")

@@ -8,22 +8,16 @@ CSRF token, the wrong role) change nothing. A screenshot of the inbox is saved a
 from __future__ import annotations
 
 import os
-import socket
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-import uvicorn
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser
 
 from effectgate import Outcome, Pending
 from effectgate.examples.shop import context
 from effectgate.testing import Say, Script, Step, call, say
 
-from . import browser as chromium
-from .conftest import SECRETS, Inbox
+from .conftest import Inbox, sign_in
 
 REFUND = {"order_id": "1042", "amount": 12000, "currency": "GBP"}
 ARTIFACTS = Path(os.environ.get("EFFECTGATE_ARTIFACTS", Path(__file__).resolve().parents[2] / "artifacts"))
@@ -40,47 +34,6 @@ def agent_turn(inbox: Inbox, script: Script, message_id: str) -> list[Outcome]:
         outcomes += inbox.gate.call_step([(c.name, c.args, c.id) for c in turn.calls], context(message_id))
     script.assert_complete()
     return outcomes
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    path = chromium.ensure()
-    if path is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("CI: the browser tests need Debian's chromium (apt-get install chromium)")
-        pytest.skip("no chromium on this machine (apt-get install chromium)")
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=path, headless=True, args=chromium.ARGS)
-        yield b
-        b.close()
-
-
-@pytest.fixture
-def server(inbox: Inbox) -> Iterator[str]:
-    """The inbox served by uvicorn on a free loopback port, in a thread."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    srv = uvicorn.Server(uvicorn.Config(inbox.app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    started = threading.Event()
-    for _ in range(500):  # bounded wait for the socket, no sleep: the event's timeout paces it
-        if srv.started:
-            break
-        started.wait(0.01)
-    assert srv.started, "uvicorn did not start"
-    yield f"http://127.0.0.1:{port}"
-    srv.should_exit = True
-    thread.join(timeout=10)
-
-
-def sign_in(page: Page, base: str, approver: str) -> None:
-    page.goto(f"{base}/login")
-    page.fill("input[name=approver]", approver)
-    page.fill("input[name=secret]", SECRETS[approver])
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{base}/")
 
 
 def decisions(inbox: Inbox) -> list[Any]:

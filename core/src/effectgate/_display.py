@@ -47,6 +47,11 @@ def remaining(seconds: float) -> str:
     return "in " + " ".join(parts)
 
 
+def duration(seconds: float) -> str:
+    """A length of time: "0s", "45s", "12m 30s", "2h 0m 5s", "3d 1h 20m"."""
+    return "0s" if seconds < 1 else remaining(seconds).removeprefix("in ")
+
+
 def card_view(gate: EffectGate, approval_id: str) -> dict[str, Any]:
     """Everything a reviewer's card shows, read from the store: the card, its arguments folded,
     the subject's history and balance, other decisions in flight on the subject, the decisions

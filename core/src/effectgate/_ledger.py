@@ -14,10 +14,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._deps import Deps, Events
-from ._seal import approval_intact, decision_intact
+from ._seal import approval_intact, approval_sealed, decision_intact
 from .context import CallContext, Confirmation, SubjectEntry
 from .errors import PolicyViolation, TamperedRecord, UnknownApproval
 from .outcomes import Card, SubjectView
+from .stores._dialect import REDACTED_PREFIX
 from .stores.records import ApprovalRow, DecisionRow
 from .table import ToolSpec
 
@@ -135,7 +136,10 @@ class Ledger:
     # -- cards
 
     def card_of(self, conn: Any, row: ApprovalRow) -> Card:
-        intact = approval_intact(self.keyring, row)
+        # erased arguments cannot be hashed again: the seal (over the args hash) still must verify,
+        # and the audit checks the redaction's own sealed entry
+        redacted = row.args_json.startswith(REDACTED_PREFIX)
+        intact = approval_sealed(self.keyring, row) if redacted else approval_intact(self.keyring, row)
         given = self.approvers(conn, row, round_=row.grants) if intact else []
         if not given and row.grants > 0 and intact:  # a granted row shows the round that granted it
             given = self.approvers(conn, row, round_=row.grants - 1)

@@ -3,7 +3,9 @@
 A clean audit means: nothing ran that the table, at the time, did not allow. The scan re-derives
 everything it checks from the rows themselves, never trusting a stored copy of a conclusion:
 
-- every hash is recomputed from the stored arguments (approvals and executions);
+- every hash is recomputed from the stored arguments (approvals and executions); arguments
+  erased by `effectgate.redact` are accepted only with their sealed redaction entry, which names
+  the hash they had and the facts kept (a marker without one is `redaction_forged`);
 - every approval and decision seal is verified with the keyring (when one is given);
 - the table row and the policy each approval was made under are read from `eg_rules` (their
   canonical form, checked against its fingerprint), and the required role and number of distinct
@@ -28,7 +30,9 @@ from typing import Any, Literal
 from ._rules import possible_roles
 from ._seal import sealed_values, stored_args_hash
 from .canonical import digest
+from .chain import verify_chain
 from .effects import Effect, Policy, weakened
+from .redact import entries, is_redacted, redaction_problem
 from .report import p95
 from .stores.protocol import Store
 from .stores.records import RuleRow
@@ -49,6 +53,8 @@ FindingKind = Literal[
     "policy_weakened",
     "executed_twice",
     "reclassified",
+    "redaction_forged",
+    "chain_broken",
 ]
 
 
@@ -167,6 +173,7 @@ class _Scan:
         self.bars: dict[str, _Bar] = {}
         self.statuses: Counter[str] = Counter()
         self.latencies: list[float] = []
+        self.redacted = entries(store)
 
     def add(
         self, kind: FindingKind, tool: str, detail: str, approval: str | None = None, ex: int | None = None
@@ -191,7 +198,9 @@ class _Scan:
         self.statuses[a[A_STATUS]] += 1
         if a[A_DECIDED] is not None and a[A_STATUS] in ("approved", "executed"):
             self.latencies.append(a[A_DECIDED] - a[A_CREATED])
-        if stored_args_hash(tool, a[A_ARGS]) != a[A_HASH]:
+        if is_redacted(a[A_ARGS]):
+            self.redaction(("eg_approvals", approval_id), tool, a[A_ARGS], a[A_HASH], approval_id)
+        elif stored_args_hash(tool, a[A_ARGS]) != a[A_HASH]:
             self.add(
                 "args_tampered", tool, "the stored arguments do not hash to the approval's hash", approval_id
             )
@@ -212,6 +221,8 @@ class _Scan:
             effect = Effect(row["effect"])
             needed = policy.approvals_needed(effect)
             roles = possible_roles(row, args)
+            if is_redacted(a[A_ARGS]):  # the erased arguments cannot be evaluated: any role of the row
+                roles |= {r["role"] for r in row.get("escalate", ())}
             if a[A_EFFECT] != effect or required != needed or role not in roles:
                 self.add(
                     "bar_lowered",
@@ -237,6 +248,19 @@ class _Scan:
         self.bars[approval_id] = _Bar(
             a[A_VERSION], a[A_HASH], a[A_ROW_FP], a[A_EFFECT], role, required, approvers
         )
+
+    def redaction(
+        self,
+        where: tuple[str, str],
+        tool: str,
+        args: str,
+        args_hash: str,
+        approval: str | None,
+        ex: int | None = None,
+    ) -> None:
+        problem = redaction_problem(self.redacted, self.keyring, where, args, args_hash)
+        if problem is not None:
+            self.add("redaction_forged", tool, problem, approval, ex)
 
     def changed_since_approval(self, a: tuple[Any, ...]) -> None:
         """An approved call that has not run, whose tool changed after the approval (a row of
@@ -300,7 +324,9 @@ class _Scan:
 
     def execution(self, ex: tuple[Any, ...], runs: Counter[str]) -> None:
         ex_id, approval_id, tool = ex[E_ID], ex[E_APPROVAL], ex[E_TOOL]
-        if stored_args_hash(tool, ex[E_ARGS]) != ex[E_HASH]:
+        if is_redacted(ex[E_ARGS]):
+            self.redaction(("eg_executions", str(ex_id)), tool, ex[E_ARGS], ex[E_HASH], approval_id, ex_id)
+        elif stored_args_hash(tool, ex[E_ARGS]) != ex[E_HASH]:
             self.add(
                 "args_tampered",
                 tool,
@@ -395,11 +421,14 @@ def audit(
     policy: Policy | None = None,
     *,
     keyring: Keyring | None = None,
+    chain: bool = False,
 ) -> AuditReport:
     """Scan the store (see the module docstring). With `table`, also compare every executed
     approval against the table as it is now (a reclassification shows). With `keyring` (the
     gate's), every seal is verified; without one, `seals_checked` is False. `policy` is accepted
-    for compatibility: the scan uses the policy recorded with each approval and execution."""
+    for compatibility: the scan uses the policy recorded with each approval and execution. With
+    `chain` (and `keyring`), the ledger's own hash chain is recomputed too (`effectgate.chain`):
+    a checkpointed row deleted, inserted or edited is a `chain_broken` finding."""
     del policy
     scan = _Scan(store, table, keyring)
     succeeded = 0
@@ -447,6 +476,9 @@ def audit(
         gated_proposals_per_1000_sessions=(1000.0 * proposals / sessions) if sessions else 0.0,
         executions=succeeded,
     )
+    if chain and keyring is not None:
+        for b in verify_chain(store, keyring):
+            scan.add("chain_broken", b.table, f"ids {b.first_id}..{b.last_id}: {b.problem}")
     return AuditReport(scan.findings, metrics, seals_checked=keyring is not None)
 
 

@@ -6,24 +6,31 @@
 
 A decision record is one execution the gate recorded (a read is not one; a write, and a gated
 call with who authorised it): its sequence number (the execution's id), time, tool, effect,
-status, args hash and arguments, idempotency key and provider reference, the caller (session,
-origin message, user, agent, run, and the model that proposed it), the table, row and policy
-fingerprints, and for a gated call
-its approval id, version, every approver's id, role, round and time, and the grant that ran it
-(its key id and the sha256 of its token; the token itself is never stored).
+status, args hash, the arguments' facts and commitments, idempotency key and provider
+reference, the caller (session, origin message, user, agent, run, and the model that proposed
+it), the table, row and policy fingerprints, and for a gated call its approval id, version, every
+approver's id, role, round and time, and the grant that ran it (its key id and the sha256 of its
+token; the token itself is never stored).
 
-The file is JSON Lines, one `{"seq", "prev", "hash", "record"}` a line, where `hash` is sha256 of
-`prev` and the record's RFC 8785 canonical JSON, and `prev` is the hash of the line before (the
-first line's is the previous export's chain head, or 64 zeros). Beside it, `<file>.manifest.json`
+The file is JSON Lines, one `{"seq", "prev", "hash", "record", "personal"}` a line, where `hash`
+is sha256 of `prev` and the record's RFC 8785 canonical JSON, and `prev` is the hash of the line
+before (the first line's is the previous export's chain head, or 64 zeros). Personal values (the
+arguments' text and the error) sit outside the chain, in `personal`; the record inside it carries
+their commitments (`record["personal"]`: the keyring's MAC of each, as `effectgate.redact` makes
+them) and the arguments' facts (`record["args"]`: amount and currency). So `redact_export` can
+erase a user's values from a file already written and the file still verifies, while `verify`
+checks every value still present against its commitment. Beside it, `<file>.manifest.json`
 names the format, the key id, the first and last sequence, the count, the chain's start and head,
 and is signed with the gate's keyring (HMAC, domain-separated from grant tokens). `verify_export`
 recomputes every link and checks the manifest's signature: a flipped byte, a removed, added or
 reordered record, a file cut short or a forged manifest are each named at the first record where
 the chain breaks.
 
-What is exported is re-derived first: the export runs `audit` over the whole ledger with the
-keyring (seals, hashes, roles, approver counts) and refuses while it has findings, so a signature
-never vouches for an edited row. An incremental export starts after the previous manifest's last
+What is exported is re-derived first: the export checkpoints the ledger's own hash chain
+(`effectgate.chain.seal_chain`), then runs `audit` over the whole ledger with the keyring (seals,
+hashes, roles, approver counts, and the chain: a row deleted or edited in the database since an
+earlier checkpoint) and refuses while it has findings, so a signature never vouches for an edited
+row. An incremental export starts after the previous manifest's last
 sequence (its signature verified first) and continues its chain. Records newer than `settle`
 seconds are left for the next export, so a row whose transaction commits late is not skipped.
 """
@@ -41,11 +48,13 @@ from typing import Any
 
 from .audit import audit
 from .canonical import canonical_json
+from .chain import seal_chain
 from .errors import EffectGateError, TokenError
+from .redact import FACTS, commitment, commitment_holds, entries, facts_of, is_redacted
 from .stores.protocol import Store
 from .tokens import Keyring
 
-FORMAT = "effectgate-export/1"
+FORMAT = "effectgate-export/2"
 GENESIS = "0" * 64
 PURPOSE = "export-manifest"
 SETTLE_S = 60.0
@@ -109,10 +118,12 @@ def link(prev: str, record: Mapping[str, Any]) -> str:
 
 
 def decision_records(
-    store: Store, *, after_seq: int = 0, before: float | None = None
-) -> Iterator[dict[str, Any]]:
+    store: Store, keyring: Keyring, *, after_seq: int = 0, before: float | None = None
+) -> Iterator[tuple[dict[str, Any], dict[str, str]]]:
     """The decision records with a sequence number above `after_seq`, in sequence order, up to the
-    first one not older than `before` (it and every later one are left for the next export)."""
+    first one not older than `before` (it and every later one are left for the next export), each
+    with its personal values (column -> text; an erased value is absent)."""
+    erased = entries(store)
     approvers: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
     for d in store.all_decisions():
         if d.decision == "approve":
@@ -130,32 +141,47 @@ def decision_records(
             return  # this one and every later one wait for the next export, in sequence order
         gated = ex.approval_id is not None and ex.version is not None
         grant = grants.get(ex.approval_id or "", (None, None))
-        yield {
-            "seq": ex.id,
-            "at": ex.at,
-            "tool": ex.tool,
-            "effect": ex.effect,
-            "status": ex.status,
-            "args_hash": ex.args_hash,
-            "args": json.loads(ex.args_json),
-            "idempotency_key": ex.idempotency_key,
-            "provider_ref": refs.get(ex.idempotency_key),
-            "error": ex.error,
-            "session_id": ex.session_id,
-            "origin_message_id": ex.origin_message_id,
-            "user_id": ex.user_id,
-            "agent_id": ex.agent_id,
-            "run_id": ex.run_id,
-            "model_id": ex.model_id,
-            "table_fingerprint": ex.table_fingerprint,
-            "row_fingerprint": ex.row_fingerprint,
-            "policy_fingerprint": ex.policy_fingerprint,
-            "approval_id": ex.approval_id,
-            "version": ex.version,
-            "approvers": approvers.get((ex.approval_id, ex.version), []) if gated else [],  # type: ignore[arg-type]
-            "token_kid": grant[0],
-            "token_hash": grant[1],
-        }
+        personal: dict[str, str] = {}
+        committed: dict[str, str] = {}
+        for column, text in (("args_json", ex.args_json), ("error", ex.error)):
+            if text is None:
+                continue
+            if is_redacted(text):
+                entry = erased.get(("eg_executions", str(ex.id), column))
+                committed[column] = entry.commitment if entry is not None else ""
+            else:
+                personal[column] = text
+                committed[column] = commitment(keyring, text)
+        yield (
+            {
+                "seq": ex.id,
+                "at": ex.at,
+                "tool": ex.tool,
+                "effect": ex.effect,
+                "status": ex.status,
+                "args_hash": ex.args_hash,
+                "args": facts_of(ex.args_json, FACTS),
+                "personal": committed,
+                "redacted": is_redacted(ex.args_json),
+                "idempotency_key": ex.idempotency_key,
+                "provider_ref": refs.get(ex.idempotency_key),
+                "session_id": ex.session_id,
+                "origin_message_id": ex.origin_message_id,
+                "user_id": ex.user_id,
+                "agent_id": ex.agent_id,
+                "run_id": ex.run_id,
+                "model_id": ex.model_id,
+                "table_fingerprint": ex.table_fingerprint,
+                "row_fingerprint": ex.row_fingerprint,
+                "policy_fingerprint": ex.policy_fingerprint,
+                "approval_id": ex.approval_id,
+                "version": ex.version,
+                "approvers": approvers.get((ex.approval_id, ex.version), []) if gated else [],  # type: ignore[arg-type]
+                "token_kid": grant[0],
+                "token_hash": grant[1],
+            },
+            personal,
+        )
 
 
 def export_chain(
@@ -172,25 +198,31 @@ def export_chain(
     has findings or `after` is not signed by this keyring."""
     if after is not None:
         after.check(keyring)
-    report = audit(store, keyring=keyring)
+    at = time.time() if now is None else now
+    seal_chain(store, keyring, now=at, settle=settle)  # the ledger's own chain covers what is exported
+    report = audit(store, keyring=keyring, chain=True)
     if not report.clean:
         kinds = sorted({f.kind for f in report.findings})
         raise ExportError(
             f"the ledger has {len(report.findings)} audit finding(s) ({', '.join(kinds)}): run "
             "`effectgate audit` and resolve them; nothing was exported"
         )
-    at = time.time() if now is None else now
     start = after.head if after is not None else GENESIS
     after_seq = after.after_seq if after is not None else 0
     head, first, last, count = start, None, None, 0
     target = Path(path)
     partial = target.with_name(target.name + ".partial")
     with partial.open("w", encoding="utf-8") as out:
-        for record in decision_records(store, after_seq=after_seq, before=at - settle):
+        for record, personal in decision_records(store, keyring, after_seq=after_seq, before=at - settle):
             digest = link(head, record)
-            out.write(
-                json.dumps({"seq": record["seq"], "prev": head, "hash": digest, "record": record}) + "\n"
-            )
+            line = {
+                "seq": record["seq"],
+                "prev": head,
+                "hash": digest,
+                "record": record,
+                "personal": personal,
+            }
+            out.write(json.dumps(line) + "\n")
             head, last, count = digest, record["seq"], count + 1
             first = record["seq"] if first is None else first
     manifest = Manifest(
@@ -208,6 +240,42 @@ def export_chain(
     partial.replace(target)
     manifest_path(target).write_text(signed.dumps())
     return signed
+
+
+def _personal_holds(keyring: Keyring, record: Mapping[str, Any], personal: Any) -> bool:
+    """The line's personal values (outside the chain) match the commitments the record (inside
+    it) carries; an erased value is simply absent."""
+    if personal is None:
+        return True
+    committed = record.get("personal")
+    if not isinstance(personal, dict) or not isinstance(committed, dict):
+        return False
+    return all(
+        isinstance(text, str) and column in committed and commitment_holds(keyring, text, committed[column])
+        for column, text in personal.items()
+    )
+
+
+def redact_export(path: str | Path, *, user_id: str) -> int:
+    """Erase `user_id`'s personal values from an export file (after `redact` erased them from the
+    ledger): their lines keep their records, so the chain and the manifest still verify. Returns
+    how many lines changed. The file is replaced whole (written beside it, then renamed)."""
+    if not isinstance(user_id, str) or not user_id:
+        raise ExportError("user_id must be a non-empty string")
+    target = Path(path)
+    lines = target.read_text(encoding="utf-8").splitlines()
+    changed, out = 0, []
+    for text in lines:
+        line = json.loads(text)
+        if line["record"].get("user_id") == user_id and line.get("personal"):
+            line["personal"] = {}
+            changed += 1
+            text = json.dumps(line)
+        out.append(text + "\n")
+    partial = target.with_name(target.name + ".partial")
+    partial.write_text("".join(out), encoding="utf-8")
+    partial.replace(target)
+    return changed
 
 
 @dataclass(frozen=True)
@@ -261,6 +329,10 @@ def verify_export(path: str | Path, keyring: Keyring, *, after: Manifest | None 
             )
         if link(prev, record) != digest:
             return Verified(False, count, number, seq, "the record does not match its hash (it was changed)")
+        if not _personal_holds(keyring, record, line.get("personal")):
+            return Verified(
+                False, count, number, seq, "a personal value does not match its commitment (it was changed)"
+            )
         if last_seq is not None and seq <= last_seq:
             return Verified(False, count, number, seq, "sequence numbers go backwards")
         head, count, last_seq = digest, count + 1, seq
@@ -286,5 +358,6 @@ __all__ = [
     "export_chain",
     "link",
     "manifest_path",
+    "redact_export",
     "verify_export",
 ]

@@ -13,11 +13,13 @@ from typing import Any, Literal
 
 from ._textcheck import text_warnings
 from .context import SubjectEntry
+from .stores._dialect import REDACTED_PREFIX
 from .stores.records import ApprovalRow
 from .table import SchemaError
 
 #: The warning a card carries when its stored record does not verify.
 TAMPERED_WARNING = "the stored record does not verify (edited outside effectgate): do not approve"
+REDACTED_NOTE = "personal data erased by a redaction: the arguments show only the facts kept"
 
 RefusalCode = Literal[
     "unknown_tool",
@@ -69,9 +71,12 @@ class Card:
         subject, and a record that does not verify (`intact=False`)."""
         args = json.loads(row.args_json)
         subject = json.loads(row.subject_json) if row.subject_json else None
+        notes = json.loads(row.notes_json)
         warnings = ((TAMPERED_WARNING,) if not intact else ()) + text_warnings(
             {"args": args, "subject": subject}
         )
+        if row.args_json.startswith(REDACTED_PREFIX):
+            warnings += (REDACTED_NOTE,)
         return cls(
             approval_id=row.id,
             version=row.version,
@@ -83,7 +88,7 @@ class Card:
             args_hash=row.args_hash,
             subject=subject,
             approver_role=row.approver_role,
-            notes=tuple(json.loads(row.notes_json)),
+            notes=tuple(notes) if isinstance(notes, list) else (),
             approvals_required=row.approvals_required,
             approvals_given=approvals_given,
             owner=row.owner,

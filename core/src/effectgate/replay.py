@@ -19,7 +19,9 @@ grant. The verdict:
   fit the schema, the caller is out of scope, a check fails, the recorded approvers may not decide).
 
 Stored arguments are re-derived before they are used: an approval whose record no longer hashes
-to its args hash is reported `refused` (tampered), never replayed.
+to its args hash is reported `refused` (tampered), never replayed. An approval whose arguments
+were erased by `effectgate.redact` cannot be replayed: it is listed in `redacted` (the audit
+checks its redaction entry), not counted as changed.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from .effects import Policy
 from .errors import EffectGateError
 from .gate import EffectGate
 from .outcomes import Executed, Grant, Invalid, PartialApproval, Pending, Recorded, Refused
+from .redact import is_redacted
 from .report import modes
 from .stores import open_store
 from .stores.protocol import Store
@@ -66,6 +69,7 @@ class Replayed:
 class ReplayReport:
     results: tuple[Replayed, ...]
     calls: Mapping[str, list[dict[str, Any]]] = field(default_factory=dict[str, list[dict[str, Any]]])
+    redacted: tuple[str, ...] = ()  # approvals whose arguments were erased: nothing left to replay
 
     @property
     def changed(self) -> tuple[Replayed, ...]:
@@ -76,7 +80,11 @@ class ReplayReport:
         return not self.changed
 
     def to_dict(self) -> dict[str, Any]:
-        return {"clean": self.clean, "results": [dataclasses.asdict(r) for r in self.results]}
+        return {
+            "clean": self.clean,
+            "results": [dataclasses.asdict(r) for r in self.results],
+            "redacted": list(self.redacted),
+        }
 
 
 class Recorder:
@@ -119,6 +127,8 @@ def replay(
         if d.decision == "approve":
             approvers[(d.approval_id, d.version)].append(Approver(d.approver_id, d.role))
     rows = sorted(store.approvals(status=list(REPLAYED)), key=lambda r: (r.created_at, r.id))
+    redacted = tuple(r.id for r in rows if is_redacted(r.args_json))  # the audit checks their entries
+    rows = [r for r in rows if not is_redacted(r.args_json)]
     shadow = {f for f, mode in modes(store).items() if mode == "shadow"}
     results: list[Replayed] = []
     with tempfile.TemporaryDirectory(prefix="effectgate-replay-") as where:
@@ -137,7 +147,7 @@ def replay(
         finally:
             gate.close()
             sandbox_store.close()
-    return ReplayReport(tuple(results), dict(calls))
+    return ReplayReport(tuple(results), dict(calls), redacted)
 
 
 def _one(

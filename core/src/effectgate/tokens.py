@@ -64,6 +64,7 @@ class Keyring:
                 )
         self._keys = dict(keys)
         self.current = current
+        self._derived: dict[tuple[str, str], bytes] = {}
 
     @classmethod
     def generate(cls, kid: str | None = None) -> Keyring:
@@ -93,6 +94,25 @@ class Keyring:
     def holds(self, kid: str) -> bool:
         """Whether this keyring has a key with id `kid`."""
         return kid in self._keys
+
+    @property
+    def kids(self) -> tuple[str, ...]:
+        """The key ids, the current one first."""
+        return (self.current, *(k for k in self._keys if k != self.current))
+
+    def derived_key(self, purpose: str, kid: str) -> bytes:
+        """A key for one purpose, derived from key `kid` (HMAC-SHA256 of the purpose): for keyed
+        hashes computed per row (commitments to personal values), where a signature's format would
+        cost more than the hash. Raises TokenError for a key this keyring does not hold."""
+        cached = self._derived.get((purpose, kid))
+        if cached is None:
+            key = self._keys.get(kid)
+            if key is None:
+                raise TokenError("unknown_key", f"no key with id {kid!r}")
+            cached = self._derived[(purpose, kid)] = hmac.digest(
+                key, f"{PREFIX}-derived|{purpose}".encode(), "sha256"
+            )
+        return cached
 
     def dumps(self) -> str:
         ordered = [self.current, *(k for k in self._keys if k != self.current)]

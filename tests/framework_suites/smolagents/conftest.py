@@ -49,8 +49,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             name = f"{Path(str(item.path)).name}::{item.cls.__name__}::{item.name}"
         base = name.split("[")[0]
         needs = NEEDS.get(name) or NEEDS.get(base)
-        if needs is not None and importlib.util.find_spec(needs) is None:
-            item.add_marker(pytest.mark.skip(reason=f"needs {needs}, which the dev group does not install"))
+        missing = [m for m in (needs or "").split(",") if m and importlib.util.find_spec(m) is None]
+        if missing:
+            item.add_marker(
+                pytest.mark.skip(reason=f"needs {', '.join(missing)}, which the dev group does not install")
+            )
             continue
         if name in TIMING and not PLAIN:
             item.add_marker(pytest.mark.skip(reason=f"timing-dependent when gated: {TIMING[name]}"))

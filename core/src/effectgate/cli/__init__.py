@@ -1,5 +1,5 @@
 """The `effectgate` command: setup, pending, show, approve, deny, audit, export, verify, report,
-replay, demo, serve.
+replay, redact, retain, hold, demo, serve.
 
 `--db URL` everywhere (default: $EFFECTGATE_DB or sqlite:///effectgate.db). Commands that re-run
 the table's checks (approve, serve) need the application's gate: `--app module:factory`, where
@@ -24,7 +24,8 @@ Exit codes (a failure prints one line, `effectgate: error: ...`, on stderr, neve
     3   not found: no approval with that id, no database file at that path
     4   refused: the gate refused the decision and recorded none (stale version, wrong role or
         approver, expired, already decided, confirm check failed, tampered record, policy
-        violation, token error), or `export` refused (audit findings, a foreign manifest)
+        violation, token error), `export` refused (audit findings, a foreign manifest), or
+        `redact`/`retain`/`hold` refused (a held user, a call still open, no such hold)
     5   store unavailable: the server is unreachable, the database file is corrupt, the URL cannot
         be parsed, the database has no effectgate schema or another schema version, or its
         driver is not installed
@@ -43,7 +44,7 @@ from typing import Any, NoReturn
 from rich.console import Console
 
 from .. import __version__
-from . import _mcp
+from . import _governance, _mcp
 from ._commands import (
     _DEMOS,
     _cmd_approve,
@@ -54,13 +55,13 @@ from ._commands import (
     _cmd_hash_secret,
     _cmd_pending,
     _cmd_replay,
-    _cmd_report,
     _cmd_serve,
     _cmd_setup,
     _cmd_show,
     _cmd_verify,
 )
 from ._render import DEFAULT_DB, EXIT_OK, EXIT_USAGE, _card_panel, _console, _one_line, _short
+from ._report import _cmd_report
 from ._store import UsageError, _failure, keyring_for
 
 __all__ = ["_card_panel", "_short", "keyring_for", "main"]
@@ -130,6 +131,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="the refusal as JSON")
     p = sub.add_parser("audit", parents=[common], help="scan the ledger, seals verified; exit 1 on findings")
     p.add_argument("--json", action="store_true", help="the report as JSON")
+    p.add_argument(
+        "--chain", action="store_true", help="also recompute the ledger's hash chain (every checkpointed row)"
+    )
     p = sub.add_parser("export", parents=[common], help="the decision records as a signed hash chain")
     p.add_argument("--out", help="the export file; its signed manifest goes beside it (FILE.manifest.json)")
     p.add_argument(
@@ -147,12 +151,19 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--after", metavar="MANIFEST", help="the earlier export this file must continue")
     p.add_argument("--json", action="store_true", help="the verdict as JSON")
     p = sub.add_parser(
-        "report", parents=[common], help="disagreement: denied or edited over decided, per tool and role"
+        "report",
+        parents=[common],
+        help="disagreement per tool and role, approval latency, replays, gated rates, backlog",
     )
     p.add_argument("--since", help="calls proposed at or after this time (ISO 8601, or epoch seconds)")
     p.add_argument("--until", help="calls proposed before this time (ISO 8601, or epoch seconds)")
     p.add_argument("--target", action="append", metavar="ROLE=SECONDS", help="a p95 latency target, per role")
     p.add_argument("--json", action="store_true", help="the rates and figures as JSON")
+    p.add_argument(
+        "--html",
+        metavar="FILE",
+        help="also write the report with its charts as one static HTML file (the report extra)",
+    )
     p = sub.add_parser(
         "replay", parents=[common], help="re-run approved intents against stubs; exit 1 on changes"
     )
@@ -164,9 +175,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--execute", action="store_true", help="execute approved calls at once")
     p.add_argument("--sso-header", help="trust this header from a proxy as the approver id")
     p.add_argument("--https-only", action="store_true", help="mark the session cookie Secure")
+    p.add_argument(
+        "--target",
+        action="append",
+        metavar="ROLE=SECONDS",
+        help="a p95 latency target for /metrics, per role",
+    )
     p = sub.add_parser("hash-secret", help="read a secret on stdin; print its scrypt hash for --approvers")
     p.add_argument("--json", action="store_true", help='the hash as JSON: {"hash": ...}')
     _mcp.add_parser(sub, common)
+    _governance.add_parsers(sub, common)
     p = sub.add_parser("demo", parents=[common], help="run the shop demo (ten conversations)")
     p.add_argument(
         "--framework",
@@ -192,6 +210,9 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace, Console], int]] = {
     "serve": _cmd_serve,
     "hash-secret": _cmd_hash_secret,
     "mcp": _mcp.run,
+    "redact": _governance._cmd_redact,
+    "retain": _governance._cmd_retain,
+    "hold": _governance._cmd_hold,
 }
 
 

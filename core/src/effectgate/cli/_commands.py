@@ -8,12 +8,10 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import asdict
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from .._display import remaining, when
@@ -22,7 +20,6 @@ from ..context import Approver
 from ..export import Manifest, export_chain, manifest_path, verify_export
 from ..outcomes import Grant, PartialApproval, Recorded
 from ..replay import replay
-from ..report import disagreement, metrics
 from ..stores.records import SCHEMA_VERSION
 from ..stores.sql import open_store
 from ._render import (
@@ -35,6 +32,7 @@ from ._render import (
     _text,
     _write_json,
 )
+from ._report import _targets
 from ._store import UsageError, _gate, _make_gate, _open, _parse, keyring_for
 
 
@@ -125,7 +123,7 @@ def _cmd_deny(args: argparse.Namespace, out: Console) -> int:
 
 def _cmd_audit(args: argparse.Namespace, out: Console) -> int:
     with _gate(args) as gate:
-        report = audit(gate.store, gate.table if args.app else None, keyring=gate.keyring)
+        report = audit(gate.store, gate.table if args.app else None, keyring=gate.keyring, chain=args.chain)
     if args.json:
         _write_json(report.to_dict())
         return EXIT_OK if report.clean else EXIT_FINDINGS
@@ -203,99 +201,6 @@ def _cmd_verify(args: argparse.Namespace, out: Console) -> int:
     return EXIT_OK if verdict.ok else EXIT_FINDINGS
 
 
-def _moment(text: str | None, option: str) -> float | None:
-    """A time given as epoch seconds or ISO 8601 (a date alone is midnight UTC)."""
-    if text is None:
-        return None
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError as exc:
-        raise UsageError(f"{option} {text!r}: give ISO 8601 (2026-12-01T09:00) or epoch seconds") from exc
-    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
-
-
-def _targets(given: list[str] | None) -> dict[str, float]:
-    """`--target finance=300` (seconds) per role."""
-    targets: dict[str, float] = {}
-    for item in given or ():
-        role, _, seconds = item.partition("=")
-        try:
-            targets[role] = float(seconds)
-        except ValueError as exc:
-            raise UsageError(f"--target {item!r}: give ROLE=SECONDS, e.g. finance=300") from exc
-        if not role or targets[role] <= 0:
-            raise UsageError(f"--target {item!r}: give ROLE=SECONDS, e.g. finance=300")
-    return targets
-
-
-def _duration(seconds: float) -> str:
-    return "0s" if seconds < 1 else remaining(seconds).removeprefix("in ")
-
-
-def _cmd_report(args: argparse.Namespace, out: Console) -> int:
-    since, until = _moment(args.since, "--since"), _moment(args.until, "--until")
-    targets = _targets(args.target)
-    with _open(args.db) as store:
-        tables = {by: disagreement(store, by=by, since=since, until=until) for by in ("tool", "role")}
-        figures = metrics(store, since=since, until=until, targets=targets)
-    if args.json:
-        rows = {f"by_{k}": [r.to_dict() for r in v] for k, v in tables.items()}
-        _write_json({"since": since, "until": until, **rows, "metrics": figures.to_dict()})
-        return EXIT_OK
-    for by, rates in tables.items():
-        grid = Table(title=f"disagreement by {by} (denied or edited over decided)", title_justify="left")
-        columns = (
-            by,
-            "mode",
-            "decided",
-            "approved",
-            "denied",
-            "edited",
-            "disagreement",
-            "expired",
-            "pending",
-        )
-        for column in columns:
-            grid.add_column(column, justify="left" if column in (by, "mode") else "right")
-        for r in rates:
-            rate = "-" if r.disagreement is None else f"{100 * r.disagreement:.1f}%"
-            counts = [str(n) for n in (r.decided, r.approved, r.denied, r.edited)]
-            grid.add_row(_text(r.key), r.mode, *counts, rate, str(r.expired), str(r.undecided - r.expired))
-        out.print(grid)
-    grid = Table(title="approval latency, p95 per role", title_justify="left")
-    for column in ("role", "p95", "target", "met"):
-        grid.add_column(column)
-    for role, p95 in figures.latency_p95_s.items():
-        target = figures.latency_targets.get(role)
-        met = figures.latency_met(role)
-        grid.add_row(
-            _text(role),
-            "-" if p95 is None else _duration(p95),
-            "-" if target is None else _duration(target),
-            "-" if met is None else ("met" if met else "MISSED"),
-        )
-    out.print(grid)
-    replay_rate = figures.replay_rate
-    shown = "-" if replay_rate is None else f"{100 * replay_rate:.1f}%"
-    out.print(
-        _text(
-            f"{figures.proposals} gated proposals, {figures.replays_absorbed} replays absorbed"
-            f" ({shown}); needs_reconciliation backlog: "
-            f"{figures.needs_reconciliation}"
-        )
-    )
-    for day, proposals, sessions in figures.gated_by_day:
-        per = f"{1000 * proposals / sessions:.0f}" if sessions else "-"
-        out.print(
-            _text(f"  {day}: {proposals} gated proposals, {sessions} sessions, {per} per 1,000 sessions")
-        )
-    return EXIT_OK
-
-
 def _cmd_replay(args: argparse.Namespace, out: Console) -> int:
     with _gate(args, need_app=True) as gate:
         report = replay(gate.store, gate.table, gate.policy)
@@ -307,6 +212,9 @@ def _cmd_replay(args: argparse.Namespace, out: Console) -> int:
         out.print(Text.assemble((r.verdict.upper(), "bold red"), " ", line))
     same = len(report.results) - len(report.changed)
     out.print(_text(f"{same} of {len(report.results)} approved intents replay the same against stubs"))
+    if report.redacted:
+        erased = len(report.redacted)
+        out.print(_text(f"{erased} approved intent(s) not replayed: their arguments were erased"))
     return EXIT_OK if report.clean else EXIT_FINDINGS
 
 
@@ -338,6 +246,7 @@ def _cmd_serve(args: argparse.Namespace, out: Console) -> int:
         on_grant=execute if args.execute else None,
         sso_header=args.sso_header,
         https_only=args.https_only,
+        latency_targets=_targets(args.target),
     )
     where = _parse(args.db).render_as_string(hide_password=True)
     out.print(

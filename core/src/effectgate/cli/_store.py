@@ -25,6 +25,7 @@ from ..errors import (
 )
 from ..export import ExportError
 from ..gate import EffectGate
+from ..redact import RedactionError
 from ..stores.sql import SQLStore, open_store
 from ..table import EffectTable
 from ..tokens import Keyring
@@ -187,7 +188,8 @@ def _failure(exc: Exception, url: str) -> tuple[int, str]:
         return exc.exit_code, str(exc)
     if isinstance(exc, UnknownApproval):
         return EXIT_NOT_FOUND, str(exc)
-    if isinstance(exc, ApprovalError | PolicyViolation | TokenError | IdempotencyError | ExportError):
+    refused = ApprovalError | PolicyViolation | TokenError | IdempotencyError | ExportError | RedactionError
+    if isinstance(exc, refused):
         return EXIT_REFUSED, str(exc)
     if isinstance(exc, StoreError | MissingDependency):
         return EXIT_UNAVAILABLE, str(exc)

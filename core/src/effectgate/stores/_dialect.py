@@ -5,7 +5,7 @@ Nothing outside this module may branch on the dialect.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import sqlalchemy as sa
@@ -125,25 +125,79 @@ def lock_name(conn: Connection, name: str) -> None:
         conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtextextended(:n, 0))"), {"n": name})
 
 
-def append_only_ddl(conn: Connection, tables: tuple[str, ...]) -> None:
-    """Triggers that refuse UPDATE and DELETE on the audit tables."""
+REDACTED_PREFIX = '{"$redacted":'
+
+
+def append_only_ddl(
+    conn: Connection, tables: tuple[str, ...], redactable: Mapping[str, tuple[str, ...]]
+) -> None:
+    """Triggers that refuse UPDATE and DELETE on the audit tables, with one exception: a column
+    of `redactable[table]` (personal data) may be overwritten with a redaction marker (text that
+    starts with `REDACTED_PREFIX`) while every other column keeps its value. Replaces the
+    triggers an older schema installed."""
     for table in tables:
+        personal = redactable.get(table, ())
         if conn.dialect.name == "sqlite":
-            for op in ("UPDATE", "DELETE"):
-                conn.exec_driver_sql(
-                    f"CREATE TRIGGER IF NOT EXISTS {table}_no_{op.lower()} BEFORE {op} ON {table} "
-                    f"BEGIN SELECT RAISE(ABORT, '{table} is append-only'); END"
-                )
+            conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {table}_no_update")
+            conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {table}_no_delete")
+            conn.exec_driver_sql(
+                f"CREATE TRIGGER {table}_no_delete BEFORE DELETE ON {table} "
+                f"BEGIN SELECT RAISE(ABORT, '{table} is append-only'); END"
+            )
+            columns = [r[1] for r in conn.exec_driver_sql(f"PRAGMA table_info({table})")]
+            allowed = " AND ".join(
+                f"(NEW.{c} IS OLD.{c} OR substr(NEW.{c}, 1, {len(REDACTED_PREFIX)}) = '{REDACTED_PREFIX}')"
+                if c in personal
+                else f"NEW.{c} IS OLD.{c}"
+                for c in columns
+            )
+            when = f" WHEN NOT ({allowed})" if personal else ""
+            conn.exec_driver_sql(
+                f"CREATE TRIGGER {table}_no_update BEFORE UPDATE ON {table}{when} "
+                f"BEGIN SELECT RAISE(ABORT, '{table} is append-only'); END"
+            )
         else:
             # sa.text, not exec_driver_sql: psycopg would read plpgsql's '%' as a placeholder.
+            # The trigger's arguments are the table's personal columns.
             conn.execute(
                 sa.text(
-                    "CREATE OR REPLACE FUNCTION eg_append_only() RETURNS trigger LANGUAGE plpgsql AS "
-                    "$$ BEGIN RAISE EXCEPTION '% is append-only', TG_TABLE_NAME; END $$"
+                    "CREATE OR REPLACE FUNCTION eg_append_only() RETURNS trigger LANGUAGE plpgsql AS $$ "
+                    "DECLARE c text; n jsonb; o jsonb; BEGIN "
+                    "IF TG_OP = 'DELETE' OR TG_NARGS = 0 THEN "
+                    "RAISE EXCEPTION '% is append-only', TG_TABLE_NAME; END IF; "
+                    "n := to_jsonb(NEW); o := to_jsonb(OLD); "
+                    "FOREACH c IN ARRAY TG_ARGV LOOP "
+                    "IF (n ->> c) IS DISTINCT FROM (o ->> c) "
+                    f"AND left(n ->> c, {len(REDACTED_PREFIX)}) IS DISTINCT FROM '{REDACTED_PREFIX}' THEN "
+                    "RAISE EXCEPTION '% is append-only', TG_TABLE_NAME; END IF; "
+                    "n := n - c; o := o - c; END LOOP; "
+                    "IF n IS DISTINCT FROM o THEN RAISE EXCEPTION '% is append-only', TG_TABLE_NAME; END IF; "
+                    "RETURN NEW; END $$"
                 )
             )
             conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {table}_append_only ON {table}")
+            args = ", ".join(f"'{c}'" for c in personal)
             conn.exec_driver_sql(
                 f"CREATE TRIGGER {table}_append_only BEFORE UPDATE OR DELETE ON {table} "
-                "FOR EACH ROW EXECUTE FUNCTION eg_append_only()"
+                f"FOR EACH ROW EXECUTE FUNCTION eg_append_only({args})"
             )
+
+
+def utc_day(conn: Connection, column: str) -> str:
+    """SQL for the UTC day of an epoch-seconds column, as whole days since 1970-01-01 (the floor,
+    as `datetime.fromtimestamp(t, UTC).date()` counts them). PostgreSQL: floor(). SQLite has
+    floor() only when built with its math functions, so the day is the integer cast, which
+    truncates toward zero, less one for a time before the epoch that is not on a day boundary."""
+    if conn.dialect.name == "postgresql":
+        return f"CAST(floor({column} / 86400.0) AS BIGINT)"
+    day = f"CAST({column} / 86400.0 AS INTEGER)"
+    return f"({day} - ({column} < 0 AND {column} / 86400.0 <> {day}))"
+
+
+def json_field(conn: Connection, column: str, key: str) -> str:
+    """SQL for a top-level field of a JSON text column, as text (NULL when absent). The columns are
+    TEXT on both databases (the same bytes everywhere): SQLite reads them with json_extract (JSON1,
+    built in), PostgreSQL casts them to json first. `key` is a constant of the caller's, never input."""
+    if conn.dialect.name == "postgresql":
+        return f"(CAST({column} AS json) ->> '{key}')"
+    return f"json_extract({column}, '$.{key}')"

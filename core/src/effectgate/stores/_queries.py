@@ -6,23 +6,28 @@ the hot path skips construction and cache-key generation.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, Literal
 
 import sqlalchemy as sa
 
+from . import _dialect
 from .base import IdempotencyRecord, Status, from_json
 from .records import (
     APPROVAL_COLUMNS,
     DECISION_COLUMNS,
     ApprovalRow,
     ApprovalTable,
+    ChainRow,
     DecisionRow,
     DecisionTable,
     EventRow,
     ExecutionRow,
+    HoldRow,
     IdempotencyRow,
     IntentKeyRow,
+    RedactedRow,
     RuleRow,
     SchemaVersionRow,
 )
@@ -35,7 +40,22 @@ T_EXECUTIONS: sa.Table = ExecutionRow.__table__  # type: ignore[attr-defined]
 T_IDEMPOTENCY: sa.Table = IdempotencyRow.__table__  # type: ignore[attr-defined]
 T_VERSION: sa.Table = SchemaVersionRow.__table__  # type: ignore[attr-defined]
 T_RULES: sa.Table = RuleRow.__table__  # type: ignore[attr-defined]
-ALL_TABLES = (T_VERSION, T_APPROVALS, T_KEYS, T_DECISIONS, T_EVENTS, T_EXECUTIONS, T_IDEMPOTENCY, T_RULES)
+T_REDACTED: sa.Table = RedactedRow.__table__  # type: ignore[attr-defined]
+T_HOLDS: sa.Table = HoldRow.__table__  # type: ignore[attr-defined]
+T_CHAIN: sa.Table = ChainRow.__table__  # type: ignore[attr-defined]
+ALL_TABLES = (
+    T_VERSION,
+    T_APPROVALS,
+    T_KEYS,
+    T_DECISIONS,
+    T_EVENTS,
+    T_EXECUTIONS,
+    T_IDEMPOTENCY,
+    T_RULES,
+    T_REDACTED,
+    T_HOLDS,
+    T_CHAIN,
+)
 
 
 _EVENT_COLUMNS = tuple(c.name for c in T_EVENTS.columns if c.name != "id")
@@ -217,3 +237,64 @@ AUDIT_QUERIES: dict[str, str] = {
 def _unreachable(exc: sa.exc.DBAPIError) -> bool:
     """A connection failure (as opposed to a missing table): the server or file is not there."""
     return bool(exc.connection_invalidated) or "connect" in str(exc.orig).lower()
+
+
+ReportQuery = Literal["decisions", "gated_by_day", "sessions_by_day", "replays_by_day", "backlog_by_day"]
+
+_EDITED = "CASE WHEN e.approval_id IS NULL THEN 0 ELSE 1 END"
+_DECIDED_AT = "CASE WHEN a.decided_at IS NULL THEN 0 ELSE 1 END"
+#: The report's aggregates (`effectgate.report`), each grouped by the database: a few rows however
+#: large the ledger. `{day_<column>}` is that column's UTC day number and `{edited_by}` the
+#: amendment's `edited_by` field (`_dialect.utc_day`, `json_field`); `:since` and `:until` bound
+#: the window (the store passes -inf and inf for an open end). The CASE makes the JSON of amendments
+#: alone be read: SQL does not promise the order in which a WHERE clause's conditions are tested.
+REPORT_QUERIES: dict[str, str] = {
+    # (tool, approver role, row fingerprint, status, edited by a reviewer 0/1, decided_at set 0/1, count)
+    "decisions": (
+        f"SELECT a.tool, a.approver_role, a.row_fingerprint, a.status, {_EDITED}, {_DECIDED_AT}, count(*) "
+        "FROM eg_approvals a LEFT JOIN (SELECT DISTINCT approval_id FROM eg_events WHERE kind = 'amended' "
+        "AND approval_id IS NOT NULL AND CASE WHEN kind = 'amended' THEN {edited_by} END <> '') e "
+        "ON e.approval_id = a.id "
+        "WHERE a.created_at >= :since AND a.created_at < :until "
+        f"GROUP BY a.tool, a.approver_role, a.row_fingerprint, a.status, {_EDITED}, {_DECIDED_AT}"
+    ),
+    # (day, model id, gated proposals that reached a reviewer)
+    "gated_by_day": (
+        "SELECT {day_created_at}, model_id, count(*) FROM eg_approvals WHERE status <> 'rejected' "
+        "AND created_at >= :since AND created_at < :until GROUP BY {day_created_at}, model_id"
+    ),
+    # (day, distinct sessions with any event that day)
+    "sessions_by_day": (
+        "SELECT {day_at}, count(DISTINCT session_id) FROM eg_events WHERE session_id IS NOT NULL "
+        "AND session_id <> '' AND at >= :since AND at < :until GROUP BY {day_at}"
+    ),
+    # (day, replays answered from an approval's record)
+    "replays_by_day": (
+        "SELECT {day_at}, count(*) FROM eg_events WHERE kind = 'replay' AND approval_id IS NOT NULL "
+        "AND at >= :since AND at < :until GROUP BY {day_at}"
+    ),
+    # (day the record began waiting, records needing reconciliation now): the backlog, not windowed
+    "backlog_by_day": (
+        "SELECT {day_updated_at}, count(*) FROM eg_idempotency WHERE status = 'needs_reconciliation' "
+        "GROUP BY {day_updated_at}"
+    ),
+}
+#: The `rank`-th smallest (from 0) approval latency of one role's decided approvals in the window.
+LATENCY_AT = (
+    "SELECT decided_at - created_at FROM eg_approvals WHERE approver_role = :role "
+    "AND decided_at IS NOT NULL AND status NOT IN ('rejected', 'pending', 'expired') "
+    "AND created_at >= :since AND created_at < :until ORDER BY 1 LIMIT 1 OFFSET :rank"
+)
+
+
+def report(conn: Any, what: ReportQuery) -> Any:
+    """The report's aggregate `what` for `conn`'s database (the dialect supplies days and JSON)."""
+    day = {f"day_{c}": _dialect.utc_day(conn, c) for c in ("created_at", "at", "updated_at")}
+    fragments = {**day, "edited_by": _dialect.json_field(conn, "detail_json", "edited_by")}
+    return sa.text(REPORT_QUERIES[what].format_map(fragments))
+
+
+def window(since: float | None, until: float | None) -> dict[str, float]:
+    """The bounds of [since, until), an open end as an infinite bound (one statement shape; both
+    databases compare a float column with an infinite float)."""
+    return {"since": -math.inf if since is None else since, "until": math.inf if until is None else until}

@@ -17,8 +17,18 @@ from contextlib import AbstractContextManager
 from typing import Any, Literal, Protocol
 
 from .._clock import Clock
+from ._redaction import Target
 from .base import Claimed, ExpiredLease, IdempotencyRecord, Stored
-from .records import ApprovalRow, DecisionRow, EventRow, ExecutionRow, RuleRow
+from .records import (
+    ApprovalRow,
+    ChainRow,
+    DecisionRow,
+    EventRow,
+    ExecutionRow,
+    HoldRow,
+    RedactedRow,
+    RuleRow,
+)
 
 
 class IdempotencyLedger(Protocol):
@@ -201,6 +211,85 @@ class ApprovalLedger(Protocol):
     def audit_counts(self, conn: Any) -> Mapping[str, int]:
         """ "replays" (replay events) and "sessions" (distinct sessions in the event log)."""
 
+    def report_rows(
+        self,
+        conn: Any,
+        what: Literal["decisions", "gated_by_day", "sessions_by_day", "replays_by_day", "backlog_by_day"],
+        *,
+        since: float | None = None,
+        until: float | None = None,
+    ) -> Sequence[tuple[Any, ...]]:
+        """One of the report's aggregates, grouped by the database (a few rows however large the
+        ledger), over calls proposed (events recorded) in [since, until); None leaves an end open.
+        Columns, in order: "decisions" (tool, approver role, row fingerprint, status, edited by a
+        reviewer 0/1, decided_at set 0/1, count); "gated_by_day" (UTC day number, model id,
+        proposals not rejected); "sessions_by_day" (day, distinct non-empty session ids);
+        "replays_by_day" (day, replay events of an approval); "backlog_by_day" (day the record was
+        last updated, needs_reconciliation records now: not windowed). A day number counts whole
+        UTC days since 1970-01-01."""
 
-class Store(ApprovalLedger, IdempotencyLedger, Protocol):
+    def latency_at(
+        self, conn: Any, role: str, rank: int, *, since: float | None = None, until: float | None = None
+    ) -> float | None:
+        """The `rank`-th smallest (from 0) approval latency, decided_at - created_at, among `role`'s
+        approvals proposed in [since, until) that were decided (decided_at set; not rejected,
+        pending or expired); None when there are no more than `rank` of them."""
+
+
+class RedactionLedger(Protocol):
+    """Redaction, retention and legal holds (`effectgate.redact` composes them). Each method runs
+    in the caller's transaction (`conn` from `transaction()`)."""
+
+    def redaction_targets(
+        self,
+        conn: Any,
+        *,
+        user_id: str | None = None,
+        subject_keys: Sequence[str] = (),
+        effect: str | None = None,
+        before: float | None = None,
+        held: Sequence[str] = (),
+    ) -> Sequence[Target]:
+        """The rows with personal values a redaction of `user_id` (narrowed to approvals whose
+        subject key is one of `subject_keys`, when given) or a retention rule (records of `effect`
+        older than `before`) reaches, with the decisions and idempotency records of the approvals
+        and executions selected; rows of `held` users left out. Reads only."""
+
+    def overwrite_personal(self, conn: Any, table: str, key: str, values: Mapping[str, str]) -> None:
+        """Write redaction markers into personal columns (`records.PERSONAL`) of one row. Raises
+        ValueError for a column that is not personal; the database refuses anything but a marker."""
+
+    def append_redacted(self, conn: Any, entries: Sequence[Mapping[str, Any]]) -> None:
+        """Append `eg_redacted` entries (columns of `records.RedactedRow`)."""
+
+    def redacted(self, conn: Any) -> Sequence[RedactedRow]:
+        """Every `eg_redacted` entry, in order."""
+
+    def add_hold(self, conn: Any, hold: HoldRow) -> None:
+        """Place a legal hold."""
+
+    def release_hold(self, conn: Any, hold_id: str, *, by: str, at: float) -> bool:
+        """Release an active hold; False when there is no such active hold."""
+
+    def holds(self, conn: Any, *, active: bool = True) -> Sequence[HoldRow]:
+        """The holds (only those not released, by default), oldest first."""
+
+
+class ChainLedger(Protocol):
+    """The ledger's own hash chain (`effectgate.chain` composes it), in the caller's transaction."""
+
+    def checkpoints(self, conn: Any) -> Sequence[ChainRow]:
+        """Every `eg_chain` checkpoint, in order."""
+
+    def append_checkpoint(self, conn: Any, row: Mapping[str, Any]) -> None:
+        """Append one checkpoint (columns of `records.ChainRow`)."""
+
+    def chain_rows(
+        self, conn: Any, table: str, *, after_id: int, upto_id: int | None = None
+    ) -> Iterator[tuple[Any, ...]]:
+        """The rows of a chained table (`stores._chain.CHAINED`) with after_id < id <= upto_id,
+        in id order, as tuples in `_chain.columns(table)` order. ValueError for another table."""
+
+
+class Store(ApprovalLedger, IdempotencyLedger, RedactionLedger, ChainLedger, Protocol):
     """Both ledgers in one database (one transaction can span them)."""

@@ -1,16 +1,20 @@
 """The tables, as SQLModel classes. Times are float seconds since the epoch (see _dialect.py).
 
-Append-only: `eg_events`, `eg_decisions`, `eg_executions`, `eg_rules` (the dialect installs
-triggers that refuse UPDATE and DELETE on them). Mutable state: `eg_approvals` (status, version,
-token hash), `eg_intent_keys` (insert-only mapping of keys to approvals) and `eg_idempotency`.
+Append-only: `eg_events`, `eg_decisions`, `eg_executions`, `eg_rules`, `eg_redacted`, `eg_chain`
+(the dialect installs triggers that refuse UPDATE and DELETE on them, except a redaction marker
+written into a personal column, see `PERSONAL`). Mutable state: `eg_approvals` (status, version,
+token hash), `eg_intent_keys` (insert-only mapping of keys to approvals), `eg_idempotency` and
+`eg_holds` (a legal hold can be released).
 
 What decides (an approval's tool, arguments hash, required role and number of approvers, the
 table row and policy it was proposed under, how many grants it has had; a decision's approver,
 role and round) is sealed with the gate's keyring (`seal` columns, see `_seal.py`) and checked
 again whenever it is read back to decide something: a row edited in the database is refused.
 Version 2 added the seals, `policy_fingerprint`, `grants`, decision rounds and `eg_rules`.
-Version 3 added `model_id` to approvals and executions (`SQLStore.setup` upgrades a version 2
-database in place: the new columns default to '').
+Version 3 added `model_id` to approvals and executions, `eg_redacted`, `eg_holds` and
+`eg_chain`, and lets the append-only tables' personal columns (`PERSONAL`) be overwritten by a
+redaction marker (`SQLStore.setup` upgrades a version 2 database in place: the new columns
+default to '').
 """
 
 from __future__ import annotations
@@ -177,7 +181,72 @@ class RuleRow(SQLModel, table=True):
     at: float
 
 
-APPEND_ONLY = ("eg_events", "eg_decisions", "eg_executions", "eg_rules")
+class RedactedRow(SQLModel, table=True):
+    """One personal value erased by a redaction (`effectgate.redact`): which table, row and
+    column, the value's commitment (the keyring's MAC of the erased text: the chain and a holder
+    of the original can still check it, nobody can read it back), and for arguments the hash they
+    had and the facts kept. Sealed with the keyring: an edited entry, or a marker without one,
+    is an audit finding."""
+
+    __tablename__ = "eg_redacted"
+    __table_args__ = (Index("eg_redacted_row", "table_name", "row_key"),)
+    id: int | None = Field(default=None, primary_key=True)
+    redaction_id: str = Field(index=True)
+    table_name: str
+    row_key: str
+    column_name: str
+    commitment: str
+    args_hash: str | None = None
+    kept_json: str | None = Field(default=None, sa_column=Column(Text))
+    at: float
+    seal: str
+
+
+class HoldRow(SQLModel, table=True):
+    """A legal hold on one user's records: while it is not released, neither a redaction nor a
+    retention rule erases anything of theirs."""
+
+    __tablename__ = "eg_holds"
+    id: str = Field(primary_key=True)
+    user_id: str = Field(index=True)
+    reason: str = Field(sa_column=Column(Text, nullable=False))
+    placed_by: str
+    at: float
+    released_at: float | None = None
+    released_by: str | None = None
+
+
+class ChainRow(SQLModel, table=True):
+    """A signed checkpoint of the ledger's own hash chain (`effectgate.chain`): the rows of one
+    append-only table with ids in (the previous checkpoint's last id, `last_id`], chained from
+    `start` to `head`, under key `key_id` (personal values enter as their keyed hashes, so an
+    erasure keeps the chain)."""
+
+    __tablename__ = "eg_chain"
+    id: int | None = Field(default=None, primary_key=True)
+    table_name: str = Field(index=True)
+    first_id: int
+    last_id: int
+    count: int
+    start: str
+    head: str
+    key_id: str
+    at: float
+    signature: str
+
+
+APPEND_ONLY = ("eg_events", "eg_decisions", "eg_executions", "eg_rules", "eg_redacted", "eg_chain")
+
+#: The columns that may hold personal data (arguments, results, free text), per table: what a
+#: redaction overwrites with a marker. Everything else (ids, hashes, amounts' facts, times, the
+#: approval chain) is kept.
+PERSONAL: dict[str, tuple[str, ...]] = {
+    "eg_approvals": ("args_json", "subject_json", "notes_json", "reason"),
+    "eg_executions": ("args_json", "before_json", "after_json", "result_json", "error"),
+    "eg_events": ("detail_json",),
+    "eg_decisions": ("reason",),
+    "eg_idempotency": ("result_json", "error"),
+}
 
 #: The columns of a read record, in the order `append_reads` takes them (a narrow event row: reads
 #: are the most frequent record, so they are built as tuples on the call path, not as dicts).

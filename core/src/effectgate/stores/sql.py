@@ -20,10 +20,13 @@ from .._clock import SYSTEM_CLOCK, Clock
 from ..errors import StoreError
 from . import _dialect, _upgrade
 from . import _queries as Q
-from ._queries import AuditTable
+from ._chain import ChainSQL
+from ._queries import AuditTable, ReportQuery
+from ._redaction import RedactionSQL
 from .base import IdempotencyRecord, IdempotencyStore, Status
 from .records import (
     APPEND_ONLY,
+    PERSONAL,
     READ_COLUMNS,
     SCHEMA_VERSION,
     ApprovalRow,
@@ -39,7 +42,7 @@ def open_store(url: str = "sqlite:///effectgate.db", *, clock: Clock | None = No
     return SQLStore(_dialect.make_engine(url), clock=clock or SYSTEM_CLOCK, url=url)
 
 
-class SQLStore(IdempotencyStore):
+class SQLStore(ChainSQL, RedactionSQL, IdempotencyStore):
     """Approvals, decisions, intent keys, executions, events and idempotency records."""
 
     def __init__(self, engine: Engine, *, clock: Clock = SYSTEM_CLOCK, url: str = "") -> None:
@@ -78,9 +81,9 @@ class SQLStore(IdempotencyStore):
             values = {"id": 1, "version": SCHEMA_VERSION, "applied_at": self.clock.now()}
             if found is not None and found != SCHEMA_VERSION:
                 conn.execute(sa.update(Q.T_VERSION).where(Q.T_VERSION.c.id == 1).values(**values))
-                _dialect.append_only_ddl(conn, APPEND_ONLY)
+                _dialect.append_only_ddl(conn, APPEND_ONLY, PERSONAL)
             elif conn.execute(_dialect.insert_if_absent(conn, Q.T_VERSION, "id"), values).first():
-                _dialect.append_only_ddl(conn, APPEND_ONLY)
+                _dialect.append_only_ddl(conn, APPEND_ONLY, PERSONAL)
         self._ready = True
 
     def _refuse_version(self, version: int) -> None:
@@ -322,6 +325,28 @@ class SQLStore(IdempotencyStore):
             "SELECT count(*) FROM (SELECT DISTINCT session_id FROM eg_events WHERE session_id IS NOT NULL) s"
         ).scalar_one()
         return {"replays": int(replays), "sessions": int(sessions)}
+
+    def report_rows(
+        self, conn: Connection, what: ReportQuery, *, since: float | None = None, until: float | None = None
+    ) -> list[tuple[Any, ...]]:
+        """One of the report's aggregates over the window [since, until) (`Q.REPORT_QUERIES` gives
+        its columns): grouped by the database, so a few rows however large the ledger."""
+        return [tuple(r) for r in conn.execute(Q.report(conn, what), Q.window(since, until))]
+
+    def latency_at(
+        self,
+        conn: Connection,
+        role: str,
+        rank: int,
+        *,
+        since: float | None = None,
+        until: float | None = None,
+    ) -> float | None:
+        """The `rank`-th smallest (from 0) approval latency, decided_at - created_at, of `role`'s
+        decided approvals proposed in [since, until); None past the last."""
+        params = {**Q.window(since, until), "role": role, "rank": rank}
+        value = conn.execute(sa.text(Q.LATENCY_AT), params).scalar()
+        return None if value is None else float(value)
 
     def rules(self) -> dict[str, RuleRow]:
         with self.reading() as conn:

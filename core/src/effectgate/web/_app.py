@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import secrets
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
@@ -41,6 +42,7 @@ from ..errors import (
     ApprovalExpired,
     ConfirmFailed,
     EffectGateError,
+    MissingDependency,
     PolicyViolation,
     StaleApproval,
     TamperedRecord,
@@ -49,6 +51,9 @@ from ..errors import (
 )
 from ..gate import EffectGate
 from ..outcomes import TAMPERED_WARNING, Card, Executed, Grant, PartialApproval, Recorded
+from ..report import figures
+from ..report._html import STYLE as REPORT_STYLE
+from ..report._html import body as report_body
 from ..stores.base import from_json
 from ._auth import ApproverRegistry, RegisteredApprover, csrf_ok, csrf_token
 from ._sessions import LoginThrottle, Sessions
@@ -69,6 +74,7 @@ def create_app(
     login_failures_per_approver: int = 5,
     login_failures_per_client: int = 20,
     login_window_seconds: float = 900.0,
+    latency_targets: Mapping[str, float] | None = None,
 ) -> Starlette:
     """The inbox over `gate`. `on_grant(grant)` receives each minted grant (e.g. to resume the
     agent, or `gate.execute(grant.token)` for a backend that executes on approval) and may return
@@ -78,7 +84,8 @@ def create_app(
     After `login_failures_per_approver` failed sign-ins for one approver id, or
     `login_failures_per_client` from one client address, within `login_window_seconds`, sign-in
     answers 429 without checking the secret until the window has passed (behind a proxy every
-    client shares the proxy's address). Time is `gate.clock`."""
+    client shares the proxy's address). `latency_targets` (seconds per approver role) are the
+    metrics page's p95 targets. Time is `gate.clock`."""
     env = Environment(loader=FileSystemLoader(_TEMPLATES), autoescape=select_autoescape(default=True))
     env.filters["pretty"] = pretty
     env.filters["when"] = when
@@ -289,6 +296,29 @@ def create_app(
     async def reconciliation(request: Request, me: RegisteredApprover) -> Response:
         return page(request, "reconciliation.html", items=await run_in_threadpool(queue, me))
 
+    def metrics_context(days: int | None) -> dict[str, Any] | None:
+        """The report's figures and charts over the last `days` (all time without), or None
+        without the report extra."""
+        since = None if days is None else gate.clock.now() - days * 86400
+        report = figures(gate.store, since=since, targets=latency_targets)
+        try:
+            drawn = report_body(report)
+        except MissingDependency:
+            return None
+        # markup already: report_body escapes every ledger value itself, the style is a constant
+        return {"report": Markup(drawn), "style": Markup(REPORT_STYLE), "days": days}  # noqa: S704
+
+    async def metrics(request: Request, me: RegisteredApprover) -> Response:
+        given = request.query_params.get("days", "")
+        days = int(given) if given.isdigit() and 0 < int(given) <= 36500 else None
+        if given and days is None:
+            return refused(request, 400, "Refused", "days must be a whole number of days, 1 to 36500.")
+        context = await run_in_threadpool(metrics_context, days)
+        if context is None:
+            message = 'The metrics page draws charts with matplotlib: pip install "effectgate[report]".'
+            return page(request, "message.html", 501, title="Metrics unavailable", message=message)
+        return page(request, "metrics.html", **context)
+
     async def reconcile(request: Request, me: RegisteredApprover) -> Response:
         approval_id = request.path_params["id"]
         approver = Approver(me.id, me.role)
@@ -317,6 +347,7 @@ def create_app(
         Route("/history", signed_in(history), methods=["GET"]),
         Route("/reconciliation", signed_in(reconciliation), methods=["GET"]),
         Route("/reconciliation/{id}", signed_in(reconcile), methods=["POST"]),
+        Route("/metrics", signed_in(metrics), methods=["GET"]),
     ]
     middleware = [
         Middleware(

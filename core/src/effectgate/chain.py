@@ -1,0 +1,234 @@
+"""The ledger's own hash chain: the audit finds a row deleted, added or edited in the database.
+
+    made = seal_chain(store, keyring)          # checkpoint what is new (export_chain does this)
+    breaks = verify_chain(store, keyring)     # [] when every checkpointed row is as it was
+
+The append-only tables that hold the decision records (`eg_decisions`, `eg_executions`,
+`eg_events`) are each chained in id order: a row's link is sha256 of the previous link and the
+row's values (compact JSON, in column order), where each personal value (`records.PERSONAL`)
+enters as its keyed hash, the same commitment a redaction keeps, so an erasure leaves the chain
+whole. `seal_chain` appends a signed checkpoint per table (`eg_chain`: first and last id, count,
+start, head, key id; HMAC with the keyring) over the rows not yet checkpointed that are older than
+`settle` seconds, stopping at the first younger one (a row whose transaction commits late is
+never skipped). `verify_chain` recomputes every checkpointed range and checks each signature and
+that each checkpoint continues the one before: a row deleted, inserted or changed after its
+checkpoint, or a forged or missing checkpoint, is named with its table and id range.
+
+Why checkpoints and not a link written with each row: a link per insert would serialise every
+writer on the chain's head (one lock across processes and hosts); checkpoints cost the hot path
+nothing. Rows newer than the last checkpoint are covered by the next one; the export seals first.
+A checkpoint made under a key the keyring no longer holds cannot be checked (rotate keys by
+adding, not replacing).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .canonical import ENCODE, canonical_json
+from .errors import EffectGateError, TokenError
+from .redact import COMMIT, commitment_part, entries, is_redacted
+from .stores._chain import CHAINED, columns
+from .stores.protocol import Store
+from .stores.records import PERSONAL, ChainRow, RedactedRow
+from .tokens import Keyring
+
+PURPOSE = "ledger-chain"
+GENESIS = "0" * 64
+SETTLE_S = 60.0
+
+
+class ChainError(EffectGateError):
+    """The chain cannot be extended: its last checkpoint does not verify (nothing was written)."""
+
+
+@dataclass(frozen=True)
+class ChainBreak:
+    """One checkpointed range that no longer holds: the table, the ids, and why."""
+
+    table: str
+    first_id: int | None
+    last_id: int | None
+    problem: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class _Links:
+    """Computes one table's links under one key (personal values as their keyed hashes)."""
+
+    def __init__(self, keyring: Keyring, table: str, kid: str, erased: Mapping[Any, RedactedRow]) -> None:
+        self.table = table
+        self.kid = kid
+        self.key = keyring.derived_key(COMMIT, kid)
+        names = columns(table)
+        self.id_at = names.index("id")
+        self.personal = [(i, n) for i, n in enumerate(names) if n in PERSONAL.get(table, ())]
+        self.erased = erased
+        self.seen: dict[str, str] = {}
+
+    def value(self, row_id: Any, column: str, text: Any) -> Any:
+        if text is None:
+            return None
+        if is_redacted(text):
+            entry = self.erased.get((self.table, str(row_id), column))
+            part = commitment_part(entry.commitment, self.kid) if entry is not None else None
+            return part if part is not None else text  # a marker no redaction wrote: breaks the link
+        known = self.seen.get(text)  # read records share a few detail texts: hash each once
+        if known is None:
+            known = hmac.digest(self.key, str(text).encode("utf-8", "surrogatepass"), "sha256").hex()
+            if len(text) < 256 and len(self.seen) < 4096:
+                self.seen[text] = known
+        return known
+
+    def link(self, prev: str, row: tuple[Any, ...]) -> str:
+        values = list(row)
+        for i, name in self.personal:
+            values[i] = self.value(row[self.id_at], name, row[i])
+        body = ENCODE([self.table, *values]).encode("utf-8", "surrogatepass")
+        return hashlib.sha256(prev.encode() + b"\n" + body).hexdigest()
+
+
+def _body(c: Mapping[str, Any]) -> bytes:
+    return canonical_json(
+        [
+            c["table_name"],
+            c["first_id"],
+            c["last_id"],
+            c["count"],
+            c["start"],
+            c["head"],
+            c["key_id"],
+            c["at"],
+        ]
+    )
+
+
+def _signed(keyring: Keyring, c: ChainRow) -> bool:
+    try:
+        keyring.verify_signature(PURPOSE, _body(c.model_dump()), c.signature)
+    except TokenError:
+        return False
+    return c.signature.startswith(f"{c.key_id}.")
+
+
+def seal_chain(
+    store: Store, keyring: Keyring, *, now: float | None = None, settle: float = SETTLE_S
+) -> list[ChainRow]:
+    """Checkpoint each chained table's rows not yet covered and older than `settle` seconds.
+    Raises ChainError, writing nothing, when a table's last checkpoint does not verify."""
+    cutoff = (time.time() if now is None else now) - settle
+    made: list[ChainRow] = []
+    erased = entries(store)
+    with store.transaction() as conn:
+        last: dict[str, ChainRow] = {}
+        for c in store.checkpoints(conn):
+            last[c.table_name] = c
+        for table in CHAINED:
+            before = last.get(table)
+            if before is not None and not _signed(keyring, before):
+                raise ChainError(
+                    f"the last checkpoint of {table} does not verify: run `effectgate audit --chain`"
+                )
+            links = _Links(keyring, table, keyring.current, erased)
+            at_index = columns(table).index("at")
+            head = before.head if before is not None else GENESIS
+            first = last_id = None
+            count = 0
+            for row in store.chain_rows(conn, table, after_id=before.last_id if before else 0):
+                if row[at_index] >= cutoff:
+                    break  # this one and every later one wait for the next checkpoint
+                head = links.link(head, row)
+                first = row[links.id_at] if first is None else first
+                last_id, count = row[links.id_at], count + 1
+            if count == 0 or first is None or last_id is None:
+                continue
+            values: dict[str, Any] = {
+                "table_name": table,
+                "first_id": int(first),
+                "last_id": int(last_id),
+                "count": count,
+                "start": before.head if before is not None else GENESIS,
+                "head": head,
+                "key_id": keyring.current,
+                "at": cutoff + settle,
+            }
+            values["signature"] = keyring.sign(PURPOSE, _body(values))
+            store.append_checkpoint(conn, values)
+            made.append(ChainRow(**values))
+    return made
+
+
+def verify_chain(store: Store, keyring: Keyring) -> list[ChainBreak]:
+    """Every checkpointed range of every chained table, recomputed (module docstring)."""
+    breaks: list[ChainBreak] = []
+    erased = entries(store)
+    with store.reading() as conn:
+        by_table: dict[str, list[ChainRow]] = {t: [] for t in CHAINED}
+        for c in store.checkpoints(conn):
+            if c.table_name not in by_table:
+                breaks.append(
+                    ChainBreak(c.table_name, c.first_id, c.last_id, "a checkpoint of no chained table")
+                )
+                continue
+            by_table[c.table_name].append(c)
+        for table, points in by_table.items():
+            if not points:
+                continue
+            breaks.extend(_verify_table(store, conn, keyring, table, points, erased))
+    return breaks
+
+
+def _verify_table(
+    store: Store,
+    conn: Any,
+    keyring: Keyring,
+    table: str,
+    points: list[ChainRow],
+    erased: Mapping[Any, RedactedRow],
+) -> list[ChainBreak]:
+    found: list[ChainBreak] = []
+    rows = store.chain_rows(conn, table, after_id=0, upto_id=points[-1].last_id)
+    pending: tuple[Any, ...] | None = next(rows, None)
+    prev_head, prev_last = GENESIS, 0
+    id_at = columns(table).index("id")
+    for c in points:
+        where = (table, c.first_id, c.last_id)
+        if not _signed(keyring, c):
+            found.append(ChainBreak(*where, "the checkpoint's signature does not verify (forged or edited)"))
+        if c.start != prev_head or c.first_id <= prev_last:
+            found.append(
+                ChainBreak(*where, "the checkpoint does not continue the one before (one was removed)")
+            )
+        try:
+            links = _Links(keyring, table, c.key_id, erased)
+        except TokenError:
+            found.append(
+                ChainBreak(*where, f"signed with key {c.key_id!r}, which this keyring does not hold")
+            )
+            links = None
+        head, count = c.start, 0
+        while pending is not None and pending[id_at] <= c.last_id:
+            if links is not None:
+                head = links.link(head, pending)
+            count += 1
+            pending = next(rows, None)
+        if links is not None and (count != c.count or head != c.head):
+            found.append(
+                ChainBreak(
+                    *where,
+                    f"{count} row(s) now where {c.count} were checkpointed, or one changed: rows with ids "
+                    f"{c.first_id}..{c.last_id} were deleted, inserted or edited",
+                )
+            )
+        prev_head, prev_last = c.head, c.last_id
+    return found
+
+
+__all__ = ["GENESIS", "ChainBreak", "ChainError", "seal_chain", "verify_chain"]

@@ -1,0 +1,134 @@
+"""`effectgate redact`, `effectgate retain` and `effectgate hold`: erasure, retention and legal
+holds (see `effectgate.redact` for what each keeps and refuses). Each prints what it did, or with
+`--json` one JSON object; a refusal exits 4 having changed nothing."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from rich.console import Console
+
+from ..export import redact_export
+from ..redact import FACTS, hold, holds, redact, release, retain
+from ._render import EXIT_OK, _text, _write_json
+from ._store import UsageError, _open, keyring_for
+
+
+def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "redact", parents=[common], help="erase a user's personal data, keeping the financial facts"
+    )
+    p.add_argument("--user", required=True, help="the user whose records are erased (their user_id)")
+    p.add_argument("--subject", help='only approvals of this subject, as JSON, e.g. \'{"order_id": "1042"}\'')
+    p.add_argument("--by", required=True, help="who runs the erasure (recorded with it)")
+    p.add_argument("--reason", required=True, help="why (e.g. the request's reference; recorded)")
+    p.add_argument(
+        "--keep",
+        default=",".join(FACTS),
+        help="arguments kept as facts, comma-separated (default: %(default)s)",
+    )
+    p.add_argument(
+        "--export", action="append", default=[], metavar="FILE", help="also erase them from this export file"
+    )
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p = sub.add_parser("retain", parents=[common], help="apply retention rules: erase personal data by age")
+    p.add_argument(
+        "--rule", action="append", required=True, metavar="KIND=DAYS", help="e.g. read=30 (repeat per kind)"
+    )
+    p.add_argument("--by", required=True, help="who runs it (recorded)")
+    p.add_argument("--keep", default=",".join(FACTS), help="arguments kept as facts (default: %(default)s)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p = sub.add_parser("hold", parents=[common], help="place, release or list legal holds")
+    p.add_argument("--user", help="place a hold on this user's records")
+    p.add_argument("--release", metavar="HOLD_ID", help="release this hold")
+    p.add_argument("--by", help="who places or releases it (recorded)")
+    p.add_argument("--reason", help="why (placing a hold)")
+    p.add_argument("--json", action="store_true", help="print the holds as JSON")
+
+
+def _keep(text: str) -> tuple[str, ...]:
+    return tuple(k.strip() for k in text.split(",") if k.strip())
+
+
+def _cmd_redact(args: argparse.Namespace, out: Console) -> int:
+    subject = None
+    if args.subject is not None:
+        try:
+            subject = json.loads(args.subject)
+        except ValueError as exc:
+            raise UsageError(f"--subject must be a JSON object: {exc}") from exc
+        if not isinstance(subject, dict):
+            raise UsageError('--subject must be a JSON object, e.g. \'{"order_id": "1042"}\'')
+    keyring = keyring_for(args.db, create=False)
+    with _open(args.db) as store:
+        done = redact(
+            store,
+            keyring,
+            user_id=args.user,
+            subject=subject,
+            by=args.by,
+            reason=args.reason,
+            keep=_keep(args.keep),
+        )
+    files = {path: redact_export(path, user_id=args.user) for path in args.export}
+    if args.json:
+        _write_json({**done.to_dict(), "exports": files})
+        return EXIT_OK
+    out.print(
+        _text(
+            f"redaction {done.id}: erased {done.values} value(s) in {done.rows} record(s) of user "
+            f"{args.user}; kept {', '.join(done.keep) or 'no arguments'}"
+        )
+    )
+    for path, lines in files.items():
+        out.print(_text(f"{path}: erased the values of {lines} record(s); the file still verifies"))
+    return EXIT_OK
+
+
+def _cmd_retain(args: argparse.Namespace, out: Console) -> int:
+    rules: dict[str, float] = {}
+    for rule in args.rule:
+        kind, sep, days = rule.partition("=")
+        try:
+            rules[kind.strip()] = float(days)
+        except ValueError:
+            raise UsageError(f"--rule {rule!r}: write KIND=DAYS, e.g. read=30") from None
+        if not sep:
+            raise UsageError(f"--rule {rule!r}: write KIND=DAYS, e.g. read=30")
+    keyring = keyring_for(args.db, create=False)
+    with _open(args.db) as store:
+        done = retain(store, keyring, rules, by=args.by, keep=_keep(args.keep))
+    if args.json:
+        _write_json(done.to_dict())
+        return EXIT_OK
+    held = f"; left held users alone: {', '.join(done.held)}" if done.held else ""
+    out.print(_text(f"retention {done.id}: erased {done.values} value(s) in {done.rows} record(s){held}"))
+    return EXIT_OK
+
+
+def _cmd_hold(args: argparse.Namespace, out: Console) -> int:
+    with _open(args.db) as store:
+        if args.user and args.release:
+            raise UsageError("give --user (place a hold) or --release HOLD_ID, not both")
+        if args.user or args.release:
+            if not args.by:
+                raise UsageError("--by is required to place or release a hold")
+            if args.user:
+                if not args.reason:
+                    raise UsageError("--reason is required to place a hold")
+                placed = hold(store, user_id=args.user, by=args.by, reason=args.reason)
+                out.print(_text(f"hold {placed.id} placed on user {placed.user_id}"))
+            else:
+                release(store, args.release, by=args.by)
+                out.print(_text(f"hold {args.release} released"))
+            return EXIT_OK
+        active = holds(store)
+    if args.json:
+        _write_json([h.model_dump() for h in active])
+    elif not active:
+        out.print(_text("no active legal holds"))
+    for h in [] if args.json else active:
+        out.print(_text(f"{h.id}  user {h.user_id}  by {h.placed_by}  {h.reason}"))
+    return EXIT_OK

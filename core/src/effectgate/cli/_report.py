@@ -1,0 +1,141 @@
+"""`effectgate report`: the disagreement rates and the rollout figures in the terminal, as JSON
+(`--json`) or as one static HTML page with charts (`--html FILE`, the report extra)."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import UTC, datetime
+from typing import Literal
+
+from rich.console import Console
+from rich.table import Table
+
+from .._display import duration
+from ..errors import MissingDependency
+from ..report import Metrics, check_charts, figures, write_html
+from ._render import EXIT_OK, _text, _write_json
+from ._store import UsageError, _open
+
+
+def _moment(text: str | None, option: str) -> float | None:
+    """A time given as epoch seconds or ISO 8601 (a date alone is midnight UTC)."""
+    if text is None:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise UsageError(f"{option} {text!r}: give ISO 8601 (2026-12-01T09:00) or epoch seconds") from exc
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
+def _targets(given: list[str] | None) -> dict[str, float]:
+    """`--target finance=300` (seconds) per role."""
+    targets: dict[str, float] = {}
+    for item in given or ():
+        role, _, seconds = item.partition("=")
+        try:
+            targets[role] = float(seconds)
+        except ValueError as exc:
+            raise UsageError(f"--target {item!r}: give ROLE=SECONDS, e.g. finance=300") from exc
+        if not role or targets[role] <= 0:
+            raise UsageError(f"--target {item!r}: give ROLE=SECONDS, e.g. finance=300")
+    return targets
+
+
+def _cmd_report(args: argparse.Namespace, out: Console) -> int:
+    since, until = _moment(args.since, "--since"), _moment(args.until, "--until")
+    targets = _targets(args.target)
+    if args.html:
+        try:
+            check_charts()  # before the ledger is read: a missing extra fails at once
+        except MissingDependency as exc:
+            raise UsageError(f"--html draws charts: {exc}") from exc
+    with _open(args.db) as store:
+        report = figures(store, since=since, until=until, targets=targets)
+        now = store.clock.now()
+    if args.html:
+        written = write_html(report, args.html, generated_at=now)
+        if not args.json:
+            out.print(_text(f"wrote the report with its charts to {written}"))
+    if args.json:
+        _write_json(report.to_dict())
+        return EXIT_OK
+    if args.html:
+        return EXIT_OK
+    for by, rates in (("tool", report.by_tool), ("role", report.by_role)):
+        grid = Table(title=f"disagreement by {by} (denied or edited over decided)", title_justify="left")
+        columns = (
+            by,
+            "mode",
+            "decided",
+            "approved",
+            "denied",
+            "edited",
+            "disagreement",
+            "expired",
+            "pending",
+        )
+        for column in columns:
+            grid.add_column(column, justify="left" if column in (by, "mode") else "right")
+        for r in rates:
+            rate = "-" if r.disagreement is None else f"{100 * r.disagreement:.1f}%"
+            counts = [str(n) for n in (r.decided, r.approved, r.denied, r.edited)]
+            grid.add_row(_text(r.key), r.mode, *counts, rate, str(r.expired), str(r.undecided - r.expired))
+        out.print(grid)
+    m = report.metrics
+    grid = Table(title="approval latency, p95 per role", title_justify="left")
+    for column in ("role", "p95", "target", "met"):
+        grid.add_column(column)
+    for role, p95 in m.latency_p95_s.items():
+        target = m.latency_targets.get(role)
+        met = m.latency_met(role)
+        grid.add_row(
+            _text(role),
+            "-" if p95 is None else duration(p95),
+            "-" if target is None else duration(target),
+            "-" if met is None else ("met" if met else "MISSED"),
+        )
+    out.print(grid)
+    _print_rollout(m, out)
+    return EXIT_OK
+
+
+def _print_rollout(m: Metrics, out: Console) -> None:
+    """The report's rollout lines below its tables: decision rates, replays, gated proposals."""
+    grid = Table(title="decisions per tool (over settled calls: decided or expired)", title_justify="left")
+    for column in ("tool", "settled", "approved", "denied", "edited", "expired", "pending"):
+        grid.add_column(column, justify="left" if column == "tool" else "right")
+    for t in m.decision_rates:
+        rates = ["-" if (v := t.rate(w)) is None else f"{100 * v:.1f}%" for w in _DECISIONS]
+        grid.add_row(_text(t.tool), str(t.settled), *rates, str(t.pending))
+    out.print(grid)
+    replay_rate = m.replay_rate
+    shown = "-" if replay_rate is None else f"{100 * replay_rate:.1f}%"
+    out.print(
+        _text(
+            f"{m.proposals} gated proposals, {m.replays_absorbed} replays absorbed"
+            f" ({shown}); needs_reconciliation backlog: "
+            f"{m.needs_reconciliation}"
+        )
+    )
+    for day, proposals, sessions in m.gated_by_day:
+        per = f"{1000 * proposals / sessions:.0f}" if sessions else "-"
+        out.print(
+            _text(f"  {day}: {proposals} gated proposals, {sessions} sessions, {per} per 1,000 sessions")
+        )
+    for day, model, proposals, sessions in m.gated_by_model:
+        per = f"{1000 * proposals / sessions:.0f}" if sessions else "-"
+        name = model or "(no model id)"
+        out.print(_text(f"  {day} {name}: {proposals} gated proposals, {per} per 1,000 sessions"))
+
+
+_DECISIONS: tuple[Literal["approved", "denied", "edited", "expired"], ...] = (
+    "approved",
+    "denied",
+    "edited",
+    "expired",
+)

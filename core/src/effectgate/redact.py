@@ -1,0 +1,391 @@
+"""GDPR erasure, retention rules and legal holds, keeping the financial facts and every chain.
+
+    done = redact(store, keyring, user_id="u1", by="dpo@shop", reason="erasure request #77")
+    done = retain(store, keyring, {"read": 30, "write": 365}, by="nightly")   # days per effect
+    hold(store, user_id="u2", by="legal@shop", reason="case 2026-14")          # erase nothing of u2
+
+What is personal is named per table (`stores.records.PERSONAL`): the arguments, results,
+snapshots, errors, subjects, notes and free-text reasons of every record. A redaction overwrites
+each such value with a marker, `{"$redacted":"<redaction id>", ...facts}`, where the facts are the
+top-level arguments named in `keep` (by default `amount` and `currency`), and appends one sealed
+`eg_redacted` entry per value: the table, row and column, the value's commitment (the keyring's
+MAC of the erased text, a salted hash only the keyring's holder can compute: nobody can confirm a
+guess without the key), the args hash the arguments had and the facts kept. What is kept: ids
+(users and sessions are the application's pseudonyms), the approval chain (who approved, in what
+role, when), hashes, fingerprints, times, statuses, and the facts.
+
+The database lets a personal column take a redaction marker and nothing else (the append-only
+triggers); the audit accepts a redacted record only with a sealed entry that matches it (its
+args hash and facts), so a marker written without `redact` is a finding. Exports carry personal
+values outside their hash chain, committed to by the same commitments, so `redact_export` erases
+them from an export file while it still verifies (see `effectgate.export`).
+
+Refused, changing nothing: a user under a legal hold, and a user with a call that may still run
+or is being decided (pending, approved, executing, needs_reconciliation): decide or reconcile it
+first. A retention pass skips held users and open calls. Each redaction is itself an event
+(`redacted`, with who ran it and why, and no personal value).
+
+Redaction selects by the user a call acted for (and, with `subject`, one subject of theirs, e.g.
+an order); personal data of someone else that a call carried in its arguments is found only
+through the user it was made for.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import secrets
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .canonical import canonical_json, digest
+from .effects import Effect
+from .errors import EffectGateError, TokenError
+from .stores._dialect import REDACTED_PREFIX
+from .stores._redaction import OPEN_APPROVALS, OPEN_RECORDS, Target
+from .stores.protocol import Store
+from .stores.records import HoldRow, RedactedRow
+from .tokens import Keyring
+
+FACTS = ("amount", "currency")
+MARK = "$redacted"
+COMMIT = "personal"  # the derived key of a personal value's commitment
+ENTRY = "redaction"  # the keyring purpose of an eg_redacted entry's seal
+DAY = 86400.0
+
+
+class RedactionError(EffectGateError):
+    """A redaction, retention pass or hold was refused; nothing was changed."""
+
+
+@dataclass(frozen=True)
+class Redaction:
+    """What one redaction or retention pass erased: its id, how many rows and values, the facts
+    it kept, and (retention) the held users it left alone."""
+
+    id: str
+    rows: int
+    values: int
+    keep: tuple[str, ...]
+    held: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "rows": self.rows,
+            "values": self.values,
+            "keep": list(self.keep),
+            "held": list(self.held),
+        }
+
+
+def is_redacted(text: Any) -> bool:
+    """Whether a stored value is a redaction marker."""
+    return isinstance(text, str) and text.startswith(REDACTED_PREFIX)
+
+
+def marker(redaction_id: str, facts: Mapping[str, Any] | None = None) -> str:
+    """The text that replaces an erased value (compact, so it starts with `REDACTED_PREFIX`)."""
+    return json.dumps({MARK: redaction_id, **dict(sorted((facts or {}).items()))}, separators=(",", ":"))
+
+
+def _mac(keyring: Keyring, kid: str, data: bytes) -> str:
+    return hmac.new(keyring.derived_key(COMMIT, kid), data, "sha256").hexdigest()
+
+
+def commitment(keyring: Keyring, text: str) -> str:
+    """A personal value's commitment: its keyed hash under every key of the keyring, as
+    `kid.hex[,kid.hex...]` (current key first), so a chain sealed under an older key still checks
+    an erased value. Only the keyring's holder can compute it: nobody can confirm a guess."""
+    data = text.encode("utf-8", "surrogatepass")
+    return ",".join(f"{kid}.{_mac(keyring, kid, data)}" for kid in keyring.kids)
+
+
+def commitment_part(committed: str, kid: str) -> str | None:
+    """The keyed hash under key `kid` in a commitment (None if it has none)."""
+    for part in committed.split(","):
+        k, _, mac = part.partition(".")
+        if k == kid:
+            return mac
+    return None
+
+
+def commitment_holds(keyring: Keyring, text: str, committed: str) -> bool:
+    """`text` is the value `committed` commits to (checked with a key both name)."""
+    data = text.encode("utf-8", "surrogatepass")
+    for part in committed.split(","):
+        kid, _, mac = part.partition(".")
+        if mac and keyring.holds(kid) and hmac.compare_digest(mac, _mac(keyring, kid, data)):
+            return True
+    return False
+
+
+def facts_of(args_json: str, keep: Sequence[str]) -> dict[str, Any]:
+    """The top-level arguments named in `keep` (a marker's own facts when already redacted)."""
+    try:
+        args = json.loads(args_json)
+    except ValueError:
+        return {}
+    if not isinstance(args, dict):
+        return {}
+    if MARK in args:
+        return {k: v for k, v in args.items() if k != MARK}
+    return {k: args[k] for k in keep if k in args}
+
+
+def _entry_body(e: Mapping[str, Any]) -> bytes:
+    return canonical_json(
+        [
+            e["redaction_id"],
+            e["table_name"],
+            e["row_key"],
+            e["column_name"],
+            e["commitment"],
+            e["args_hash"],
+            e["kept_json"],
+        ]
+    )
+
+
+def entry_sealed(keyring: Keyring, entry: RedactedRow) -> bool:
+    """The entry's seal verifies (it was written by `redact` with this keyring)."""
+    try:
+        keyring.verify_signature(ENTRY, _entry_body(entry.model_dump()), entry.seal)
+    except TokenError:
+        return False
+    return True
+
+
+def redaction_problem(
+    redacted: Mapping[tuple[str, str, str], RedactedRow],
+    keyring: Keyring | None,
+    where: tuple[str, str],
+    args_json: str,
+    args_hash: str,
+) -> str | None:
+    """What is wrong with erased arguments (None: nothing): their sealed entry must name this row
+    (`where`: table and key), the args hash it had, the facts kept and the marker's redaction."""
+    entry = redacted.get((*where, "args_json"))
+    if entry is None:
+        return "the arguments were overwritten with a redaction marker that no redaction wrote"
+    if keyring is not None and not entry_sealed(keyring, entry):
+        return "the redaction entry's seal does not verify"
+    if entry.args_hash != args_hash:
+        return "the redaction entry names another args hash"
+    if json.loads(entry.kept_json or "{}") != facts_of(args_json, ()):
+        return "the facts kept by the redaction were changed"
+    if json.loads(args_json).get(MARK) != entry.redaction_id:
+        return "the marker names another redaction"
+    return None
+
+
+def subject_keys(subject: Mapping[str, Any]) -> list[str]:
+    """The ledger's subject keys for a subject (live and shadow proposals)."""
+    key = digest({"subject": dict(subject)})
+    return [key, f"shadow:{key}"]
+
+
+def _erase(
+    store: Store,
+    conn: Any,
+    keyring: Keyring,
+    targets: Sequence[Target],
+    rid: str,
+    keep: Sequence[str],
+    at: float,
+) -> tuple[int, int]:
+    rows = values_erased = 0
+    for t in targets:
+        values: dict[str, str] = {}
+        entries: list[dict[str, Any]] = []
+        for column, text in t.values.items():
+            if text is None or is_redacted(text):
+                continue
+            facts = facts_of(text, keep) if column == "args_json" else None
+            values[column] = marker(rid, facts)
+            entry = {
+                "redaction_id": rid,
+                "table_name": t.table,
+                "row_key": t.key,
+                "column_name": column,
+                "commitment": commitment(keyring, text),
+                "args_hash": t.args_hash if column == "args_json" else None,
+                "kept_json": json.dumps(facts, sort_keys=True) if facts is not None else None,
+                "at": at,
+            }
+            entry["seal"] = keyring.sign(ENTRY, _entry_body(entry))
+            entries.append(entry)
+        if values:
+            store.overwrite_personal(conn, t.table, t.key, values)
+            store.append_redacted(conn, entries)
+            rows += 1
+            values_erased += len(values)
+    return rows, values_erased
+
+
+def _event(kind: str, at: float, **detail: Any) -> dict[str, Any]:
+    return {"at": at, "kind": kind, "detail_json": detail}
+
+
+def _text(name: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise RedactionError(f"{name} must be a non-empty string")
+    return value
+
+
+def redact(
+    store: Store,
+    keyring: Keyring,
+    *,
+    user_id: str,
+    by: str,
+    reason: str,
+    subject: Mapping[str, Any] | None = None,
+    keep: Sequence[str] = FACTS,
+    now: float | None = None,
+) -> Redaction:
+    """Erase the personal values of every record of `user_id` (of one `subject` of theirs, when
+    given), keeping the facts named in `keep`. Refused, changing nothing, while the user is held
+    or has a call that may still run (module docstring)."""
+    for name, value in (("user_id", user_id), ("by", by), ("reason", reason)):
+        _text(name, value)
+    keep = tuple(keep)
+    at = time.time() if now is None else now
+    rid = f"r-{secrets.token_hex(8)}"
+    with store.transaction() as conn:
+        if any(h.user_id == user_id for h in store.holds(conn)):
+            raise RedactionError(f"user {user_id!r} is under a legal hold: nothing was redacted")
+        keys = subject_keys(subject) if subject is not None else []
+        targets = store.redaction_targets(conn, user_id=user_id, subject_keys=keys)
+        open_ = sorted(
+            t.key
+            for t in targets
+            if (t.table == "eg_approvals" and t.status in OPEN_APPROVALS)
+            or (t.table == "eg_idempotency" and t.status in OPEN_RECORDS)
+        )
+        if open_:
+            raise RedactionError(
+                f"user {user_id!r} has {len(open_)} call(s) that may still run or are being decided "
+                f"({', '.join(open_[:5])}): deny, execute or reconcile them first; nothing was redacted"
+            )
+        rows, values = _erase(store, conn, keyring, targets, rid, keep, at)
+        detail: dict[str, Any] = {"redaction_id": rid, "user_id": user_id, "by": by, "reason": reason}
+        if keys:
+            detail["subject_key"] = keys[0]
+        store.append_events(
+            conn, [_event("redacted", at, rows=rows, values=values, keep=list(keep), **detail)]
+        )
+    return Redaction(rid, rows, values, keep)
+
+
+def retain(
+    store: Store,
+    keyring: Keyring,
+    rules: Mapping[str, float],
+    *,
+    by: str,
+    keep: Sequence[str] = FACTS,
+    now: float | None = None,
+) -> Redaction:
+    """Apply retention rules: for each effect class named in `rules` (read, write, send, money,
+    destructive), erase the personal values of its records older than that many days, keeping
+    the facts. Held users and calls that may still run are left alone."""
+    _text("by", by)
+    known = {str(e) for e in Effect}
+    for effect, days in rules.items():
+        if effect not in known:
+            raise RedactionError(f"unknown record kind {effect!r}: use one of {', '.join(sorted(known))}")
+        if isinstance(days, bool) or not isinstance(days, int | float) or days < 0:
+            raise RedactionError(f"retention for {effect} must be a number of days >= 0 (got {days!r})")
+    keep = tuple(keep)
+    at = time.time() if now is None else now
+    rid = f"r-{secrets.token_hex(8)}"
+    rows = values = 0
+    with store.transaction() as conn:
+        held = sorted({h.user_id for h in store.holds(conn)})
+        for effect, days in sorted(rules.items()):
+            targets = [
+                t
+                for t in store.redaction_targets(conn, effect=effect, before=at - days * DAY, held=held)
+                if not (t.table == "eg_approvals" and t.status in OPEN_APPROVALS)
+                and not (t.table == "eg_idempotency" and t.status in OPEN_RECORDS)
+            ]
+            r, v = _erase(store, conn, keyring, targets, rid, keep, at)
+            rows, values = rows + r, values + v
+        store.append_events(
+            conn,
+            [
+                _event(
+                    "redacted",
+                    at,
+                    redaction_id=rid,
+                    retention={k: rules[k] for k in sorted(rules)},
+                    by=by,
+                    rows=rows,
+                    values=values,
+                    keep=list(keep),
+                    held=held,
+                )
+            ],
+        )
+    return Redaction(rid, rows, values, keep, tuple(held))
+
+
+def hold(store: Store, *, user_id: str, by: str, reason: str, now: float | None = None) -> HoldRow:
+    """Place a legal hold on `user_id`'s records: no redaction or retention erases them until
+    the hold is released."""
+    placed = HoldRow(
+        id=f"h-{secrets.token_hex(8)}",
+        user_id=_text("user_id", user_id),
+        reason=_text("reason", reason),
+        placed_by=_text("by", by),
+        at=time.time() if now is None else now,
+    )
+    with store.transaction() as conn:
+        store.add_hold(conn, placed)
+        store.append_events(conn, [_event("hold", placed.at, hold_id=placed.id, user_id=user_id, by=by)])
+    return placed
+
+
+def release(store: Store, hold_id: str, *, by: str, now: float | None = None) -> None:
+    """Release a hold; RedactionError if no active hold has that id."""
+    at = time.time() if now is None else now
+    with store.transaction() as conn:
+        if not store.release_hold(conn, hold_id, by=_text("by", by), at=at):
+            raise RedactionError(f"no active legal hold {hold_id!r}")
+        store.append_events(conn, [_event("hold_released", at, hold_id=hold_id, by=by)])
+
+
+def holds(store: Store, *, active: bool = True) -> list[HoldRow]:
+    """The legal holds (only active ones, by default)."""
+    with store.transaction() as conn:
+        return list(store.holds(conn, active=active))
+
+
+def entries(store: Store) -> dict[tuple[str, str, str], RedactedRow]:
+    """Every redaction entry, by (table, row key, column)."""
+    with store.transaction() as conn:
+        return {(e.table_name, e.row_key, e.column_name): e for e in store.redacted(conn)}
+
+
+__all__ = [
+    "FACTS",
+    "Redaction",
+    "RedactionError",
+    "commitment",
+    "commitment_holds",
+    "commitment_part",
+    "entries",
+    "entry_sealed",
+    "facts_of",
+    "hold",
+    "holds",
+    "is_redacted",
+    "marker",
+    "redact",
+    "redaction_problem",
+    "release",
+    "retain",
+]

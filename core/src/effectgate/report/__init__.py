@@ -1,0 +1,81 @@
+"""Model proposal against human decision: the disagreement rate per tool and per approver role,
+and the rollout figures (`metrics`): p95 approval latency per role against a target, decision
+rates per tool, replays absorbed, gated proposals per 1,000 sessions per day (in all and per model
+identifier), the reconciliation backlog. `figures` computes all of it; `render_html` draws it.
+
+    rates = disagreement(store, by="tool", since=..., until=...)
+    report = figures(store, since=..., until=..., targets={"finance": 300})
+    write_html(report, "report.html")            # needs the report extra (matplotlib)
+
+Over the gated calls proposed in a window (`created_at` in [since, until)), for each tool (or
+approver role) and mode (shadow or live):
+
+- `decided`: approved (including those that then ran, failed or await reconciliation) or denied;
+- `denied`, and `edited`: a reviewer edited the arguments (an amendment recorded with `edited_by`);
+- `disagreement` = (denied or edited) / decided: how often people did not take the model's call
+  as it was. A team reads it per tool to see from data when a class may leave shadow mode.
+- `undecided` (pending or expired) and `rejected` (out of scope, never shown to a reviewer) are
+  counted beside, never in the rate.
+
+The mode of a call is re-derived, not read from a mutable column: an approval's sealed row
+fingerprint names the recorded table row, whose body must hash to that fingerprint; a row whose
+body says `shadow` was proposed in shadow mode. A call whose recorded row cannot be verified is
+counted under mode "unverified".
+
+The rollout figures (`Metrics`), over the same window (events by their time):
+
+- `latency_p95_s`: per approver role, the p95 (nearest rank, `p95`) of decided_at - created_at
+  over its decided calls, against `latency_targets` (`latency_met`);
+- `decision_rates`: per tool, approved, denied, edited and expired over the calls that settled
+  (decided or expired); an edited call is also approved or denied;
+- `replays_absorbed` (the same message again, answered from the record) and `replay_rate`, over
+  proposals plus replays; `replays_by_day`;
+- `gated_by_day`: gated proposals (not rejected) per UTC day against the sessions with any event
+  that day; `gated_by_model` splits the proposals by the model identifier that proposed them
+  (`CallContext.model_id`, '' when the application gave none). The event log does not record the
+  model, so each model's rate is over all of the day's sessions: a model upgrade that doubles
+  refund proposals shows as a step in its line, and on a day two models shared, their rates add up;
+- `needs_reconciliation`: operations whose outcome is unknown now (not windowed), and
+  `backlog_by_day` the same records by the day each began waiting.
+
+Every figure is an aggregate the database computes (`Store.report_rows`), streamed as a few grouped
+rows, so the report runs over millions of records within the audit's budget.
+"""
+
+from __future__ import annotations
+
+from ._figures import (
+    Figures,
+    Metrics,
+    Mode,
+    Rate,
+    ToolRates,
+    disagreement,
+    edited_approvals,
+    figures,
+    metrics,
+    modes,
+    p95,
+    p95_rank,
+    per_1000,
+)
+from ._html import check_charts, render_html, write_html
+
+__all__ = [
+    "Figures",
+    "Metrics",
+    "Mode",
+    "Rate",
+    "ToolRates",
+    "check_charts",
+    "disagreement",
+    "edited_approvals",
+    "figures",
+    "metrics",
+    "modes",
+    "p95",
+    "p95_rank",
+    "per_1000",
+    "render_html",
+    "write_html",
+]

@@ -1,0 +1,310 @@
+"""The report's figures, counted by the database: each store query is an aggregate grouped by the
+database (`Store.report_rows`), so the report holds a few rows however large the ledger; only the
+p95 reads one number per role (`Store.latency_at`, the value at the p95 rank). See the package
+docstring for what each figure means."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import date, timedelta
+from typing import Any, Literal
+
+from ..canonical import digest
+from ..stores.protocol import Store
+
+Mode = Literal["shadow", "live", "unverified"]
+APPROVED = frozenset({"approved", "executing", "executed", "failed", "needs_reconciliation"})
+UNDECIDED = frozenset({"pending", "expired"})
+_EPOCH = date(1970, 1, 1)
+
+
+@dataclass
+class Rate:
+    """One group's counts (see the package docstring)."""
+
+    key: str  # the tool, or the approver role
+    mode: Mode
+    decided: int = 0
+    approved: int = 0
+    denied: int = 0
+    edited: int = 0
+    disagreed: int = 0
+    undecided: int = 0  # pending or expired
+    expired: int = 0
+    rejected: int = 0
+    tools: set[str] = field(default_factory=set[str])
+
+    @property
+    def disagreement(self) -> float | None:
+        return self.disagreed / self.decided if self.decided else None
+
+    def add(self, tool: str, status: str, edited: bool, n: int) -> None:
+        """Count `n` calls of `tool` in `status` (`edited`: a reviewer edited their arguments)."""
+        self.tools.add(tool)
+        if status == "rejected":
+            self.rejected += n
+        elif status in UNDECIDED:
+            self.undecided += n
+            self.expired += n if status == "expired" else 0
+        else:
+            self.decided += n
+            self.edited += n if edited else 0
+            self.denied += n if status == "denied" else 0
+            self.approved += n if status in APPROVED else 0
+            self.disagreed += n if status == "denied" or edited else 0
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["tools"] = sorted(self.tools)
+        data["disagreement"] = self.disagreement
+        return data
+
+
+@dataclass
+class ToolRates:
+    """One tool's decisions over both modes. The rates are over `settled` (decided or expired: the
+    calls a reviewer was shown that reached an end); an edited call is also approved or denied,
+    so `edited` overlaps the others. Pending calls are counted beside, never in a rate."""
+
+    tool: str
+    decided: int = 0
+    approved: int = 0
+    denied: int = 0
+    edited: int = 0
+    expired: int = 0
+    pending: int = 0
+
+    @property
+    def settled(self) -> int:
+        return self.decided + self.expired
+
+    def rate(self, what: Literal["approved", "denied", "edited", "expired"]) -> float | None:
+        return getattr(self, what) / self.settled if self.settled else None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["settled"] = self.settled
+        data["rates"] = {w: self.rate(w) for w in ("approved", "denied", "edited", "expired")}
+        return data
+
+
+@dataclass
+class Metrics:
+    """The rollout figures over a window (see `metrics`)."""
+
+    since: float | None
+    until: float | None
+    latency_p95_s: dict[str, float | None]  # per approver role: created -> decided, decided calls
+    latency_targets: dict[str, float]
+    proposals: int  # gated calls proposed (not counting replays)
+    replays_absorbed: int  # the same message again, answered from the record: no second approval
+    gated_by_day: list[tuple[str, int, int]]  # (UTC day, gated proposals, sessions with any call)
+    needs_reconciliation: int  # operations whose outcome is unknown, now
+    # (UTC day, model id, gated proposals of that model, sessions of the day with any call)
+    gated_by_model: list[tuple[str, str, int, int]] = field(default_factory=list[tuple[str, str, int, int]])
+    replays_by_day: list[tuple[str, int]] = field(default_factory=list[tuple[str, int]])  # (UTC day, replays)
+    # the backlog by the UTC day each record began waiting (its last update): (day, records)
+    backlog_by_day: list[tuple[str, int]] = field(default_factory=list[tuple[str, int]])
+    decision_rates: list[ToolRates] = field(default_factory=list[ToolRates])  # per tool, by name
+
+    @property
+    def replay_rate(self) -> float | None:
+        total = self.proposals + self.replays_absorbed
+        return self.replays_absorbed / total if total else None
+
+    def latency_met(self, role: str) -> bool | None:
+        p95, target = self.latency_p95_s.get(role), self.latency_targets.get(role)
+        return None if p95 is None or target is None else p95 <= target
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["replay_rate"] = self.replay_rate
+        data["latency_met"] = {role: self.latency_met(role) for role in self.latency_p95_s}
+        data["gated_by_day"] = [
+            {"day": d, "proposals": n, "sessions": s, "per_1000_sessions": per_1000(n, s)}
+            for d, n, s in self.gated_by_day
+        ]
+        data["gated_by_model"] = [
+            {"day": d, "model_id": m, "proposals": n, "sessions": s, "per_1000_sessions": per_1000(n, s)}
+            for d, m, n, s in self.gated_by_model
+        ]
+        data["replays_by_day"] = [{"day": d, "replays": n} for d, n in self.replays_by_day]
+        data["backlog_by_day"] = [{"day": d, "records": n} for d, n in self.backlog_by_day]
+        data["decision_rates"] = [r.to_dict() for r in self.decision_rates]
+        return data
+
+
+@dataclass
+class Figures:
+    """Everything `effectgate report` shows: the disagreement rates by tool and by role, and the
+    rollout figures. `to_dict()` is the `--json` output."""
+
+    since: float | None
+    until: float | None
+    by_tool: list[Rate]
+    by_role: list[Rate]
+    metrics: Metrics
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "since": self.since,
+            "until": self.until,
+            "by_tool": [r.to_dict() for r in self.by_tool],
+            "by_role": [r.to_dict() for r in self.by_role],
+            "metrics": self.metrics.to_dict(),
+        }
+
+
+def per_1000(proposals: int, sessions: int) -> float | None:
+    """Gated proposals per 1,000 sessions (None without sessions)."""
+    return 1000.0 * proposals / sessions if sessions else None
+
+
+def modes(store: Store) -> dict[str, Mode]:
+    """Each recorded row fingerprint's mode, from bodies that hash to their fingerprint."""
+    out: dict[str, Mode] = {}
+    for fingerprint, rule in store.rules().items():
+        try:
+            body = json.loads(rule.body_json)
+        except ValueError:
+            continue
+        if isinstance(body, dict) and digest(body) == fingerprint:
+            out[fingerprint] = "shadow" if body.get("shadow") is True else "live"
+    return out
+
+
+def edited_approvals(store: Store) -> set[str]:
+    """Approvals a reviewer edited (an amendment recorded with `edited_by`)."""
+    edited: set[str] = set()
+    for event in store.events(kind="amended"):
+        if event.approval_id and json.loads(event.detail_json or "{}").get("edited_by"):
+            edited.add(event.approval_id)
+    return edited
+
+
+def p95_rank(count: int) -> int:
+    """The index, in ascending order, of the p95 of `count` values (nearest rank, never below 0)."""
+    return max(0, math.ceil(0.95 * count) - 1)
+
+
+def p95(values: list[float]) -> float | None:
+    if not values:
+        return None
+    return sorted(values)[p95_rank(len(values))]
+
+
+def _rates(rows: Sequence[tuple[Any, ...]], mode_of: Mapping[str, Mode], by: str) -> list[Rate]:
+    groups: dict[tuple[str, Mode], Rate] = {}
+    for tool, role, fingerprint, status, edited, _decided_at, n in rows:
+        mode = mode_of.get(fingerprint, "unverified")
+        key = tool if by == "tool" else role
+        groups.setdefault((key, mode), Rate(key, mode)).add(tool, status, bool(edited), int(n))
+    return [groups[k] for k in sorted(groups)]
+
+
+def _tool_rates(rates: list[Rate]) -> list[ToolRates]:
+    """`rates` by tool, over both modes."""
+    out: dict[str, ToolRates] = {}
+    for r in rates:
+        t = out.setdefault(r.key, ToolRates(r.key))
+        t.decided += r.decided
+        t.approved += r.approved
+        t.denied += r.denied
+        t.edited += r.edited
+        t.expired += r.expired
+        t.pending += r.undecided - r.expired
+    return [out[k] for k in sorted(out)]
+
+
+def _day(number: int) -> str:
+    """A UTC day number (whole days since 1970-01-01) as an ISO date."""
+    return (_EPOCH + timedelta(days=int(number))).isoformat()
+
+
+def disagreement(
+    store: Store,
+    *,
+    by: Literal["tool", "role"] = "tool",
+    since: float | None = None,
+    until: float | None = None,
+) -> list[Rate]:
+    """The rates per tool (or approver role) and mode, sorted by key then mode."""
+    mode_of = modes(store)
+    with store.reading() as conn:
+        rows = store.report_rows(conn, "decisions", since=since, until=until)
+    return _rates(rows, mode_of, by)
+
+
+def metrics(
+    store: Store,
+    *,
+    since: float | None = None,
+    until: float | None = None,
+    targets: Mapping[str, float] | None = None,
+) -> Metrics:
+    """p95 approval latency per role (against `targets`, seconds per role), replays absorbed,
+    gated proposals per day against the sessions active that day (in all and per model), the
+    decision rates per tool, and the reconciliation backlog."""
+    return figures(store, since=since, until=until, targets=targets).metrics
+
+
+def figures(
+    store: Store,
+    *,
+    since: float | None = None,
+    until: float | None = None,
+    targets: Mapping[str, float] | None = None,
+) -> Figures:
+    """Every figure of the report over calls proposed (events recorded) in [since, until), read in
+    one read transaction: the disagreement rates by tool and role, and `metrics`."""
+    mode_of = modes(store)
+    window = {"since": since, "until": until}
+    with store.reading() as conn:
+        decisions = store.report_rows(conn, "decisions", **window)
+        latencies: dict[str, int] = {}  # per role of any call not rejected: decided calls with a time
+        proposals = 0
+        for _tool, role, _fp, status, _edited, decided_at, n in decisions:
+            if status == "rejected":
+                continue
+            proposals += int(n)
+            counted = bool(decided_at) and status not in UNDECIDED
+            latencies[role] = latencies.get(role, 0) + (int(n) if counted else 0)
+        p95s = {
+            role: store.latency_at(conn, role, p95_rank(n), **window) if n else None
+            for role, n in sorted(latencies.items())
+        }
+        gated = store.report_rows(conn, "gated_by_day", **window)
+        sessions = {_day(d): int(n) for d, n in store.report_rows(conn, "sessions_by_day", **window)}
+        replays = sorted((_day(d), int(n)) for d, n in store.report_rows(conn, "replays_by_day", **window))
+        backlog = sorted((_day(d), int(n)) for d, n in store.report_rows(conn, "backlog_by_day"))
+    by_day: dict[str, int] = defaultdict(int)
+    by_model = []
+    for d, model, n in gated:
+        by_day[_day(d)] += int(n)
+        by_model.append((_day(d), str(model), int(n), sessions.get(_day(d), 0)))
+    by_tool = _rates(decisions, mode_of, "tool")
+    days = sorted(set(by_day) | set(sessions))
+    return Figures(
+        since=since,
+        until=until,
+        by_tool=by_tool,
+        by_role=_rates(decisions, mode_of, "role"),
+        metrics=Metrics(
+            since=since,
+            until=until,
+            latency_p95_s=p95s,
+            latency_targets=dict(targets or {}),
+            proposals=proposals,
+            replays_absorbed=sum(n for _, n in replays),
+            gated_by_day=[(d, by_day.get(d, 0), sessions.get(d, 0)) for d in days],
+            needs_reconciliation=sum(n for _, n in backlog),
+            gated_by_model=sorted(by_model),
+            replays_by_day=replays,
+            backlog_by_day=backlog,
+            decision_rates=_tool_rates(by_tool),
+        ),
+    )

@@ -1,0 +1,47 @@
+"""The SQL of the ledger's own hash chain (see `effectgate.chain`): signed checkpoints in
+`eg_chain`, and the chained tables' rows streamed in id order as plain tuples."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from . import _dialect
+from . import _queries as Q
+from .records import ChainRow
+
+#: The append-only tables the chain covers, and their columns in chain order.
+CHAINED: dict[str, sa.Table] = {
+    "eg_decisions": Q.T_DECISIONS,
+    "eg_executions": Q.T_EXECUTIONS,
+    "eg_events": Q.T_EVENTS,
+}
+
+
+def columns(table: str) -> tuple[str, ...]:
+    return tuple(c.name for c in CHAINED[table].columns)
+
+
+class ChainSQL:
+    """The store's chain primitives (`protocol.ChainLedger`); mixed into `SQLStore`."""
+
+    def checkpoints(self, conn: Connection) -> list[ChainRow]:
+        q = sa.select(Q.T_CHAIN).order_by(Q.T_CHAIN.c.id)
+        return [ChainRow(**r._mapping) for r in conn.execute(q)]
+
+    def append_checkpoint(self, conn: Connection, row: Mapping[str, Any]) -> None:
+        conn.execute(sa.insert(Q.T_CHAIN), dict(row))
+
+    def chain_rows(
+        self, conn: Connection, table: str, *, after_id: int, upto_id: int | None = None
+    ) -> Iterator[tuple[Any, ...]]:
+        """The rows of `table` with after_id < id (<= upto_id), in id order, as tuples in
+        `columns(table)` order (streamed: the events table is the largest)."""
+        if table not in CHAINED:
+            raise ValueError(f"{table} is not chained")
+        where = f"id > {int(after_id)}" + (f" AND id <= {int(upto_id)}" if upto_id is not None else "")
+        sql = f"SELECT {', '.join(columns(table))} FROM {table} WHERE {where} ORDER BY id"
+        return _dialect.stream(conn, sql, batch=5000)

@@ -1,0 +1,170 @@
+"""The SQL of redaction, retention and legal holds (see `effectgate.redact` for the rules).
+
+A `Target` is one row holding personal values: its table, its key, the personal columns'
+current text, and what the rules need to decide (the user, the effect, the status, the args
+hash). Selecting never changes anything; `overwrite` writes redaction markers into the personal
+columns only (the append-only triggers refuse anything else).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from . import _queries as Q
+from .records import PERSONAL, HoldRow, RedactedRow
+
+#: Approval statuses whose call may still run or is still being decided: never redacted.
+OPEN_APPROVALS = ("pending", "approved", "executing", "needs_reconciliation")
+#: Idempotency statuses whose call is in flight or awaits reconciliation: never redacted.
+OPEN_RECORDS = ("in_progress", "needs_reconciliation")
+
+_TABLES: dict[str, sa.Table] = {
+    "eg_approvals": Q.T_APPROVALS,
+    "eg_executions": Q.T_EXECUTIONS,
+    "eg_events": Q.T_EVENTS,
+    "eg_decisions": Q.T_DECISIONS,
+    "eg_idempotency": Q.T_IDEMPOTENCY,
+}
+_KEYS = {"eg_idempotency": "key"}
+
+
+@dataclass(frozen=True)
+class Target:
+    """One row with personal values (see the module docstring)."""
+
+    table: str
+    key: str
+    values: Mapping[str, str | None]
+    user_id: str | None = None
+    effect: str | None = None
+    status: str | None = None
+    args_hash: str | None = None
+    approval_id: str | None = None
+    idempotency_key: str | None = None
+
+
+def _key(table: str) -> sa.Column[Any]:
+    return _TABLES[table].c[_KEYS.get(table, "id")]
+
+
+def _select(conn: Connection, table: str, where: Any, extra: Sequence[str]) -> list[Target]:
+    t = _TABLES[table]
+    columns = [_key(table), *(t.c[c] for c in PERSONAL[table]), *(t.c[c] for c in extra)]
+    out = []
+    for row in conn.execute(sa.select(*columns).where(where).order_by(_key(table))):
+        m = row._mapping
+        out.append(
+            Target(
+                table=table,
+                key=str(m[_key(table).name]),
+                values={c: m[c] for c in PERSONAL[table]},
+                **{name: m[name] for name in extra},
+            )
+        )
+    return out
+
+
+def _in(column: sa.Column[Any], values: Iterable[str]) -> Any:
+    listed = sorted(set(values))
+    return column.in_(listed) if listed else sa.false()
+
+
+def targets(
+    conn: Connection,
+    *,
+    user_id: str | None = None,
+    subject_keys: Sequence[str] = (),
+    effect: str | None = None,
+    before: float | None = None,
+    held: Sequence[str] = (),
+) -> list[Target]:
+    """The rows a redaction (`user_id`, optionally narrowed to approvals of `subject_keys`) or a
+    retention rule (`effect` and `before`: records of that effect older than `before`) reaches.
+    Records of `held` users are left out. Decisions and idempotency records follow the
+    approvals and executions selected."""
+    a, e, ev = Q.T_APPROVALS, Q.T_EXECUTIONS, Q.T_EVENTS
+    where_a: list[Any] = [sa.not_(_in(a.c.user_id, held))]
+    where_e: list[Any] = [sa.not_(_in(e.c.user_id, held))]
+    where_ev: list[Any] = [sa.not_(_in(ev.c.user_id, held)), ev.c.user_id.is_not(None)]
+    if user_id is not None:
+        where_a.append(a.c.user_id == user_id)
+        where_e.append(e.c.user_id == user_id)
+        where_ev.append(ev.c.user_id == user_id)
+    if subject_keys:
+        where_a.append(_in(a.c.subject_key, subject_keys))
+    if effect is not None:
+        where_a.append(a.c.effect == effect)
+        where_e.append(e.c.effect == effect)
+        where_ev.append(ev.c.effect == effect)
+    if before is not None:
+        where_a.append(a.c.updated_at < before)
+        where_e.append(e.c.at < before)
+        where_ev.append(ev.c.at < before)
+    approvals = _select(conn, "eg_approvals", sa.and_(*where_a), ("user_id", "effect", "status", "args_hash"))
+    ids = [t.key for t in approvals]
+    if subject_keys:  # only what belongs to the subject's approvals
+        where_e.append(_in(e.c.approval_id, ids))
+        where_ev.append(_in(ev.c.approval_id, ids))
+    executions = _select(
+        conn,
+        "eg_executions",
+        sa.and_(*where_e),
+        ("user_id", "effect", "status", "args_hash", "approval_id", "idempotency_key"),
+    )
+    events = _select(conn, "eg_events", sa.and_(*where_ev), ("user_id", "effect", "approval_id"))
+    decisions = _select(conn, "eg_decisions", _in(Q.T_DECISIONS.c.approval_id, ids), ("approval_id",))
+    keys = [t.idempotency_key for t in executions if t.idempotency_key]
+    records = _select(conn, "eg_idempotency", _in(Q.T_IDEMPOTENCY.c.key, keys), ("status",))
+    return [*approvals, *executions, *events, *decisions, *records]
+
+
+def overwrite(conn: Connection, table: str, key: str, values: Mapping[str, str]) -> None:
+    """Write redaction markers into personal columns of one row."""
+    unknown = set(values) - set(PERSONAL[table])
+    if unknown:
+        raise ValueError(f"{table}: {sorted(unknown)} are not personal columns")
+    column = _key(table)
+    typed: Any = int(key) if column.type.python_type is int else key
+    conn.execute(sa.update(_TABLES[table]).where(column == typed).values(**values))
+
+
+class RedactionSQL:
+    """The store's redaction, retention and hold primitives (`protocol.RedactionLedger`); mixed
+    into `SQLStore`. Each takes the caller's transaction."""
+
+    def redaction_targets(self, conn: Connection, **where: Any) -> list[Target]:
+        """`targets(conn, **where)`: see there and `protocol.RedactionLedger`."""
+        return targets(conn, **where)
+
+    def overwrite_personal(self, conn: Connection, table: str, key: str, values: Mapping[str, str]) -> None:
+        overwrite(conn, table, key, values)
+
+    def append_redacted(self, conn: Connection, entries: Sequence[Mapping[str, Any]]) -> None:
+        if entries:
+            conn.execute(sa.insert(Q.T_REDACTED), list(entries))
+
+    def redacted(self, conn: Connection) -> list[RedactedRow]:
+        q = sa.select(Q.T_REDACTED).order_by(Q.T_REDACTED.c.id)
+        return [RedactedRow(**r._mapping) for r in conn.execute(q)]
+
+    def add_hold(self, conn: Connection, hold: HoldRow) -> None:
+        conn.execute(sa.insert(Q.T_HOLDS), hold.model_dump())
+
+    def release_hold(self, conn: Connection, hold_id: str, *, by: str, at: float) -> bool:
+        done = conn.execute(
+            sa.update(Q.T_HOLDS)
+            .where(Q.T_HOLDS.c.id == hold_id, Q.T_HOLDS.c.released_at.is_(None))
+            .values(released_at=at, released_by=by)
+        )
+        return bool(done.rowcount)
+
+    def holds(self, conn: Connection, *, active: bool = True) -> list[HoldRow]:
+        q = sa.select(Q.T_HOLDS).order_by(Q.T_HOLDS.c.at)
+        if active:
+            q = q.where(Q.T_HOLDS.c.released_at.is_(None))
+        return [HoldRow(**r._mapping) for r in conn.execute(q)]

@@ -1,0 +1,321 @@
+"""GDPR erasure, retention and legal holds (issue 18), on SQLite and PostgreSQL.
+
+A redaction removes a user's personal values from every table (and from an export already
+written) while the financial facts, the approval chain and every hash stay; the audit stays clean
+and the export still verifies. A marker written without `redact`, or kept facts edited after it,
+is an audit finding. A held user, or one with a call that may still run, is refused with nothing
+changed; retention erases by age per record kind and skips held users."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from effectgate import Approver, EffectGate, Executed, Grant, Pending
+from effectgate.audit import audit
+from effectgate.examples.shop import context
+from effectgate.export import export_chain, redact_export, verify_export
+from effectgate.outcomes import REDACTED_NOTE, TAMPERED_WARNING
+from effectgate.redact import RedactionError, hold, holds, redact, release, retain
+from effectgate.replay import replay
+from effectgate.stores import SQLStore
+from effectgate.testing import FakeClock
+
+from .conftest import ShopGate
+
+FINANCE = Approver("fiona", "finance")
+LEAD = Approver("sam", "support_lead")
+ADA_EMAIL = "ada.lovelace@example.com"
+
+
+def everything(store: SQLStore) -> str:
+    """Every value of every effectgate table, as one text (to search for personal values)."""
+    with store.reading() as conn:
+        names = [t for t in sa.inspect(conn).get_table_names() if t.startswith("eg_")]
+        return "\n".join(
+            repr(tuple(row)) for name in names for row in conn.exec_driver_sql(f"SELECT * FROM {name}")
+        )
+
+
+def refund(gate: EffectGate, message: str, order: str, amount: int, user: str = "u1") -> Executed:
+    args = {"order_id": order, "amount": amount, "currency": "GBP"}
+    pending = gate.call("refund_order", args, context(message, user_id=user))
+    assert isinstance(pending, Pending), pending
+    grant = gate.approve(pending.approval_id, version=pending.version, approver=FINANCE)
+    assert isinstance(grant, Grant)
+    done = gate.execute(grant.token)
+    assert isinstance(done, Executed)
+    return done
+
+
+def email(gate: EffectGate, message: str, to: str, user: str = "u1") -> Executed:
+    args = {"to": [to], "subject": "Your refund", "body": f"Dear {to}, it is on its way."}
+    pending = gate.call("send_email", args, context(message, user_id=user))
+    assert isinstance(pending, Pending), pending
+    grant = gate.approve(pending.approval_id, version=pending.version, approver=LEAD)
+    assert isinstance(grant, Grant)
+    done = gate.execute(grant.token)
+    assert isinstance(done, Executed)
+    return done
+
+
+@pytest.fixture
+def ledger(shop_gate: ShopGate) -> EffectGate:
+    """Ada (u1): a read, a write, a refund of 1042 and an email; Grace (u2): a refund of 2001."""
+    gate = shop_gate.gate
+    assert isinstance(gate.call("get_order", {"order_id": "1042"}, context("m0")), Executed)
+    tags = {"ticket_id": "t-17", "tags": ["billing", "ada-vip"]}
+    assert isinstance(gate.call("update_ticket_tags", tags, context("m1")), Executed)
+    refund(gate, "m2", "1042", 1200)
+    email(gate, "m3", ADA_EMAIL)
+    refund(gate, "g1", "2001", 700, user="u2")
+    gate.flush()
+    return gate
+
+
+def test_redaction_erases_a_users_values_everywhere_and_keeps_the_facts(ledger: EffectGate) -> None:
+    gate, store = ledger, ledger.store
+    before = {a.id: a for a in store.approvals()}
+    assert ADA_EMAIL in everything(store)
+    assert "ada-vip" in everything(store)
+    done = redact(store, gate.keyring, user_id="u1", by="dpo", reason="erasure request 77")
+    assert done.rows > 0
+    assert done.values > 0
+    text = everything(store)
+    for value in (ADA_EMAIL, "ada-vip", "1042"):
+        assert value not in text, value
+    assert "2001" in text  # Grace's records are untouched
+    after = {a.id: a for a in store.approvals()}
+    for approval_id, old in before.items():
+        new = after[approval_id]
+        # the approval chain and every hash and time stay
+        assert (new.args_hash, new.status, new.seal, new.version, new.created_at, new.decided_at) == (
+            old.args_hash,
+            old.status,
+            old.seal,
+            old.version,
+            old.created_at,
+            old.decided_at,
+        )
+    ada_refund = next(a for a in after.values() if a.tool == "refund_order" and a.user_id == "u1")
+    kept = json.loads(ada_refund.args_json)
+    assert {k: v for k, v in kept.items() if k != "$redacted"} == {"amount": 1200, "currency": "GBP"}
+    assert [
+        (d.approver_id, d.role, d.decision) for d in store.all_decisions() if d.approval_id == ada_refund.id
+    ] == [("fiona", "finance", "approve")]
+    [event] = store.events(kind="redacted")
+    detail = json.loads(event.detail_json)
+    assert (detail["by"], detail["reason"], detail["redaction_id"]) == ("dpo", "erasure request 77", done.id)
+    report = audit(store, gate.table, keyring=gate.keyring)
+    assert report.clean, report.findings
+
+
+def test_a_second_redaction_has_nothing_left_to_erase(ledger: EffectGate) -> None:
+    redact(ledger.store, ledger.keyring, user_id="u1", by="dpo", reason="first")
+    again = redact(ledger.store, ledger.keyring, user_id="u1", by="dpo", reason="second")
+    assert (again.rows, again.values) == (0, 0)
+    assert audit(ledger.store, ledger.table, keyring=ledger.keyring).clean
+
+
+def test_a_subject_narrows_the_redaction_to_that_subjects_approvals(ledger: EffectGate) -> None:
+    store = ledger.store
+    refund(ledger, "m4", "1043", 500)
+    redact(store, ledger.keyring, user_id="u1", subject={"order_id": "1043"}, by="dpo", reason="order")
+    args = {a.id: a.args_json for a in store.approvals() if a.tool == "refund_order"}
+    assert sum('"$redacted"' in text for text in args.values()) == 1
+    assert any('"1042"' in text for text in args.values())
+    assert audit(store, ledger.table, keyring=ledger.keyring).clean
+
+
+def test_the_shops_balance_check_still_counts_redacted_refunds(
+    ledger: EffectGate, shop_gate: ShopGate
+) -> None:
+    """The kept facts (amount, currency) are what a business check over the subject reads."""
+    redact(ledger.store, ledger.keyring, user_id="u1", by="dpo", reason="erasure")
+    over = ledger.call(
+        "refund_order", {"order_id": "1042", "amount": 10801, "currency": "GBP"}, context("m9")
+    )
+    assert not isinstance(over, Pending)  # only 10800 is left on 1042: refused before any approval
+    refund(ledger, "m10", "1042", 10800)  # exactly what is left still runs
+    assert shop_gate.shop.receiver.count("refund") == 3  # Ada's two and Grace's one
+
+
+def test_an_export_written_before_the_redaction_is_erased_and_still_verifies(
+    ledger: EffectGate, clock: FakeClock, tmp_path: Path
+) -> None:
+    store, keyring = ledger.store, ledger.keyring
+    path = tmp_path / "before.jsonl"
+    manifest = export_chain(store, keyring, path, now=clock.now() + 61)
+    assert ADA_EMAIL in path.read_text()
+    redact(store, keyring, user_id="u1", by="dpo", reason="erasure")
+    assert redact_export(path, user_id="u1") == 3  # the write, the refund and the email
+    assert ADA_EMAIL not in path.read_text()
+    assert "ada-vip" not in path.read_text()
+    assert "2001" in path.read_text()
+    assert verify_export(path, keyring).ok
+    # an export written after the redaction continues the chain and carries only the facts
+    refund(ledger, "g2", "2001", 100, user="u2")
+    later = tmp_path / "after.jsonl"
+    export_chain(store, keyring, later, after=manifest, now=clock.now() + 61)
+    assert verify_export(later, keyring, after=manifest).ok
+    whole = tmp_path / "whole.jsonl"
+    export_chain(store, keyring, whole, now=clock.now() + 61)
+    assert verify_export(whole, keyring).ok
+    assert ADA_EMAIL not in whole.read_text()
+    records = [json.loads(line)["record"] for line in whole.read_text().splitlines()]
+    ada = [r for r in records if r["user_id"] == "u1"]
+    assert all(r["redacted"] for r in ada)
+    assert [r["args"] for r in ada if r["tool"] == "refund_order"] == [{"amount": 1200, "currency": "GBP"}]
+
+
+def test_verify_finds_a_personal_value_changed_outside_the_chain(
+    ledger: EffectGate, clock: FakeClock, tmp_path: Path
+) -> None:
+    path = tmp_path / "x.jsonl"
+    export_chain(ledger.store, ledger.keyring, path, now=clock.now() + 61)
+    path.write_text(path.read_text().replace(ADA_EMAIL, "eve@example.com"))
+    result = verify_export(path, ledger.keyring)
+    assert not result.ok
+    assert "personal value" in (result.problem or "")
+
+
+def _redacted_marker_without_redaction(store: SQLStore, approval_id: str) -> None:
+    with store.transaction() as conn:
+        conn.execute(
+            sa.text("UPDATE eg_approvals SET args_json = :m WHERE id = :id"),
+            {"m": '{"$redacted":"r-forged","amount":1200,"currency":"GBP"}', "id": approval_id},
+        )
+
+
+def test_a_marker_no_redaction_wrote_is_an_audit_finding(ledger: EffectGate) -> None:
+    store = ledger.store
+    approval = next(a for a in store.approvals() if a.tool == "refund_order" and a.user_id == "u1")
+    _redacted_marker_without_redaction(store, approval.id)
+    with store.transaction() as conn:  # the triggers let a marker into an execution: the audit must catch it
+        conn.exec_driver_sql(
+            """UPDATE eg_executions SET args_json = '{"$redacted":"r-x"}' WHERE tool = 'send_email'"""
+        )
+    kinds = [(f.kind, f.tool) for f in audit(store, ledger.table, keyring=ledger.keyring).findings]
+    assert ("redaction_forged", "refund_order") in kinds
+    assert ("redaction_forged", "send_email") in kinds
+
+
+def test_facts_edited_after_a_redaction_are_an_audit_finding(ledger: EffectGate) -> None:
+    store = ledger.store
+    redact(store, ledger.keyring, user_id="u1", by="dpo", reason="erasure")
+    approval = next(a for a in store.approvals() if a.tool == "refund_order" and a.user_id == "u1")
+    with store.transaction() as conn:
+        conn.execute(
+            sa.text("UPDATE eg_approvals SET args_json = :m WHERE id = :id"),
+            {"m": approval.args_json.replace("1200", "12"), "id": approval.id},
+        )
+    findings = audit(store, ledger.table, keyring=ledger.keyring).findings
+    assert [(f.kind, f.approval_id) for f in findings] == [("redaction_forged", approval.id)]
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "UPDATE eg_executions SET args_json = '{}'",
+        "UPDATE eg_executions SET args_hash = 'x'",
+        "UPDATE eg_events SET kind = 'x'",
+        "UPDATE eg_decisions SET approver_id = 'x'",
+        "DELETE FROM eg_events",
+        "DELETE FROM eg_redacted",
+        "UPDATE eg_redacted SET commitment = 'x'",
+    ],
+)
+def test_the_append_only_tables_take_nothing_but_a_marker(ledger: EffectGate, statement: str) -> None:
+    redact(ledger.store, ledger.keyring, user_id="u1", by="dpo", reason="erasure")
+    with pytest.raises(sa.exc.DBAPIError, match="append-only"), ledger.store.transaction() as conn:
+        conn.exec_driver_sql(statement)
+
+
+def test_a_held_user_is_refused_and_nothing_changes(ledger: EffectGate, clock: FakeClock) -> None:
+    store = ledger.store
+    placed = hold(store, user_id="u1", by="legal", reason="case 2026-14")
+    snapshot = everything(store)
+    with pytest.raises(RedactionError, match="legal hold"):
+        redact(store, ledger.keyring, user_id="u1", by="dpo", reason="erasure")
+    assert everything(store) == snapshot
+    assert [h.id for h in holds(store)] == [placed.id]
+    release(store, placed.id, by="legal")
+    with pytest.raises(RedactionError, match="no active legal hold"):
+        release(store, placed.id, by="legal")
+    assert holds(store) == []
+    assert redact(store, ledger.keyring, user_id="u1", by="dpo", reason="erasure").rows > 0
+
+
+def test_a_user_with_a_call_still_open_is_refused_and_nothing_changes(ledger: EffectGate) -> None:
+    store = ledger.store
+    pending = ledger.call("refund_order", {"order_id": "1043", "amount": 5, "currency": "GBP"}, context("m5"))
+    assert isinstance(pending, Pending)
+    snapshot = everything(store)
+    with pytest.raises(RedactionError, match="may still run"):
+        redact(store, ledger.keyring, user_id="u1", by="dpo", reason="erasure")
+    assert everything(store) == snapshot
+
+
+@pytest.mark.parametrize(
+    ("who", "value", "message"),
+    [("user_id", "", "user_id"), ("by", " ", "by"), ("reason", "", "reason")],
+)
+def test_bad_input_is_refused(ledger: EffectGate, who: str, value: str, message: str) -> None:
+    kwargs: dict[str, Any] = {"user_id": "u1", "by": "dpo", "reason": "erasure", who: value}
+    snapshot = everything(ledger.store)
+    with pytest.raises(RedactionError, match=message):
+        redact(ledger.store, ledger.keyring, **kwargs)
+    assert everything(ledger.store) == snapshot
+
+
+def test_retention_erases_old_records_of_a_kind_and_skips_held_users(
+    ledger: EffectGate, clock: FakeClock
+) -> None:
+    store = ledger.store
+    hold(store, user_id="u2", by="legal", reason="case")
+    clock.advance(31 * 86400)
+    assert isinstance(ledger.call("get_order", {"order_id": "1043"}, context("m7")), Executed)
+    ledger.flush()
+    done = retain(store, ledger.keyring, {"read": 30, "money": 30}, by="nightly", now=clock.now())
+    assert done.held == ("u2",)
+    reads = [e for e in store.events() if e.effect == "read" and e.kind != "refused"]
+    erased = [e for e in reads if e.detail_json.startswith('{"$redacted"')]
+    assert len(erased) == len(reads) - 1 > 0  # the new read is younger than 30 days
+    money = {a.user_id: a.args_json for a in store.approvals() if a.tool == "refund_order"}
+    assert money["u1"].startswith('{"$redacted"')
+    assert not money["u2"].startswith('{"$redacted"')
+    emails = [a.args_json for a in store.approvals() if a.tool == "send_email"]
+    assert ADA_EMAIL in emails[0]  # send: no rule
+    assert audit(store, ledger.table, keyring=ledger.keyring).clean
+
+
+@pytest.mark.parametrize(
+    ("rules", "message"), [({"reads": 30}, "unknown record kind"), ({"read": -1}, ">= 0")]
+)
+def test_retention_refuses_bad_rules(ledger: EffectGate, rules: dict[str, float], message: str) -> None:
+    with pytest.raises(RedactionError, match=message):
+        retain(ledger.store, ledger.keyring, rules, by="nightly")
+
+
+def test_replay_lists_redacted_intents_without_calling_them_changed(ledger: EffectGate) -> None:
+    redact(ledger.store, ledger.keyring, user_id="u1", by="dpo", reason="erasure")
+    report = replay(ledger.store, ledger.table, ledger.policy)
+    ada = sorted(a.id for a in ledger.store.approvals() if a.user_id == "u1")
+    assert sorted(report.redacted) == ada
+    assert [r.verdict for r in report.results] == ["same"]  # Grace's refund
+    assert report.clean
+
+
+def test_a_redacted_approvals_card_says_so_and_is_not_called_tampered(ledger: EffectGate) -> None:
+    redact(ledger.store, ledger.keyring, user_id="u1", by="dpo", reason="erasure")
+    ada = next(a for a in ledger.store.approvals() if a.tool == "refund_order" and a.user_id == "u1")
+    card = ledger.card(ada.id)
+    assert REDACTED_NOTE in card.warnings
+    assert TAMPERED_WARNING not in card.warnings
+    assert {k: v for k, v in card.args.items() if k != "$redacted"} == {"amount": 1200, "currency": "GBP"}
+    assert card.notes == ()
+    assert (card.args_hash, card.status) == (ada.args_hash, "executed")
