@@ -1,0 +1,100 @@
+"""The audit's row plumbing: the streamed rows' column positions, the recorded rules by
+fingerprint, the bar an approval's execution is held to, and the merge of streams ordered by
+approval id (`audit.py` holds the checks)."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from .canonical import digest
+from .effects import Policy
+from .stores.records import RuleRow
+
+# Column positions of the streamed rows (stores/sql.py AUDIT_QUERIES, in this order).
+A_ID, A_VERSION, A_GRANTS, A_SESSION, A_ORIGIN, A_USER, A_AGENT, A_TOOL, A_EFFECT = range(9)
+A_SUBJECT, A_HASH, A_ROLE, A_REQUIRED, A_ROW_FP, A_POLICY_FP = range(9, 15)
+A_SEAL, A_ARGS, A_STATUS, A_CREATED, A_DECIDED = range(15, 20)
+D_APPROVAL, D_VERSION, D_ROUND, D_APPROVER, D_ROLE, D_DECISION, D_SEAL, D_ID = range(8)
+E_ID, E_APPROVAL, E_VERSION, E_TOOL, E_EFFECT, E_HASH, E_ARGS, E_STATUS, E_ROW_FP, E_POLICY_FP = range(10)
+
+
+class Rules:
+    """The recorded rules by fingerprint, each verified against its fingerprint once."""
+
+    def __init__(self, rows: dict[str, RuleRow]) -> None:
+        self._rows = rows
+        self._parsed: dict[str, dict[str, Any] | None] = {}
+        self._policies: dict[str, Policy | None] = {}
+        self._by_tool: dict[str, list[tuple[float, str]]] | None = None
+
+    def get(self, fingerprint: str) -> dict[str, Any] | None:
+        if fingerprint not in self._parsed:
+            row = self._rows.get(fingerprint)
+            body: dict[str, Any] | None = None
+            if row is not None:
+                try:
+                    parsed = json.loads(row.body_json)
+                    body = parsed if digest(parsed) == fingerprint else None
+                except (ValueError, TypeError, RecursionError):
+                    body = None
+            self._parsed[fingerprint] = body
+        return self._parsed[fingerprint]
+
+    def rows_of(self, tool: str) -> list[tuple[float, str]]:
+        """(recorded at, fingerprint) of every verified row recorded for `tool`, oldest first."""
+        if self._by_tool is None:
+            self._by_tool = defaultdict(list)
+            for fingerprint, row in sorted(self._rows.items(), key=lambda item: item[1].at):
+                body = self.get(fingerprint) if row.kind == "row" else None
+                if body is not None and isinstance(body.get("name"), str):
+                    self._by_tool[body["name"]].append((row.at, fingerprint))
+        return self._by_tool.get(tool, [])
+
+    def policy(self, fingerprint: str) -> Policy | None:
+        if fingerprint not in self._policies:
+            body = self.get(fingerprint)
+            self._policies[fingerprint] = Policy.from_canonical(body) if body is not None else None
+        return self._policies[fingerprint]
+
+
+@dataclass(slots=True)
+class Bar:
+    """What an execution of one approval is held to (kept per approval, without its rows)."""
+
+    version: int
+    args_hash: str
+    row_fingerprint: str
+    effect: str
+    role: str
+    required: int
+    approvers: dict[int, int]  # version -> most distinct valid approvers in any one round
+
+
+class Merge:
+    """A stream of rows ordered by the key at `index`, consumed one key at a time."""
+
+    def __init__(self, rows: Iterator[tuple[Any, ...]], index: int) -> None:
+        self._rows = rows
+        self._index = index
+        self._head: tuple[Any, ...] | None = next(rows, None)
+
+    def before(self, key: str) -> Iterator[tuple[Any, ...]]:
+        """The rows whose key sorts before `key` (their approval does not exist)."""
+        while self._head is not None and self._head[self._index] < key:
+            row, self._head = self._head, next(self._rows, None)
+            yield row
+
+    def take(self, key: str) -> Iterator[tuple[Any, ...]]:
+        """The rows of `key` (call after `before(key)` is exhausted)."""
+        while self._head is not None and self._head[self._index] == key:
+            row, self._head = self._head, next(self._rows, None)
+            yield row
+
+    def rest(self) -> Iterator[tuple[Any, ...]]:
+        while self._head is not None:
+            row, self._head = self._head, next(self._rows, None)
+            yield row
