@@ -151,15 +151,15 @@ def _as_version_2(url: str) -> None:
     engine = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
     sqlite = url.startswith("sqlite")
     with engine.begin() as conn:
-        for table in ("eg_approvals", "eg_executions"):
-            if sqlite and table == "eg_executions":
-                conn.exec_driver_sql("DROP TRIGGER eg_executions_no_update")
+        for table in ("eg_approvals", "eg_executions", "eg_events"):
+            if sqlite and table != "eg_approvals":
+                conn.exec_driver_sql(f"DROP TRIGGER {table}_no_update")
             conn.exec_driver_sql(f"ALTER TABLE {table} DROP COLUMN model_id")
-        if sqlite:
-            conn.exec_driver_sql(
-                "CREATE TRIGGER eg_executions_no_update BEFORE UPDATE ON eg_executions "
-                "BEGIN SELECT RAISE(ABORT, 'eg_executions is append-only'); END"
-            )
+            if sqlite and table != "eg_approvals":
+                conn.exec_driver_sql(
+                    f"CREATE TRIGGER {table}_no_update BEFORE UPDATE ON {table} "
+                    f"BEGIN SELECT RAISE(ABORT, '{table} is append-only'); END"
+                )
         conn.exec_driver_sql("DROP TABLE eg_redacted")
         conn.exec_driver_sql("DROP TABLE eg_holds")
         conn.exec_driver_sql("UPDATE eg_schema_version SET version = 2")
@@ -184,6 +184,7 @@ def test_a_version_2_database_is_upgraded_in_place_keeping_every_row(
     [approval] = old.approvals()
     assert (approval.tool, approval.status, approval.model_id) == ("pay", "executed", "")
     assert [(e.tool, e.model_id) for e in old.executions()] == [("pay", "")]
+    assert {e.model_id for e in old.events()} == {None}
     # still append-only after the upgrade, and a personal column takes only a redaction marker
     for statement in (
         "DELETE FROM eg_executions",

@@ -125,3 +125,18 @@ def test_an_empty_ledger_has_no_figures(store: SQLStore) -> None:
     m = figures(store).metrics
     assert (m.latency_p95_s, m.decision_rates, m.gated_by_day, m.gated_by_model) == ({}, [], [], [])
     assert (m.proposals, m.replays_absorbed, m.replay_rate, m.needs_reconciliation) == (0, 0, None, 0)
+
+
+def test_two_models_sharing_a_day_each_get_their_own_sessions(
+    gate: EffectGate, store: SQLStore, clock: FakeClock
+) -> None:
+    """gpt-a proposes one refund in s1; gpt-b one in s2 and reads in s3: gpt-a's rate is 1 of its
+    1 session (1,000), gpt-b's 1 of its 2 (500); the day's total is 2 of 3 sessions."""
+    propose(gate, "refund_order", refund("o1"), ctx("m1", "s1", "gpt-a"))
+    propose(gate, "refund_order", refund("o2"), ctx("m2", "s2", "gpt-b"))
+    gate.call("get_order", {"order_id": "1042"}, ctx("r1", "s3", "gpt-b"))
+    gate.flush()
+    day = datetime.fromtimestamp(clock.now(), tz=UTC).date().isoformat()
+    m = figures(store).metrics
+    assert m.gated_by_model == [(day, "gpt-a", 1, 1), (day, "gpt-b", 1, 2)]
+    assert m.gated_by_day == [(day, 2, 3)]

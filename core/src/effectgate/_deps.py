@@ -94,6 +94,7 @@ class Events:
                 origin_message_id=row.origin_message_id,
                 agent_id=row.agent_id,
                 run_id=row.run_id,
+                model_id=row.model_id,
             )
         if ctx is not None:
             event.update(
@@ -102,6 +103,7 @@ class Events:
                 user_id=ctx.user_id,
                 agent_id=ctx.agent_id,
                 run_id=ctx.run_id,
+                model_id=ctx.model_id,
             )
             if ctx.tool_call_id:
                 event["detail_json"] = {**detail, "tool_call_id": ctx.tool_call_id}
@@ -130,6 +132,7 @@ class Events:
             self.table.fingerprint,
             spec.fingerprint,
             text,
+            ctx.model_id,
         )
 
     def record(self, *events: dict[str, Any]) -> None:

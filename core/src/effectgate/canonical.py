@@ -228,8 +228,28 @@ def _plain(value: Any, depth: int) -> bool:
     return False
 
 
-# One encoder, built once: json.dumps with options builds a new encoder on every call.
-ENCODE = _ENCODE = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+# One encoder, built once: json.dumps with options builds a new encoder on every call, and so does
+# JSONEncoder.encode (its C iterator, with a dict for circular checks). The C iterator is built
+# here once, without the circular check: every value reaching ENCODE is plain JSON (walked by
+# `plain_json`, parsed from JSON, or a seal's list of text and integers), and a cycle would still
+# end in RecursionError. The output is JSONEncoder.encode's, byte for byte (tests/core/test_canonical.py).
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+_MAKE = getattr(json.encoder, "c_make_encoder", None)  # None off CPython
+_BASESTRING: Any = getattr(json.encoder, "encode_basestring")  # noqa: B009 (untyped in typeshed)
+_C_ITER: Any = (
+    _MAKE(None, _ENCODER.default, _BASESTRING, None, ":", ",", True, False, True)
+    if _MAKE is not None
+    else None
+)
+
+
+def _encode_fast(value: Any) -> str:
+    if type(value) is str:
+        return str(_BASESTRING(value))
+    return "".join(_C_ITER(value, 0))
+
+
+ENCODE = _ENCODE = _encode_fast if _C_ITER is not None else _ENCODER.encode
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _BMP_SAFE = re.compile("[^\ud800-\udfff\U00010000-\U0010ffff]*")
 

@@ -32,9 +32,10 @@ The rollout figures (`Metrics`), over the same window (events by their time):
   proposals plus replays; `replays_by_day`;
 - `gated_by_day`: gated proposals (not rejected) per UTC day against the sessions with any event
   that day; `gated_by_model` splits the proposals by the model identifier that proposed them
-  (`CallContext.model_id`, '' when the application gave none). The event log does not record the
-  model, so each model's rate is over all of the day's sessions: a model upgrade that doubles
-  refund proposals shows as a step in its line, and on a day two models shared, their rates add up;
+  (`CallContext.model_id`, '' when the application gave none), each over the sessions that had a
+  call of that model that day (the event log records the model with each call): a model upgrade
+  that doubles refund proposals shows as a step in its line, and two models sharing a day's
+  traffic each get their own rate;
 - `needs_reconciliation`: operations whose outcome is unknown now (not windowed), and
   `backlog_by_day` the same records by the day each began waiting.
 

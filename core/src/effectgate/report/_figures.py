@@ -104,7 +104,7 @@ class Metrics:
     replays_absorbed: int  # the same message again, answered from the record: no second approval
     gated_by_day: list[tuple[str, int, int]]  # (UTC day, gated proposals, sessions with any call)
     needs_reconciliation: int  # operations whose outcome is unknown, now
-    # (UTC day, model id, gated proposals of that model, sessions of the day with any call)
+    # (UTC day, model id, gated proposals of that model, sessions of the day with a call of that model)
     gated_by_model: list[tuple[str, str, int, int]] = field(default_factory=list[tuple[str, str, int, int]])
     replays_by_day: list[tuple[str, int]] = field(default_factory=list[tuple[str, int]])  # (UTC day, replays)
     # the backlog by the UTC day each record began waiting (its last update): (day, records)
@@ -279,13 +279,16 @@ def figures(
         }
         gated = store.report_rows(conn, "gated_by_day", **window)
         sessions = {_day(d): int(n) for d, n in store.report_rows(conn, "sessions_by_day", **window)}
+        of_model = {
+            (_day(d), str(m)): int(n) for d, m, n in store.report_rows(conn, "sessions_by_model", **window)
+        }
         replays = sorted((_day(d), int(n)) for d, n in store.report_rows(conn, "replays_by_day", **window))
         backlog = sorted((_day(d), int(n)) for d, n in store.report_rows(conn, "backlog_by_day"))
     by_day: dict[str, int] = defaultdict(int)
     by_model = []
     for d, model, n in gated:
         by_day[_day(d)] += int(n)
-        by_model.append((_day(d), str(model), int(n), sessions.get(_day(d), 0)))
+        by_model.append((_day(d), str(model), int(n), of_model.get((_day(d), str(model)), 0)))
     by_tool = _rates(decisions, mode_of, "tool")
     days = sorted(set(by_day) | set(sessions))
     return Figures(

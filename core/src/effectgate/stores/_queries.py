@@ -239,7 +239,9 @@ def _unreachable(exc: sa.exc.DBAPIError) -> bool:
     return bool(exc.connection_invalidated) or "connect" in str(exc.orig).lower()
 
 
-ReportQuery = Literal["decisions", "gated_by_day", "sessions_by_day", "replays_by_day", "backlog_by_day"]
+ReportQuery = Literal[
+    "decisions", "gated_by_day", "sessions_by_day", "sessions_by_model", "replays_by_day", "backlog_by_day"
+]
 
 _EDITED = "CASE WHEN e.approval_id IS NULL THEN 0 ELSE 1 END"
 _DECIDED_AT = "CASE WHEN a.decided_at IS NULL THEN 0 ELSE 1 END"
@@ -267,6 +269,12 @@ REPORT_QUERIES: dict[str, str] = {
     "sessions_by_day": (
         "SELECT {day_at}, count(DISTINCT session_id) FROM eg_events WHERE session_id IS NOT NULL "
         "AND session_id <> '' AND at >= :since AND at < :until GROUP BY {day_at}"
+    ),
+    # (day, model id, distinct sessions with an event about a call of that model that day)
+    "sessions_by_model": (
+        "SELECT {day_at}, COALESCE(model_id, ''), count(DISTINCT session_id) FROM eg_events "
+        "WHERE session_id IS NOT NULL AND session_id <> '' AND at >= :since AND at < :until "
+        "GROUP BY {day_at}, COALESCE(model_id, '')"
     ),
     # (day, replays answered from an approval's record)
     "replays_by_day": (

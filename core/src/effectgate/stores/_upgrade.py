@@ -16,9 +16,11 @@ from ..errors import StoreError
 
 
 def _2_to_3(conn: Connection) -> None:
-    # the model that proposed a call, on approvals and executions ('' for rows written before)
+    # the model that proposed a call, on approvals, executions ('' for rows written before) and
+    # events (NULL before)
     for table in ("eg_approvals", "eg_executions"):
         conn.exec_driver_sql(f"ALTER TABLE {table} ADD COLUMN model_id VARCHAR NOT NULL DEFAULT ''")
+    conn.exec_driver_sql("ALTER TABLE eg_events ADD COLUMN model_id VARCHAR")  # NULL before
 
 
 STEPS: dict[int, Callable[[Connection], None]] = {2: _2_to_3}

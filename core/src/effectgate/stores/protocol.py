@@ -214,7 +214,14 @@ class ApprovalLedger(Protocol):
     def report_rows(
         self,
         conn: Any,
-        what: Literal["decisions", "gated_by_day", "sessions_by_day", "replays_by_day", "backlog_by_day"],
+        what: Literal[
+            "decisions",
+            "gated_by_day",
+            "sessions_by_day",
+            "sessions_by_model",
+            "replays_by_day",
+            "backlog_by_day",
+        ],
         *,
         since: float | None = None,
         until: float | None = None,
@@ -224,6 +231,7 @@ class ApprovalLedger(Protocol):
         Columns, in order: "decisions" (tool, approver role, row fingerprint, status, edited by a
         reviewer 0/1, decided_at set 0/1, count); "gated_by_day" (UTC day number, model id,
         proposals not rejected); "sessions_by_day" (day, distinct non-empty session ids);
+        "sessions_by_model" (day, model id, distinct sessions with an event of that model's calls);
         "replays_by_day" (day, replay events of an approval); "backlog_by_day" (day the record was
         last updated, needs_reconciliation records now: not windowed). A day number counts whole
         UTC days since 1970-01-01."""

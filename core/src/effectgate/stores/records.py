@@ -11,7 +11,7 @@ table row and policy it was proposed under, how many grants it has had; a decisi
 role and round) is sealed with the gate's keyring (`seal` columns, see `_seal.py`) and checked
 again whenever it is read back to decide something: a row edited in the database is refused.
 Version 2 added the seals, `policy_fingerprint`, `grants`, decision rounds and `eg_rules`.
-Version 3 added `model_id` to approvals and executions, `eg_redacted`, `eg_holds` and
+Version 3 added `model_id` to approvals, executions and events, `eg_redacted`, `eg_holds` and
 `eg_chain`, and lets the append-only tables' personal columns (`PERSONAL`) be overwritten by a
 redaction marker (`SQLStore.setup` upgrades a version 2 database in place: the new columns
 default to '').
@@ -126,6 +126,7 @@ class EventRow(SQLModel, table=True):
     table_fingerprint: str | None = None
     row_fingerprint: str | None = None
     detail_json: str = Field(default="{}", sa_column=Column(Text, nullable=False))
+    model_id: str | None = None  # the model that proposed the call the event is about
 
 
 class ExecutionRow(SQLModel, table=True):
@@ -264,6 +265,7 @@ READ_COLUMNS = (
     "table_fingerprint",
     "row_fingerprint",
     "detail_json",
+    "model_id",
 )
 
 
