@@ -7,6 +7,7 @@ and a forged manifest. An edited ledger is never exported (the audit runs first)
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -196,3 +197,21 @@ def test_a_previous_manifest_from_another_keyring_is_refused(
     with pytest.raises(ExportError, match="signature"):
         export_chain(gate.store, Keyring.generate(), tmp_path / "x.jsonl", after=before, now=1e12)
     assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_an_export_continues_a_chain_begun_in_the_first_format(
+    ledger: tuple[EffectGate, Path], clock: FakeClock, tmp_path: Path
+) -> None:
+    """A manifest of format /1 (signed by this keyring) is still read: the next export continues
+    its chain; an unknown format is refused."""
+    gate, first = ledger
+    before = Manifest.load(manifest_path(first))
+    old = Manifest(**{**asdict(before), "format": "effectgate-export/1", "signature": ""})
+    old = Manifest(**{**asdict(old), "signature": gate.keyring.sign("export-manifest", old.body())})
+    refund(gate, "m5", 100)
+    later = tmp_path / "later.jsonl"
+    assert export(gate, clock, later, after=old).start == before.head
+    assert verify_export(later, gate.keyring, after=old).ok
+    unknown = Manifest(**{**asdict(old), "format": "effectgate-export/9"})
+    with pytest.raises(ExportError, match="unknown export format"):
+        unknown.check(gate.keyring)

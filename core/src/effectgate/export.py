@@ -55,6 +55,9 @@ from .stores.protocol import Store
 from .tokens import Keyring
 
 FORMAT = "effectgate-export/2"
+#: Formats `verify_export` reads and an export may continue: /1 put the whole arguments inside the
+#: chain (no `personal`); its chain links the same way, so a /2 export continues a /1 chain.
+READABLE = ("effectgate-export/1", FORMAT)
 GENESIS = "0" * 64
 PURPOSE = "export-manifest"
 SETTLE_S = 60.0
@@ -98,8 +101,8 @@ class Manifest:
 
     def check(self, keyring: Keyring) -> None:
         """Raise ExportError unless this manifest was signed with a key of `keyring`."""
-        if self.format != FORMAT:
-            raise ExportError(f"unknown export format {self.format!r} (this is {FORMAT})")
+        if self.format not in READABLE:
+            raise ExportError(f"unknown export format {self.format!r} (this reads {', '.join(READABLE)})")
         try:
             keyring.verify_signature(PURPOSE, self.body(), self.signature)
         except TokenError as exc:
