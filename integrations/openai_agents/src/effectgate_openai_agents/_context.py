@@ -124,8 +124,10 @@ def call_context(
 
 def _check_identity(gate: EffectGate, context: Any, made: CallContext, *, resumed: bool) -> None:
     # the agent id is fixed when tools are wrapped, not read from the context: a run that hands
-    # off between gated agents keeps one signed identity
-    identity = {k: v for k, v in made.as_record().items() if k not in ("tool_call_id", "agent_id")}
+    # off between gated agents keeps one signed identity; the model id is recorded, not identity
+    # (a run resumed on another model is the same caller)
+    unsigned = ("tool_call_id", "agent_id", "model_id")
+    identity = {k: v for k, v in made.as_record().items() if k not in unsigned}
     state = adapter_state(context)
     if not resumed:  # the application's own context for a new run: sign it (once per identity)
         values = tuple(identity.values())
