@@ -12,15 +12,20 @@ the OpenAI Agents SDK and smolagents:
 - `sign_state` / `verify_state`: anything an adapter keeps outside the process to decide or to
   build identity on resume (a paused-run record, a run context's identity, an interrupt payload)
   is signed with the gate's keyring, and refused (`TamperedState`) when it comes back changed.
+- `native_approver` / `rejecting_approver`: who a framework's own approve or reject (OpenAI's
+  `state.approve/reject`, langchain's HITL decisions) is recorded as: the approver the
+  application configured (never the model or stored state), and for a reject without one whose
+  role may decide, a system identity holding the row's role (a reject raises no privileges).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from .canonical import canonical_json
+from .context import Approver
 from .errors import EffectGateError, TokenError, UnknownApproval
 from .gate import EffectGate
 from .outcomes import Pending
@@ -165,9 +170,34 @@ def verify_state(gate: EffectGate, purpose: str, data: Mapping[str, Any], signat
         ) from exc
 
 
+#: Who a framework's own approve comes from: a fixed approver, or a function of the run (the
+#: adapter says which arguments: OpenAI's run context; LangGraph's config and runtime context).
+NativeApprover = Approver | Callable[..., Approver | None]
+
+
+def native_approver(setting: NativeApprover | None, *run: Any) -> Approver | None:
+    """The application's approver for this run (None when none is configured); TypeError when
+    the configured function answers something else."""
+    if setting is None or isinstance(setting, Approver):
+        return setting
+    chosen = setting(*run)
+    if chosen is not None and not isinstance(chosen, Approver):
+        raise TypeError(f"native_approver must return an Approver or None, not {type(chosen).__name__}")
+    return chosen
+
+
+def rejecting_approver(gate: EffectGate, chosen: Approver | None, role: str, *, system: str) -> Approver:
+    """Who a framework's own reject is recorded as: `chosen` when their role may decide a call
+    needing `role`, else the system identity `system` holding `role`."""
+    if chosen is not None and gate.policy.role_satisfies(chosen.role, role):
+        return chosen
+    return Approver(system, role)
+
+
 __all__ = [
     "DecisionMismatch",
     "MissingIdentity",
+    "NativeApprover",
     "Paused",
     "TamperedState",
     "Unknown",
@@ -177,6 +207,8 @@ __all__ = [
     "check_wrappable",
     "is_gated",
     "missing_identity",
+    "native_approver",
+    "rejecting_approver",
     "sign_state",
     "verify_state",
 ]

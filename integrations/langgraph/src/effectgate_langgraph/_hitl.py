@@ -46,6 +46,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_config
 
 from effectgate import Approver, EffectGate
+from effectgate.adapter import native_approver, rejecting_approver
 
 from ._decisions import DecisionRefused, Waiting
 
@@ -117,20 +118,13 @@ def native_approver_of(
     setting: NativeApprover | None, config: RunnableConfig, context: Any
 ) -> Approver | None:
     """The application's approver for this run (None when none is configured)."""
-    if setting is None or isinstance(setting, Approver):
-        return setting
-    chosen = setting(config, context)
-    if chosen is not None and not isinstance(chosen, Approver):
-        raise TypeError(f"native_approver must return an Approver or None, not {type(chosen).__name__}")
-    return chosen
+    return native_approver(setting, config, context)
 
 
 def reject_approver(gate: EffectGate, chosen: Approver | None, role: str) -> Approver:
     """Who a HITL reject is recorded as: the configured approver when their role may decide the
     call (`role`, the row's), else `hitl-reject` holding that role."""
-    if chosen is not None and gate.policy.role_satisfies(chosen.role, role):
-        return chosen
-    return Approver(HITL_REJECT, role)
+    return rejecting_approver(gate, chosen, role, system=HITL_REJECT)
 
 
 __all__ = [

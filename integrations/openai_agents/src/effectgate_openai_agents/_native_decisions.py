@@ -42,6 +42,7 @@ from agents import RunContextWrapper
 from agents.tool import DEFAULT_APPROVAL_REJECTION_MESSAGE
 
 from effectgate import Approver, EffectGate, Grant
+from effectgate.adapter import native_approver, rejecting_approver
 from effectgate.errors import EffectGateError
 
 from ._context import STATE_KEY, TamperedState, call_context
@@ -61,12 +62,7 @@ NO_APPROVER = (
 
 def native_approver_of(setting: NativeApprover | None, context: Any) -> Approver | None:
     """The application's approver for this run (None when none is configured)."""
-    if setting is None or isinstance(setting, Approver):
-        return setting
-    chosen = setting(context)
-    if chosen is not None and not isinstance(chosen, Approver):
-        raise TypeError(f"native_approver must return an Approver or None, not {type(chosen).__name__}")
-    return chosen
+    return native_approver(setting, context)
 
 
 def _records(context: Any) -> tuple[MutableMapping[str, Any], MutableMapping[str, Any]] | None:
@@ -197,9 +193,8 @@ class NativeDecisions:
         if row is None or row.status not in ("pending", "approved"):
             return  # already closed (denied with effectgate's `reject`, expired, ran)
         reason = ctx.get_rejection_message(tool, call_id) or DEFAULT_APPROVAL_REJECTION_MESSAGE
-        approver = native_approver_of(self.approver, ctx.context)
-        if approver is None or not self.gate.policy.role_satisfies(approver.role, row.approver_role):
-            approver = Approver(SDK_REJECT, row.approver_role)
+        chosen = native_approver_of(self.approver, ctx.context)
+        approver = rejecting_approver(self.gate, chosen, row.approver_role, system=SDK_REJECT)
         try:
             await asyncio.to_thread(
                 self.gate.deny, approval_id, approver=approver, reason=reason, version=record.get("version")
