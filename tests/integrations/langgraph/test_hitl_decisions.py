@@ -392,3 +392,38 @@ def test_the_existing_tools_entry_points_take_a_native_approver(
         [decision] = gate.store.decisions(conn, request["approval_id"])
     assert (decision.approver_id, decision.decision) == ("fiona", "approve")
     model.assert_complete()
+
+
+@pytest.mark.parametrize("kind", ["approve", "reject"])
+def test_langchains_per_call_mode_answers_one_interrupt_with_a_bare_decision(
+    node_or_agent: MakeLangGraphHarness, shop_gate: ShopGate, kind: str
+) -> None:
+    """HumanInTheLoopMiddleware's per-call mode resumes with one decision, no list: it answers
+    the one waiting call as the list form would (approve as the native approver, or reject)."""
+    h, paused = paused_refund(lambda s: node_or_agent(s, native_approver=FINANCE), say("Done."))
+    decision = APPROVE if kind == "approve" else reject("Not this one.")
+    turn = h.invoke(Command(resume=dict(decision)))
+    assert turn.paused == ()
+    if kind == "approve":
+        assert status_of(shop_gate, paused.approval_id) == ("executed", 1)
+        assert shop_gate.shop.receiver.count("refund") == 1
+    else:
+        assert status_of(shop_gate, paused.approval_id) == ("denied", 1)
+        assert shop_gate.shop.receiver.count("refund") == 0
+    h.script.assert_complete()
+
+
+def test_a_bare_decision_for_two_waiting_calls_applies_neither(
+    lg_harness: MakeLangGraphHarness, shop_gate: ShopGate
+) -> None:
+    """One bare decision cannot say which of two waiting calls it answers: refused for both."""
+    h = lg_harness(
+        Script([step(call("refund_order", **REFUND), call("send_email", **EMAIL))]), native_approver=FINANCE
+    )
+    paused = h.send("Refund 1042 and tell me", message_id="m3").paused
+    assert len(paused) == 2
+    turn = h.invoke(Command(resume=dict(reject("no"))))
+    assert turn.paused == paused
+    assert [r.startswith("the answer has 1 decision(s) for 2") for r in refusals(h)] == [True, True]
+    assert [status_of(shop_gate, p.approval_id) for p in paused] == [("pending", 1), ("pending", 1)]
+    assert shop_gate.shop.receiver.effects == []

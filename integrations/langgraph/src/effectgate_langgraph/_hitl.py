@@ -73,8 +73,11 @@ _SCRATCHPAD_KEY = "__pregel_scratchpad"
 
 
 def is_hitl(answer: object) -> bool:
-    """langchain's HITL resume shape: `{"decisions": [...]}` (never an approval id)."""
-    return isinstance(answer, Mapping) and isinstance(answer.get("decisions"), list)
+    """langchain's HITL resume shapes: `{"decisions": [...]}`, or in its per-call mode one bare
+    decision `{"type": ...}` (neither key can be an approval id)."""
+    if not isinstance(answer, Mapping):
+        return False
+    return isinstance(answer.get("decisions"), list) or isinstance(answer.get("type"), str)
 
 
 def is_newest_answer(value: object) -> bool:
@@ -104,7 +107,9 @@ def is_newest_answer(value: object) -> bool:
 def by_position(answer: Mapping[str, Any], waiting: Sequence[Waiting]) -> list[tuple[Waiting, object]]:
     """Each waiting call with the decision at its position; DecisionRefused for a list of another
     length (then none is applied)."""
-    decisions: list[object] = list(answer["decisions"])
+    decisions: list[object] = (
+        list(answer["decisions"]) if isinstance(answer.get("decisions"), list) else [answer]
+    )
     if len(decisions) != len(waiting):
         raise DecisionRefused(
             f"the answer has {len(decisions)} decision(s) for {len(waiting)} waiting call(s); "
