@@ -199,12 +199,16 @@ def test_a_tool_taking_the_run_context_first_still_gets_it_also_when_approved_la
 def test_parallel_calls_each_run_with_their_own_call_context(tmp_path: Path) -> None:
     """Two calls of one turn run concurrently, and each tool sees its own call's ToolContext."""
     seen: dict[str, str] = {}
+    second_started = asyncio.Event()
 
     @function_tool
     async def get_order(ctx: RunContextWrapper[Any], order_id: str) -> str:
         """Look up an order by its id."""
         assert isinstance(ctx, ToolContext)
-        await asyncio.sleep(0.01 if order_id == "1" else 0)  # interleave the two calls
+        if order_id == "1":  # interleave: the first call finishes only once the second has begun
+            await asyncio.wait_for(second_started.wait(), timeout=30)
+        else:
+            second_started.set()
         seen[order_id] = ctx.tool_call_id
         return order_id
 
