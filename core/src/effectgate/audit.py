@@ -139,7 +139,8 @@ class _Scan:
         self.statuses[a[col.A_STATUS]] += 1
         if a[col.A_DECIDED] is not None and a[col.A_STATUS] in ("approved", "executed"):
             self.latencies.append(a[col.A_DECIDED] - a[col.A_CREATED])
-        if is_redacted(a[col.A_ARGS]):
+        redacted = is_redacted(a[col.A_ARGS])
+        if redacted:
             self.redaction(("eg_approvals", approval_id), tool, a[col.A_ARGS], a[col.A_HASH], approval_id)
         elif stored_args_hash(tool, a[col.A_ARGS]) != a[col.A_HASH]:
             self.add(
@@ -164,7 +165,7 @@ class _Scan:
             effect = Effect(row["effect"])
             needed = policy.approvals_needed(effect)
             roles = possible_roles(row, args)
-            if is_redacted(a[col.A_ARGS]):  # the erased arguments cannot be evaluated: any role of the row
+            if redacted:  # the erased arguments cannot be evaluated: any role of the row
                 roles |= {r["role"] for r in row.get("escalate", ())}
             if a[col.A_EFFECT] != effect or required != needed or role not in roles:
                 self.add(
@@ -398,7 +399,7 @@ def audit(
         executions=succeeded,
     )
     if chain and keyring is not None:
-        for b in verify_chain(store, keyring):
+        for b in verify_chain(store, keyring, erased=scan.redacted):
             scan.add("chain_broken", b.table, f"ids {b.first_id}..{b.last_id}: {b.problem}")
     return AuditReport(scan.findings, metrics, seals_checked=keyring is not None)
 

@@ -24,7 +24,6 @@ adding, not replacing).
 from __future__ import annotations
 
 import hashlib
-import hmac
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -32,7 +31,7 @@ from typing import Any
 
 from .canonical import ENCODE, canonical_json
 from .errors import EffectGateError, TokenError
-from .redact import COMMIT, commitment_part, entries, is_redacted
+from .redact import COMMIT, commitment_part, entries, is_redacted, keyed_hash
 from .stores._chain import CHAINED, columns
 from .stores.protocol import Store
 from .stores.records import PERSONAL, ChainRow, RedactedRow
@@ -82,7 +81,7 @@ class _Links:
             return part if part is not None else text  # a marker no redaction wrote: breaks the link
         known = self.seen.get(text)  # read records share a few detail texts: hash each once
         if known is None:
-            known = hmac.digest(self.key, str(text).encode("utf-8", "surrogatepass"), "sha256").hex()
+            known = keyed_hash(self.key, str(text))
             if len(text) < 256 and len(self.seen) < 4096:
                 self.seen[text] = known
         return known
@@ -165,10 +164,13 @@ def seal_chain(
     return made
 
 
-def verify_chain(store: Store, keyring: Keyring) -> list[ChainBreak]:
-    """Every checkpointed range of every chained table, recomputed (module docstring)."""
+def verify_chain(
+    store: Store, keyring: Keyring, *, erased: Mapping[Any, RedactedRow] | None = None
+) -> list[ChainBreak]:
+    """Every checkpointed range of every chained table, recomputed (module docstring). `erased`:
+    the redaction entries (`redact.entries`) when the caller has read them already."""
     breaks: list[ChainBreak] = []
-    erased = entries(store)
+    erased = entries(store) if erased is None else erased
     with store.reading() as conn:
         by_table: dict[str, list[ChainRow]] = {t: [] for t in CHAINED}
         for c in store.checkpoints(conn):

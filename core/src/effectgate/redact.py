@@ -91,16 +91,21 @@ def marker(redaction_id: str, facts: Mapping[str, Any] | None = None) -> str:
     return json.dumps({MARK: redaction_id, **dict(sorted((facts or {}).items()))}, separators=(",", ":"))
 
 
-def _mac(keyring: Keyring, kid: str, data: bytes) -> str:
-    return hmac.new(keyring.derived_key(COMMIT, kid), data, "sha256").hexdigest()
+def keyed_hash(key: bytes, text: str) -> str:
+    """A personal value's keyed hash under one derived key (`keyring.derived_key(COMMIT, kid)`):
+    what a commitment holds per key, and what the ledger's chain links (`effectgate.chain`)."""
+    return hmac.digest(key, text.encode("utf-8", "surrogatepass"), "sha256").hex()
+
+
+def _mac(keyring: Keyring, kid: str, text: str) -> str:
+    return keyed_hash(keyring.derived_key(COMMIT, kid), text)
 
 
 def commitment(keyring: Keyring, text: str) -> str:
     """A personal value's commitment: its keyed hash under every key of the keyring, as
     `kid.hex[,kid.hex...]` (current key first), so a chain sealed under an older key still checks
     an erased value. Only the keyring's holder can compute it: nobody can confirm a guess."""
-    data = text.encode("utf-8", "surrogatepass")
-    return ",".join(f"{kid}.{_mac(keyring, kid, data)}" for kid in keyring.kids)
+    return ",".join(f"{kid}.{_mac(keyring, kid, text)}" for kid in keyring.kids)
 
 
 def commitment_part(committed: str, kid: str) -> str | None:
@@ -114,10 +119,9 @@ def commitment_part(committed: str, kid: str) -> str | None:
 
 def commitment_holds(keyring: Keyring, text: str, committed: str) -> bool:
     """`text` is the value `committed` commits to (checked with a key both name)."""
-    data = text.encode("utf-8", "surrogatepass")
     for part in committed.split(","):
         kid, _, mac = part.partition(".")
-        if mac and keyring.holds(kid) and hmac.compare_digest(mac, _mac(keyring, kid, data)):
+        if mac and keyring.holds(kid) and hmac.compare_digest(mac, _mac(keyring, kid, text)):
             return True
     return False
 
@@ -383,6 +387,7 @@ __all__ = [
     "hold",
     "holds",
     "is_redacted",
+    "keyed_hash",
     "marker",
     "redact",
     "redaction_problem",

@@ -45,8 +45,7 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_config
 
-from effectgate import Approver, EffectGate
-from effectgate.adapter import native_approver, rejecting_approver
+from effectgate import Approver
 
 from ._decisions import DecisionRefused, Waiting
 
@@ -119,19 +118,6 @@ def by_position(answer: Mapping[str, Any], waiting: Sequence[Waiting]) -> list[t
     return list(zip(waiting, decisions, strict=True))
 
 
-def native_approver_of(
-    setting: NativeApprover | None, config: RunnableConfig, context: Any
-) -> Approver | None:
-    """The application's approver for this run (None when none is configured)."""
-    return native_approver(setting, config, context)
-
-
-def reject_approver(gate: EffectGate, chosen: Approver | None, role: str) -> Approver:
-    """Who a HITL reject is recorded as: the configured approver when their role may decide the
-    call (`role`, the row's), else `hitl-reject` holding that role."""
-    return rejecting_approver(gate, chosen, role, system=HITL_REJECT)
-
-
 __all__ = [
     "HITL_REJECT",
     "HOW_TO_ANSWER",
@@ -140,6 +126,4 @@ __all__ = [
     "by_position",
     "is_hitl",
     "is_newest_answer",
-    "native_approver_of",
-    "reject_approver",
 ]

@@ -42,7 +42,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
 from effectgate import CallContext, Effect, EffectGate, Executed, Invalid, Outcome
-from effectgate.adapter import is_gated
+from effectgate.adapter import is_gated, native_approver
 
 from ._fidelity import (
     Flight,
@@ -53,7 +53,7 @@ from ._fidelity import (
     model_call,
     raise_injection_error,
 )
-from ._hitl import NativeApprover, native_approver_of
+from ._hitl import NativeApprover
 from ._identity import call_context, messages_of, step_calls
 from ._messages import tool_message
 from ._node import DEFAULT_RESUME_IDENTITY, answer_settled
@@ -119,7 +119,7 @@ class EffectGateMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             own=own,
             resume_identity=self.resume_identity,
             injected_keys=self.injected_keys,
-            approver_of=lambda: native_approver_of(self.native_approver, runtime.config, runtime.context),
+            approver_of=lambda: native_approver(self.native_approver, runtime.config, runtime.context),
         )
 
     def _flight(self, call: ToolCall, request: ToolCallRequest) -> AbstractContextManager[Flight]:

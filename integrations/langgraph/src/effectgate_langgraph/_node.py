@@ -54,11 +54,11 @@ from langgraph.types import Command
 from pydantic import BaseModel
 
 from effectgate import CallContext, Effect, EffectGate, Executed, Outcome
-from effectgate.adapter import is_gated
+from effectgate.adapter import is_gated, native_approver
 from effectgate.errors import NeedsReconciliation, TableError
 
 from ._fidelity import Flight, error_message, flying, framework_keys, is_native, model_call, tool_span
-from ._hitl import NativeApprover, native_approver_of
+from ._hitl import NativeApprover
 from ._identity import call_context, messages_of, state_of, step_calls
 from ._messages import tool_message
 from ._step import Settled, StepFlow, adrive, drive, settle_step
@@ -194,7 +194,7 @@ class GatedToolNode(ToolNode):
             own=own if len(own) < len(step) else None,
             resume_identity=self.resume_identity,
             injected_keys=self.injected_keys,
-            approver_of=lambda: native_approver_of(self.native_approver, config, runtime.context),
+            approver_of=lambda: native_approver(self.native_approver, config, runtime.context),
         )
         return ctx, flow
 

@@ -31,7 +31,7 @@ from langgraph.config import get_config
 from langgraph.types import interrupt
 
 from effectgate import Approver, CallContext, EffectGate, Grant, Outcome, Pending, flow
-from effectgate.adapter import DecisionMismatch, Paused, bind_decision, is_gated
+from effectgate.adapter import DecisionMismatch, Paused, bind_decision, is_gated, rejecting_approver
 from effectgate.canonical import args_hash, freeze
 from effectgate.errors import ApprovalError, ArgumentError, EffectGateError, PolicyViolation, TokenError
 
@@ -49,7 +49,7 @@ from ._decisions import (
     payload,
     read_decision,
 )
-from ._hitl import HOW_TO_ANSWER, NO_APPROVER, by_position, is_hitl, is_newest_answer, reject_approver
+from ._hitl import HITL_REJECT, HOW_TO_ANSWER, NO_APPROVER, by_position, is_hitl, is_newest_answer
 
 # LangGraph reads a resume dict whose keys all look like xxh3 digests (32 lowercase hex) as a
 # map from interrupt id to value. effectgate's default approval ids have that shape too, so a
@@ -73,7 +73,7 @@ class Answer:
     newest: bool = True
 
 
-#: The application's approver for HITL decisions in this run (`_hitl.native_approver_of`).
+#: The application's approver for HITL decisions in this run (`effectgate.adapter.native_approver`).
 ApproverOf = Callable[[], Approver | None]
 
 
@@ -301,7 +301,7 @@ def _apply_one(
     if isinstance(decision, Deny | Reject):
         role = w.pending.card.approver_role
         if isinstance(decision, Reject):
-            approver = reject_approver(gate, approver_of(), role)
+            approver = rejecting_approver(gate, approver_of(), role, system=HITL_REJECT)
         else:
             approver = decision.approver or Approver(resume_identity, role)
         try:

@@ -60,11 +60,6 @@ NO_APPROVER = (
 )
 
 
-def native_approver_of(setting: NativeApprover | None, context: Any) -> Approver | None:
-    """The application's approver for this run (None when none is configured)."""
-    return native_approver(setting, context)
-
-
 def _records(context: Any) -> tuple[MutableMapping[str, Any], MutableMapping[str, Any]] | None:
     state = context.get(STATE_KEY) if isinstance(context, Mapping) else None
     if not isinstance(state, MutableMapping):
@@ -154,7 +149,7 @@ class NativeDecisions:
     ) -> None:
         approval_id, version = str(record["approval_id"]), record.get("version")
         await self._owned_row(ctx, approval_id)
-        approver = native_approver_of(self.approver, ctx.context)
+        approver = native_approver(self.approver, ctx.context)
         if approver is None:
             record["native"] = "refused"
             record["native_error"] = NO_APPROVER
@@ -193,7 +188,7 @@ class NativeDecisions:
         if row is None or row.status not in ("pending", "approved"):
             return  # already closed (denied with effectgate's `reject`, expired, ran)
         reason = ctx.get_rejection_message(tool, call_id) or DEFAULT_APPROVAL_REJECTION_MESSAGE
-        chosen = native_approver_of(self.approver, ctx.context)
+        chosen = native_approver(self.approver, ctx.context)
         approver = rejecting_approver(self.gate, chosen, row.approver_role, system=SDK_REJECT)
         try:
             await asyncio.to_thread(
@@ -220,4 +215,4 @@ def refusal(
     return f"{text} {why if isinstance(why, str) else NO_APPROVER}."
 
 
-__all__ = ["NO_APPROVER", "SDK_REJECT", "NativeApprover", "NativeDecisions", "native_approver_of", "refusal"]
+__all__ = ["NO_APPROVER", "SDK_REJECT", "NativeApprover", "NativeDecisions", "refusal"]
