@@ -162,8 +162,23 @@ def _as_version_2(url: str) -> None:
                 )
         conn.exec_driver_sql("DROP TABLE eg_redacted")
         conn.exec_driver_sql("DROP TABLE eg_holds")
+        # version 2's full indexes on eg_events, which every read record entered
+        conn.exec_driver_sql("DROP INDEX eg_events_kind")
+        conn.exec_driver_sql("DROP INDEX eg_events_approval")
+        conn.exec_driver_sql("CREATE INDEX ix_eg_events_kind ON eg_events (kind)")
+        conn.exec_driver_sql("CREATE INDEX ix_eg_events_approval_id ON eg_events (approval_id)")
         conn.exec_driver_sql("UPDATE eg_schema_version SET version = 2")
     engine.dispose()
+
+
+def _event_indexes(store: SQLStore) -> set[tuple[str, str]]:
+    """(name, definition) of each index on eg_events, as the database reports it."""
+    with store.reading() as conn:
+        if conn.dialect.name == "sqlite":
+            sql = "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'eg_events'"
+        else:
+            sql = "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'eg_events'"
+        return {(name, definition or "") for name, definition in conn.exec_driver_sql(sql)}
 
 
 def test_a_version_2_database_is_upgraded_in_place_keeping_every_row(
@@ -173,6 +188,7 @@ def test_a_version_2_database_is_upgraded_in_place_keeping_every_row(
     gate = paying_gate(make_gate, provider)
     run_payment(gate)
     gate.close()
+    fresh = _event_indexes(store)
     store.close()
     _as_version_2(store_url)
     old = open_store(store_url, clock=clock)
@@ -185,6 +201,11 @@ def test_a_version_2_database_is_upgraded_in_place_keeping_every_row(
     assert (approval.tool, approval.status, approval.model_id) == ("pay", "executed", "")
     assert [(e.tool, e.model_id) for e in old.executions()] == [("pay", "")]
     assert {e.model_id for e in old.events()} == {None}
+    # the full indexes are replaced by this release's partial ones, which no read record enters
+    assert _event_indexes(old) == fresh
+    partial = {"eg_events_kind", "eg_events_approval"}
+    assert {name for name, _ in fresh} >= partial
+    assert all("WHERE" in definition.upper() for name, definition in fresh if name in partial)
     # still append-only after the upgrade, and a personal column takes only a redaction marker
     for statement in (
         "DELETE FROM eg_executions",

@@ -155,6 +155,72 @@ def test_flush_includes_a_batch_the_background_writer_is_writing(
         release.set()
 
 
+def _lookup_gate(make_gate: MakeGate, **options: Any) -> EffectGate:
+    def lookup(item: str) -> str:
+        """Look an item up."""
+        return item
+
+    table = EffectTable([ToolSpec(name="lookup", effect=Effect.READ, fn=lookup)])
+    table.allow(AGENT, ["lookup"])
+    return make_gate(table, **options)
+
+
+def test_reads_made_from_many_threads_while_flushing_are_each_written_once(
+    make_gate: MakeGate, store: SQLStore
+) -> None:
+    """Callers append without a lock while the writer takes batches: no record is lost or doubled."""
+    gate = _lookup_gate(make_gate, read_log_batch=3)
+    done = threading.Event()
+
+    def flusher() -> None:
+        while not done.is_set():
+            gate.flush()
+
+    def caller(n: int) -> None:
+        for i in range(150):
+            gate.call("lookup", {"item": f"{n}-{i}"}, ctx())
+
+    flushing = threading.Thread(target=flusher)
+    flushing.start()
+    callers = [threading.Thread(target=caller, args=(n,)) for n in range(4)]
+    for t in callers:
+        t.start()
+    for t in callers:
+        t.join()
+    done.set()
+    flushing.join()
+    gate.flush()
+    hashes = [e.args_hash for e in store.events(kind="read")]
+    expected = {args_hash("lookup", {"item": f"{n}-{i}"}) for n in range(4) for i in range(150)}
+    assert len(hashes) == 600
+    assert set(hashes) == expected
+
+
+def test_a_batch_whose_write_fails_is_written_later_in_its_order(
+    make_gate: MakeGate, store: SQLStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate = _lookup_gate(make_gate)
+    append = store.append_reads
+    failures = [OSError("disk full")]
+
+    def failing_once(conn: Any, rows: Any) -> None:
+        if failures:
+            gate.call("lookup", {"item": "c"}, ctx())  # a read made while the batch is written
+            raise failures.pop()
+        append(conn, rows)
+
+    monkeypatch.setattr(store, "append_reads", failing_once)
+    for item in ("a", "b"):
+        gate.call("lookup", {"item": item}, ctx())
+    with pytest.raises(OSError, match="disk full"):
+        gate.flush()
+    assert store.events(kind="read") == []
+    gate.flush()
+    assert [e.args_hash for e in store.events(kind="read")] == [
+        args_hash("lookup", {"item": item}) for item in ("a", "b", "c")
+    ]
+
+
 def test_transient_read_error_is_retried_with_exponential_backoff(
     make_gate: MakeGate, store: SQLStore, clock: FakeClock
 ) -> None:

@@ -45,7 +45,7 @@ def _prepare(url: str) -> None:
     try:
         with engine.connect() as conn:
             marker = conn.exec_driver_sql(
-                "SELECT count(*) FROM eg_events WHERE kind = 'demo_started'"
+                "SELECT count(*) FROM eg_events WHERE kind = 'demo_started' AND kind <> 'read'"
             ).scalar()
     except sa.exc.DatabaseError:
         marker = 0

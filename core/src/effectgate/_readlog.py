@@ -10,6 +10,7 @@ exit. A batch whose write fails goes back to the buffer.
 from __future__ import annotations
 
 import atexit
+import collections
 import logging
 import threading
 import weakref
@@ -23,12 +24,14 @@ ReadRow = tuple[Any, ...]
 
 
 class ReadLog:
-    def __init__(self, store: Store, *, batch: int = 256, interval: float = 0.2) -> None:
+    def __init__(self, store: Store, *, batch: int = 4096, interval: float = 0.2) -> None:
         self._store = store
         self._batch = max(1, batch)
         self._interval = interval
-        self._items: list[ReadRow] = []
-        self._lock = threading.Lock()
+        # deque.append and popleft are atomic: the caller appends without a lock, and the writer
+        # takes exactly the rows it pops, so no row lands in a batch already written
+        self._items: collections.deque[ReadRow] = collections.deque()
+        self._lock = threading.Lock()  # starting the background thread
         self._writing = threading.Lock()  # one writer at a time, so flush() sees every record
         self._wake = threading.Event()
         self._stopped = False
@@ -37,12 +40,11 @@ class ReadLog:
 
     def add(self, row: ReadRow) -> None:
         """Buffer one read record (a tuple in `records.READ_COLUMNS` order)."""
-        with self._lock:  # the writer swaps the list under this lock: no row lands in a taken list
-            self._items.append(row)
-            full = len(self._items) >= self._batch
+        items = self._items
+        items.append(row)
         if self._thread is None:
             self._start()
-        if full:
+        if len(items) >= self._batch and not self._wake.is_set():
             self._wake.set()
 
     def _start(self) -> None:
@@ -52,13 +54,11 @@ class ReadLog:
                 self._thread.start()
 
     def _take(self) -> list[ReadRow]:
-        with self._lock:
-            items, self._items = self._items, []
-        return items
+        pop = self._items.popleft
+        return [pop() for _ in range(len(self._items))]  # only this writer pops (under _writing)
 
     def _restore(self, items: list[ReadRow]) -> None:
-        with self._lock:
-            self._items[:0] = items
+        self._items.extendleft(reversed(items))  # back in front, in their order
 
     def flush(self) -> None:
         """Write everything buffered so far; waits for a batch the background writer holds."""

@@ -112,11 +112,24 @@ class Spans:
     def __init__(self, table: EffectTable, provider: Any = None) -> None:
         self.table = table
         self.tracer = _tracer(provider)
+        api = _api()
+        proxy = None if api is None else getattr(api[0], "ProxyTracer", None)
+        # the global provider's proxy: while no provider is set it can only answer no-op spans
+        self._proxied = api[0] if proxy is not None and isinstance(self.tracer, proxy) else None
+
+    def _silent(self) -> bool:
+        """No span can record: no OpenTelemetry, or the global proxy before a provider is set.
+        This reads the API's own module global (a start_span and is_recording() call cost a
+        read about 1 us); were that name ever gone, spans are started as before."""
+        if self.tracer is None:
+            return True
+        module = self._proxied
+        return module is not None and getattr(module, "_TRACER_PROVIDER", _UNSET) is None
 
     # -- the operations
 
     def call(self, name: str, run: Callable[[], Outcome]) -> Outcome:
-        if self.tracer is None:
+        if self._silent():
             return run()
         return self._run("effectgate.call", self._call_attributes, name, _outcome_attributes, run)
 
@@ -133,7 +146,7 @@ class Spans:
         return self._run("effectgate.approve", attributes, None, _decision_attributes, run)
 
     def execute(self, token: str, run: Callable[[], Executed]) -> Executed:
-        if self.tracer is None:
+        if self._silent():
             return run()
         return self._run("effectgate.execute", _token_attributes, token, _executed_attributes, run)
 
@@ -160,7 +173,7 @@ class Spans:
 
     def _start(self, name: str, attributes: Callable[[Any], Attributes], subject: Any) -> Any:
         """A started span that records, or None (no OpenTelemetry, not recording, or failing)."""
-        if self.tracer is None:
+        if self._silent():
             return None
         try:
             span = self.tracer.start_span(name)
@@ -269,8 +282,8 @@ class Spans:
         describe: Callable[[T], Attributes],
         inner: Generator[Any, Any, T],
     ) -> Generator[Any, Any, T]:
-        if self.tracer is None:
-            return inner  # no wrapper at all without OpenTelemetry
+        if self._silent():
+            return inner  # no wrapper at all while no span can record
         return self._traced(name, attributes, subject, describe, inner)
 
     def _traced(

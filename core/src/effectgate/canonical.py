@@ -220,7 +220,16 @@ def _plain(value: Any, depth: int) -> bool:
         return False
     if kind is dict:
         for k, v in value.items():
-            if type(k) is not str or not (k.isascii() or _BMP_SAFE.fullmatch(k)) or not _plain(v, depth + 1):
+            if type(k) is not str or not (k.isascii() or _BMP_SAFE.fullmatch(k)):
+                return False
+            item = type(v)  # the scalar cases of the top of this function, without a call each
+            if item is str:
+                if not (v.isascii() or not _SURROGATE.search(v)):
+                    return False
+            elif item is int:
+                if not -MAX_SAFE_INTEGER <= v <= MAX_SAFE_INTEGER:
+                    return False
+            elif not (v is None or item is bool or _plain(v, depth + 1)):
                 return False
         return True
     if kind is list:

@@ -125,7 +125,7 @@ class EffectGate:
         ids: Callable[[], str] | None = None,
         on_needs_reconciliation: Callable[[ReconciliationNotice], None] | None = None,
         notify: Notify | Sequence[Notify] | None = None,
-        read_log_batch: int = 256,
+        read_log_batch: int = 4096,
         tracer_provider: object | None = None,
     ) -> None:
         """`tracer_provider`: the OpenTelemetry `TracerProvider` for the gate's spans (the global

@@ -23,7 +23,9 @@ class AggregateSQL:
 
     def audit_counts(self, conn: Connection) -> dict[str, int]:
         """What the audit's metrics count over the event log, counted by the database."""
-        replays = conn.exec_driver_sql("SELECT count(*) FROM eg_events WHERE kind = 'replay'").scalar_one()
+        replays = conn.exec_driver_sql(
+            "SELECT count(*) FROM eg_events WHERE kind = 'replay' AND kind <> 'read'"
+        ).scalar_one()
         sessions = conn.exec_driver_sql(
             "SELECT count(*) FROM (SELECT DISTINCT session_id FROM eg_events WHERE session_id IS NOT NULL) s"
         ).scalar_one()

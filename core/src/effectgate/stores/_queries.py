@@ -36,6 +36,8 @@ T_APPROVALS: sa.Table = ApprovalTable.__table__  # type: ignore[attr-defined]
 T_KEYS: sa.Table = IntentKeyRow.__table__  # type: ignore[attr-defined]
 T_DECISIONS: sa.Table = DecisionTable.__table__  # type: ignore[attr-defined]
 T_EVENTS: sa.Table = EventRow.__table__  # type: ignore[attr-defined]
+#: With a kind other than 'read': lets SQLite use the partial kind index (records.EVENT_INDEXES).
+NOT_READ = T_EVENTS.c.kind != "read"
 T_EXECUTIONS: sa.Table = ExecutionRow.__table__  # type: ignore[attr-defined]
 T_IDEMPOTENCY: sa.Table = IdempotencyRow.__table__  # type: ignore[attr-defined]
 T_VERSION: sa.Table = SchemaVersionRow.__table__  # type: ignore[attr-defined]
@@ -254,8 +256,9 @@ REPORT_QUERIES: dict[str, str] = {
     # (tool, approver role, row fingerprint, status, edited by a reviewer 0/1, decided_at set 0/1, count)
     "decisions": (
         f"SELECT a.tool, a.approver_role, a.row_fingerprint, a.status, {_EDITED}, {_DECIDED_AT}, count(*) "
-        "FROM eg_approvals a LEFT JOIN (SELECT DISTINCT approval_id FROM eg_events WHERE kind = 'amended' "
-        "AND approval_id IS NOT NULL AND CASE WHEN kind = 'amended' THEN {edited_by} END <> '') e "
+        "FROM eg_approvals a LEFT JOIN (SELECT DISTINCT approval_id FROM eg_events "
+        "WHERE kind = 'amended' AND kind <> 'read' AND approval_id IS NOT NULL "
+        "AND CASE WHEN kind = 'amended' THEN {edited_by} END <> '') e "
         "ON e.approval_id = a.id "
         "WHERE a.created_at >= :since AND a.created_at < :until "
         f"GROUP BY a.tool, a.approver_role, a.row_fingerprint, a.status, {_EDITED}, {_DECIDED_AT}"
@@ -278,8 +281,8 @@ REPORT_QUERIES: dict[str, str] = {
     ),
     # (day, replays answered from an approval's record)
     "replays_by_day": (
-        "SELECT {day_at}, count(*) FROM eg_events WHERE kind = 'replay' AND approval_id IS NOT NULL "
-        "AND at >= :since AND at < :until GROUP BY {day_at}"
+        "SELECT {day_at}, count(*) FROM eg_events WHERE kind = 'replay' AND kind <> 'read' "
+        "AND approval_id IS NOT NULL AND at >= :since AND at < :until GROUP BY {day_at}"
     ),
     # (day the record began waiting, records needing reconciliation now): the backlog, not windowed
     "backlog_by_day": (

@@ -11,8 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sqlalchemy.engine import Connection
+from sqlalchemy.schema import CreateIndex
 
 from ..errors import StoreError
+from .records import EVENT_INDEXES
 
 
 def _2_to_3(conn: Connection) -> None:
@@ -24,6 +26,19 @@ def _2_to_3(conn: Connection) -> None:
 
 
 STEPS: dict[int, Callable[[Connection], None]] = {2: _2_to_3}
+
+#: Indexes of earlier releases that `indexes` replaces: full indexes on eg_events, which every
+#: read record entered.
+REPLACED_INDEXES = ("ix_eg_events_kind", "ix_eg_events_approval_id")
+
+
+def indexes(conn: Connection) -> None:
+    """Bring the indexes to this release's (idempotent, on every setup): an index changes no row
+    and no query's answer, so it needs no schema version."""
+    for name in REPLACED_INDEXES:
+        conn.exec_driver_sql(f"DROP INDEX IF EXISTS {name}")
+    for index in EVENT_INDEXES:
+        conn.execute(CreateIndex(index, if_not_exists=True))
 
 
 def upgrade(conn: Connection, found: int, target: int, *, where: str) -> None:

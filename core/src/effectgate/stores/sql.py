@@ -78,6 +78,7 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, IdempotencyStore):
             if found is not None and found != SCHEMA_VERSION:
                 _upgrade.upgrade(conn, found, SCHEMA_VERSION, where=self._where())
             SQLModel.metadata.create_all(conn, tables=list(Q.ALL_TABLES))
+            _upgrade.indexes(conn)
             values = {"id": 1, "version": SCHEMA_VERSION, "applied_at": self.clock.now()}
             if found is not None and found != SCHEMA_VERSION:
                 conn.execute(sa.update(Q.T_VERSION).where(Q.T_VERSION.c.id == 1).values(**values))
@@ -383,7 +384,7 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, IdempotencyStore):
     def events(self, *, kind: str | None = None, approval_id: str | None = None) -> list[EventRow]:
         q = sa.select(Q.T_EVENTS)
         if kind is not None:
-            q = q.where(Q.T_EVENTS.c.kind == kind)
+            q = q.where(Q.T_EVENTS.c.kind == kind, *(() if kind == "read" else (Q.NOT_READ,)))
         if approval_id is not None:
             q = q.where(Q.T_EVENTS.c.approval_id == approval_id)
         with self.reading() as conn:
