@@ -170,19 +170,18 @@ class Calls:
     def read(
         self, spec: ToolSpec, args: Mapping[str, Any], frozen: str, ctx: CallContext
     ) -> flow.Flow[Outcome]:
-        attempt = 0
+        attempt = 1
         while True:
             try:
                 result = yield flow.Invoke(spec.fn, args)
                 break
             except spec.transient as exc:
-                attempt += 1
                 if attempt > self.policy.read_retries:
-                    detail = {"attempts": attempt, "error": repr(exc)}
-                    self.reads.add(self.events.read_row("read_failed", spec, ctx, frozen, detail))
+                    self.reads.add(self.events.read_row("read_failed", spec, ctx, frozen, attempt, repr(exc)))
                     raise
                 self.clock.sleep(self.policy.retry_backoff * 2 ** (attempt - 1))
-        self.reads.add(self.events.read_row("read", spec, ctx, frozen, {"attempts": attempt + 1}))
+                attempt += 1
+        self.reads.add(self.events.read_row("read", spec, ctx, frozen, attempt))
         return Executed(tool=spec.name, result=result)
 
     def write(

@@ -112,12 +112,19 @@ class Events:
         return event
 
     def read_row(
-        self, kind: str, spec: ToolSpec, ctx: CallContext, args_hash: str, detail: dict[str, Any]
+        self, kind: str, spec: ToolSpec, ctx: CallContext, args_hash: str, attempts: int, error: str = ""
     ) -> tuple[Any, ...]:
-        """A read record as a tuple in `records.READ_COLUMNS` order (built on the call path)."""
-        if ctx.tool_call_id:
-            detail = {**detail, "tool_call_id": ctx.tool_call_id}
-        text = _ONE_ATTEMPT if detail == {"attempts": 1} else json.dumps(detail)
+        """A read record as a tuple in `records.READ_COLUMNS` order (built on the call path);
+        its detail is the attempts made, the last error (a failed read) and the tool call id."""
+        if attempts == 1 and not error and not ctx.tool_call_id:
+            text = _ONE_ATTEMPT  # the common case: no dict, no dump
+        else:
+            detail: dict[str, Any] = {"attempts": attempts}
+            if error:
+                detail["error"] = error
+            if ctx.tool_call_id:
+                detail["tool_call_id"] = ctx.tool_call_id
+            text = json.dumps(detail)
         return (
             self.clock.now(),
             kind,
