@@ -1,6 +1,6 @@
 """The audit's row plumbing: the streamed rows' column positions, the recorded rules by
 fingerprint, the bar an approval's execution is held to, and the merge of streams ordered by
-approval id (`audit.py` holds the checks)."""
+approval id (`_audit_scan.py` holds the checks)."""
 
 from __future__ import annotations
 

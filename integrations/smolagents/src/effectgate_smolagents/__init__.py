@@ -20,23 +20,14 @@ Works for `ToolCallingAgent` and `CodeAgent` alike (`_agent` documents how each 
 
 from effectgate.adapter import DecisionMismatch, MissingIdentity, TamperedState, UnknownTool
 
-from ._agent import (
-    Approve,
-    AwaitingApproval,
-    Decision,
-    Deny,
-    Finished,
-    GatedAgent,
-    GatedTool,
-    RunOutcome,
-    continuation,
-    gate_agent,
-    native_tools,
-)
+from ._agent import GatedAgent, gate_agent
 from ._code import ApprovalRequired
+from ._decisions import Approve, Decision, Deny, continuation
 from ._memory import restore_memory, save_memory
 from ._native import native_tool
+from ._outcomes import AwaitingApproval, Finished, RunOutcome
 from ._table import spec_tool, table_tools
+from ._tools import GatedTool, native_tools
 
 __version__ = "0.1.0"
 

@@ -22,222 +22,43 @@ smolagents has no pause primitive, so `GatedAgent` builds one from what it has:
   the stop (a `return`, `break` or `continue` in a `finally`) still ends the run before the next
   model call. smolagents' interpreter lets code read and set any attribute that is not a dunder,
   so a `GatedTool` keeps the gate and the agent only in a closure: code cannot reach them.
-- `AwaitingApproval` records, for each paused call, the approval id, version and args hash, with
-  the identity of the run, signed with the gate's keyring (`to_dict` / `from_dict` verify it).
-- `GatedAgent.resume(awaiting, decisions)` first binds every decision to the call it is filed
-  under (`effectgate.adapter.bind_decision`): a grant for another approval, or for a version the
-  approval has moved past, raises `DecisionMismatch` before anything runs. Then it executes
-  approved calls through the gate (once: a second resume gets the stored result), records
-  denials, and continues the run with `agent.run(..., reset=False)`. The continuation's task
-  tells the model how each call ended. A model that issues the approved call again is matched by
-  the stable key (session, origin message, tool, subject) and the args hash, and gets the stored
-  result: one effect.
+- `AwaitingApproval` records what the run paused on, signed with the gate's keyring (`_outcomes`).
+  `GatedAgent.resume(awaiting, decisions)` binds every decision to the call it is filed under,
+  applies it through the gate (an approved call runs once), and continues the run with
+  `agent.run(..., reset=False)`, telling the model how each call ended (`_decisions`).
 
-For a `ToolCallingAgent`, smolagents' own argument check (`validate_tool_arguments`) is skipped
-for gated tools. The gate validates the arguments as the tool receives them (`_arguments`: a bare
-value is the tool's first input, as in smolagents) against the effect table instead, so a bad
-argument is recorded as `invalid` and no approval is created. The one model step's gated calls
-are registered together (`gate.call_step`): two calls of one gated tool in a step register neither.
+A `ToolCallingAgent`'s step registers its gated calls together and has the gate validate their
+arguments (`_calling`); the tools put in place of the agent's own are in `_tools`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import threading
 import time
-import types
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from smolagents import CodeAgent, Tool, ToolCallingAgent
-from smolagents.agents import MultiStepAgent, RunResult
+from smolagents import CodeAgent, ToolCallingAgent
+from smolagents.agents import MultiStepAgent
 from smolagents.utils import AgentError, AgentToolCallError
 
-from effectgate import (
-    Approver,
-    CallContext,
-    EffectGate,
-    Executed,
-    Grant,
-    Invalid,
-    Outcome,
-    Pending,
-    Refused,
-)
-from effectgate.adapter import (
-    DecisionMismatch,
-    Paused,
-    TamperedState,
-    Unknown,
-    bind_decision,
-    check_wrappable,
-    is_gated,
-    sign_state,
-    verify_state,
-)
+from effectgate import CallContext, EffectGate, Executed, Invalid, Outcome, Pending
+from effectgate.adapter import Paused, Unknown, check_wrappable, is_gated
 from effectgate.canonical import args_hash
-from effectgate.errors import (
-    ApprovalError,
-    EffectGateError,
-    PolicyViolation,
-    TokenError,
-    WrongApprover,
-)
-from effectgate.rows import DEFAULT_DB, NativeTool, Row, gate_for
+from effectgate.errors import EffectGateError
+from effectgate.rows import DEFAULT_DB, Row, gate_for
 
-from ._arguments import bad_argument, keywords, received
+from ._arguments import bad_argument, received
+from ._calling import route_tool_calls
 from ._code import ApprovalRequired, keep_logs_at_a_stop
+from ._decisions import Decision, apply_decisions, continuation
 from ._errors import tool_failed
 from ._identity import Stop, model_id_of, outside_a_run, refuse_plain_runs, run_context
-from ._native import native_tool
+from ._outcomes import AwaitingApproval, Finished, RunOutcome, signed
 from ._result import run_result, wants_full_result
-from ._saving import mark_saved_agent, saved_tool, unmarked
-
-_AWAITING = "smolagents.awaiting"
-
-
-@dataclass(frozen=True)
-class Finished:
-    """The run ended with a final answer. `observations`: (tool, what the model was given) per call.
-
-    `run_result`: smolagents' `RunResult` (token usage, timing, steps, state) when the run or the
-    agent asked for the full result (`return_full_result`, as in smolagents' `run`), else None."""
-
-    output: Any
-    observations: tuple[tuple[str, str], ...] = ()
-    decided: tuple[tuple[str, Outcome], ...] = ()
-    run_result: RunResult | None = None
-
-
-@dataclass(frozen=True)
-class AwaitingApproval:
-    """The run stopped at gated calls; store this (`to_dict`) with the memory and resume later.
-
-    `paused` holds what the run paused on (approval id, version, args hash per call) and
-    `signature` the gate keyring's MAC over it and the run's identity: `from_dict` refuses a
-    record that was changed (`TamperedState`), so a resume can neither switch user or session
-    nor swap the calls it decides."""
-
-    pending: tuple[Pending, ...]
-    session_id: str
-    origin_message_id: str
-    user_id: str
-    run_id: str = ""
-    observations: tuple[tuple[str, str], ...] = ()
-    decided: tuple[tuple[str, Outcome], ...] = ()
-    paused: tuple[Paused, ...] = ()
-    agent_id: str = ""
-    signature: str = ""
-
-    @property
-    def approval_ids(self) -> tuple[str, ...]:
-        return tuple(p.approval_id for p in self.pending)
-
-    def signed_fields(self) -> dict[str, Any]:
-        """What the signature covers."""
-        return {
-            "paused": [p.to_dict() for p in self.paused],
-            "session_id": self.session_id,
-            "origin_message_id": self.origin_message_id,
-            "user_id": self.user_id,
-            "run_id": self.run_id,
-            "agent_id": self.agent_id,
-        }
-
-    def to_dict(self) -> dict[str, Any]:
-        """What the run paused on and who it runs for, signed; the cards are re-read from the store."""
-        return {"approval_ids": list(self.approval_ids), **self.signed_fields(), "signature": self.signature}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], gate: EffectGate) -> AwaitingApproval:
-        """The record `to_dict` made, verified with the gate's keyring (`TamperedState` if not)."""
-        try:
-            paused = tuple(Paused.from_dict(p) for p in data["paused"])
-            made = cls(
-                pending=(),
-                session_id=str(data["session_id"]),
-                origin_message_id=str(data["origin_message_id"]),
-                user_id=str(data["user_id"]),
-                run_id=str(data.get("run_id", "")),
-                paused=paused,
-                agent_id=str(data.get("agent_id", "")),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise TamperedState(f"not an AwaitingApproval record: {exc!r}") from exc
-        verify_state(gate, _AWAITING, made.signed_fields(), data.get("signature"))
-        pending = []
-        for p in paused:
-            card = gate.card(p.approval_id)
-            pending.append(
-                Pending(approval_id=p.approval_id, version=p.version, card=card, status=card.status)
-            )
-        return dataclasses.replace(made, pending=tuple(pending), signature=str(data["signature"]))
-
-
-RunOutcome = Finished | AwaitingApproval
-
-
-@dataclass(frozen=True)
-class Approve:
-    """Run the approved call with this grant (from `gate.approve` or `effectgate approve`)."""
-
-    grant: Grant | str
-
-
-@dataclass(frozen=True)
-class Deny:
-    approver: Approver
-    reason: str
-
-
-Decision = Approve | Deny
-
-
-class GatedTool(Tool):
-    """A smolagents Tool standing for `inner`, whose every call goes through the gate.
-
-    It keeps no attribute that leads to the gate, the `GatedAgent` or `inner`: a CodeAgent's
-    code can read and set any attribute whose name is not a dunder (`refund_order._owner`,
-    `setattr`), so what it may reach from a tool is only the call itself, held in a closure."""
-
-    skip_forward_signature_validation = True
-
-    def __init__(self, inner: Tool, owner: GatedAgent) -> None:
-        self.name = inner.name
-        self.description = inner.description
-        self.inputs = dict(inner.inputs)
-        self.output_type = inner.output_type
-        self.output_schema = getattr(inner, "output_schema", None)
-        self._run = _through(owner, inner.name)
-        self._saved = saved_tool(inner)  # a closure too: `to_dict` gives inner's code, marked
-        super().__init__()
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        if args:  # bound as Python binds them to the inner tool's `forward(...)`, or refused
-            if len(args) > len(self.inputs):
-                raise TypeError(
-                    f"{self.name}() takes {len(self.inputs)} positional arguments but {len(args)} were given"
-                )
-            positional = dict(zip(self.inputs, args, strict=False))
-            for name in positional.keys() & kwargs.keys():
-                raise TypeError(f"{self.name}() got multiple values for argument {name!r}")
-            kwargs = {**positional, **kwargs}
-        return self._run(kwargs)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The inner tool's `to_dict()`, marked as gated: what `agent.save` writes (`_saving`)."""
-        return self._saved()
-
-
-def _through(owner: GatedAgent, name: str) -> Callable[[Any], Any]:
-    """`owner._call(name, args)` as a closure: reachable from model code only through dunders."""
-
-    def run(args: Any) -> Any:
-        return owner._call(name, args)
-
-    return run
+from ._saving import mark_saved_agent
+from ._tools import GatedTool, StopGuard, is_wrapped, native_tools
 
 
 def _text(outcome: Outcome) -> str:
@@ -308,48 +129,22 @@ class GatedAgent:
         self._stopped: Pending | None = None
         self._parallel = False  # the ToolCallingAgent step in progress has more than one call
         for name, tool in list(agent.tools.items()):
-            if isinstance(tool, GatedTool | _StopGuard):
+            if is_wrapped(tool):
                 continue
             if name == "final_answer":
                 if self.code:
-                    agent.tools[name] = _StopGuard(tool, self)
+                    agent.tools[name] = StopGuard(tool, self)
                 continue
             check_wrappable(gate, agent_id=agent_id, name=name, unknown=unknown)
             agent.tools[name] = GatedTool(tool, self)
         if isinstance(agent, ToolCallingAgent):
-            self._patch_tool_calling(agent)
+            route_tool_calls(agent, call=self._call, start_step=self._register_step, end_step=self._end_step)
         if isinstance(agent, CodeAgent):
             keep_logs_at_a_stop(agent)  # the step keeps the snippet's output up to a gated call
         self._plain_run = refuse_plain_runs(agent)  # smolagents' own run has no identity
         mark_saved_agent(agent, lambda: [n for n, t in agent.tools.items() if isinstance(t, GatedTool)])
 
     # -- smolagents hooks
-
-    def _patch_tool_calling(self, agent: ToolCallingAgent) -> None:
-        original_execute = agent.execute_tool_call
-        original_process = agent.process_tool_calls
-        owner = self
-
-        def execute_tool_call(self_: Any, tool_name: str, arguments: Any) -> Any:
-            tool = self_.tools.get(tool_name)
-            if isinstance(tool, GatedTool):  # the gate validates against the table, and records it
-                arguments = received(self_, tool, arguments)
-                if keywords(arguments):
-                    return tool(**arguments, sanitize_inputs_outputs=True)
-                return owner._call(tool_name, arguments)  # not keywords: the gate refuses it
-            return original_execute(tool_name, arguments)
-
-        def process_tool_calls(self_: Any, chat_message: Any, memory_step: Any) -> Any:
-            owner._register_step(chat_message.tool_calls or [])
-            try:
-                yield from original_process(chat_message, memory_step)
-            finally:
-                owner._parallel = False
-                with owner._lock:
-                    owner._step.clear()
-
-        agent.execute_tool_call = types.MethodType(execute_tool_call, agent)
-        agent.process_tool_calls = types.MethodType(process_tool_calls, agent)
 
     def _gated(self, name: str) -> bool:
         return is_gated(self.gate, name)
@@ -369,6 +164,11 @@ class GatedAgent:
         with self._lock:
             for (name, args, _), outcome in zip(calls, outcomes, strict=True):
                 self._step.setdefault(self._step_key(name, args), []).append(outcome)
+
+    def _end_step(self) -> None:
+        self._parallel = False
+        with self._lock:
+            self._step.clear()
 
     @staticmethod
     def _step_key(name: str, args: Any) -> tuple[str, str]:
@@ -499,18 +299,18 @@ class GatedAgent:
             pending = tuple(self._pending.values())
             self._pending.clear()
         if pending:
-            awaiting = AwaitingApproval(
-                pending=pending,
-                session_id=ctx.session_id,
-                origin_message_id=ctx.origin_message_id,
-                user_id=ctx.user_id,
-                run_id=run_id,
-                observations=tuple(observations),
-                paused=tuple(Paused.of(p) for p in pending),
-                agent_id=self.agent_id,
-            )
-            return dataclasses.replace(
-                awaiting, signature=sign_state(self.gate, _AWAITING, awaiting.signed_fields())
+            return signed(
+                AwaitingApproval(
+                    pending=pending,
+                    session_id=ctx.session_id,
+                    origin_message_id=ctx.origin_message_id,
+                    user_id=ctx.user_id,
+                    run_id=run_id,
+                    observations=tuple(observations),
+                    paused=tuple(Paused.of(p) for p in pending),
+                    agent_id=self.agent_id,
+                ),
+                self.gate,
             )
         full = (
             run_result(self.agent, final, started=started)
@@ -519,87 +319,11 @@ class GatedAgent:
         )
         return Finished(output=final, observations=tuple(observations), run_result=full)
 
-    def _bind(self, awaiting: AwaitingApproval, decisions: Mapping[str, Decision]) -> None:
-        """Every decision must answer a call this run paused on, at the version and args hash it
-        paused on; an approval carries a grant for exactly that call; a denial has a reason and
-        an approver the call's role allows (`PolicyViolation`, `WrongApprover`, as `gate.deny`
-        would raise). Checked for all decisions before any of them is applied: a mismatch raises
-        `DecisionMismatch` and nothing runs."""
-        verify_state(self.gate, _AWAITING, awaiting.signed_fields(), awaiting.signature)
-        paused = {p.approval_id: p for p in awaiting.paused}
-        for approval_id, decision in decisions.items():
-            at = paused.get(approval_id)
-            if at is None:
-                raise DecisionMismatch(
-                    str(approval_id), f"this run did not pause on approval {approval_id!r}; nothing ran"
-                )
-            if isinstance(decision, Approve):
-                bind_decision(self.gate, at, _token(decision))
-            elif not isinstance(decision, Deny):
-                raise DecisionMismatch(at.approval_id, f"a decision is Approve or Deny, not {decision!r}")
-            else:
-                card = self.gate.card(at.approval_id)
-                if card.status in ("pending", "approved") and (card.version, card.args_hash) != (
-                    at.version,
-                    at.args_hash,
-                ):
-                    raise DecisionMismatch(
-                        at.approval_id,
-                        f"approval {at.approval_id} is at version {card.version} now; the run paused "
-                        f"on version {at.version}: decide the current card again",
-                    )
-                # what gate.deny checks, checked here too: a denial refused after an approved
-                # sibling had run would leave the resume half applied
-                if not decision.reason or not decision.reason.strip():
-                    raise PolicyViolation("a denial needs a reason the model can be told")
-                if card.status in ("pending", "approved") and not self.gate.policy.role_satisfies(
-                    decision.approver.role, card.approver_role
-                ):
-                    raise WrongApprover(
-                        at.approval_id,
-                        f"{card.tool} needs role {card.approver_role}; {decision.approver.id} holds "
-                        f"{decision.approver.role}",
-                    )
-
     def decide(self, awaiting: AwaitingApproval, decisions: Mapping[str, Decision]) -> dict[str, Outcome]:
         """Apply decisions through the gate: execute approved calls (once), deny the rest named.
-        Every decision is bound to its call first (see `_bind`); denials are recorded before any
-        approved call runs, so a denial the gate still refuses (it just expired) runs nothing."""
-        self._bind(awaiting, decisions)
-        paused = {p.approval_id: p for p in awaiting.paused}
-        named = [(p, decisions[p.approval_id]) for p in awaiting.pending if p.approval_id in decisions]
-        done: dict[str, Outcome] = {}
-        for pending, decision in named:
-            if isinstance(decision, Deny):
-                done[pending.approval_id] = self._deny(paused[pending.approval_id], decision)
-        for pending, decision in named:
-            if isinstance(decision, Approve):
-                done[pending.approval_id] = self._execute(pending, decision)
-        return {p.approval_id: done[p.approval_id] for p, _ in named}
-
-    def _execute(self, pending: Pending, decision: Approve) -> Outcome:
-        stored = self.gate.result(pending.approval_id)
-        if stored is not None:
-            return stored
-        try:
-            return self.gate.execute(_token(decision))
-        except (TokenError, ApprovalError) as exc:
-            return Refused(
-                code="denied", message=str(exc), tool=pending.card.tool, approval_id=pending.approval_id
-            )
-
-    def _deny(self, paused: Paused, decision: Deny) -> Outcome:
-        row = self.gate.store.get_approval(paused.approval_id)
-        if row is not None and row.status == "denied":
-            return Refused(
-                code="denied",
-                message=f"{row.tool} was denied: {row.reason}",
-                tool=row.tool,
-                approval_id=row.id,
-            )
-        return self.gate.deny(
-            paused.approval_id, approver=decision.approver, reason=decision.reason, version=paused.version
-        )
+        Every decision is bound to its call first (`_decisions.bind`); denials are recorded before
+        any approved call runs, so a denial the gate still refuses (it just expired) runs nothing."""
+        return apply_decisions(self.gate, awaiting, decisions)
 
     def resume(
         self,
@@ -625,76 +349,6 @@ class GatedAgent:
             return_full_result=return_full_result,
         )
         return dataclasses.replace(outcome, decided=tuple(done.items()))
-
-
-def _token(decision: Approve) -> str:
-    return decision.grant.token if isinstance(decision.grant, Grant) else decision.grant
-
-
-class _StopGuard(Tool):
-    """A CodeAgent's `final_answer`, refused (raising `ApprovalRequired` again) once a gated call
-    has stopped the run: the snippet cannot end the run as if nothing waited."""
-
-    skip_forward_signature_validation = True
-
-    def __init__(self, inner: Tool, owner: GatedAgent) -> None:
-        self.name = inner.name
-        self.description = inner.description
-        self.inputs = dict(inner.inputs)
-        self.output_type = inner.output_type
-        self._answer = _guarded(owner, inner)  # a closure, like GatedTool's: nothing to reach
-        self._saved = unmarked(inner)  # final_answer is saved as it was
-        super().__init__()
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        return self._answer(*args, **kwargs)
-
-    def to_dict(self) -> dict[str, Any]:
-        return self._saved()
-
-
-def _guarded(owner: GatedAgent, inner: Tool) -> Callable[..., Any]:
-    def answer(*args: Any, **kwargs: Any) -> Any:
-        owner._check_stopped()
-        return inner(*args, **kwargs)
-
-    return answer
-
-
-def continuation(awaiting: AwaitingApproval, done: Mapping[str, Outcome]) -> str:
-    """The task text that continues a run: how each decided call ended, and what still waits."""
-    lines = ["effectgate: the calls that waited for approval were decided."]
-    for pending in awaiting.pending:
-        card = pending.card
-        call = f"{card.tool}({json.dumps(dict(card.args), sort_keys=True)})"
-        outcome = done.get(pending.approval_id)
-        if isinstance(outcome, Executed):
-            lines.append(
-                f"- {call} was approved and has run; result: {outcome.for_model()}. Do not call it again."
-            )
-        elif outcome is not None:
-            lines.append(
-                f"- {call} did not run: {outcome.for_model()} Do not call it again for this request."
-            )
-        else:
-            lines.append(f"- {call} is still waiting for approval (approval {pending.approval_id}).")
-    lines.append("Continue with the user's request.")
-    return "\n".join(lines)
-
-
-def native_tools(agent: MultiStepAgent) -> list[NativeTool]:
-    """The gate's view (`native_tool`) of every tool of `agent` but `final_answer`: what
-    `GatedAgent(agent, effects=...)` builds its gate from. For gate options `GatedAgent` does not
-    take (`policy=`, `keyring=`, ...): `gate_for(native_tools(agent), effects, agent_id=..., ...)`,
-    then `GatedAgent(agent, gate, agent_id=...)`. An agent already gated is refused (TypeError)."""
-    tools: list[NativeTool] = []
-    for name, tool in agent.tools.items():
-        if name == "final_answer":
-            continue
-        if isinstance(tool, GatedTool | _StopGuard):
-            raise TypeError(f"tool {name!r} is already gated: this agent was given to a GatedAgent")
-        tools.append(native_tool(tool))
-    return tools
 
 
 def gate_agent(

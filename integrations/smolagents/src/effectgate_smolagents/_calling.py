@@ -1,0 +1,52 @@
+"""How a ToolCallingAgent's step reaches the gate.
+
+smolagents' own argument check (`validate_tool_arguments`) is skipped for gated tools. The gate
+validates the arguments as the tool receives them (`_arguments`: a bare value is the tool's first
+input, as in smolagents) against the effect table instead, so a bad argument is recorded as
+`invalid` and no approval is created. The one model step's gated calls are registered together
+(`gate.call_step`) before any of them runs: two calls of one gated tool in a step register neither.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from smolagents import ToolCallingAgent
+
+from ._arguments import keywords, received
+from ._tools import GatedTool
+
+
+def route_tool_calls(
+    agent: ToolCallingAgent,
+    *,
+    call: Callable[[str, Any], Any],
+    start_step: Callable[[Sequence[Any]], None],
+    end_step: Callable[[], None],
+) -> None:
+    """Patch the agent's `execute_tool_call` and `process_tool_calls`: a step's tool calls are
+    given to `start_step` before smolagents runs them and `end_step` after, and a gated tool's
+    arguments go to the gate as received (`call` when they are not keywords: the gate refuses it)."""
+    original_execute = agent.execute_tool_call
+    original_process = agent.process_tool_calls
+
+    def execute_tool_call(self_: Any, tool_name: str, arguments: Any) -> Any:
+        tool = self_.tools.get(tool_name)
+        if isinstance(tool, GatedTool):  # the gate validates against the table, and records it
+            arguments = received(self_, tool, arguments)
+            if keywords(arguments):
+                return tool(**arguments, sanitize_inputs_outputs=True)
+            return call(tool_name, arguments)  # not keywords: the gate refuses it
+        return original_execute(tool_name, arguments)
+
+    def process_tool_calls(self_: Any, chat_message: Any, memory_step: Any) -> Any:
+        start_step(chat_message.tool_calls or [])
+        try:
+            yield from original_process(chat_message, memory_step)
+        finally:
+            end_step()
+
+    agent.execute_tool_call = types.MethodType(execute_tool_call, agent)
+    agent.process_tool_calls = types.MethodType(process_tool_calls, agent)

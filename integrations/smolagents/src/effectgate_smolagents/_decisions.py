@@ -1,0 +1,152 @@
+"""A resume's decisions: bound to the calls the run paused on, applied through the gate once, and
+told to the model.
+
+`bind` first binds every decision to the call it is filed under (`effectgate.adapter.bind_decision`):
+a grant for another approval, or for a version the approval has moved past, raises
+`DecisionMismatch` before anything runs. `apply_decisions` then records denials and executes
+approved calls through the gate (once: a second resume gets the stored result). `GatedAgent.resume`
+continues the run with `agent.run(..., reset=False)`, its task the `continuation`: how each call
+ended. A model that issues the approved call again is matched by the stable key (session, origin
+message, tool, subject) and the args hash, and gets the stored result: one effect.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from effectgate import Approver, EffectGate, Executed, Grant, Outcome, Pending, Refused
+from effectgate.adapter import DecisionMismatch, Paused, bind_decision, verify_state
+from effectgate.errors import ApprovalError, PolicyViolation, TokenError, WrongApprover
+
+from ._outcomes import AWAITING, AwaitingApproval
+
+
+@dataclass(frozen=True)
+class Approve:
+    """Run the approved call with this grant (from `gate.approve` or `effectgate approve`)."""
+
+    grant: Grant | str
+
+
+@dataclass(frozen=True)
+class Deny:
+    approver: Approver
+    reason: str
+
+
+Decision = Approve | Deny
+
+
+def bind(gate: EffectGate, awaiting: AwaitingApproval, decisions: Mapping[str, Decision]) -> None:
+    """Every decision must answer a call this run paused on, at the version and args hash it
+    paused on; an approval carries a grant for exactly that call; a denial has a reason and
+    an approver the call's role allows (`PolicyViolation`, `WrongApprover`, as `gate.deny`
+    would raise). Checked for all decisions before any of them is applied: a mismatch raises
+    `DecisionMismatch` and nothing runs."""
+    verify_state(gate, AWAITING, awaiting.signed_fields(), awaiting.signature)
+    paused = {p.approval_id: p for p in awaiting.paused}
+    for approval_id, decision in decisions.items():
+        at = paused.get(approval_id)
+        if at is None:
+            raise DecisionMismatch(
+                str(approval_id), f"this run did not pause on approval {approval_id!r}; nothing ran"
+            )
+        if isinstance(decision, Approve):
+            bind_decision(gate, at, _token(decision))
+        elif not isinstance(decision, Deny):
+            raise DecisionMismatch(at.approval_id, f"a decision is Approve or Deny, not {decision!r}")
+        else:
+            card = gate.card(at.approval_id)
+            if card.status in ("pending", "approved") and (card.version, card.args_hash) != (
+                at.version,
+                at.args_hash,
+            ):
+                raise DecisionMismatch(
+                    at.approval_id,
+                    f"approval {at.approval_id} is at version {card.version} now; the run paused "
+                    f"on version {at.version}: decide the current card again",
+                )
+            # what gate.deny checks, checked here too: a denial refused after an approved
+            # sibling had run would leave the resume half applied
+            if not decision.reason or not decision.reason.strip():
+                raise PolicyViolation("a denial needs a reason the model can be told")
+            if card.status in ("pending", "approved") and not gate.policy.role_satisfies(
+                decision.approver.role, card.approver_role
+            ):
+                raise WrongApprover(
+                    at.approval_id,
+                    f"{card.tool} needs role {card.approver_role}; {decision.approver.id} holds "
+                    f"{decision.approver.role}",
+                )
+
+
+def apply_decisions(
+    gate: EffectGate, awaiting: AwaitingApproval, decisions: Mapping[str, Decision]
+) -> dict[str, Outcome]:
+    """Apply decisions through the gate: execute approved calls (once), deny the rest named.
+    Every decision is bound to its call first (see `bind`); denials are recorded before any
+    approved call runs, so a denial the gate still refuses (it just expired) runs nothing."""
+    bind(gate, awaiting, decisions)
+    paused = {p.approval_id: p for p in awaiting.paused}
+    named = [(p, decisions[p.approval_id]) for p in awaiting.pending if p.approval_id in decisions]
+    done: dict[str, Outcome] = {}
+    for pending, decision in named:
+        if isinstance(decision, Deny):
+            done[pending.approval_id] = _deny(gate, paused[pending.approval_id], decision)
+    for pending, decision in named:
+        if isinstance(decision, Approve):
+            done[pending.approval_id] = _execute(gate, pending, decision)
+    return {p.approval_id: done[p.approval_id] for p, _ in named}
+
+
+def _execute(gate: EffectGate, pending: Pending, decision: Approve) -> Outcome:
+    stored = gate.result(pending.approval_id)
+    if stored is not None:
+        return stored
+    try:
+        return gate.execute(_token(decision))
+    except (TokenError, ApprovalError) as exc:
+        return Refused(
+            code="denied", message=str(exc), tool=pending.card.tool, approval_id=pending.approval_id
+        )
+
+
+def _deny(gate: EffectGate, paused: Paused, decision: Deny) -> Outcome:
+    row = gate.store.get_approval(paused.approval_id)
+    if row is not None and row.status == "denied":
+        return Refused(
+            code="denied",
+            message=f"{row.tool} was denied: {row.reason}",
+            tool=row.tool,
+            approval_id=row.id,
+        )
+    return gate.deny(
+        paused.approval_id, approver=decision.approver, reason=decision.reason, version=paused.version
+    )
+
+
+def _token(decision: Approve) -> str:
+    return decision.grant.token if isinstance(decision.grant, Grant) else decision.grant
+
+
+def continuation(awaiting: AwaitingApproval, done: Mapping[str, Outcome]) -> str:
+    """The task text that continues a run: how each decided call ended, and what still waits."""
+    lines = ["effectgate: the calls that waited for approval were decided."]
+    for pending in awaiting.pending:
+        card = pending.card
+        call = f"{card.tool}({json.dumps(dict(card.args), sort_keys=True)})"
+        outcome = done.get(pending.approval_id)
+        if isinstance(outcome, Executed):
+            lines.append(
+                f"- {call} was approved and has run; result: {outcome.for_model()}. Do not call it again."
+            )
+        elif outcome is not None:
+            lines.append(
+                f"- {call} did not run: {outcome.for_model()} Do not call it again for this request."
+            )
+        else:
+            lines.append(f"- {call} is still waiting for approval (approval {pending.approval_id}).")
+    lines.append("Continue with the user's request.")
+    return "\n".join(lines)

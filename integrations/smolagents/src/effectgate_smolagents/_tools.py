@@ -1,0 +1,124 @@
+"""The tools a `GatedAgent` puts in place of the agent's own, and the gate's view of an agent's tools.
+
+smolagents' interpreter lets a CodeAgent's code read and set any attribute that is not a dunder,
+so a `GatedTool` (and a CodeAgent's guarded `final_answer`, `StopGuard`) keeps its owner, the
+`GatedAgent`, only in a closure: code cannot reach the gate or the agent through a tool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from smolagents import Tool
+from smolagents.agents import MultiStepAgent
+
+from effectgate.rows import NativeTool
+
+from ._native import native_tool
+from ._saving import saved_tool, unmarked
+
+
+class Owner(Protocol):
+    """What a wrapped tool calls back: the `GatedAgent` that wrapped it."""
+
+    def _call(self, name: str, args: Any) -> Any: ...
+
+    def _check_stopped(self) -> None: ...
+
+
+class GatedTool(Tool):
+    """A smolagents Tool standing for `inner`, whose every call goes through the gate.
+
+    It keeps no attribute that leads to the gate, the `GatedAgent` or `inner`: a CodeAgent's
+    code can read and set any attribute whose name is not a dunder (`refund_order._owner`,
+    `setattr`), so what it may reach from a tool is only the call itself, held in a closure."""
+
+    skip_forward_signature_validation = True
+
+    def __init__(self, inner: Tool, owner: Owner) -> None:
+        _described_as(self, inner)
+        self.output_schema = getattr(inner, "output_schema", None)
+        self._run = _through(owner, inner.name)
+        self._saved = saved_tool(inner)  # a closure too: `to_dict` gives inner's code, marked
+        super().__init__()
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if args:  # bound as Python binds them to the inner tool's `forward(...)`, or refused
+            if len(args) > len(self.inputs):
+                raise TypeError(
+                    f"{self.name}() takes {len(self.inputs)} positional arguments but {len(args)} were given"
+                )
+            positional = dict(zip(self.inputs, args, strict=False))
+            for name in positional.keys() & kwargs.keys():
+                raise TypeError(f"{self.name}() got multiple values for argument {name!r}")
+            kwargs = {**positional, **kwargs}
+        return self._run(kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The inner tool's `to_dict()`, marked as gated: what `agent.save` writes (`_saving`)."""
+        return self._saved()
+
+
+def _described_as(tool: Tool, inner: Tool) -> None:
+    """Give `tool` what the model is shown of `inner`: its name, description, inputs, output type."""
+    tool.name = inner.name
+    tool.description = inner.description
+    tool.inputs = dict(inner.inputs)
+    tool.output_type = inner.output_type
+
+
+def _through(owner: Owner, name: str) -> Callable[[Any], Any]:
+    """`owner._call(name, args)` as a closure: reachable from model code only through dunders."""
+
+    def run(args: Any) -> Any:
+        return owner._call(name, args)
+
+    return run
+
+
+class StopGuard(Tool):
+    """A CodeAgent's `final_answer`, refused (raising `ApprovalRequired` again) once a gated call
+    has stopped the run: the snippet cannot end the run as if nothing waited."""
+
+    skip_forward_signature_validation = True
+
+    def __init__(self, inner: Tool, owner: Owner) -> None:
+        _described_as(self, inner)
+        self._answer = _guarded(owner, inner)  # a closure, like GatedTool's: nothing to reach
+        self._saved = unmarked(inner)  # final_answer is saved as it was
+        super().__init__()
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self._answer(*args, **kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        return self._saved()
+
+
+def _guarded(owner: Owner, inner: Tool) -> Callable[..., Any]:
+    def answer(*args: Any, **kwargs: Any) -> Any:
+        owner._check_stopped()
+        return inner(*args, **kwargs)
+
+    return answer
+
+
+def is_wrapped(tool: Tool) -> bool:
+    """Whether `tool` is one a `GatedAgent` put in place (a `GatedTool` or a `StopGuard`)."""
+    return isinstance(tool, GatedTool | StopGuard)
+
+
+def native_tools(agent: MultiStepAgent) -> list[NativeTool]:
+    """The gate's view (`native_tool`) of every tool of `agent` but `final_answer`: what
+    `GatedAgent(agent, effects=...)` builds its gate from. For gate options `GatedAgent` does not
+    take (`policy=`, `keyring=`, ...): `gate_for(native_tools(agent), effects, agent_id=..., ...)`,
+    then `GatedAgent(agent, gate, agent_id=...)`. An agent already gated is refused (TypeError)."""
+    tools: list[NativeTool] = []
+    for name, tool in agent.tools.items():
+        if name == "final_answer":
+            continue
+        if is_wrapped(tool):
+            raise TypeError(f"tool {name!r} is already gated: this agent was given to a GatedAgent")
+        tools.append(native_tool(tool))
+    return tools
