@@ -599,6 +599,31 @@ class ApprovalStoreContract(_StoreContract):
             assert store.approval_for_key(conn, "missing") is None
         assert _count(store, "eg_intent_keys") == 2
 
+    def test_locked_approval_waits_for_the_subject_lock(self, store: SQLStore, clock: FakeClock) -> None:
+        """An approval read under its subject lock waits for the holder and sees what it committed."""
+        row = approval_row("ap1", created_at=clock.now())
+        with store.transaction() as conn:
+            store.insert_approval(conn, row)
+        with store.transaction() as conn:
+            assert store.locked_approval(conn, "missing") is None
+        seen: list[str] = []
+
+        def reader() -> None:
+            with store.transaction() as conn:
+                found = store.locked_approval(conn, "ap1")
+                assert found is not None
+                seen.append(found.status)
+
+        with store.transaction() as conn:
+            store.lock(conn, f"subject:{row.subject_key}")
+            store.update_approval(conn, "ap1", expect_status=["pending"], values={"status": "denied"})
+            thread = threading.Thread(target=reader)
+            thread.start()
+            thread.join(timeout=0.3)
+            assert thread.is_alive() and not seen, "the read did not wait for the subject lock"
+        thread.join(timeout=30)
+        assert seen == ["denied"]
+
     def test_failed_transaction_leaves_nothing(self, store: SQLStore, clock: FakeClock) -> None:
         """A transaction that raises is rolled back whole."""
 

@@ -308,12 +308,9 @@ class Decisions:
     ) -> ApprovalRow | None:
         """The row if `approver` may decide it now; None if it just expired (marked so). The row
         is read under the subject lock and its seal and arguments hash verified first."""
-        row = self.store.approval(conn, approval_id)
+        row = self.store.locked_approval(conn, approval_id)
         if row is None:
             raise UnknownApproval(approval_id)
-        self.store.lock(conn, f"subject:{row.subject_key}")
-        row = self.store.approval(conn, approval_id)  # re-read under the lock (READ COMMITTED)
-        assert row is not None
         if not approval_intact(self.keyring, row):
             raise TamperedRecord(approval_id, broken(self.keyring, row))
         if row.status == "pending" and row.expires_at <= self.clock.now():

@@ -5,8 +5,10 @@ Nothing outside this module may branch on the dialect.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, NoReturn
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
@@ -16,6 +18,7 @@ from sqlalchemy.pool import StaticPool
 from ..errors import MissingDependency, StoreError
 
 READONLY = "effectgate_readonly"
+_PG_IDLE = 0  # psycopg.pq.TransactionStatus.IDLE: no transaction open
 
 
 def make_engine(url: str) -> Engine:
@@ -31,11 +34,32 @@ def make_engine(url: str) -> Engine:
             import psycopg  # noqa: F401  (the one place the optional driver is imported)
         except ImportError as exc:
             raise MissingDependency("psycopg", "postgres") from exc
-        # No pool_pre_ping: it costs a round trip per transaction. A connection the server
-        # dropped fails its first statement before anything is written (the caller may retry),
-        # and SQLAlchemy then discards the pool's stale connections.
-        return sa.create_engine(parsed.set(drivername="postgresql+psycopg"), pool_size=8, max_overflow=32)
+        return _postgresql_engine(parsed)
     raise StoreError(f"unsupported database URL {url!r}: use sqlite:///... or postgresql+psycopg://...")
+
+
+def _postgresql_engine(parsed: sa.engine.URL) -> Engine:
+    # No pool_pre_ping: it costs a round trip per transaction. A connection the server
+    # dropped fails its first statement before anything is written (the caller may retry),
+    # and SQLAlchemy then discards the pool's stale connections.
+    engine = sa.create_engine(parsed.set(drivername="postgresql+psycopg"), pool_size=8, max_overflow=32)
+
+    @sa.event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # As with SQLite (below), the driver's connections are in autocommit and BEGIN is ours:
+        # an operation that is one atomic statement (a claim, a completion) then runs without
+        # BEGIN and COMMIT, one round trip instead of three (see `SQLStore._single`).
+        dbapi_conn.autocommit = True
+
+    @sa.event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        # psycopg would send the same BEGIN before the first statement; none when
+        # `driver_transaction` already began one
+        driver: Any = conn.connection.driver_connection
+        if driver.info.transaction_status == _PG_IDLE:
+            run(conn, "BEGIN")
+
+    return engine
 
 
 def _sqlite_engine(parsed: sa.engine.URL) -> Engine:
@@ -66,9 +90,110 @@ def _sqlite_engine(parsed: sa.engine.URL) -> Engine:
         # IMMEDIATE takes the write lock up front: two writers cannot both read "absent" and
         # then deadlock upgrading their locks. Read-only work begins DEFERRED.
         readonly = conn.get_execution_options().get(READONLY, False)
-        conn.exec_driver_sql("BEGIN" if readonly else "BEGIN IMMEDIATE")
+        driver: Any = conn.connection.driver_connection
+        if not driver.in_transaction:  # see `driver_transaction`
+            run(conn, "BEGIN" if readonly else "BEGIN IMMEDIATE")
 
     return engine
+
+
+def observed(conn: Connection) -> bool:
+    """Whether anything listens to this connection's statements (SQLAlchemy cursor events: a
+    tracer, a test counting statements, the benchmark counting commits)."""
+    dispatch = conn.engine.dispatch  # the engine's listeners (the connection's joined view costs more)
+    return bool(dispatch.before_cursor_execute) or bool(dispatch.after_cursor_execute)
+
+
+def run(conn: Connection, sql: str, params: Mapping[str, Any] | None = None) -> Any:
+    """Execute plain driver-level `sql` (already in the driver's paramstyle, see `driver_sql`) in
+    `conn`'s transaction; a DBAPI cursor (or, when observed, a result) with fetchone/fetchall.
+
+    The hot transactions run their statements on the driver's connection: SQLAlchemy's execution
+    machinery cost more CPU per statement than SQLite took to run it. Both drivers cache the
+    statement (sqlite3 its prepared statement, psycopg a server-side one after a few runs). When
+    something listens to cursor events the statement goes through SQLAlchemy, so they still
+    see every statement."""
+    if observed(conn):
+        return conn.exec_driver_sql(sql, None if params is None else dict(params))
+    driver: Any = conn.connection.driver_connection
+    try:
+        return driver.execute(sql, params) if params is not None else driver.execute(sql)
+    except Exception as exc:
+        _raise(conn, exc, sql, params)
+
+
+def _raise(conn: Connection, exc: Exception, sql: str, params: Any) -> NoReturn:
+    # As SQLAlchemy's own execution does: the driver's error wrapped in SQLAlchemy's types (what
+    # callers and the CLI handle), and a connection the server dropped invalidated in the pool.
+    conn._handle_dbapi_exception(exc, sql, params, None, None)
+
+
+def run_many(conn: Connection, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+    """Execute driver-level `sql` once per row of positional parameters (`insert_many_sql`), as
+    `run` does: one statement for one row; sqlite3's executemany; psycopg's, on a cursor (it
+    pipelines the rows in one round trip)."""
+    if observed(conn):
+        conn.exec_driver_sql(sql, [tuple(r) for r in rows])
+        return
+    driver: Any = conn.connection.driver_connection
+    try:
+        if len(rows) == 1:
+            driver.execute(sql, rows[0])
+        elif conn.dialect.name == "postgresql":
+            with driver.cursor() as cursor:
+                cursor.executemany(sql, rows)
+        else:
+            driver.executemany(sql, rows)
+    except Exception as exc:
+        _raise(conn, exc, sql, list(rows))
+
+
+@contextmanager
+def driver_transaction(conn: Connection) -> Iterator[Connection]:
+    """A write transaction on `conn` (checked out, not begun) run on the driver's connection:
+    BEGIN (IMMEDIATE on SQLite, see `_on_begin`), COMMIT, or ROLLBACK on an exception. It is
+    `engine.begin()` without SQLAlchemy's transaction machinery, which cost more CPU than the
+    transaction's statements. A statement executed through SQLAlchemy inside it begins
+    SQLAlchemy's own transaction, whose BEGIN the `begin` listener skips (the driver's is open),
+    and which then has nothing left to roll back when the connection closes."""
+    run(conn, "BEGIN IMMEDIATE" if conn.dialect.name == "sqlite" else "BEGIN")
+    driver: Any = conn.connection.driver_connection
+    try:
+        yield conn
+    except BaseException:
+        try:
+            driver.rollback()
+        except Exception as exc:
+            _raise(conn, exc, "ROLLBACK", None)
+        raise
+    try:
+        driver.commit()
+    except Exception as exc:
+        _raise(conn, exc, "COMMIT", None)
+
+
+_NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
+
+
+def driver_sql(conn: Connection, sql: str) -> str:
+    """`sql` written with `:name` placeholders, in the driver's paramstyle: sqlite3 takes `:name`
+    as written, psycopg wants `%(name)s` (the statements hold no `%` and no `::` cast)."""
+    if conn.dialect.name == "postgresql":
+        return _NAMED.sub(r"%(\1)s", sql)
+    return sql
+
+
+def subject_lock_sql(conn: Connection) -> str | None:
+    """A statement that takes `lock_name(conn, "subject:" + subject_key)` for the approval
+    `:p_id`, reading the key in the database (one round trip, no read of the row before the
+    lock); None where `lock_name` has nothing to do (SQLite)."""
+    if conn.dialect.name == "postgresql":
+        return driver_sql(
+            conn,
+            "SELECT pg_advisory_xact_lock(hashtextextended('subject:' || subject_key, 0)) "
+            "FROM eg_approvals WHERE id = :p_id",
+        )
+    return None
 
 
 def is_sqlite(conn: Connection | Engine) -> bool:
@@ -122,7 +247,7 @@ def lock_name(conn: Connection, name: str) -> None:
     COMMIT/ROLLBACK; row locks cannot cover "no pending row exists yet".
     """
     if conn.dialect.name == "postgresql":
-        conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtextextended(:n, 0))"), {"n": name})
+        run(conn, "SELECT pg_advisory_xact_lock(hashtextextended(%(n)s, 0))", {"n": name})
 
 
 REDACTED_PREFIX = '{"$redacted":'

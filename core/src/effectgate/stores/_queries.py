@@ -7,13 +7,11 @@ the hot path skips construction and cache-key generation.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import Any, Literal
 
 import sqlalchemy as sa
 
 from . import _dialect
-from .base import IdempotencyRecord, Status, from_json
 from .records import (
     APPROVAL_COLUMNS,
     DECISION_COLUMNS,
@@ -72,81 +70,6 @@ def _decision_of(row: Any) -> DecisionRow:
     return DecisionRow(**dict(zip(DECISION_COLUMNS, row, strict=True)))
 
 
-def _record_of(m: Any) -> IdempotencyRecord:
-    return IdempotencyRecord(
-        key=m["key"],
-        payload_hash=m["payload_hash"],
-        status=m["status"],
-        lease_owner=m["lease_owner"],
-        lease_expires_at=m["lease_expires_at"],
-        result=from_json(m["result_json"]),
-        error=m["error"],
-        provider_ref=m["provider_ref"],
-        attempts=m["attempts"],
-        created_at=m["created_at"],
-        updated_at=m["updated_at"],
-    )
-
-
-def approval() -> Any:
-    return sa.select(T_APPROVALS).where(T_APPROVALS.c.id == sa.bindparam("p_id"))
-
-
-def approval_for_key() -> Any:
-    return (
-        sa.select(T_APPROVALS)
-        .join(T_KEYS, T_KEYS.c.approval_id == T_APPROVALS.c.id)
-        .where(T_KEYS.c.key == sa.bindparam("p_key"))
-    )
-
-
-def key_version() -> Any:
-    return sa.select(T_KEYS.c.version).where(T_KEYS.c.key == sa.bindparam("p_key"))
-
-
-def pending_in_session() -> Any:
-    return (
-        sa.select(T_APPROVALS)
-        .where(
-            T_APPROVALS.c.session_id == sa.bindparam("p_session"),
-            T_APPROVALS.c.tool == sa.bindparam("p_tool"),
-            T_APPROVALS.c.subject_key == sa.bindparam("p_subject"),
-            T_APPROVALS.c.status == "pending",
-        )
-        .order_by(T_APPROVALS.c.created_at.desc())
-    )
-
-
-def in_flight_elsewhere() -> Any:
-    t = T_APPROVALS
-    return (
-        sa.select(t)
-        .where(
-            t.c.subject_key == sa.bindparam("p_subject"),
-            t.c.session_id != sa.bindparam("p_session"),
-            sa.or_(
-                sa.and_(t.c.status == "pending", t.c.expires_at > sa.bindparam("p_now")),
-                sa.and_(
-                    t.c.status == "approved",
-                    sa.or_(t.c.token_expires_at > sa.bindparam("p_now"), t.c.token_used_at.is_not(None)),
-                ),
-            ),
-        )
-        .order_by(t.c.created_at)
-    )
-
-
-def approvals_due(*, by_session: bool, by_id: bool) -> Any:
-    q = sa.select(T_APPROVALS).where(
-        T_APPROVALS.c.status == "pending", T_APPROVALS.c.expires_at <= sa.bindparam("p_now")
-    )
-    if by_session:
-        q = q.where(T_APPROVALS.c.session_id == sa.bindparam("p_session"))
-    if by_id:
-        q = q.where(T_APPROVALS.c.id == sa.bindparam("p_id"))
-    return q
-
-
 def approvals_expiring() -> Any:
     return (
         sa.select(T_APPROVALS)
@@ -169,45 +92,6 @@ def has_event() -> Any:
         )
         .limit(1)
     )
-
-
-def count_pending() -> Any:
-    return (
-        sa.select(sa.func.count())
-        .select_from(T_APPROVALS)
-        .where(T_APPROVALS.c.session_id == sa.bindparam("p_session"), T_APPROVALS.c.status == "pending")
-    )
-
-
-def update_approval(statuses: Sequence[str], *, with_version: bool, keys: Sequence[str]) -> Any:
-    t = T_APPROVALS
-    cond = [t.c.id == sa.bindparam("p_id"), t.c.status.in_(tuple(statuses))]
-    if with_version:
-        cond.append(t.c.version == sa.bindparam("p_version"))
-    return sa.update(t).where(*cond).values({k: sa.bindparam(f"v_{k}") for k in keys}).returning(t.c.id)
-
-
-def decisions(*, of_version: bool) -> Any:
-    q = sa.select(T_DECISIONS).where(T_DECISIONS.c.approval_id == sa.bindparam("p_id"))
-    if of_version:
-        q = q.where(T_DECISIONS.c.version == sa.bindparam("p_version"))
-    return q.order_by(T_DECISIONS.c.id)
-
-
-def load() -> Any:
-    return sa.select(T_IDEMPOTENCY).where(T_IDEMPOTENCY.c.key == sa.bindparam("p_key"))
-
-
-def transition(
-    from_status: tuple[Status, ...], *, by_owner: bool, lease_expired: bool, keys: Sequence[str]
-) -> Any:
-    t = T_IDEMPOTENCY
-    cond = [t.c.key == sa.bindparam("p_key"), t.c.status.in_(from_status)]
-    if by_owner:
-        cond.append(t.c.lease_owner == sa.bindparam("p_owner"))
-    if lease_expired:
-        cond.append(t.c.lease_expires_at <= sa.bindparam("p_before"))
-    return sa.update(t).where(*cond).values({k: sa.bindparam(f"v_{k}") for k in keys}).returning(*t.c)
 
 
 AuditTable = Literal["approvals", "decisions", "gated_executions", "other_executions"]

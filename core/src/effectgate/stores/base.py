@@ -125,8 +125,18 @@ class IdempotencyStore(ABC):
     def _tx(self, conn: Connection | None) -> AbstractContextManager[Connection]:
         return _Reuse(conn) if conn is not None else self.transaction()
 
+    def _single(self) -> AbstractContextManager[Connection]:
+        """A connection for one statement that commits by itself. By default a transaction; a
+        backend with autocommit overrides it (no BEGIN and COMMIT around one atomic statement:
+        on a server database those are two more round trips)."""
+        return self.transaction()
+
+    def _one(self, conn: Connection | None) -> AbstractContextManager[Connection]:
+        """Where an operation that is one statement runs: the caller's transaction, or its own."""
+        return _Reuse(conn) if conn is not None else self._single()
+
     def get(self, key: str) -> IdempotencyRecord | None:
-        with self.transaction() as conn:
+        with self._single() as conn:
             return self._load(conn, key)
 
     def load(self, conn: Connection, key: str) -> IdempotencyRecord | None:
@@ -137,7 +147,7 @@ class IdempotencyStore(ABC):
         """An in-flight record whose lease ran out before `now` becomes needs_reconciliation (its
         outcome is unknown); True if this call changed it."""
         values = {"status": "needs_reconciliation", "error": reason, "updated_at": now}
-        with self._tx(conn) as c:
+        with self._one(conn) as c:
             changed = self._transition(
                 c, key, from_status=("in_progress",), lease_expired_before=now, values=values
             )
@@ -163,15 +173,19 @@ class IdempotencyStore(ABC):
         owner = owner or uuid.uuid4().hex
         now = self.clock.now()
         lease = {"lease_owner": owner, "lease_expires_at": now + lease_seconds, "updated_at": now}
+        values = {
+            "key": key,
+            "payload_hash": payload_hash,
+            "status": "in_progress",
+            "attempts": 1,
+            "created_at": now,
+            **lease,
+        }
+        if conn is None:  # a new key is one atomic statement; anything else is decided below
+            with self._single() as c:
+                if self._insert_claim(c, values):
+                    return Claimed(key, owner, 1)
         with self._tx(conn) as c:
-            values = {
-                "key": key,
-                "payload_hash": payload_hash,
-                "status": "in_progress",
-                "attempts": 1,
-                "created_at": now,
-                **lease,
-            }
             if self._insert_claim(c, values):
                 return Claimed(key, owner, 1)
             record = self._load(c, key)
@@ -229,7 +243,7 @@ class IdempotencyStore(ABC):
         }
         if provider_ref is not None:
             values["provider_ref"] = provider_ref
-        with self._tx(conn) as c:
+        with self._one(conn) as c:
             record = self._transition(
                 c, key, from_status=("in_progress", "needs_reconciliation"), owner=owner, values=values
             )
@@ -241,7 +255,7 @@ class IdempotencyStore(ABC):
         """A definite failure: nothing happened downstream; the same key may be claimed again."""
         now = self.clock.now()
         values = {"status": "failed", "error": error, "updated_at": now, "lease_expires_at": None}
-        with self._tx(conn) as c:
+        with self._one(conn) as c:
             if not self._transition(c, key, from_status=("in_progress",), owner=owner, values=values):
                 raise LeaseLost(key, owner)
 
@@ -259,13 +273,13 @@ class IdempotencyStore(ABC):
         values: dict[str, Any] = {"status": "needs_reconciliation", "error": reason, "updated_at": now}
         if provider_ref is not None:
             values["provider_ref"] = provider_ref
-        with self._tx(conn) as c:
+        with self._one(conn) as c:
             if not self._transition(c, key, from_status=("in_progress",), owner=owner, values=values):
                 raise LeaseLost(key, owner)
 
     def set_provider_ref(self, key: str, owner: str, provider_ref: str) -> None:
         """Persist the provider's reference (e.g. a 202 processing id) while still in flight."""
-        with self.transaction() as c:
+        with self._single() as c:
             if not self._transition(
                 c,
                 key,
@@ -283,17 +297,16 @@ class IdempotencyStore(ABC):
         values = {"status": "succeeded", "result_json": to_json(result), "updated_at": now, "error": None}
         if provider_ref is not None:
             values["provider_ref"] = provider_ref
-        with self._tx(conn) as c:
-            if not self._transition(c, key, from_status=("needs_reconciliation",), values=values):
-                raise StoreError(f"key {key} is not awaiting reconciliation")
-            record = self._load(c, key)
-        assert record is not None
+        with self._one(conn) as c:
+            record = self._transition(c, key, from_status=("needs_reconciliation",), values=values)
+        if record is None:
+            raise StoreError(f"key {key} is not awaiting reconciliation")
         return record
 
     def release(self, key: str, reason: str, *, conn: Connection | None = None) -> None:
         """Reconciliation found the provider never saw the key: it may run again, same key."""
         values = {"status": "failed", "error": reason, "updated_at": self.clock.now()}
-        with self._tx(conn) as c:
+        with self._one(conn) as c:
             if not self._transition(c, key, from_status=("needs_reconciliation",), values=values):
                 raise StoreError(f"key {key} is not awaiting reconciliation")
 

@@ -108,6 +108,10 @@ class ApprovalLedger(Protocol):
     def approval(self, conn: Any, approval_id: str) -> ApprovalRow | None:
         """The approval row, or None."""
 
+    def locked_approval(self, conn: Any, approval_id: str) -> ApprovalRow | None:
+        """The approval row read after taking its subject's lock (as `lock(conn, "subject:" +
+        subject_key)` does, until the transaction ends), or None."""
+
     def approval_for_key(self, conn: Any, key: str) -> ApprovalRow | None:
         """The approval an intent key was recorded against, or None."""
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import sqlalchemy as sa
@@ -20,6 +20,7 @@ from .._clock import SYSTEM_CLOCK, Clock
 from ..errors import StoreError
 from . import _dialect, _upgrade
 from . import _queries as Q
+from . import _statements as S
 from ._aggregates import AggregateSQL
 from ._chain import ChainSQL
 from ._redaction import RedactionSQL
@@ -51,6 +52,7 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, IdempotencyStore):
         self.url = url
         self._ready = False
         self._stmts: dict[tuple[Any, ...], Any] = {}
+        self._texts: dict[str, str] = {}
 
     def _q(self, key: tuple[Any, ...], build: Callable[[], Any]) -> Any:
         """A statement built once per shape and reused: SQLAlchemy memoizes the cache key of a
@@ -60,6 +62,14 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, IdempotencyStore):
         if stmt is None:
             stmt = self._stmts[key] = build()
         return stmt
+
+    def _x(self, conn: Connection, sql: str, params: Mapping[str, Any]) -> Any:
+        """Run a statement of `_statements` (plain SQL, `:name` placeholders) on the driver's
+        connection inside `conn`'s transaction; a cursor (`_dialect.run`)."""
+        text = self._texts.get(sql)
+        if text is None:
+            text = self._texts[sql] = _dialect.driver_sql(conn, sql)
+        return _dialect.run(conn, text, params)
 
     # -- lifecycle
 
@@ -141,11 +151,29 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, IdempotencyStore):
         self.close()
 
     @contextmanager
-    def transaction(self) -> Iterator[Connection]:
+    def _connected(self, *, begin: bool) -> Iterator[Connection]:
+        """A checked-out connection, in a write transaction on the driver's connection (`begin`,
+        `_dialect.driver_transaction`) or with each statement committing by itself (the drivers'
+        connections are in autocommit and BEGIN is the engine's, see `_dialect`). When something
+        listens to its statements, in SQLAlchemy's transaction, so that it sees each one."""
         if not self._ready:
             self.check()
-        with self.engine.begin() as conn:
-            yield conn
+        with self.engine.connect() as conn:
+            if _dialect.observed(conn):
+                with conn.begin():
+                    yield conn
+            elif begin:
+                with _dialect.driver_transaction(conn):
+                    yield conn
+            else:
+                yield conn
+
+    def transaction(self) -> AbstractContextManager[Connection]:
+        return self._connected(begin=True)
+
+    def _single(self) -> AbstractContextManager[Connection]:
+        """A connection for one statement that commits by itself (see `_connected`)."""
+        return self._connected(begin=False)
 
     @contextmanager
     def reading(self) -> Iterator[Connection]:
@@ -161,12 +189,11 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, IdempotencyStore):
     # -- idempotency primitives
 
     def _insert_claim(self, conn: Connection, values: dict[str, Any]) -> bool:
-        stmt = self._q(("claim",), lambda: _dialect.insert_if_absent(conn, Q.T_IDEMPOTENCY, "key"))
-        return conn.execute(stmt, values).first() is not None
+        return self._x(conn, S.CLAIM, values).fetchone() is not None
 
     def _load(self, conn: Connection, key: str) -> IdempotencyRecord | None:
-        row = conn.execute(self._q(("load",), Q.load), {"p_key": key}).first()
-        return None if row is None else Q._record_of(row._mapping)
+        row = self._x(conn, S.LOAD, {"p_key": key}).fetchone()
+        return None if row is None else S.record_of(row)
 
     def _transition(
         self,
@@ -180,14 +207,14 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, IdempotencyStore):
     ) -> IdempotencyRecord | None:
         keys = tuple(sorted(values))
         by_owner, lease_expired = owner is not None, lease_expired_before is not None
-        stmt = self._q(
+        sql = self._q(
             ("transition", from_status, by_owner, lease_expired, keys),
-            lambda: Q.transition(from_status, by_owner=by_owner, lease_expired=lease_expired, keys=keys),
+            lambda: S.transition(from_status, by_owner=by_owner, lease_expired=lease_expired, keys=keys),
         )
         params = {"p_key": key, "p_owner": owner, "p_before": lease_expired_before}
         params.update({f"v_{k}": v for k, v in values.items()})
-        row = conn.execute(stmt, params).first()
-        return None if row is None else Q._record_of(row._mapping)
+        row = self._x(conn, sql, params).fetchone()
+        return None if row is None else S.record_of(row)
 
     def idempotency_records(self, *, status: str | None = None) -> list[IdempotencyRecord]:
         with self.reading() as conn:
@@ -199,28 +226,34 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, IdempotencyStore):
 
     # -- approval ledger primitives (inside the gate's transactions)
 
-    @staticmethod
-    def _approval(row: sa.Row[Any] | None) -> ApprovalRow | None:
-        return None if row is None else Q._approval_of(row)
+    def _approval(self, conn: Connection, sql: str, params: Mapping[str, Any]) -> ApprovalRow | None:
+        row = self._x(conn, sql, params).fetchone()
+        return None if row is None else S.approval_of(row)
 
     def approval(self, conn: Connection, approval_id: str) -> ApprovalRow | None:
-        return self._approval(conn.execute(self._q(("approval",), Q.approval), {"p_id": approval_id}).first())
+        return self._approval(conn, S.APPROVAL, {"p_id": approval_id})
+
+    def locked_approval(self, conn: Connection, approval_id: str) -> ApprovalRow | None:
+        """The approval read under its subject's lock (`lock(conn, "subject:<key>")`), or None:
+        the lock is taken by the approval's id, so the row is read once, after it."""
+        sql = self._q(("subject_lock",), lambda: _dialect.subject_lock_sql(conn))
+        if sql is not None and self._x(conn, sql, {"p_id": approval_id}).fetchone() is None:
+            return None
+        return self.approval(conn, approval_id)
 
     def approval_for_key(self, conn: Connection, key: str) -> ApprovalRow | None:
-        return self._approval(conn.execute(self._q(("for_key",), Q.approval_for_key), {"p_key": key}).first())
+        return self._approval(conn, S.APPROVAL_FOR_KEY, {"p_key": key})
 
     def key_version(self, conn: Connection, key: str) -> int | None:
         """The approval version an intent key was recorded against."""
-        row = conn.execute(self._q(("key_version",), Q.key_version), {"p_key": key}).first()
-        return None if row is None else int(row.version)
+        row = self._x(conn, S.KEY_VERSION, {"p_key": key}).fetchone()
+        return None if row is None else int(row[0])
 
     def pending_in_session(
         self, conn: Connection, session_id: str, tool: str, subject_key: str
     ) -> ApprovalRow | None:
         params = {"p_session": session_id, "p_tool": tool, "p_subject": subject_key}
-        return self._approval(
-            conn.execute(self._q(("pending_in_session",), Q.pending_in_session), params).first()
-        )
+        return self._approval(conn, S.PENDING_IN_SESSION, params)
 
     def in_flight_elsewhere(
         self, conn: Connection, subject_key: str, session_id: str, now: float
@@ -228,18 +261,16 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, IdempotencyStore):
         """Another session's approval on this subject that is pending, or granted and still usable
         (an unexpired grant, or one already presented whose execution has not finished)."""
         params = {"p_subject": subject_key, "p_session": session_id, "p_now": now}
-        return self._approval(conn.execute(self._q(("in_flight",), Q.in_flight_elsewhere), params).first())
+        return self._approval(conn, S.IN_FLIGHT_ELSEWHERE, params)
 
     def approvals_due(
         self, conn: Connection, now: float, *, session_id: str | None = None, approval_id: str | None = None
     ) -> list[ApprovalRow]:
         """Pending approvals whose deadline has passed."""
         by_session, by_id = session_id is not None, approval_id is not None
-        stmt = self._q(
-            ("due", by_session, by_id), lambda: Q.approvals_due(by_session=by_session, by_id=by_id)
-        )
+        sql = self._q(("due", by_session, by_id), lambda: S.approvals_due(by_session=by_session, by_id=by_id))
         params = {"p_now": now, "p_session": session_id, "p_id": approval_id}
-        return [Q._approval_of(r) for r in conn.execute(stmt, params)]
+        return [S.approval_of(r) for r in self._x(conn, sql, params).fetchall()]
 
     def approvals_expiring(self, conn: Connection, now: float, until: float) -> list[ApprovalRow]:
         """Pending approvals still open at `now` whose deadline falls at or before `until`."""
@@ -252,8 +283,7 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, IdempotencyStore):
         return conn.execute(self._q(("has_event",), Q.has_event), params).first() is not None
 
     def count_pending(self, conn: Connection, session_id: str) -> int:
-        stmt = self._q(("count_pending",), Q.count_pending)
-        return int(conn.execute(stmt, {"p_session": session_id}).scalar_one())
+        return int(self._x(conn, S.COUNT_PENDING, {"p_session": session_id}).fetchone()[0])
 
     def subject_history(
         self, conn: Connection, tool: str, subject_key: str, exclude: str | None
@@ -266,7 +296,7 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, IdempotencyStore):
         return [Q._approval_of(r) for r in conn.execute(q.order_by(Q.T_APPROVALS.c.created_at))]
 
     def insert_approval(self, conn: Connection, row: ApprovalRow) -> None:
-        conn.execute(self._q(("insert_approval",), lambda: sa.insert(Q.T_APPROVALS)), row.model_dump())
+        self._x(conn, S.INSERT_APPROVAL, row.model_dump())
 
     def update_approval(
         self,
@@ -279,16 +309,16 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, IdempotencyStore):
     ) -> bool:
         """Compare-and-set on status (and version); True if the row changed."""
         statuses, keys, with_version = tuple(expect_status), tuple(sorted(values)), expect_version is not None
-        stmt = self._q(
+        sql = self._q(
             ("update_approval", statuses, with_version, keys),
-            lambda: Q.update_approval(statuses, with_version=with_version, keys=keys),
+            lambda: S.update_approval(statuses, with_version=with_version, keys=keys),
         )
         params = {
             "p_id": approval_id,
             "p_version": expect_version,
             **{f"v_{k}": v for k, v in values.items()},
         }
-        return conn.execute(stmt, params).first() is not None
+        return self._x(conn, sql, params).fetchone() is not None
 
     def add_key(self, conn: Connection, key: str, approval_id: str, version: int, origin: str) -> bool:
         values = {
@@ -298,12 +328,13 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, IdempotencyStore):
             "origin_message_id": origin,
             "created_at": self.clock.now(),
         }
-        stmt = self._q(("add_key",), lambda: _dialect.insert_if_absent(conn, Q.T_KEYS, "key"))
-        return conn.execute(stmt, values).first() is not None
+        return self._x(conn, S.ADD_KEY, values).fetchone() is not None
 
     def add_decision(self, conn: Connection, **values: Any) -> None:
-        conn.execute(
-            self._q(("decision",), lambda: sa.insert(Q.T_DECISIONS)), {"at": self.clock.now(), **values}
+        self._x(
+            conn,
+            S.ADD_DECISION,
+            {"grant_round": 0, "reason": None, "seal": "", "at": self.clock.now(), **values},
         )
 
     def add_rules(self, conn: Connection, rules: Sequence[tuple[str, str, str]]) -> None:
@@ -318,22 +349,25 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, IdempotencyStore):
             return {r.fingerprint: RuleRow(**r._mapping) for r in conn.execute(sa.select(Q.T_RULES))}
 
     def decisions(self, conn: Connection, approval_id: str, version: int | None = None) -> list[DecisionRow]:
-        of_version = version is not None
-        stmt = self._q(("decisions", of_version), lambda: Q.decisions(of_version=of_version))
-        return [Q._decision_of(r) for r in conn.execute(stmt, {"p_id": approval_id, "p_version": version})]
+        sql = S.DECISIONS if version is None else S.DECISIONS_OF_VERSION
+        return [
+            S.decision_of(r)
+            for r in self._x(conn, sql, {"p_id": approval_id, "p_version": version}).fetchall()
+        ]
 
     def append_events(self, conn: Connection, events: Sequence[Mapping[str, Any]]) -> None:
         """Append audit events. One driver-level executemany: read logs arrive in batches of
         hundreds, and compiling an ORM-style insert per row would cost more than the read itself."""
         if not events:
             return
-        rows = []
+        rows: list[list[Any]] = []
         for e in events:
             detail = e.get("detail_json")
             row = [e.get(c) for c in Q._EVENT_COLUMNS]
             row[Q._DETAIL_AT] = detail if isinstance(detail, str) else json.dumps(detail or {}, default=str)
-            rows.append(tuple(row))
-        conn.exec_driver_sql(_dialect.insert_many_sql(conn, "eg_events", Q._EVENT_COLUMNS), rows)
+            rows.append(row)
+        sql = self._q(("events",), lambda: _dialect.insert_many_sql(conn, "eg_events", Q._EVENT_COLUMNS))
+        _dialect.run_many(conn, sql, rows)
 
     def append_reads(self, conn: Connection, rows: Sequence[tuple[Any, ...]]) -> None:
         """Append read records, each a tuple in `records.READ_COLUMNS` order (one executemany)."""
@@ -341,9 +375,7 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, IdempotencyStore):
             conn.exec_driver_sql(_dialect.insert_many_sql(conn, "eg_events", READ_COLUMNS), list(rows))
 
     def append_execution(self, conn: Connection, **values: Any) -> None:
-        conn.execute(
-            self._q(("execution",), lambda: sa.insert(Q.T_EXECUTIONS)), {"at": self.clock.now(), **values}
-        )
+        self._x(conn, S.APPEND_EXECUTION, {**S.EXECUTION_DEFAULTS, "at": self.clock.now(), **values})
 
     # -- reading for the CLI, the audit and the export
 

@@ -1,0 +1,235 @@
+"""Running a claimed operation and settling its record: succeeded, failed or needs_reconciliation.
+
+The second and third steps of an execution (`_execution.py` verifies the grant and claims the
+key; a write claims its own): run the tool with the frozen arguments and a ToolContext carrying
+the idempotency key, then store the result, mark the approval executed and append the execution
+row in one commit. Only an exception the row declares definite fails a gated call (the approval
+ends `failed`); every other exception is an unknown outcome (`needs_reconciliation`, the
+approver notified), never re-run blindly.
+
+Logged on "effectgate._execution" (one logger for the whole execution): a gated execution at
+INFO, a write at DEBUG; an unknown outcome and a definite failure at WARNING with the
+idempotency key and the reason. Never the arguments or the result.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from . import flow
+from ._deps import Deps, Events
+from ._notice import Notices
+from .context import CallContext, ToolContext
+from .errors import NeedsReconciliation, OutcomeUnknown
+from .outcomes import Executed
+from .stores.base import to_json
+from .stores.records import ApprovalRow
+from .table import ToolSpec
+
+log = logging.getLogger("effectgate._execution")
+
+
+def _definite(spec: ToolSpec, *, gated: bool, exc: Exception) -> bool:
+    """Whether a tool's exception is a definite failure (nothing happened downstream).
+
+    A gated call (send, money, destructive) fails definitely only with an exception type its row
+    lists in `definite_failures` (e.g. a provider's 4xx "card declined"); anything else, a
+    connection reset or an HTTP client's timeout included, is an unknown outcome. A write fails
+    definitely unless the exception is `OutcomeUnknown`, a `TimeoutError` or one its row lists in
+    `unknown_outcome`."""
+    if isinstance(exc, (OutcomeUnknown, TimeoutError, *spec.unknown_outcome)):
+        return False
+    if gated:
+        return isinstance(exc, spec.definite_failures)
+    return True
+
+
+class Settlement:
+    """Runs claimed operations and settles their records; see the module docstring."""
+
+    def __init__(self, deps: Deps, events: Events, notices: Notices) -> None:
+        self.table = deps.table
+        self.store = deps.store
+        self.policy = deps.policy
+        self.clock = deps.clock
+        self.events = events
+        self.notices = notices
+
+    def run_claimed(
+        self,
+        spec: ToolSpec,
+        args: Mapping[str, Any],
+        frozen: str,
+        ctx: CallContext,
+        *,
+        key: str,
+        owner: str,
+        tool_context: ToolContext,
+        row: ApprovalRow | None,
+        args_text: str,
+    ) -> flow.Flow[Executed]:
+        """Run a claimed operation and settle its record: succeeded, failed or needs_reconciliation."""
+        try:
+            before = spec.snapshot(args) if spec.snapshot else None
+        except Exception as exc:  # nothing ran: a definite failure
+            error = f"snapshot failed: {type(exc).__name__}: {exc}"
+            with self.store.transaction() as conn:
+                self.store.fail(key, owner, error, conn=conn)
+                self.fail_approval(conn, row, error)
+                self.store.append_events(
+                    conn,
+                    [
+                        self.events.event(
+                            "failed", spec=spec, ctx=ctx, row=row, args_hash_=frozen, key=key, error=error
+                        )
+                    ],
+                )
+            log_outcome("failed (definite)", spec.name, row, key, error)
+            raise
+        execution = {
+            "approval_id": row.id if row else None,
+            "version": row.version if row else None,
+            "tool": spec.name,
+            "effect": str(spec.effect),
+            "args_hash": frozen,
+            "args_json": args_text,
+            "idempotency_key": key,
+            "table_fingerprint": self.table.fingerprint,
+            "row_fingerprint": spec.fingerprint,
+            "policy_fingerprint": self.policy.fingerprint,
+            **{k: v for k, v in ctx.as_record().items() if k != "tool_call_id"},
+            "before_json": to_json(before) if spec.snapshot else None,
+        }
+        refs: list[str] = []  # what the tool recorded with tool_context.set_provider_ref
+
+        def on_ref(ref: str) -> None:
+            self.store.set_provider_ref(key, owner, ref)  # committed before the tool goes on
+            refs.append(ref)
+
+        bound = replace(tool_context, _on_provider_ref=on_ref)
+        try:
+            result = yield flow.Invoke(spec.fn, args, spec.context_params, bound)
+        except Exception as exc:
+            if _definite(spec, gated=row is not None, exc=exc):
+                self.record_failure(spec, ctx, row, frozen, key, owner, execution, exc)
+                raise
+
+            reason = f"{type(exc).__name__}: {exc}"
+            ref = getattr(exc, "provider_ref", None) or (refs[-1] if refs else None)
+            with self.store.transaction() as conn:
+                self.store.mark_needs_reconciliation(key, owner, reason, provider_ref=ref, conn=conn)
+                self.store.append_execution(conn, status="needs_reconciliation", error=reason, **execution)
+                self.store.append_events(
+                    conn,
+                    [
+                        self.events.event(
+                            "needs_reconciliation",
+                            spec=spec,
+                            ctx=ctx,
+                            row=row,
+                            args_hash_=frozen,
+                            key=key,
+                            reason=reason,
+                        )
+                    ],
+                )
+            log_outcome("needs_reconciliation (outcome unknown)", spec.name, row, key, reason)
+            self.notices.unknown_outcome(row, key, reason, ref, tool=spec.name)
+            raise NeedsReconciliation(key, reason, provider_ref=ref) from exc
+        try:
+            after = spec.snapshot(args) if spec.snapshot else None
+        except Exception as exc:  # the effect happened: keep its result, note the missing snapshot
+            after = {"snapshot_failed": f"{type(exc).__name__}: {exc}"}
+        with self.store.transaction() as conn:
+            record = self.store.complete(key, owner, result, conn=conn)
+            if row is not None:
+                self.store.update_approval(
+                    conn,
+                    row.id,
+                    expect_status=["approved"],
+                    values={"status": "executed", "updated_at": self.clock.now()},
+                )
+            self.store.append_execution(
+                conn,
+                status="succeeded",
+                result_json=to_json(result),
+                after_json=to_json(after) if spec.snapshot else None,
+                **{k: v for k, v in execution.items() if k != "after_json"},
+            )
+            self.store.append_events(
+                conn,
+                [
+                    self.events.event(
+                        "executed" if row else "write",
+                        spec=spec,
+                        ctx=ctx,
+                        row=row,
+                        args_hash_=frozen,
+                        key=key,
+                    )
+                ],
+            )
+        if row is not None:
+            log.info("executed: approval=%s version=%d tool=%s key=%s", row.id, row.version, spec.name, key)
+        else:
+            log.debug("write executed: tool=%s key=%s", spec.name, key)
+        return Executed(
+            tool=spec.name,
+            result=record.result,
+            approval_id=row.id if row else None,
+            version=row.version if row else None,
+            idempotency_key=key,
+            before=json.loads(to_json(before)) if spec.snapshot else None,
+            after=json.loads(to_json(after)) if spec.snapshot else None,
+        )
+
+    def record_failure(
+        self,
+        spec: ToolSpec,
+        ctx: CallContext,
+        row: ApprovalRow | None,
+        frozen: str,
+        key: str,
+        owner: str,
+        execution: dict[str, Any],
+        exc: Exception,
+    ) -> None:
+        """A definite failure: the record is `failed`; a gated approval ends `failed` (terminal)."""
+        error = f"{type(exc).__name__}: {exc}"
+        with self.store.transaction() as conn:
+            self.store.fail(key, owner, error, conn=conn)
+            self.fail_approval(conn, row, error)
+            self.store.append_execution(conn, status="failed", error=error, **execution)
+            self.store.append_events(
+                conn,
+                [
+                    self.events.event(
+                        "failed", spec=spec, ctx=ctx, row=row, args_hash_=frozen, key=key, error=error
+                    )
+                ],
+            )
+        log_outcome("failed (definite)", spec.name, row, key, error)
+
+    def fail_approval(self, conn: Any, row: ApprovalRow | None, error: str) -> None:
+        """End a gated approval in `failed`: the subject is free, the card shows why, and a new
+        attempt is a new proposal (the grant was spent when execution started)."""
+        if row is None:
+            return
+        now = self.clock.now()
+        self.store.update_approval(
+            conn,
+            row.id,
+            expect_status=["approved"],
+            values={"status": "failed", "reason": error, "updated_at": now},
+        )
+
+
+def log_outcome(what: str, tool: str, row: ApprovalRow | None, key: str, reason: str) -> None:
+    """A WARNING for an execution (gated, `row`) or a write that did not succeed: an unknown
+    outcome or a definite failure, with the idempotency key and the reason."""
+    kind, approval = ("execution", f" approval={row.id} version={row.version}") if row else ("write", "")
+    log.warning("%s %s: tool=%s%s key=%s reason=%s", kind, what, tool, approval, key, reason)

@@ -1,0 +1,150 @@
+"""The statements of the gate's hot transactions (propose, decide, claim, execute) as plain SQL.
+
+They run on the driver's connection (`_dialect.run`): building and executing them through
+SQLAlchemy cost more CPU than the database took to run them. Each is written once with `:name`
+placeholders (`_dialect.driver_sql` turns them into the driver's paramstyle) and the same text on
+SQLite and PostgreSQL: `INSERT ... ON CONFLICT DO NOTHING RETURNING` and `UPDATE ... RETURNING`
+are both databases' syntax. Columns come from the table definitions in `records.py`; rows come
+back as plain tuples in those columns' order. Statuses written into a statement are constants of
+the code (checked below), never input: every value is a bound parameter.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from ._queries import T_EXECUTIONS, T_IDEMPOTENCY
+from .base import IdempotencyRecord, Status, from_json
+from .records import APPROVAL_COLUMNS, DECISION_COLUMNS, ApprovalRow, DecisionRow
+
+_WORD = re.compile(r"[a-z_]+")
+
+IDEMPOTENCY_COLUMNS = tuple(c.name for c in T_IDEMPOTENCY.columns)
+EXECUTION_COLUMNS = tuple(c.name for c in T_EXECUTIONS.columns if c.name != "id")
+#: What an execution row holds for a value not given: the table's default, else NULL (as an
+#: insert through SQLAlchemy would write it).
+EXECUTION_DEFAULTS: dict[str, Any] = {
+    c.name: getattr(c.default, "arg", None) for c in T_EXECUTIONS.columns if c.name != "id"
+}
+KEY_COLUMNS = ("key", "approval_id", "version", "origin_message_id", "created_at")
+CLAIM_COLUMNS = (
+    "key",
+    "payload_hash",
+    "status",
+    "attempts",
+    "created_at",
+    "lease_owner",
+    "lease_expires_at",
+    "updated_at",
+)
+DECISION_INSERT = tuple(c for c in DECISION_COLUMNS if c != "id")
+
+
+def _name(column: str) -> str:
+    # "key" is a keyword on both databases; quoting it is valid on both
+    return '"key"' if column == "key" else column
+
+
+def _list(columns: Sequence[str], prefix: str = "") -> str:
+    return ", ".join(f"{prefix}{_name(c)}" for c in columns)
+
+
+def _insert(table: str, columns: Sequence[str]) -> str:
+    return f"INSERT INTO {table} ({_list(columns)}) VALUES ({', '.join(f':{c}' for c in columns)})"
+
+
+def _statuses(statuses: Sequence[str]) -> str:
+    for s in statuses:
+        if not _WORD.fullmatch(s):  # a constant of the code; anything else is a bug
+            raise ValueError(f"not a status: {s!r}")
+    return ", ".join(f"'{s}'" for s in statuses)
+
+
+_APPROVAL = f"SELECT {_list(APPROVAL_COLUMNS)} FROM eg_approvals"
+APPROVAL = f"{_APPROVAL} WHERE id = :p_id"
+APPROVAL_FOR_KEY = (
+    f"SELECT {_list(APPROVAL_COLUMNS, 'a.')} FROM eg_approvals a "
+    'JOIN eg_intent_keys k ON k.approval_id = a.id WHERE k."key" = :p_key'
+)
+KEY_VERSION = 'SELECT version FROM eg_intent_keys WHERE "key" = :p_key'
+PENDING_IN_SESSION = (
+    f"{_APPROVAL} WHERE session_id = :p_session AND tool = :p_tool AND subject_key = :p_subject "
+    "AND status = 'pending' ORDER BY created_at DESC LIMIT 1"
+)
+IN_FLIGHT_ELSEWHERE = (
+    f"{_APPROVAL} WHERE subject_key = :p_subject AND session_id <> :p_session AND ("
+    "(status = 'pending' AND expires_at > :p_now) OR (status = 'approved' AND "
+    "(token_expires_at > :p_now OR token_used_at IS NOT NULL))) ORDER BY created_at LIMIT 1"
+)
+COUNT_PENDING = "SELECT count(*) FROM eg_approvals WHERE session_id = :p_session AND status = 'pending'"
+INSERT_APPROVAL = _insert("eg_approvals", APPROVAL_COLUMNS)
+ADD_KEY = f'{_insert("eg_intent_keys", KEY_COLUMNS)} ON CONFLICT ("key") DO NOTHING RETURNING "key"'
+ADD_DECISION = _insert("eg_decisions", DECISION_INSERT)
+APPEND_EXECUTION = _insert("eg_executions", EXECUTION_COLUMNS)
+_DECISIONS = f"SELECT {_list(DECISION_COLUMNS)} FROM eg_decisions WHERE approval_id = :p_id"
+DECISIONS = f"{_DECISIONS} ORDER BY id"
+DECISIONS_OF_VERSION = f"{_DECISIONS} AND version = :p_version ORDER BY id"
+
+_IDEMPOTENCY = _list(IDEMPOTENCY_COLUMNS)
+LOAD = f'SELECT {_IDEMPOTENCY} FROM eg_idempotency WHERE "key" = :p_key'
+CLAIM = f'{_insert("eg_idempotency", CLAIM_COLUMNS)} ON CONFLICT ("key") DO NOTHING RETURNING "key"'
+
+
+def approvals_due(*, by_session: bool, by_id: bool) -> str:
+    sql = f"{_APPROVAL} WHERE status = 'pending' AND expires_at <= :p_now"
+    if by_session:
+        sql += " AND session_id = :p_session"
+    if by_id:
+        sql += " AND id = :p_id"
+    return sql
+
+
+def update_approval(statuses: Sequence[str], *, with_version: bool, keys: Sequence[str]) -> str:
+    """Compare-and-set on the approval's status (and version); returns its id when it changed."""
+    sets = ", ".join(f"{k} = :v_{k}" for k in keys)
+    sql = f"UPDATE eg_approvals SET {sets} WHERE id = :p_id AND status IN ({_statuses(statuses)})"
+    if with_version:
+        sql += " AND version = :p_version"
+    return sql + " RETURNING id"
+
+
+def transition(
+    from_status: Sequence[Status], *, by_owner: bool, lease_expired: bool, keys: Sequence[str]
+) -> str:
+    """Move an idempotency record on from one of `from_status`; returns the updated record."""
+    sets = ", ".join(f"{_name(k)} = :v_{k}" for k in keys)
+    sql = f'UPDATE eg_idempotency SET {sets} WHERE "key" = :p_key AND status IN ({_statuses(from_status)})'
+    if by_owner:
+        sql += " AND lease_owner = :p_owner"
+    if lease_expired:
+        sql += " AND lease_expires_at <= :p_before"
+    return f"{sql} RETURNING {_IDEMPOTENCY}"
+
+
+def approval_of(row: Sequence[Any]) -> ApprovalRow:
+    approval = ApprovalRow(**dict(zip(APPROVAL_COLUMNS, row, strict=True)))
+    approval.has_confirm = bool(approval.has_confirm)  # SQLite keeps a boolean as 0 or 1
+    return approval
+
+
+def decision_of(row: Sequence[Any]) -> DecisionRow:
+    return DecisionRow(**dict(zip(DECISION_COLUMNS, row, strict=True)))
+
+
+def record_of(row: Sequence[Any]) -> IdempotencyRecord:
+    key, payload_hash, status, owner, expires, result, error, ref, attempts, created, updated = row
+    return IdempotencyRecord(
+        key=key,
+        payload_hash=payload_hash,
+        status=status,
+        lease_owner=owner,
+        lease_expires_at=expires,
+        result=from_json(result),
+        error=error,
+        provider_ref=ref,
+        attempts=attempts,
+        created_at=created,
+        updated_at=updated,
+    )
