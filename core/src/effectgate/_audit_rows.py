@@ -8,10 +8,12 @@ import json
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import groupby
+from operator import itemgetter
 from typing import Any
 
 from .canonical import digest
-from .effects import Policy
+from .effects import Effect, Policy
 from .stores.records import RuleRow
 
 # Column positions of the streamed rows (stores/sql.py AUDIT_QUERIES, in this order).
@@ -72,29 +74,44 @@ class Bar:
     role: str
     required: int
     approvers: dict[int, int]  # version -> most distinct valid approvers in any one round
+    tool: str
+    args_json: str  # the approval's stored arguments, and the hash recomputed from them (None:
+    recomputed: str | None  # erased, or not a text the gate writes)
+
+
+@dataclass(frozen=True, slots=True)
+class Derived:
+    """What one recorded (table row, policy) pair implies for every approval made under it."""
+
+    row: dict[str, Any]
+    policy: Policy
+    effect: Effect
+    needed: int  # distinct approvers the policy requires for the row's effect
+    roles: frozenset[str] | None  # the roles the row can require; None: it escalates on the arguments
 
 
 class Merge:
-    """A stream of rows ordered by the key at `index`, consumed one key at a time."""
+    """A stream of rows ordered by the key at `index`, consumed one key at a time (grouped by
+    `itertools.groupby`: one step per key, not per row). Rows are handed on as they come, never
+    gathered: however many rows share a key, memory stays flat."""
 
     def __init__(self, rows: Iterator[tuple[Any, ...]], index: int) -> None:
-        self._rows = rows
-        self._index = index
-        self._head: tuple[Any, ...] | None = next(rows, None)
+        self._groups = groupby(rows, itemgetter(index))
+        self._group: tuple[Any, Iterator[tuple[Any, ...]]] | None = next(self._groups, None)
 
     def before(self, key: str) -> Iterator[tuple[Any, ...]]:
         """The rows whose key sorts before `key` (their approval does not exist)."""
-        while self._head is not None and self._head[self._index] < key:
-            row, self._head = self._head, next(self._rows, None)
-            yield row
+        while self._group is not None and self._group[0] < key:
+            yield from self._group[1]
+            self._group = next(self._groups, None)
 
     def take(self, key: str) -> Iterator[tuple[Any, ...]]:
         """The rows of `key` (call after `before(key)` is exhausted)."""
-        while self._head is not None and self._head[self._index] == key:
-            row, self._head = self._head, next(self._rows, None)
-            yield row
+        if self._group is not None and self._group[0] == key:
+            yield from self._group[1]
+            self._group = next(self._groups, None)
 
     def rest(self) -> Iterator[tuple[Any, ...]]:
-        while self._head is not None:
-            row, self._head = self._head, next(self._rows, None)
-            yield row
+        while self._group is not None:
+            yield from self._group[1]
+            self._group = next(self._groups, None)

@@ -1,8 +1,8 @@
 """The audit's checks, and the findings they report (`audit.py` documents what is checked and
 drives the scan over the streamed rows; `_audit_rows.py` holds the row plumbing).
 
-`Scan.approval` checks one approval with its decisions and keeps the bar its executions are held
-to; `Scan.execution` checks one execution against that bar (or, ungated, against the table).
+`Scan.approval` checks one approval with its decisions and returns the bar its executions are
+held to; `Scan.execution` checks one execution against that bar (or, ungated, against the table).
 """
 
 from __future__ import annotations
@@ -12,10 +12,45 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from . import _audit_rows as col
-from ._audit_rows import Bar, Rules
+from ._audit_rows import (
+    A_ARGS,
+    A_CREATED,
+    A_DECIDED,
+    A_EFFECT,
+    A_HASH,
+    A_ID,
+    A_POLICY_FP,
+    A_REQUIRED,
+    A_ROLE,
+    A_ROW_FP,
+    A_SEAL,
+    A_STATUS,
+    A_TOOL,
+    A_USER,
+    A_VERSION,
+    D_APPROVER,
+    D_DECISION,
+    D_ID,
+    D_ROLE,
+    D_ROUND,
+    D_SEAL,
+    D_VERSION,
+    E_APPROVAL,
+    E_ARGS,
+    E_EFFECT,
+    E_HASH,
+    E_ID,
+    E_POLICY_FP,
+    E_ROW_FP,
+    E_STATUS,
+    E_TOOL,
+    E_VERSION,
+    Bar,
+    Derived,
+    Rules,
+)
 from ._rules import possible_roles
-from ._seal import sealed_values, stored_args_hash
+from ._seal import seal_checker, stored_args_hash
 from .effects import Effect, Policy, weakened
 from .redact import entries, is_redacted, redaction_problem
 from .stores.protocol import Store
@@ -51,11 +86,12 @@ class Finding:
 
 
 GATED_CLASSES = frozenset({Effect.SEND, Effect.MONEY, Effect.DESTRUCTIVE})
+_EFFECTS = {e.value: e for e in Effect}  # Effect(text) without the enum's call, for every execution
 
 
 class Scan:
     """One pass over the streamed rows: its findings so far, and what later rows are checked
-    against (the bar each approval set, the policies already reported)."""
+    against (the rules derived, the policies already reported)."""
 
     def __init__(self, store: Store, table: EffectTable | None, keyring: Keyring | None) -> None:
         self.store = store
@@ -64,10 +100,15 @@ class Scan:
         self.rules = Rules(store.rules())
         self.findings: list[Finding] = []
         self.reported_policies: set[str] = set()
-        self.bars: dict[str, Bar] = {}
         self.statuses: Counter[str] = Counter()
         self.latencies: list[float] = []
         self.redacted = entries(store)
+        self.approval_sealed = seal_checker(keyring, "approval") if keyring is not None else None
+        self.decision_sealed = seal_checker(keyring, "decision") if keyring is not None else None
+        # What each (table row, policy) pair of recorded rules implies, derived once (only for
+        # pairs whose rules are both recorded: a missing one is reported at every approval).
+        self.derived: dict[tuple[str, str], Derived] = {}
+        self.policies: dict[str, Policy] = {}  # the recorded policies seen so far, by fingerprint
 
     def add(
         self, kind: FindingKind, tool: str, detail: str, approval: str | None = None, ex: int | None = None
@@ -87,64 +128,86 @@ class Scan:
 
     # -- approvals and their decisions
 
-    def approval(self, a: tuple[Any, ...], decisions: list[tuple[Any, ...]]) -> None:
-        approval_id, tool = a[col.A_ID], a[col.A_TOOL]
-        self.statuses[a[col.A_STATUS]] += 1
-        if a[col.A_DECIDED] is not None and a[col.A_STATUS] in ("approved", "executed"):
-            self.latencies.append(a[col.A_DECIDED] - a[col.A_CREATED])
-        redacted = is_redacted(a[col.A_ARGS])
+    def approval(self, a: tuple[Any, ...], decisions: list[tuple[Any, ...]]) -> Bar:
+        """Check one approval with its decisions; the bar its executions are held to."""
+        approval_id, tool, args, status = a[A_ID], a[A_TOOL], a[A_ARGS], a[A_STATUS]
+        self.statuses[status] += 1
+        if a[A_DECIDED] is not None and status in ("approved", "executed"):
+            self.latencies.append(a[A_DECIDED] - a[A_CREATED])
+        redacted = is_redacted(args)
+        recomputed = None
         if redacted:
-            self.redaction(("eg_approvals", approval_id), tool, a[col.A_ARGS], a[col.A_HASH], approval_id)
-        elif stored_args_hash(tool, a[col.A_ARGS]) != a[col.A_HASH]:
+            self.redaction(("eg_approvals", approval_id), tool, args, a[A_HASH], approval_id)
+        elif (recomputed := stored_args_hash(tool, args)) != a[A_HASH]:
             self.add(
                 "args_tampered", tool, "the stored arguments do not hash to the approval's hash", approval_id
             )
-        if self.keyring is not None and not sealed_values(
-            self.keyring, "approval", a[: col.A_SEAL], a[col.A_SEAL]
-        ):
+        if self.approval_sealed is not None and not self.approval_sealed(a[:A_SEAL], a[A_SEAL]):
             self.add("seal_broken", tool, "the approval's seal does not verify", approval_id)
-        row = self.rules.get(a[col.A_ROW_FP])
-        policy = self.policy(a[col.A_POLICY_FP], tool, approval_id)
-        if row is None:
-            self.add("rule_missing", tool, f"table row {a[col.A_ROW_FP][:12]} is not recorded", approval_id)
-        role, required = a[col.A_ROLE], a[col.A_REQUIRED]
-        if row is not None and policy is not None:
-            args: Any = {}
-            if row.get("escalate"):  # only escalation rules read the arguments
-                try:
-                    args = json.loads(a[col.A_ARGS])
-                except ValueError:
-                    args = {}
-            effect = Effect(row["effect"])
-            needed = policy.approvals_needed(effect)
-            roles = possible_roles(row, args)
-            if redacted:  # the erased arguments cannot be evaluated: any role of the row
-                roles |= {r["role"] for r in row.get("escalate", ())}
-            if a[col.A_EFFECT] != effect or required != needed or role not in roles:
+        role, required = a[A_ROLE], a[A_REQUIRED]
+        rule = self.derived.get((a[A_ROW_FP], a[A_POLICY_FP])) or self.derive(a)
+        policy = rule.policy if rule is not None else self.rules.policy(a[A_POLICY_FP])
+        if rule is not None:
+            roles = rule.roles if rule.roles is not None and not redacted else _roles(rule, args, redacted)
+            effect, needed = rule.effect, rule.needed
+            if a[A_EFFECT] != effect or required != needed or role not in roles:
                 self.add(
                     "bar_lowered",
                     tool,
-                    f"recorded {a[col.A_EFFECT]}, role {role}, {required} approver(s); the rule at the "
+                    f"recorded {a[A_EFFECT]}, role {role}, {required} approver(s); the rule at the "
                     f"time says {effect}, role {' or '.join(sorted(roles))}, {needed} approver(s)",
                     approval_id,
                 )
             # The bar an execution is held to: never lower than what the rule at the time says.
             role = role if role in roles else sorted(roles)[0]
             required = max(required, needed)
-        if a[col.A_STATUS] == "approved":
+        if status == "approved":
             self.changed_since_approval(a)
-        rounds: dict[tuple[int, int], set[str]] = defaultdict(set)
-        for d in decisions:
-            if not self._decision(a, d, policy, role):
-                continue
-            if d[col.D_DECISION] == "approve":
-                rounds[(d[col.D_VERSION], d[col.D_ROUND])].add(d[col.D_APPROVER])
         approvers: dict[int, int] = {}
-        for (version, _), people in rounds.items():
-            approvers[version] = max(approvers.get(version, 0), len(people))
-        self.bars[approval_id] = Bar(
-            a[col.A_VERSION], a[col.A_HASH], a[col.A_ROW_FP], a[col.A_EFFECT], role, required, approvers
+        if len(decisions) == 1:  # the usual case: one decision, one round
+            if self._decision(a, decisions[0], policy, role):
+                approvers[decisions[0][D_VERSION]] = 1
+        elif decisions:
+            rounds: dict[tuple[int, int], set[str]] = defaultdict(set)
+            for d in decisions:
+                if self._decision(a, d, policy, role):
+                    rounds[(d[D_VERSION], d[D_ROUND])].add(d[D_APPROVER])
+            for (version, _), people in rounds.items():
+                approvers[version] = max(approvers.get(version, 0), len(people))
+        return Bar(
+            a[A_VERSION],
+            a[A_HASH],
+            a[A_ROW_FP],
+            a[A_EFFECT],
+            role,
+            required,
+            approvers,
+            tool,
+            args,
+            recomputed,
         )
+
+    def derive(self, a: tuple[Any, ...]) -> Derived | None:
+        """What the approval's recorded table row and policy imply (kept for the next approval
+        made under both), or None, reporting what is not recorded (at every approval)."""
+        tool, approval_id = a[A_TOOL], a[A_ID]
+        row = self.rules.get(a[A_ROW_FP])
+        policy = self.policy(a[A_POLICY_FP], tool, approval_id)
+        if row is None:
+            self.add("rule_missing", tool, f"table row {a[A_ROW_FP][:12]} is not recorded", approval_id)
+        if row is None or policy is None:
+            return None
+        effect = Effect(row["effect"])
+        escalates = bool(row.get("escalate"))  # only escalation rules read the arguments
+        rule = Derived(
+            row,
+            policy,
+            effect,
+            policy.approvals_needed(effect),
+            None if escalates else frozenset(possible_roles(row, {})),
+        )
+        self.derived[(a[A_ROW_FP], a[A_POLICY_FP])] = rule
+        return rule
 
     def redaction(
         self,
@@ -163,11 +226,11 @@ class Scan:
         """An approved call that has not run, whose tool changed after the approval (a row of
         the same name recorded since, or, with `table`, the table's row now): the reviewer
         approved another tool, and the grant can no longer run (execute re-derives the row)."""
-        tool, fingerprint = a[col.A_TOOL], a[col.A_ROW_FP]
+        tool, fingerprint = a[A_TOOL], a[A_ROW_FP]
         recorded = self.rules.get(fingerprint)
         if recorded is not None and recorded.get("shadow") is True:
             return  # proposed in shadow mode: no grant exists, and a change of row is the switch to live
-        decided = a[col.A_DECIDED] if a[col.A_DECIDED] is not None else a[col.A_CREATED]
+        decided = a[A_DECIDED] if a[A_DECIDED] is not None else a[A_CREATED]
         since = [f for at, f in self.rules.rows_of(tool) if f != fingerprint and at >= decided]
         if since:
             now = f"row {since[-1][:12]} was recorded after the approval"
@@ -187,47 +250,50 @@ class Scan:
             tool,
             f"approved under row {fingerprint[:12]}, not executed; {now} (the tool changed since it "
             "was approved: its grant cannot run)",
-            a[col.A_ID],
+            a[A_ID],
         )
 
     def _decision(self, a: tuple[Any, ...], d: tuple[Any, ...], policy: Policy | None, role: str) -> bool:
-        """Report what is wrong with one decision; True when it counts as a valid approval."""
-        tool, approval_id = a[col.A_TOOL], a[col.A_ID]
-        if self.keyring is not None and not sealed_values(
-            self.keyring, "decision", d[: col.D_SEAL], d[col.D_SEAL]
-        ):
+        """Report what is wrong with one decision; True when it is an approval that counts."""
+        tool, approval_id = a[A_TOOL], a[A_ID]
+        if self.decision_sealed is not None and not self.decision_sealed(d[:D_SEAL], d[D_SEAL]):
             self.add(
                 "decision_forged",
                 tool,
-                f"decision {d[col.D_ID]} by {d[col.D_APPROVER]}: seal does not verify",
+                f"decision {d[D_ID]} by {d[D_APPROVER]}: seal does not verify",
                 approval_id,
             )
             return False
-        if d[col.D_DECISION] != "approve":
+        if d[D_DECISION] != "approve":
             return False
         ok = True
-        if policy is not None and not policy.role_satisfies(d[col.D_ROLE], a[col.A_ROLE]):
+        if policy is not None and not policy.role_satisfies(d[D_ROLE], a[A_ROLE]):
             self.add(
                 "wrong_role",
                 tool,
-                f"{d[col.D_APPROVER]} approved as {d[col.D_ROLE]}; {a[col.A_ROLE]} needed",
+                f"{d[D_APPROVER]} approved as {d[D_ROLE]}; {a[A_ROLE]} needed",
                 approval_id,
             )
             ok = False
-        if d[col.D_APPROVER] == a[col.A_USER] and not (policy is not None and policy.self_approval):
-            self.add("self_approved", tool, f"{d[col.D_APPROVER]} approved their own call", approval_id)
+        if d[D_APPROVER] == a[A_USER] and not (policy is not None and policy.self_approval):
+            self.add("self_approved", tool, f"{d[D_APPROVER]} approved their own call", approval_id)
             ok = False
-        return ok and (policy is None or policy.role_satisfies(d[col.D_ROLE], role))
+        return ok and (policy is None or policy.role_satisfies(d[D_ROLE], role))
 
     # -- executions
 
-    def execution(self, ex: tuple[Any, ...], runs: Counter[str]) -> None:
-        ex_id, approval_id, tool = ex[col.E_ID], ex[col.E_APPROVAL], ex[col.E_TOOL]
-        if is_redacted(ex[col.E_ARGS]):
-            self.redaction(
-                ("eg_executions", str(ex_id)), tool, ex[col.E_ARGS], ex[col.E_HASH], approval_id, ex_id
-            )
-        elif stored_args_hash(tool, ex[col.E_ARGS]) != ex[col.E_HASH]:
+    def execution(self, ex: tuple[Any, ...], runs: dict[str, int], bar: Bar | None) -> None:
+        """Check one execution against the bar of its approval (None: it has no approval record,
+        or none is needed), counting its runs of that approval in `runs`."""
+        ex_id, approval_id, tool, args = ex[E_ID], ex[E_APPROVAL], ex[E_TOOL], ex[E_ARGS]
+        if is_redacted(args):
+            self.redaction(("eg_executions", str(ex_id)), tool, args, ex[E_HASH], approval_id, ex_id)
+        elif (
+            # the same tool and argument text as the approval's hash the same: recomputed once
+            bar.recomputed
+            if bar is not None and bar.recomputed is not None and tool == bar.tool and args == bar.args_json
+            else stored_args_hash(tool, args)
+        ) != ex[E_HASH]:
             self.add(
                 "args_tampered",
                 tool,
@@ -235,25 +301,29 @@ class Scan:
                 approval_id,
                 ex_id,
             )
-        policy = self.policy(ex[col.E_POLICY_FP], tool, approval_id) if ex[col.E_POLICY_FP] else None
+        fingerprint = ex[E_POLICY_FP]
+        policy = self.policies.get(fingerprint) if fingerprint else None
+        if policy is None and fingerprint:
+            policy = self.policy(fingerprint, tool, approval_id)
+            if policy is not None:
+                self.policies[fingerprint] = policy
         spec = self.table.get(tool) if self.table is not None else None
-        effect = Effect(ex[col.E_EFFECT])
+        effect = _EFFECTS.get(ex[E_EFFECT]) or Effect(ex[E_EFFECT])
         gated_now = policy.gates(effect) if policy is not None else effect in GATED_CLASSES
         if not gated_now and approval_id is None:
             if spec is not None and spec.effect in GATED_CLASSES and spec.effect != effect:
                 self.add(
                     "reclassified",
                     tool,
-                    f"ran ungated as {ex[col.E_EFFECT]}; the table now says {spec.effect}",
+                    f"ran ungated as {ex[E_EFFECT]}; the table now says {spec.effect}",
                     ex=ex_id,
                 )
             return
-        bar = self.bars.get(approval_id) if approval_id else None
         if bar is None:
             self.add("no_approval", tool, "gated execution with no approval record", approval_id, ex_id)
             return
-        given = bar.approvers.get(ex[col.E_VERSION], 0) if ex[col.E_VERSION] is not None else 0
-        if ex[col.E_VERSION] != bar.version or given < bar.required:
+        given = bar.approvers.get(ex[E_VERSION], 0) if ex[E_VERSION] is not None else 0
+        if ex[E_VERSION] != bar.version or given < bar.required:
             self.add(
                 "not_approved",
                 tool,
@@ -261,19 +331,19 @@ class Scan:
                 approval_id,
                 ex_id,
             )
-        if ex[col.E_HASH] != bar.args_hash:
+        if ex[E_HASH] != bar.args_hash:
             self.add(
                 "hash_mismatch",
                 tool,
-                f"executed {ex[col.E_HASH][:12]}, approved {bar.args_hash[:12]}",
+                f"executed {ex[E_HASH][:12]}, approved {bar.args_hash[:12]}",
                 approval_id,
                 ex_id,
             )
-        if ex[col.E_STATUS] == "succeeded":
-            runs[approval_id] += 1
+        if ex[E_STATUS] == "succeeded":
+            runs[approval_id] = runs.get(approval_id, 0) + 1
             if runs[approval_id] == 2:
                 self.add("executed_twice", tool, "executed more than once", approval_id, ex_id)
-        if ex[col.E_ROW_FP] != bar.row_fingerprint:
+        if ex[E_ROW_FP] != bar.row_fingerprint:
             self.add(
                 "reclassified",
                 tool,
@@ -288,3 +358,18 @@ class Scan:
                 else f"is now {spec.effect}, role {spec.approver_role}"
             )
             self.add("reclassified", tool, f"approved as {bar.effect}; the tool {now}", approval_id, ex_id)
+
+
+def _roles(rule: Derived, args_json: str, redacted: bool) -> set[str]:
+    """The roles the rule can require for these arguments (any of its roles when they were
+    erased: they cannot be evaluated)."""
+    args: Any = {}
+    if rule.row.get("escalate"):
+        try:
+            args = json.loads(args_json)
+        except ValueError:
+            args = {}
+    roles = possible_roles(rule.row, args)
+    if redacted:
+        roles |= {r["role"] for r in rule.row.get("escalate", ())}
+    return roles

@@ -10,7 +10,7 @@ by the sealed fields and the signed grant token.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .canonical import ENCODE, hash_of_text
@@ -38,7 +38,7 @@ APPROVAL_FIELDS = (
 DECISION_FIELDS = ("approval_id", "version", "grant_round", "approver_id", "role", "decision")
 
 
-def _body(values: list[Any]) -> bytes:
+def _body(values: Sequence[Any]) -> bytes:
     # The sealed fields are text and integers: their JSON array, compact and in order, is one
     # C-level encode (a value of another type still encodes, the same way on both sides).
     return ENCODE(values).encode("utf-8", "surrogatepass")
@@ -76,14 +76,24 @@ def stored_args_hash(tool: str, args_json: str) -> str | None:
         return None
 
 
-def sealed_values(keyring: Keyring, purpose: str, values: Sequence[Any], seal: str | None) -> bool:
-    """Whether `seal` is the keyring's seal of `values` (the fields of `APPROVAL_FIELDS` or
-    `DECISION_FIELDS`, in order) for "approval" or "decision": what the audit checks on rows
-    it streams as tuples."""
-    return _verifies(keyring, purpose, list(values), seal or "")
+def seal_checker(keyring: Keyring, purpose: str) -> Callable[[Sequence[Any], Any], bool]:
+    """A function of (values, seal): whether `seal` is the keyring's seal of `values` (the fields
+    of `APPROVAL_FIELDS` or `DECISION_FIELDS`, in order) for `purpose`, "approval" or "decision".
+    For the audit, which checks a seal on every approval and decision it streams as tuples: the
+    keyring's own check (`Keyring.signature_check`), answering a bool instead of raising."""
+    check = keyring.signature_check(purpose)
+
+    def sealed(values: Sequence[Any], seal: Any) -> bool:
+        try:
+            data = _body(values)
+        except (ValueError, TypeError):
+            return False
+        return check(data, seal)
+
+    return sealed
 
 
-def _verifies(keyring: Keyring, purpose: str, values: list[Any], seal: str) -> bool:
+def _verifies(keyring: Keyring, purpose: str, values: Sequence[Any], seal: str) -> bool:
     if not seal:
         return False
     try:

@@ -22,13 +22,12 @@ ORM objects) and leaves counting to SQL: the event log, the largest table, is on
 from __future__ import annotations
 
 import json
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from . import _audit_rows as col
-from ._audit_rows import Merge
+from ._audit_rows import Bar, Merge
 from ._audit_scan import Finding, FindingKind, Scan
 from .chain import verify_chain
 from .effects import Policy
@@ -91,12 +90,13 @@ def audit(
     scan = Scan(store, table, keyring)
     succeeded = 0
 
-    def executed(ex: tuple[Any, ...], runs: Counter[str]) -> None:
+    def executed(ex: tuple[Any, ...], runs: dict[str, int], bar: Bar | None = None) -> None:
         nonlocal succeeded
-        if ex[col.E_STATUS] == "succeeded":
+        status = ex[col.E_STATUS]
+        if status == "succeeded":
             succeeded += 1
-        if ex[col.E_STATUS] in ("succeeded", "needs_reconciliation"):
-            scan.execution(ex, runs)
+        if status in ("succeeded", "needs_reconciliation"):
+            scan.execution(ex, runs, bar)
 
     with store.reading() as conn:
         # Three streams ordered by approval id, merged: each approval is checked with its own
@@ -106,18 +106,17 @@ def audit(
         for a in store.audit_rows(conn, "approvals"):
             approval_id = a[col.A_ID]
             for orphan in executions.before(approval_id):
-                executed(orphan, Counter())
+                executed(orphan, {})
             for _ in decisions.before(approval_id):  # a decision for no approval allows nothing
                 pass
-            scan.approval(a, list(decisions.take(approval_id)))
-            runs: Counter[str] = Counter()
+            bar = scan.approval(a, list(decisions.take(approval_id)))
+            runs: dict[str, int] = {}
             for ex in executions.take(approval_id):
-                executed(ex, runs)
-            scan.bars.pop(approval_id, None)
+                executed(ex, runs, bar)
         for orphan in executions.rest():
-            executed(orphan, Counter())
+            executed(orphan, {})
         for ex in store.audit_rows(conn, "other_executions"):
-            executed(ex, Counter())
+            executed(ex, {})
         counts = store.audit_counts(conn)
     statuses = scan.statuses
     proposals = sum(statuses.values()) - statuses["rejected"]
