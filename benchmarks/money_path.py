@@ -1,8 +1,9 @@
 """(b) The money path: propose, approve and execute a no-op money tool, against raw commits.
 
-By the code (gate.py, _execution.py) the path is four write transactions, each one commit:
-`call` -> `_propose` (1), `approve` (1), `execute` -> `_execute_flow` (verify the token, claim
-the key, mark the token used: 1) and `_run_claimed` (store the result, mark executed: 1).
+By the code (gate.py, _execution.py, _settle.py) the path is four write transactions, each one
+commit: `call` -> `Proposals.propose` (1), `approve` (1), `execute` -> `execute_flow` in
+`_execution.py` (verify the token, claim the key, mark the token used: 1) and
+`Settlement.run_claimed` in `_settle.py` (store the result, mark executed: 1).
 `count_commits` checks that on one untimed cycle; the baseline then times four `sqlite3`
 commits of the same writes (see `_raw.py`), measured in the same run.
 """

@@ -313,9 +313,8 @@ class Decisions:
             raise UnknownApproval(approval_id)
         if not approval_intact(self.keyring, row):
             raise TamperedRecord(approval_id, broken(self.keyring, row))
-        if row.status == "pending" and row.expires_at <= self.clock.now():
-            self.ledger.expire_due(conn, approval_id=approval_id)
-            return None
+        if row.status == "pending" and not self.ledger.expire_lapsed(conn, [row]):
+            return None  # it lapsed: now marked expired
         if row.status not in allow:
             if row.status == "expired":
                 raise ApprovalExpired(approval_id)

@@ -161,9 +161,10 @@ class Execution:
             self.notices.unknown_outcome(row, key, deferred.reason, deferred.provider_ref)
             raise deferred
         assert isinstance(claim, Claimed)
+        call = context_of(row)
         tool_context = ToolContext(
             idempotency_key=key,
-            call=context_of(row),
+            call=call,
             approval_id=row.id,
             version=row.version,
             attempt=claim.attempt,
@@ -172,7 +173,7 @@ class Execution:
             spec,
             json.loads(row.args_json),
             row.args_hash,
-            context_of(row),
+            call,
             key=key,
             owner=claim.owner,
             tool_context=tool_context,

@@ -119,10 +119,15 @@ class Ledger:
 
     # -- expiry
 
-    def expire_due(self, conn: Any, *, session_id: str | None = None, approval_id: str | None = None) -> None:
-        """Mark pending approvals past their deadline as expired, inside `conn`."""
+    def expire_lapsed(self, conn: Any, pending: list[ApprovalRow]) -> list[ApprovalRow]:
+        """Of `pending` approvals (as read in `conn`), mark those past their deadline as expired;
+        the others, in their order."""
         now = self.clock.now()
-        for row in self.store.approvals_due(conn, now, session_id=session_id, approval_id=approval_id):
+        self._expire(conn, [r for r in pending if r.expires_at <= now], now)
+        return [r for r in pending if r.expires_at > now]
+
+    def _expire(self, conn: Any, due: list[ApprovalRow], now: float) -> None:
+        for row in due:
             if self.store.update_approval(
                 conn, row.id, expect_status=["pending"], values={"status": "expired", "updated_at": now}
             ):
@@ -131,7 +136,8 @@ class Ledger:
     def expire(self) -> None:
         """Mark every pending approval past its deadline as expired (also done lazily)."""
         with self.store.transaction() as conn:
-            self.expire_due(conn)
+            now = self.clock.now()
+            self._expire(conn, self.store.approvals_due(conn, now), now)
 
     # -- cards
 

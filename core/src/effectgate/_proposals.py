@@ -114,7 +114,7 @@ class Proposals:
     ) -> Outcome:
         self.store.lock(conn, f"session:{ctx.session_id}")
         self.store.lock(conn, f"subject:{subject_key}")
-        self.ledger.expire_due(conn, session_id=ctx.session_id)
+        waiting = self.ledger.expire_lapsed(conn, self.store.pending_of_session(conn, ctx.session_id))
         existing = self.store.approval_for_key(conn, intent)
         if existing is not None and existing.status != "pending":
             return self.replayed(conn, existing, frozen, ctx)
@@ -156,7 +156,9 @@ class Proposals:
                 tool=spec.name,
                 approval_id=row.id,
             )
-        pending = existing or self.store.pending_in_session(conn, ctx.session_id, spec.name, subject_key)
+        pending = existing or next(
+            (r for r in waiting if r.tool == spec.name and r.subject_key == subject_key), None
+        )
         if pending is not None:
             return self.amend(
                 conn,
@@ -183,7 +185,7 @@ class Proposals:
                 [self.events.event("refused", spec=spec, ctx=ctx, code="subject_busy", busy=busy.id)],
             )
             return Refused(code="subject_busy", message=message, tool=spec.name, approval_id=busy.id)
-        if self.store.count_pending(conn, ctx.session_id) >= self.policy.max_pending_per_session:
+        if len(waiting) >= self.policy.max_pending_per_session:
             self.store.append_events(
                 conn, [self.events.event("refused", spec=spec, ctx=ctx, code="too_many_pending")]
             )

@@ -72,8 +72,12 @@ class Card:
         args = json.loads(row.args_json)
         subject = json.loads(row.subject_json) if row.subject_json else None
         notes = json.loads(row.notes_json)
-        warnings = ((TAMPERED_WARNING,) if not intact else ()) + text_warnings(
-            {"args": args, "subject": subject}
+        stored = row.args_json + (row.subject_json or "")
+        # JSON text of printable ASCII with no escape decodes to printable ASCII strings only,
+        # which `text_warnings` passes: the common case skips the walk over the values
+        plain = stored.isascii() and stored.isprintable() and "\\" not in stored
+        warnings = ((TAMPERED_WARNING,) if not intact else ()) + (
+            () if plain else text_warnings({"args": args, "subject": subject})
         )
         if row.args_json.startswith(REDACTED_PREFIX):
             warnings += (REDACTED_NOTE,)

@@ -104,7 +104,13 @@ def observed(conn: Connection) -> bool:
     return bool(dispatch.before_cursor_execute) or bool(dispatch.after_cursor_execute)
 
 
-def run(conn: Connection, sql: str, params: Mapping[str, Any] | None = None) -> Any:
+def direct(conn: Connection) -> Any:
+    """`conn`'s driver connection when nothing observes its statements (`observed`), else None:
+    what `run` and `run_many` decide per statement, for a caller to decide once per checkout."""
+    return None if observed(conn) else conn.connection.driver_connection
+
+
+def run(conn: Connection, sql: str, params: Mapping[str, Any] | None = None, *, driver: Any = None) -> Any:
     """Execute plain driver-level `sql` (already in the driver's paramstyle, see `driver_sql`) in
     `conn`'s transaction; a DBAPI cursor (or, when observed, a result) with fetchone/fetchall.
 
@@ -112,10 +118,11 @@ def run(conn: Connection, sql: str, params: Mapping[str, Any] | None = None) -> 
     machinery cost more CPU per statement than SQLite took to run it. Both drivers cache the
     statement (sqlite3 its prepared statement, psycopg a server-side one after a few runs). When
     something listens to cursor events the statement goes through SQLAlchemy, so they still
-    see every statement."""
-    if observed(conn):
-        return conn.exec_driver_sql(sql, None if params is None else dict(params))
-    driver: Any = conn.connection.driver_connection
+    see every statement. `driver`: `direct(conn)`, when the caller took it for this checkout."""
+    if driver is None:
+        if observed(conn):
+            return conn.exec_driver_sql(sql, None if params is None else dict(params))
+        driver = conn.connection.driver_connection
     try:
         return driver.execute(sql, params) if params is not None else driver.execute(sql)
     except Exception as exc:
@@ -128,14 +135,15 @@ def _raise(conn: Connection, exc: Exception, sql: str, params: Any) -> NoReturn:
     conn._handle_dbapi_exception(exc, sql, params, None, None)
 
 
-def run_many(conn: Connection, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+def run_many(conn: Connection, sql: str, rows: Sequence[Sequence[Any]], *, driver: Any = None) -> None:
     """Execute driver-level `sql` once per row of positional parameters (`insert_many_sql`), as
     `run` does: one statement for one row; sqlite3's executemany; psycopg's, on a cursor (it
     pipelines the rows in one round trip)."""
-    if observed(conn):
-        conn.exec_driver_sql(sql, [tuple(r) for r in rows])
-        return
-    driver: Any = conn.connection.driver_connection
+    if driver is None:
+        if observed(conn):
+            conn.exec_driver_sql(sql, [tuple(r) for r in rows])
+            return
+        driver = conn.connection.driver_connection
     try:
         if len(rows) == 1:
             driver.execute(sql, rows[0])

@@ -69,36 +69,26 @@ APPROVAL_FOR_KEY = (
     'JOIN eg_intent_keys k ON k.approval_id = a.id WHERE k."key" = :p_key'
 )
 KEY_VERSION = 'SELECT version FROM eg_intent_keys WHERE "key" = :p_key'
-PENDING_IN_SESSION = (
-    f"{_APPROVAL} WHERE session_id = :p_session AND tool = :p_tool AND subject_key = :p_subject "
-    "AND status = 'pending' ORDER BY created_at DESC LIMIT 1"
+PENDING_OF_SESSION = (
+    f"{_APPROVAL} WHERE session_id = :p_session AND status = 'pending' ORDER BY created_at DESC"
 )
 IN_FLIGHT_ELSEWHERE = (
     f"{_APPROVAL} WHERE subject_key = :p_subject AND session_id <> :p_session AND ("
     "(status = 'pending' AND expires_at > :p_now) OR (status = 'approved' AND "
     "(token_expires_at > :p_now OR token_used_at IS NOT NULL))) ORDER BY created_at LIMIT 1"
 )
-COUNT_PENDING = "SELECT count(*) FROM eg_approvals WHERE session_id = :p_session AND status = 'pending'"
 INSERT_APPROVAL = _insert("eg_approvals", APPROVAL_COLUMNS)
 ADD_KEY = f'{_insert("eg_intent_keys", KEY_COLUMNS)} ON CONFLICT ("key") DO NOTHING RETURNING "key"'
 ADD_DECISION = _insert("eg_decisions", DECISION_INSERT)
 APPEND_EXECUTION = _insert("eg_executions", EXECUTION_COLUMNS)
 _DECISIONS = f"SELECT {_list(DECISION_COLUMNS)} FROM eg_decisions WHERE approval_id = :p_id"
 DECISIONS = f"{_DECISIONS} ORDER BY id"
+APPROVALS_DUE = f"{_APPROVAL} WHERE status = 'pending' AND expires_at <= :p_now"
 DECISIONS_OF_VERSION = f"{_DECISIONS} AND version = :p_version ORDER BY id"
 
 _IDEMPOTENCY = _list(IDEMPOTENCY_COLUMNS)
 LOAD = f'SELECT {_IDEMPOTENCY} FROM eg_idempotency WHERE "key" = :p_key'
 CLAIM = f'{_insert("eg_idempotency", CLAIM_COLUMNS)} ON CONFLICT ("key") DO NOTHING RETURNING "key"'
-
-
-def approvals_due(*, by_session: bool, by_id: bool) -> str:
-    sql = f"{_APPROVAL} WHERE status = 'pending' AND expires_at <= :p_now"
-    if by_session:
-        sql += " AND session_id = :p_session"
-    if by_id:
-        sql += " AND id = :p_id"
-    return sql
 
 
 def update_approval(statuses: Sequence[str], *, with_version: bool, keys: Sequence[str]) -> str:

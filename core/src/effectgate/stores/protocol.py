@@ -118,19 +118,15 @@ class ApprovalLedger(Protocol):
     def key_version(self, conn: Any, key: str) -> int | None:
         """The approval version an intent key was recorded against, or None."""
 
-    def pending_in_session(
-        self, conn: Any, session_id: str, tool: str, subject_key: str
-    ) -> ApprovalRow | None:
-        """The session's newest pending approval of `tool` on the subject, or None."""
+    def pending_of_session(self, conn: Any, session_id: str) -> list[ApprovalRow]:
+        """The session's pending approvals (status pending, deadline passed or not), newest first."""
 
     def in_flight_elsewhere(
         self, conn: Any, subject_key: str, session_id: str, now: float
     ) -> ApprovalRow | None:
         """Another session's approval on the subject that is pending, or granted and usable."""
 
-    def approvals_due(
-        self, conn: Any, now: float, *, session_id: str | None = None, approval_id: str | None = None
-    ) -> list[ApprovalRow]:
+    def approvals_due(self, conn: Any, now: float) -> list[ApprovalRow]:
         """Pending approvals whose deadline has passed."""
 
     def approvals_expiring(self, conn: Any, now: float, until: float) -> list[ApprovalRow]:
@@ -138,9 +134,6 @@ class ApprovalLedger(Protocol):
 
     def has_event(self, conn: Any, kind: str, approval_id: str, version: int) -> bool:
         """Whether an event of `kind` is recorded for this approval version."""
-
-    def count_pending(self, conn: Any, session_id: str) -> int:
-        """How many approvals of the session are pending."""
 
     def subject_history(
         self, conn: Any, tool: str, subject_key: str, exclude: str | None

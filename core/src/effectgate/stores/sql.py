@@ -23,6 +23,7 @@ from . import _queries as Q
 from . import _statements as S
 from ._aggregates import AggregateSQL
 from ._chain import ChainSQL
+from ._reading import ReadingSQL
 from ._redaction import RedactionSQL
 from .base import IdempotencyRecord, IdempotencyStore, Status
 from .records import (
@@ -32,8 +33,6 @@ from .records import (
     SCHEMA_VERSION,
     ApprovalRow,
     DecisionRow,
-    EventRow,
-    ExecutionRow,
     RuleRow,
 )
 
@@ -43,7 +42,7 @@ def open_store(url: str = "sqlite:///effectgate.db", *, clock: Clock | None = No
     return SQLStore(_dialect.make_engine(url), clock=clock or SYSTEM_CLOCK, url=url)
 
 
-class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, IdempotencyStore):
+class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, ReadingSQL, IdempotencyStore):
     """Approvals, decisions, intent keys, executions, events and idempotency records."""
 
     def __init__(self, engine: Engine, *, clock: Clock = SYSTEM_CLOCK, url: str = "") -> None:
@@ -53,6 +52,8 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, IdempotencyStore):
         self._ready = False
         self._stmts: dict[tuple[Any, ...], Any] = {}
         self._texts: dict[str, str] = {}
+        #: the driver connection of each connection `_connected` checked out that nothing observes
+        self._direct: dict[Connection, Any] = {}
 
     def _q(self, key: tuple[Any, ...], build: Callable[[], Any]) -> Any:
         """A statement built once per shape and reused: SQLAlchemy memoizes the cache key of a
@@ -69,7 +70,7 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, IdempotencyStore):
         text = self._texts.get(sql)
         if text is None:
             text = self._texts[sql] = _dialect.driver_sql(conn, sql)
-        return _dialect.run(conn, text, params)
+        return _dialect.run(conn, text, params, driver=self._direct.get(conn))
 
     # -- lifecycle
 
@@ -159,14 +160,20 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, IdempotencyStore):
         if not self._ready:
             self.check()
         with self.engine.connect() as conn:
-            if _dialect.observed(conn):
+            driver = _dialect.direct(conn)
+            if driver is None:
                 with conn.begin():
                     yield conn
-            elif begin:
-                with _dialect.driver_transaction(conn):
+                return
+            self._direct[conn] = driver  # read by `_x`: nothing observes this checkout
+            try:
+                if begin:
+                    with _dialect.driver_transaction(conn):
+                        yield conn
+                else:
                     yield conn
-            else:
-                yield conn
+            finally:
+                del self._direct[conn]
 
     def transaction(self) -> AbstractContextManager[Connection]:
         return self._connected(begin=True)
@@ -249,11 +256,11 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, IdempotencyStore):
         row = self._x(conn, S.KEY_VERSION, {"p_key": key}).fetchone()
         return None if row is None else int(row[0])
 
-    def pending_in_session(
-        self, conn: Connection, session_id: str, tool: str, subject_key: str
-    ) -> ApprovalRow | None:
-        params = {"p_session": session_id, "p_tool": tool, "p_subject": subject_key}
-        return self._approval(conn, S.PENDING_IN_SESSION, params)
+    def pending_of_session(self, conn: Connection, session_id: str) -> list[ApprovalRow]:
+        """The session's pending approvals, lapsed or not, newest first (one read for what
+        propose needs: the lapsed ones, the one it may amend, and how many wait)."""
+        rows = self._x(conn, S.PENDING_OF_SESSION, {"p_session": session_id}).fetchall()
+        return [S.approval_of(r) for r in rows]
 
     def in_flight_elsewhere(
         self, conn: Connection, subject_key: str, session_id: str, now: float
@@ -263,14 +270,9 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, IdempotencyStore):
         params = {"p_subject": subject_key, "p_session": session_id, "p_now": now}
         return self._approval(conn, S.IN_FLIGHT_ELSEWHERE, params)
 
-    def approvals_due(
-        self, conn: Connection, now: float, *, session_id: str | None = None, approval_id: str | None = None
-    ) -> list[ApprovalRow]:
+    def approvals_due(self, conn: Connection, now: float) -> list[ApprovalRow]:
         """Pending approvals whose deadline has passed."""
-        by_session, by_id = session_id is not None, approval_id is not None
-        sql = self._q(("due", by_session, by_id), lambda: S.approvals_due(by_session=by_session, by_id=by_id))
-        params = {"p_now": now, "p_session": session_id, "p_id": approval_id}
-        return [S.approval_of(r) for r in self._x(conn, sql, params).fetchall()]
+        return [S.approval_of(r) for r in self._x(conn, S.APPROVALS_DUE, {"p_now": now}).fetchall()]
 
     def approvals_expiring(self, conn: Connection, now: float, until: float) -> list[ApprovalRow]:
         """Pending approvals still open at `now` whose deadline falls at or before `until`."""
@@ -281,9 +283,6 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, IdempotencyStore):
         """Whether an event of `kind` is recorded for this approval version (read in `conn`)."""
         params = {"p_kind": kind, "p_id": approval_id, "p_version": version}
         return conn.execute(self._q(("has_event",), Q.has_event), params).first() is not None
-
-    def count_pending(self, conn: Connection, session_id: str) -> int:
-        return int(self._x(conn, S.COUNT_PENDING, {"p_session": session_id}).fetchone()[0])
 
     def subject_history(
         self, conn: Connection, tool: str, subject_key: str, exclude: str | None
@@ -367,7 +366,7 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, IdempotencyStore):
             row[Q._DETAIL_AT] = detail if isinstance(detail, str) else json.dumps(detail or {}, default=str)
             rows.append(row)
         sql = self._q(("events",), lambda: _dialect.insert_many_sql(conn, "eg_events", Q._EVENT_COLUMNS))
-        _dialect.run_many(conn, sql, rows)
+        _dialect.run_many(conn, sql, rows, driver=self._direct.get(conn))
 
     def append_reads(self, conn: Connection, rows: Sequence[tuple[Any, ...]]) -> None:
         """Append read records, each a tuple in `records.READ_COLUMNS` order (one executemany)."""
@@ -376,54 +375,3 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, IdempotencyStore):
 
     def append_execution(self, conn: Connection, **values: Any) -> None:
         self._x(conn, S.APPEND_EXECUTION, {**S.EXECUTION_DEFAULTS, "at": self.clock.now(), **values})
-
-    # -- reading for the CLI, the audit and the export
-
-    def approvals(
-        self,
-        *,
-        status: str | Sequence[str] | None = None,
-        role: str | None = None,
-        session_id: str | None = None,
-        limit: int | None = None,
-    ) -> list[ApprovalRow]:
-        q = sa.select(Q.T_APPROVALS)
-        if status is not None:
-            q = q.where(Q.T_APPROVALS.c.status.in_([status] if isinstance(status, str) else list(status)))
-        if role is not None:
-            q = q.where(Q.T_APPROVALS.c.approver_role == role)
-        if session_id is not None:
-            q = q.where(Q.T_APPROVALS.c.session_id == session_id)
-        q = q.order_by(Q.T_APPROVALS.c.created_at.desc(), Q.T_APPROVALS.c.id)
-        if limit is not None:
-            q = q.limit(limit)
-        with self.reading() as conn:
-            return [Q._approval_of(r) for r in conn.execute(q)]
-
-    def get_approval(self, approval_id: str) -> ApprovalRow | None:
-        with self.reading() as conn:
-            return self.approval(conn, approval_id)
-
-    def executions(self, *, approval_id: str | None = None, tool: str | None = None) -> list[ExecutionRow]:
-        q = sa.select(Q.T_EXECUTIONS)
-        if approval_id is not None:
-            q = q.where(Q.T_EXECUTIONS.c.approval_id == approval_id)
-        if tool is not None:
-            q = q.where(Q.T_EXECUTIONS.c.tool == tool)
-        with self.reading() as conn:
-            return [ExecutionRow(**r._mapping) for r in conn.execute(q.order_by(Q.T_EXECUTIONS.c.id))]
-
-    def events(self, *, kind: str | None = None, approval_id: str | None = None) -> list[EventRow]:
-        q = sa.select(Q.T_EVENTS)
-        if kind is not None:
-            q = q.where(Q.T_EVENTS.c.kind == kind, *(() if kind == "read" else (Q.NOT_READ,)))
-        if approval_id is not None:
-            q = q.where(Q.T_EVENTS.c.approval_id == approval_id)
-        with self.reading() as conn:
-            return [EventRow(**r._mapping) for r in conn.execute(q.order_by(Q.T_EVENTS.c.id))]
-
-    def all_decisions(self) -> list[DecisionRow]:
-        with self.reading() as conn:
-            return [
-                Q._decision_of(r) for r in conn.execute(sa.select(Q.T_DECISIONS).order_by(Q.T_DECISIONS.c.id))
-            ]

@@ -1,0 +1,74 @@
+"""The store's reading for the CLI, the audit and the export: whole lists of rows, each in a
+read-only transaction of its own (`SQLStore.reading`); mixed into `SQLStore`
+(`protocol.ApprovalLedger` documents them)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from . import _queries as Q
+from .records import ApprovalRow, DecisionRow, EventRow, ExecutionRow
+
+
+class ReadingSQL:
+    """Whole lists of ledger rows, each read in its own read-only transaction; mixed into
+    `SQLStore`, whose `reading` and `approval` the two stubs below name for the type checker."""
+
+    def reading(self) -> AbstractContextManager[Connection]:
+        raise NotImplementedError  # `SQLStore.reading`
+
+    def approval(self, conn: Connection, approval_id: str) -> ApprovalRow | None:
+        raise NotImplementedError  # `SQLStore.approval`
+
+    def approvals(
+        self,
+        *,
+        status: str | Sequence[str] | None = None,
+        role: str | None = None,
+        session_id: str | None = None,
+        limit: int | None = None,
+    ) -> list[ApprovalRow]:
+        q = sa.select(Q.T_APPROVALS)
+        if status is not None:
+            q = q.where(Q.T_APPROVALS.c.status.in_([status] if isinstance(status, str) else list(status)))
+        if role is not None:
+            q = q.where(Q.T_APPROVALS.c.approver_role == role)
+        if session_id is not None:
+            q = q.where(Q.T_APPROVALS.c.session_id == session_id)
+        q = q.order_by(Q.T_APPROVALS.c.created_at.desc(), Q.T_APPROVALS.c.id)
+        if limit is not None:
+            q = q.limit(limit)
+        with self.reading() as conn:
+            return [Q._approval_of(r) for r in conn.execute(q)]
+
+    def get_approval(self, approval_id: str) -> ApprovalRow | None:
+        with self.reading() as conn:
+            return self.approval(conn, approval_id)
+
+    def executions(self, *, approval_id: str | None = None, tool: str | None = None) -> list[ExecutionRow]:
+        q = sa.select(Q.T_EXECUTIONS)
+        if approval_id is not None:
+            q = q.where(Q.T_EXECUTIONS.c.approval_id == approval_id)
+        if tool is not None:
+            q = q.where(Q.T_EXECUTIONS.c.tool == tool)
+        with self.reading() as conn:
+            return [ExecutionRow(**r._mapping) for r in conn.execute(q.order_by(Q.T_EXECUTIONS.c.id))]
+
+    def events(self, *, kind: str | None = None, approval_id: str | None = None) -> list[EventRow]:
+        q = sa.select(Q.T_EVENTS)
+        if kind is not None:
+            q = q.where(Q.T_EVENTS.c.kind == kind, *(() if kind == "read" else (Q.NOT_READ,)))
+        if approval_id is not None:
+            q = q.where(Q.T_EVENTS.c.approval_id == approval_id)
+        with self.reading() as conn:
+            return [EventRow(**r._mapping) for r in conn.execute(q.order_by(Q.T_EVENTS.c.id))]
+
+    def all_decisions(self) -> list[DecisionRow]:
+        with self.reading() as conn:
+            return [
+                Q._decision_of(r) for r in conn.execute(sa.select(Q.T_DECISIONS).order_by(Q.T_DECISIONS.c.id))
+            ]
