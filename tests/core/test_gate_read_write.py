@@ -196,6 +196,18 @@ def test_reads_made_from_many_threads_while_flushing_are_each_written_once(
     assert set(hashes) == expected
 
 
+def test_a_flush_of_many_reads_writes_each_once_in_order(make_gate: MakeGate, store: SQLStore) -> None:
+    """Reads are written 64 to a statement and the rest one by one: every record, in call order."""
+    gate = _lookup_gate(make_gate)
+    items = [f"item-{i}" for i in range(2 * 64 + 5)]
+    for item in items:
+        gate.call("lookup", {"item": item}, ctx())
+    gate.flush()
+    events = store.events(kind="read")
+    assert [e.args_hash for e in events] == [args_hash("lookup", {"item": item}) for item in items]
+    assert {(e.tool, e.session_id, e.agent_id) for e in events} == {("lookup", "s1", AGENT)}
+
+
 def test_a_batch_whose_write_fails_is_written_later_in_its_order(
     make_gate: MakeGate, store: SQLStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -222,6 +222,13 @@ def insert_many_sql(conn: Connection, table: str, columns: tuple[str, ...]) -> s
     return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join([mark] * len(columns))})"
 
 
+def insert_values_sql(conn: Connection, table: str, columns: tuple[str, ...], rows: int) -> str:
+    """A plain INSERT of `rows` rows in one VALUES list, for one flat list of their parameters."""
+    mark = "?" if conn.dialect.name == "sqlite" else "%s"
+    one = f"({', '.join([mark] * len(columns))})"
+    return f"INSERT INTO {table} ({', '.join(columns)}) VALUES {', '.join([one] * rows)}"
+
+
 def byte_order(conn: Connection) -> str:
     """The collation clause that makes ORDER BY compare text by bytes (code points), as Python
     compares strings: SQLite's default BINARY collation already does; PostgreSQL's database

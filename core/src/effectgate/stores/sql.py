@@ -7,6 +7,7 @@ ledger's primitives that the gate composes into its transactions. Dialect differ
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -35,6 +36,9 @@ from .records import (
     DecisionRow,
     RuleRow,
 )
+
+#: Read records written by one INSERT (14 parameters each: 896, under every SQLite's limit).
+READS_PER_STATEMENT = 64
 
 
 def open_store(url: str = "sqlite:///effectgate.db", *, clock: Clock | None = None) -> SQLStore:
@@ -369,9 +373,23 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, ReadingSQL, IdempotencyStor
         _dialect.run_many(conn, sql, rows, driver=self._direct.get(conn))
 
     def append_reads(self, conn: Connection, rows: Sequence[tuple[Any, ...]]) -> None:
-        """Append read records, each a tuple in `records.READ_COLUMNS` order (one executemany)."""
-        if rows:
-            conn.exec_driver_sql(_dialect.insert_many_sql(conn, "eg_events", READ_COLUMNS), list(rows))
+        """Append read records, each a tuple in `records.READ_COLUMNS` order: 64 rows to a
+        statement (one VALUES list: SQLite spends about a fifth less CPU per row than on one
+        statement per row), the rest one executemany."""
+        whole = len(rows) - len(rows) % READS_PER_STATEMENT
+        if whole:
+            sql = self._q(
+                ("reads", READS_PER_STATEMENT),
+                lambda: _dialect.insert_values_sql(conn, "eg_events", READ_COLUMNS, READS_PER_STATEMENT),
+            )
+            chunks = [
+                list(itertools.chain.from_iterable(rows[i : i + READS_PER_STATEMENT]))
+                for i in range(0, whole, READS_PER_STATEMENT)
+            ]
+            _dialect.run_many(conn, sql, chunks)
+        if whole < len(rows):
+            sql = self._q(("reads", 1), lambda: _dialect.insert_many_sql(conn, "eg_events", READ_COLUMNS))
+            _dialect.run_many(conn, sql, list(rows[whole:]))
 
     def append_execution(self, conn: Connection, **values: Any) -> None:
         self._x(conn, S.APPEND_EXECUTION, {**S.EXECUTION_DEFAULTS, "at": self.clock.now(), **values})
