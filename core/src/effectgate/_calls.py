@@ -21,11 +21,12 @@ from typing import Any
 
 from . import flow
 from ._deps import Deps, Events
-from ._execution import WRITE_PREFIX, Execution
+from ._execution import WRITE_PREFIX
 from ._ledger import in_scope
 from ._notice import Notices
 from ._proposals import Proposals
 from ._readlog import ReadLog
+from ._settle import Settlement
 from ._telemetry import Spans
 from .canonical import canonical_text, freeze_plain, hash_of_text, key_of
 from .context import CallContext, ToolContext
@@ -54,7 +55,7 @@ class Calls:
         notices: Notices,
         reads: ReadLog,
         proposals: Proposals,
-        execution: Execution,
+        settlement: Settlement,
         spans: Spans,
     ) -> None:
         self.table = deps.table
@@ -65,7 +66,7 @@ class Calls:
         self.notices = notices
         self.reads = reads
         self.proposals = proposals
-        self.execution = execution
+        self.settlement = settlement
         self.spans = spans
 
     def step_flow(self, calls: Sequence[ToolCallLike], ctx: CallContext) -> flow.Flow[list[Outcome]]:
@@ -209,7 +210,7 @@ class Calls:
             log.debug("write replayed: tool=%s key=%s", spec.name, key)
             return Executed(tool=spec.name, result=claim.result, replay=True, idempotency_key=key)
         tool_context = ToolContext(idempotency_key=key, call=ctx, attempt=claim.attempt)
-        result = yield from self.execution.run_claimed(
+        result = yield from self.settlement.run_claimed(
             spec,
             args,
             frozen,

@@ -55,7 +55,9 @@ def exec_key(row: ApprovalRow) -> str:
 class Execution:
     """Runs approved calls and writes once; see the module docstring."""
 
-    def __init__(self, deps: Deps, events: Events, ledger: Ledger, notices: Notices) -> None:
+    def __init__(
+        self, deps: Deps, events: Events, ledger: Ledger, notices: Notices, settlement: Settlement
+    ) -> None:
         self.table = deps.table
         self.store = deps.store
         self.policy = deps.policy
@@ -64,10 +66,7 @@ class Execution:
         self.events = events
         self.ledger = ledger
         self.notices = notices
-        self.settlement = Settlement(deps, events, notices)
-        # Writes (`_calls.py`) and reconciliation run a claimed operation through these too.
-        self.run_claimed = self.settlement.run_claimed
-        self.fail_approval = self.settlement.fail_approval
+        self.settlement = settlement
 
     def execute_flow(self, token: str, args: Mapping[str, Any] | None) -> flow.Flow[Executed]:
         deferred: NeedsReconciliation | None = None
@@ -169,7 +168,7 @@ class Execution:
             version=row.version,
             attempt=claim.attempt,
         )
-        result = yield from self.run_claimed(
+        result = yield from self.settlement.run_claimed(
             spec,
             json.loads(row.args_json),
             row.args_hash,

@@ -19,10 +19,11 @@ from typing import Any
 
 from . import flow
 from ._deps import Deps, Events
-from ._execution import EXEC_PREFIX, WRITE_PREFIX, Execution, exec_key
+from ._execution import EXEC_PREFIX, WRITE_PREFIX, exec_key
 from ._ledger import Ledger, context_of
 from ._notice import Notices
 from ._seal import approval_intact, broken
+from ._settle import Settlement
 from .context import Approver, ToolContext
 from .errors import PolicyViolation, TamperedRecord, UnknownApproval, WrongApprover
 from .outcomes import Executed
@@ -51,7 +52,7 @@ class Reconciliation:
     """Stored results, reconcile, settle, recover; see the module docstring."""
 
     def __init__(
-        self, deps: Deps, events: Events, ledger: Ledger, notices: Notices, execution: Execution
+        self, deps: Deps, events: Events, ledger: Ledger, notices: Notices, settlement: Settlement
     ) -> None:
         self.table = deps.table
         self.store = deps.store
@@ -61,7 +62,7 @@ class Reconciliation:
         self.events = events
         self.ledger = ledger
         self.notices = notices
-        self.execution = execution
+        self.settlement = settlement
 
     def result(self, approval_id: str) -> Executed | None:
         """The stored result of an executed approval (None while it has not succeeded)."""
@@ -151,7 +152,7 @@ class Reconciliation:
             version=row.version,
             attempt=claim.attempt,
         )
-        result = yield from self.execution.run_claimed(
+        result = yield from self.settlement.run_claimed(
             spec,
             json.loads(row.args_json),
             row.args_hash,
@@ -226,7 +227,7 @@ class Reconciliation:
         error = f"settled by {by}: did not happen"
         with self.store.transaction() as conn:
             self.store.release(key, error, conn=conn)
-            self.execution.fail_approval(conn, row, error)
+            self.settlement.fail_approval(conn, row, error)
             self.store.append_events(conn, [self.events.event("released", row=row, key=key, by=by)])
         log.info(
             "settled (it did not happen): approval=%s version=%d key=%s by=%r", row.id, row.version, key, by

@@ -40,6 +40,7 @@ from ._notice import Notices, Notify
 from ._proposals import Proposals
 from ._readlog import ReadLog
 from ._reconcile import Reconciliation
+from ._settle import Settlement
 from ._telemetry import Spans
 from .audit import AuditReport, audit
 from .context import Approver, CallContext
@@ -158,14 +159,21 @@ class EffectGate:
         self._events = Events(self.deps)
         self._ledger = Ledger(self.deps, self._events)
         self._notices = Notices(self.deps, self._events, self._ledger, notifiers, on_needs_reconciliation)
-        self._execution = Execution(self.deps, self._events, self._ledger, self._notices)
+        self._settlement = Settlement(self.deps, self._events, self._notices)
+        self._execution = Execution(self.deps, self._events, self._ledger, self._notices, self._settlement)
         self._proposals = Proposals(self.deps, self._events, self._ledger)
         self._calls = Calls(
-            self.deps, self._events, self._notices, self._reads, self._proposals, self._execution, self._spans
+            self.deps,
+            self._events,
+            self._notices,
+            self._reads,
+            self._proposals,
+            self._settlement,
+            self._spans,
         )
         self._decisions = Decisions(self.deps, self._events, self._ledger)
         self._reconciliation = Reconciliation(
-            self.deps, self._events, self._ledger, self._notices, self._execution
+            self.deps, self._events, self._ledger, self._notices, self._settlement
         )
         self.flows = Flows(
             self._calls, self._proposals, self._decisions, self._execution, self._ledger, self._spans
