@@ -113,6 +113,36 @@ def test_reused_token_is_refused_used(shop_gate: ShopGate, store: SQLStore) -> N
     assert len(store.executions()) == 1
 
 
+def test_a_grant_presented_while_its_first_run_settles_is_refused_used(
+    shop_gate: ShopGate, store: SQLStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first run stores its result and marks the approval executed in one commit, but under
+    READ COMMITTED that commit can land after a second presentation has read the approval as
+    approved and before it reads the run's record: the second reads the status again and is
+    refused `used`, not answered with the first run's result."""
+    if store.engine.dialect.name == "sqlite":
+        pytest.skip("SQLite runs the two transactions one after the other (BEGIN IMMEDIATE)")
+    shop, gate = shop_gate
+    grant = granted(gate)
+    first = gate.flows.execute(grant.token)
+    request = next(first)  # claimed and committed: the refund is about to run
+    load = store.load
+    settled: list[Executed] = []
+
+    def first_settles_then_load(conn: Any, key: str) -> Any:
+        if key == exec_key(grant) and not settled:
+            with pytest.raises(StopIteration) as done:
+                first.send(request.fn(**request.kwargs()))  # its own transaction commits
+            settled.append(done.value.value)
+        return load(conn, key)
+
+    monkeypatch.setattr(store, "load", first_settles_then_load)
+    assert token_error(gate, grant.token) == "used"
+    assert [s.replay for s in settled] == [False]
+    assert shop.receiver.count("refund") == 1
+    assert status(store, grant.approval_id) == "executed"
+
+
 def test_expired_token_is_refused_expired(shop_gate: ShopGate, store: SQLStore, clock: FakeClock) -> None:
     """Past Policy.token_ttl the grant raises TokenError(expired) and nothing runs."""
     shop, gate = shop_gate

@@ -108,6 +108,12 @@ class Execution:
                 now = self.clock.now()
                 record = self.store.load(conn, key)
                 if record is not None and record.status == "succeeded":
+                    # The run that stored this result marks the approval executed in the same
+                    # commit, without the subject lock: under READ COMMITTED it may have committed
+                    # after `row` was read. Read the status again (it can only refuse here).
+                    fresh = self.store.approval(conn, row.id)
+                    if fresh is None or fresh.status != "approved":
+                        raise TokenError("used", f"approval {row.id} has already executed")
                     return self.finish_stored(conn, row, record.result)
                 if record is not None and record.status == "in_progress":
                     if record.lease_expires_at is not None and record.lease_expires_at > now:
