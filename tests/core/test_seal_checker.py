@@ -1,4 +1,4 @@
-"""The audit's seal check (`Keyring.signature_check`) gives `verify_signature`'s verdict on every seal."""
+"""The audit's seal check gives `verify_signature`'s verdict on every seal it is shown."""
 
 from __future__ import annotations
 

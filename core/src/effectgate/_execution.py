@@ -213,12 +213,7 @@ class Execution:
     def finish_stored(self, conn: Any, row: ApprovalRow, result: Any) -> Executed:
         """The result was stored but the approval not yet marked: finish, return it as a replay."""
         now = self.clock.now()
-        self.store.update_approval(
-            conn,
-            row.id,
-            expect_status=["approved"],
-            values={"status": "executed", "updated_at": now, "token_used_at": now},
-        )
+        self.settlement.mark_executed(conn, row, updated_at=now, token_used_at=now)
         self.store.append_events(conn, [self.events.event("replay", row=row, status="executed")])
         log.info(
             "execution replayed (stored result): approval=%s version=%d key=%s",

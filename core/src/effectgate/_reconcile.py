@@ -170,12 +170,7 @@ class Reconciliation:
     ) -> Executed:
         with self.store.transaction() as conn:
             record = self.store.resolve(key, result, provider_ref=ref, conn=conn)
-            self.store.update_approval(
-                conn,
-                row.id,
-                expect_status=["approved"],
-                values={"status": "executed", "updated_at": self.clock.now()},
-            )
+            self.settlement.mark_executed(conn, row)
             self.store.append_execution(
                 conn,
                 approval_id=row.id,

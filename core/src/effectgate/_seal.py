@@ -78,17 +78,11 @@ def stored_args_hash(tool: str, args_json: str) -> str | None:
 
 def seal_checker(keyring: Keyring, purpose: str) -> Callable[[Sequence[Any], Any], bool]:
     """A function of (values, seal): whether `seal` is the keyring's seal of `values` (the fields
-    of `APPROVAL_FIELDS` or `DECISION_FIELDS`, in order) for `purpose`, "approval" or "decision".
-    For the audit, which checks a seal on every approval and decision it streams as tuples: the
-    keyring's own check (`Keyring.signature_check`), answering a bool instead of raising."""
-    check = keyring.signature_check(purpose)
+    of `APPROVAL_FIELDS` or `DECISION_FIELDS`, in order) for `purpose`, "approval" or "decision":
+    what the audit checks on every approval and decision it streams as tuples."""
 
     def sealed(values: Sequence[Any], seal: Any) -> bool:
-        try:
-            data = _body(values)
-        except (ValueError, TypeError):
-            return False
-        return check(data, seal)
+        return _verifies(keyring, purpose, values, seal or "")
 
     return sealed
 

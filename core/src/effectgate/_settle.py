@@ -147,12 +147,7 @@ class Settlement:
         with self.store.transaction() as conn:
             record = self.store.complete(key, owner, result, conn=conn)
             if row is not None:
-                self.store.update_approval(
-                    conn,
-                    row.id,
-                    expect_status=["approved"],
-                    values={"status": "executed", "updated_at": self.clock.now()},
-                )
+                self.mark_executed(conn, row)
             self.store.append_execution(
                 conn,
                 status="succeeded",
@@ -213,6 +208,15 @@ class Settlement:
                 ],
             )
         log_outcome("failed (definite)", spec.name, row, key, error)
+
+    def mark_executed(self, conn: Any, row: ApprovalRow, **values: Any) -> None:
+        """An approved call's approval becomes `executed` (with `values` too), in `conn`."""
+        self.store.update_approval(
+            conn,
+            row.id,
+            expect_status=["approved"],
+            values={"status": "executed", "updated_at": self.clock.now(), **values},
+        )
 
     def fail_approval(self, conn: Any, row: ApprovalRow | None, error: str) -> None:
         """End a gated approval in `failed`: the subject is free, the card shows why, and a new

@@ -14,7 +14,7 @@ import hmac
 import os
 import re
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -212,30 +212,6 @@ class Keyring:
             raise TokenError("forged", "the signature names no key of this keyring")
         if not hmac.compare_digest(mac, self._mac(kid, self._signed_body(purpose, data))):
             raise TokenError("forged", f"the {purpose} does not match its signature")
-
-    def signature_check(self, purpose: str) -> Callable[[bytes, object], bool]:
-        """`verify_signature` for many signatures (the audit checks one per approval and
-        decision): a function of (data, signature) answering whether it verifies, with the same
-        checks and no exception raised per signature."""
-        keys, prefix = dict(self._keys), f"{PREFIX}-signed|{purpose}|"
-        digest, compare, sha256, b64 = (
-            hmac.digest,
-            hmac.compare_digest,
-            hashlib.sha256,
-            base64.urlsafe_b64encode,
-        )
-
-        def check(data: bytes, signature: object) -> bool:
-            if type(signature) is not str or len(signature) > MAX_TOKEN or not signature.isascii():
-                return False
-            kid, _, mac = signature.partition(".")
-            key = keys.get(kid)
-            if key is None or not mac:
-                return False
-            expected = b64(digest(key, (prefix + sha256(data).hexdigest()).encode(), "sha256"))
-            return compare(mac, expected.rstrip(b"=").decode())
-
-        return check
 
     def hmac_hex(self, data: bytes, *, kid: str | None = None) -> tuple[str, str]:
         """(key id, hex HMAC-SHA256 of `data`) with key `kid` (default: current), for signatures

@@ -120,9 +120,9 @@ def run(conn: Connection, sql: str, params: Mapping[str, Any] | None = None, *, 
     something listens to cursor events the statement goes through SQLAlchemy, so they still
     see every statement. `driver`: `direct(conn)`, when the caller took it for this checkout."""
     if driver is None:
-        if observed(conn):
-            return conn.exec_driver_sql(sql, None if params is None else dict(params))
-        driver = conn.connection.driver_connection
+        driver = direct(conn)
+    if driver is None:
+        return conn.exec_driver_sql(sql, None if params is None else dict(params))
     try:
         return driver.execute(sql, params) if params is not None else driver.execute(sql)
     except Exception as exc:
@@ -140,10 +140,10 @@ def run_many(conn: Connection, sql: str, rows: Sequence[Sequence[Any]], *, drive
     `run` does: one statement for one row; sqlite3's executemany; psycopg's, on a cursor (it
     pipelines the rows in one round trip)."""
     if driver is None:
-        if observed(conn):
-            conn.exec_driver_sql(sql, [tuple(r) for r in rows])
-            return
-        driver = conn.connection.driver_connection
+        driver = direct(conn)
+    if driver is None:
+        conn.exec_driver_sql(sql, [tuple(r) for r in rows])
+        return
     try:
         if len(rows) == 1:
             driver.execute(sql, rows[0])
@@ -217,13 +217,13 @@ def insert_if_absent(conn: Connection, table: sa.Table, key: str) -> Any:
 
 
 def insert_many_sql(conn: Connection, table: str, columns: tuple[str, ...]) -> str:
-    """A plain INSERT for executemany: sqlite3 takes `?` placeholders, psycopg `%s`."""
-    mark = "?" if conn.dialect.name == "sqlite" else "%s"
-    return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join([mark] * len(columns))})"
+    """A plain INSERT of one row, for executemany."""
+    return insert_values_sql(conn, table, columns, 1)
 
 
 def insert_values_sql(conn: Connection, table: str, columns: tuple[str, ...], rows: int) -> str:
-    """A plain INSERT of `rows` rows in one VALUES list, for one flat list of their parameters."""
+    """A plain INSERT of `rows` rows in one VALUES list, for one flat list of their parameters:
+    sqlite3 takes `?` placeholders, psycopg `%s`."""
     mark = "?" if conn.dialect.name == "sqlite" else "%s"
     one = f"({', '.join([mark] * len(columns))})"
     return f"INSERT INTO {table} ({', '.join(columns)}) VALUES {', '.join([one] * rows)}"
