@@ -233,7 +233,7 @@ class Decisions:
             "token_expires_at": expires,
             "grants": row.grants + 1,
         }
-        values["seal"] = seal_approval(self.keyring, row.model_copy(update=values))
+        values["seal"] = seal_approval(self.keyring, row, values)
         if not self.store.update_approval(
             conn, row.id, expect_status=[expect], expect_version=row.version, values=values
         ):  # pragma: no cover - the subject lock is held

@@ -303,7 +303,7 @@ class Proposals:
             "policy_fingerprint": self.policy.fingerprint,
             "origin_message_id": ctx.origin_message_id,
         }
-        values["seal"] = seal_approval(self.keyring, row.model_copy(update=values))
+        values["seal"] = seal_approval(self.keyring, row, values)
         if not self.store.update_approval(
             conn, row.id, expect_status=["pending"], expect_version=row.version, values=values
         ):

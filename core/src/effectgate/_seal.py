@@ -10,7 +10,8 @@ by the sealed fields and the signed grant token.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from operator import attrgetter
 from typing import Any
 
 from .canonical import ENCODE, hash_of_text
@@ -36,6 +37,9 @@ APPROVAL_FIELDS = (
     "policy_fingerprint",
 )
 DECISION_FIELDS = ("approval_id", "version", "grant_round", "approver_id", "role", "decision")
+# a row's sealed fields as a tuple, in order, in one C call
+_APPROVAL_VALUES = attrgetter(*APPROVAL_FIELDS)
+_DECISION_VALUES = attrgetter(*DECISION_FIELDS)
 
 
 def _body(values: Sequence[Any]) -> bytes:
@@ -44,13 +48,17 @@ def _body(values: Sequence[Any]) -> bytes:
     return ENCODE(values).encode("utf-8", "surrogatepass")
 
 
-def seal_approval(keyring: Keyring, row: ApprovalRow) -> str:
-    return keyring.sign("approval", _body([getattr(row, f) for f in APPROVAL_FIELDS]))
+def seal_approval(keyring: Keyring, row: ApprovalRow, update: Mapping[str, Any] | None = None) -> str:
+    """The seal of `row`, or of `row` as `update` (the values a write changes) leaves it."""
+    values: Sequence[Any] = _APPROVAL_VALUES(row)
+    if update:
+        values = [update.get(f, v) for f, v in zip(APPROVAL_FIELDS, values, strict=True)]
+    return keyring.sign("approval", _body(values))
 
 
 def approval_sealed(keyring: Keyring, row: ApprovalRow) -> bool:
     """The seal verifies over the row's sealed fields."""
-    return _verifies(keyring, "approval", [getattr(row, f) for f in APPROVAL_FIELDS], row.seal)
+    return _verifies(keyring, "approval", _APPROVAL_VALUES(row), row.seal)
 
 
 def approval_intact(keyring: Keyring, row: ApprovalRow) -> bool:
@@ -63,7 +71,7 @@ def seal_decision(keyring: Keyring, values: dict[str, Any]) -> str:
 
 
 def decision_intact(keyring: Keyring, row: DecisionRow) -> bool:
-    return _verifies(keyring, "decision", [getattr(row, f) for f in DECISION_FIELDS], row.seal)
+    return _verifies(keyring, "decision", _DECISION_VALUES(row), row.seal)
 
 
 def stored_args_hash(tool: str, args_json: str) -> str | None:

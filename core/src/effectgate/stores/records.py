@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
+from operator import attrgetter
 from typing import Any
 
 from sqlalchemy import Column, Index, Text, text
@@ -41,11 +42,18 @@ class SchemaVersionRow(SQLModel, table=True):
     applied_at: float
 
 
+#: The subject's approvals (`in_flight_elsewhere`, `subject_history`). It holds no status, so the
+#: two status changes of every approved call (approved, executed) leave it alone: SQLite rewrites
+#: only the indexes whose columns an UPDATE changes, one page each per commit. It replaced
+#: (subject_key, status) (`_upgrade.REPLACED_INDEXES`).
+APPROVAL_SUBJECT_INDEX = Index("eg_approvals_subject", "subject_key", "tool")
+
+
 class ApprovalTable(SQLModel, table=True):
     __tablename__ = "eg_approvals"
     __table_args__ = (
         Index("eg_approvals_session_subject", "session_id", "tool", "subject_key", "status"),
-        Index("eg_approvals_subject_status", "subject_key", "status"),
+        APPROVAL_SUBJECT_INDEX,
         Index("eg_approvals_status_created", "status", "created_at"),
     )
     id: str = Field(primary_key=True)
@@ -88,7 +96,8 @@ class ApprovalTable(SQLModel, table=True):
 class IntentKeyRow(SQLModel, table=True):
     __tablename__ = "eg_intent_keys"
     key: str = Field(primary_key=True)
-    approval_id: str = Field(index=True)
+    # no index: keys are looked up by key (the primary key), never by approval
+    approval_id: str
     version: int
     origin_message_id: str
     created_at: float
@@ -328,7 +337,7 @@ class ApprovalRow:
         return replace(self, **update)
 
     def model_dump(self) -> dict[str, Any]:
-        return {f: getattr(self, f) for f in APPROVAL_COLUMNS}
+        return dict(zip(APPROVAL_COLUMNS, _approval_values(self), strict=True))
 
 
 @dataclass(kw_only=True, slots=True)
@@ -351,6 +360,7 @@ class DecisionRow:
 
 
 APPROVAL_COLUMNS = tuple(f.name for f in fields(ApprovalRow))
+_approval_values = attrgetter(*APPROVAL_COLUMNS)  # every field, in order, in one C call
 DECISION_COLUMNS = tuple(f.name for f in fields(DecisionRow))
 assert tuple(c.name for c in ApprovalTable.__table__.columns) == APPROVAL_COLUMNS  # type: ignore[attr-defined]
 assert tuple(c.name for c in DecisionTable.__table__.columns) == DECISION_COLUMNS  # type: ignore[attr-defined]
