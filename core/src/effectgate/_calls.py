@@ -32,7 +32,7 @@ from .canonical import canonical_text, freeze_plain, hash_of_text, key_of
 from .context import CallContext, ToolContext
 from .effects import Effect
 from .errors import ArgumentError, InProgress, NeedsReconciliation
-from .outcomes import Executed, Invalid, Outcome, Pending, Refused
+from .outcomes import Executed, Invalid, Outcome, Pending, Refused, executed
 from .stores.base import Stored
 from .table import SchemaError, ToolSpec
 
@@ -113,6 +113,40 @@ class Calls:
     ) -> flow.Flow[Outcome]:
         """Route one call. `edited_by` names the reviewer whose edit these arguments are (an
         adapter applying an edit decision); the amendment records it (`EffectGate.versions`)."""
+        routed = self.route(name, args, ctx)
+        if not isinstance(routed, tuple):
+            return routed
+        return (yield from self.dispatch(*routed, ctx, edited_by=edited_by))
+
+    def call(self, name: str, args: Mapping[str, Any], ctx: CallContext) -> Outcome:
+        """`flow.drive(self.call_flow(name, args, ctx))` with a read run inline: the same checks,
+        tool call, record and outcome, without a generator and its driver (the read hot path)."""
+        routed = self.route(name, args, ctx)
+        if not isinstance(routed, tuple):
+            return routed
+        spec, frozen_args, text, frozen = routed
+        if spec.effect is not Effect.READ:
+            return flow.drive(self.dispatch(spec, frozen_args, text, frozen, ctx, edited_by=None))
+        if spec.scope is not None and not in_scope(spec, frozen_args, ctx):
+            return self.out_of_scope(spec, ctx)
+        attempt = 1
+        while True:
+            try:
+                result = flow.run_sync(spec.fn, frozen_args)  # what drive does with an Invoke
+                break
+            except spec.transient as exc:
+                if not self.retrying(spec, ctx, frozen, attempt, exc):
+                    raise
+                attempt += 1
+        self.reads.add(self.events.read_row("read", spec, ctx, frozen, attempt))
+        return executed(spec.name, result)
+
+    def route(
+        self, name: str, args: Mapping[str, Any], ctx: CallContext
+    ) -> Outcome | tuple[ToolSpec, Mapping[str, Any], str, str]:
+        """The refusal (recorded) or Invalid of a call that does not reach its row's effect;
+        else its row, frozen arguments, their canonical text and the args hash, all computed
+        here, at call time: what is checked, hashed, recorded and run."""
         spec = self.table.get(name)
         if spec is None:
             return self.events.refuse(
@@ -122,27 +156,43 @@ class Calls:
             return self.events.refuse(
                 "not_allowed", f"agent {ctx.agent_id!r} may not call {name}", name, ctx, spec
             )
-        checked = self.validate(spec, args)
-        if isinstance(checked, Invalid):
-            self.events.record(
-                self.events.event("invalid", spec=spec, ctx=ctx, errors=[e.__dict__ for e in checked.errors])
-            )
-            log.info(
-                "call refused (invalid): tool=%s pointers=%s agent=%r session=%r",
-                name,
-                [e.pointer or "/" for e in checked.errors],
-                ctx.agent_id,
-                ctx.session_id,
-            )
-            return checked
-        args, plain = checked  # the frozen form: what is checked, hashed, recorded and run
-        text = canonical_text(args, plain=plain)  # one canonical form and one hash, at call time
-        frozen = hash_of_text(name, text)
+        plain_text = spec._derived.get("plain_text")  # simple schemas: one walk (canonical.plain_checker)
+        text = None if plain_text is None else plain_text(args)
+        if text is None:
+            checked = self.validate(spec, args)
+            if isinstance(checked, Invalid):
+                self.events.record(
+                    self.events.event(
+                        "invalid", spec=spec, ctx=ctx, errors=[e.__dict__ for e in checked.errors]
+                    )
+                )
+                log.info(
+                    "call refused (invalid): tool=%s pointers=%s agent=%r session=%r",
+                    name,
+                    [e.pointer or "/" for e in checked.errors],
+                    ctx.agent_id,
+                    ctx.session_id,
+                )
+                return checked
+            args, plain = checked  # the frozen form
+            text = canonical_text(args, plain=plain)  # one canonical form and one hash, at call time
+        return spec, args, text, hash_of_text(spec.name, text)
+
+    def dispatch(
+        self,
+        spec: ToolSpec,
+        args: Mapping[str, Any],
+        text: str,
+        frozen: str,
+        ctx: CallContext,
+        *,
+        edited_by: str | None,
+    ) -> flow.Flow[Outcome]:
+        """A routed call by its row's effect: a read runs, a gated call is proposed, a write runs
+        once through the idempotency store."""
         if spec.effect is Effect.READ:  # READ is always autonomous (Policy refuses to gate it)
             if not in_scope(spec, args, ctx):
-                return self.events.refuse(
-                    "out_of_scope", f"{name}: the caller may not access this subject", name, ctx, spec
-                )
+                return self.out_of_scope(spec, ctx)
             return (yield from self.read(spec, args, frozen, ctx))
         if self.policy.gates(spec.effect):
             outcome = self.proposals.propose(spec, args, frozen, ctx, text=text, edited_by=edited_by)
@@ -150,10 +200,14 @@ class Calls:
                 self.notices.announce_card("pending", outcome.card)  # a new approval, or a new version
             return outcome
         if not in_scope(spec, args, ctx):
-            return self.events.refuse(
-                "out_of_scope", f"{name}: the caller may not access this subject", name, ctx, spec
-            )
+            return self.out_of_scope(spec, ctx)
         return (yield from self.write(spec, args, frozen, text, ctx))
+
+    def out_of_scope(self, spec: ToolSpec, ctx: CallContext) -> Refused:
+        name = spec.name
+        return self.events.refuse(
+            "out_of_scope", f"{name}: the caller may not access this subject", name, ctx, spec
+        )
 
     @staticmethod
     def validate(spec: ToolSpec, args: Any) -> tuple[dict[str, Any], bool] | Invalid:
@@ -177,13 +231,20 @@ class Calls:
                 result = yield flow.Invoke(spec.fn, args)
                 break
             except spec.transient as exc:
-                if attempt > self.policy.read_retries:
-                    self.reads.add(self.events.read_row("read_failed", spec, ctx, frozen, attempt, repr(exc)))
+                if not self.retrying(spec, ctx, frozen, attempt, exc):
                     raise
-                self.clock.sleep(self.policy.retry_backoff * 2 ** (attempt - 1))
                 attempt += 1
         self.reads.add(self.events.read_row("read", spec, ctx, frozen, attempt))
-        return Executed(tool=spec.name, result=result)
+        return executed(spec.name, result)
+
+    def retrying(self, spec: ToolSpec, ctx: CallContext, frozen: str, attempt: int, exc: Exception) -> bool:
+        """After attempt `attempt` of a read failed transiently: back off and True, or, with the
+        retries spent, record the failed read and False (the caller re-raises)."""
+        if attempt > self.policy.read_retries:
+            self.reads.add(self.events.read_row("read_failed", spec, ctx, frozen, attempt, repr(exc)))
+            return False
+        self.clock.sleep(self.policy.retry_backoff * 2 ** (attempt - 1))
+        return True
 
     def write(
         self, spec: ToolSpec, args: Mapping[str, Any], frozen: str, text: str, ctx: CallContext

@@ -11,7 +11,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import rfc8785
@@ -293,13 +293,91 @@ def hash_of_text(tool: str, args_text: str) -> str:
     """The args hash of a call from its arguments' canonical text: sha256 over
     `{"args":<text>,"tool":<tool>}`, which is the canonical form of that object (the keys sort
     "args" before "tool"). The audit recomputes every stored hash this way, without parsing."""
-    body = '{"args":' + args_text + ',"tool":' + _tool_text(tool) + "}"
-    return sha256_hex(body.encode("utf-8", "surrogatepass"))
+    body = '{"args":' + args_text + _tool_tail(tool)
+    return _SHA256(body.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+_SHA256 = hashlib.sha256
 
 
 @functools.lru_cache(maxsize=4096)
-def _tool_text(tool: str) -> str:
-    return canonical_json(tool).decode()
+def _tool_tail(tool: str) -> str:
+    return ',"tool":' + canonical_json(tool).decode() + "}"
+
+
+# -- the fast path of simple schemas: one walk checks, freezes and writes the canonical text
+
+_ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$comment"})
+_SCALARS = ("integer", "number", "string", "boolean", "null")
+_MISSING = object()
+TextCheck = Callable[[Any], "str | None"]
+
+
+def plain_checker(schema: Schema) -> TextCheck | None:
+    """For a closed object schema whose properties are scalars of one type each (what a
+    function of ints, strings and booleans derives), a check returning the canonical text of
+    arguments that are plain JSON (`plain_json`) and valid under the schema, or None for any
+    others (the full path, `freeze_plain` then the schema validators, decides those). None when
+    the schema is not that simple. Only certain validity takes the fast path: an "integer" or
+    "number" is an exact int (a float or a bool falls back), keys are exact str, and the schema
+    has no keyword but `type`, `properties`, `required`, `additionalProperties: false` and
+    annotations, so nothing it refuses can pass."""
+    if not set(schema) <= {"type", "properties", "required", "additionalProperties"} | _ANNOTATIONS:
+        return None
+    props, required = schema.get("properties"), schema.get("required", [])
+    if schema.get("type") != "object" or schema.get("additionalProperties") is not False:
+        return None
+    if not isinstance(props, Mapping) or not isinstance(required, list):
+        return None
+    if not all(type(name) is str and name.isascii() for name in props):
+        return None
+    order: list[tuple[str, str, str, bool]] = []
+    for name in sorted(props):  # ascii names: code point order is RFC 8785's UTF-16 order
+        sub = props[name]
+        if not isinstance(sub, Mapping):
+            return None
+        kind = sub.get("type")
+        if kind not in _SCALARS or not set(sub) <= {"type"} | _ANNOTATIONS:
+            return None
+        order.append((name, _BASESTRING(name) + ":", kind, name in required))
+    if not all(type(r) is str and r in props for r in required):
+        return None
+    return functools.partial(_plain_text, tuple(order))
+
+
+def _plain_text(order: tuple[tuple[str, str, str, bool], ...], args: Any) -> str | None:
+    if type(args) is not dict:
+        return None
+    parts = []
+    get = args.get
+    for name, prefix, kind, needed in order:
+        value = get(name, _MISSING)
+        item = type(value)
+        if item is int:
+            if (kind != "integer" and kind != "number") or not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+                return None
+            parts.append(prefix + int.__repr__(value))
+        elif item is str:
+            if kind != "string" or not (value.isascii() or not _SURROGATE.search(value)):
+                return None
+            parts.append(prefix + _BASESTRING(value))
+        elif value is _MISSING:
+            if needed:
+                return None
+        elif item is bool:
+            if kind != "boolean":
+                return None
+            parts.append(prefix + ("true" if value else "false"))
+        elif value is None and kind == "null":
+            parts.append(prefix + "null")
+        else:
+            return None
+    if len(parts) != len(args):  # a key that is no property (the schema is closed)
+        return None
+    for key in args:
+        if type(key) is not str:  # a str subclass equal to a name: the full path converts it
+            return None
+    return "{" + ",".join(parts) + "}"
 
 
 def args_hash(tool: str, args: Mapping[str, Any], *, plain: bool = False) -> str:

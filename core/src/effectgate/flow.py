@@ -56,7 +56,13 @@ Flow = Generator[Invoke, Any, T]
 
 
 def _call_sync(req: Invoke) -> Any:
-    value = req.fn(**req.kwargs())
+    return run_sync(req.fn, req.kwargs())
+
+
+def run_sync(fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:
+    """What `drive` does with an `Invoke`: `fn(**kwargs)`, an awaitable result run to completion
+    (refused while an event loop runs on this thread)."""
+    value = fn(**kwargs)
     if type(value) in _PLAIN or not inspect.isawaitable(value):
         return value
     try:

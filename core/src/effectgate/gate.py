@@ -220,7 +220,7 @@ class EffectGate:
 
     def call(self, name: str, args: Mapping[str, Any], ctx: CallContext) -> Outcome:
         """Route one tool call: run it, or pause it for approval, or refuse it. See the module doc."""
-        return self._spans.call(name, lambda: flow.drive(self._calls.call_flow(name, args, ctx)))
+        return self._spans.call(name, lambda: self._calls.call(name, args, ctx))
 
     async def acall(self, name: str, args: Mapping[str, Any], ctx: CallContext) -> Outcome:
         return await self._spans.acall(name, lambda: flow.adrive(self._calls.call_flow(name, args, ctx)))

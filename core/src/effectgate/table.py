@@ -24,7 +24,7 @@ import pydantic
 from ._rules import Escalate as Escalate
 from ._rules import Reconciled as Reconciled
 from ._rules import _qualname
-from .canonical import digest
+from .canonical import digest, plain_checker
 from .context import CallContext, Confirmation, ToolContext
 from .effects import Effect, Policy, Reversibility
 from .errors import TableError
@@ -174,6 +174,7 @@ class ToolSpec:
         self._derived["context_params"] = frozenset(context_names)
         self._derived["validator"] = jsonschema.Draft202012Validator(dict(schema))
         self._derived["fast"] = _compile(schema)
+        self._derived["plain_text"] = plain_checker(schema)  # None unless the schema is simple
 
     def check_policy(self, policy: Policy) -> None:
         """Refuse a gated row (under this policy) that names no approver role."""
