@@ -69,8 +69,10 @@ APPROVAL_FOR_KEY = (
     'JOIN eg_intent_keys k ON k.approval_id = a.id WHERE k."key" = :p_key'
 )
 KEY_VERSION = 'SELECT version FROM eg_intent_keys WHERE "key" = :p_key'
+#: `status || ''` keeps SQLite off eg_approvals_status_created: with no statistics its planner
+#: would walk that index to skip the sort, reading every pending approval of every session.
 PENDING_OF_SESSION = (
-    f"{_APPROVAL} WHERE session_id = :p_session AND status = 'pending' ORDER BY created_at DESC"
+    f"{_APPROVAL} WHERE session_id = :p_session AND (status || '') = 'pending' ORDER BY created_at DESC"
 )
 IN_FLIGHT_ELSEWHERE = (
     f"{_APPROVAL} WHERE subject_key = :p_subject AND session_id <> :p_session AND ("
