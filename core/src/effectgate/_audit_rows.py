@@ -1,17 +1,15 @@
 """The audit's row plumbing: the streamed rows' column positions, the recorded rules by
-fingerprint, the bar an approval's execution is held to, and the merge of streams ordered by
-approval id (`_audit_scan.py` holds the checks)."""
+fingerprint, the bar an approval's execution is held to, and the roles a rule can require
+(`_audit_scan.py` holds the checks, `audit.py` merges the streams)."""
 
 from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterator
 from dataclasses import dataclass
-from itertools import groupby
-from operator import itemgetter
 from typing import Any
 
+from ._rules import possible_roles
 from .canonical import digest
 from .effects import Effect, Policy
 from .stores.records import RuleRow
@@ -90,28 +88,16 @@ class Derived:
     roles: frozenset[str] | None  # the roles the row can require; None: it escalates on the arguments
 
 
-class Merge:
-    """A stream of rows ordered by the key at `index`, consumed one key at a time (grouped by
-    `itertools.groupby`: one step per key, not per row). Rows are handed on as they come, never
-    gathered: however many rows share a key, memory stays flat."""
-
-    def __init__(self, rows: Iterator[tuple[Any, ...]], index: int) -> None:
-        self._groups = groupby(rows, itemgetter(index))
-        self._group: tuple[Any, Iterator[tuple[Any, ...]]] | None = next(self._groups, None)
-
-    def before(self, key: str) -> Iterator[tuple[Any, ...]]:
-        """The rows whose key sorts before `key` (their approval does not exist)."""
-        while self._group is not None and self._group[0] < key:
-            yield from self._group[1]
-            self._group = next(self._groups, None)
-
-    def take(self, key: str) -> Iterator[tuple[Any, ...]]:
-        """The rows of `key` (call after `before(key)` is exhausted)."""
-        if self._group is not None and self._group[0] == key:
-            yield from self._group[1]
-            self._group = next(self._groups, None)
-
-    def rest(self) -> Iterator[tuple[Any, ...]]:
-        while self._group is not None:
-            yield from self._group[1]
-            self._group = next(self._groups, None)
+def roles_of(rule: Derived, args_json: str, redacted: bool) -> set[str]:
+    """The roles the rule can require for these arguments (any of its roles when they were
+    erased: they cannot be evaluated)."""
+    args: Any = {}
+    if rule.row.get("escalate"):
+        try:
+            args = json.loads(args_json)
+        except ValueError:
+            args = {}
+    roles = possible_roles(rule.row, args)
+    if redacted:
+        roles |= {r["role"] for r in rule.row.get("escalate", ())}
+    return roles

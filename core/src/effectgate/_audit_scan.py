@@ -7,7 +7,6 @@ held to; `Scan.execution` checks one execution against that bar (or, ungated, ag
 
 from __future__ import annotations
 
-import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -48,6 +47,7 @@ from ._audit_rows import (
     Bar,
     Derived,
     Rules,
+    roles_of,
 )
 from ._rules import possible_roles
 from ._seal import seal_checker, stored_args_hash
@@ -109,6 +109,8 @@ class Scan:
         # pairs whose rules are both recorded: a missing one is reported at every approval).
         self.derived: dict[tuple[str, str], Derived] = {}
         self.policies: dict[str, Policy] = {}  # the recorded policies seen so far, by fingerprint
+        self.weakened: dict[int, str] = {}  # finding index -> policy, of policy_weakened findings
+        self.succeeded = 0
 
     def add(
         self, kind: FindingKind, tool: str, detail: str, approval: str | None = None, ex: int | None = None
@@ -123,6 +125,7 @@ class Scan:
         if fingerprint not in self.reported_policies:
             self.reported_policies.add(fingerprint)
             for weakness in weakened(body):
+                self.weakened[len(self.findings)] = fingerprint
                 self.add("policy_weakened", tool, f"policy {fingerprint[:12]}: {weakness}", approval_id)
         return self.rules.policy(fingerprint)
 
@@ -148,7 +151,7 @@ class Scan:
         rule = self.derived.get((a[A_ROW_FP], a[A_POLICY_FP])) or self.derive(a)
         policy = rule.policy if rule is not None else self.rules.policy(a[A_POLICY_FP])
         if rule is not None:
-            roles = rule.roles if rule.roles is not None and not redacted else _roles(rule, args, redacted)
+            roles = rule.roles if rule.roles is not None and not redacted else roles_of(rule, args, redacted)
             effect, needed = rule.effect, rule.needed
             if a[A_EFFECT] != effect or required != needed or role not in roles:
                 self.add(
@@ -282,6 +285,14 @@ class Scan:
 
     # -- executions
 
+    def executed(self, ex: tuple[Any, ...], runs: dict[str, int], bar: Bar | None = None) -> None:
+        """Count one execution, and check it if it ran (`execution`)."""
+        status = ex[E_STATUS]
+        if status == "succeeded":
+            self.succeeded += 1
+        if status in ("succeeded", "needs_reconciliation"):
+            self.execution(ex, runs, bar)
+
     def execution(self, ex: tuple[Any, ...], runs: dict[str, int], bar: Bar | None) -> None:
         """Check one execution against the bar of its approval (None: it has no approval record,
         or none is needed), counting its runs of that approval in `runs`."""
@@ -358,18 +369,3 @@ class Scan:
                 else f"is now {spec.effect}, role {spec.approver_role}"
             )
             self.add("reclassified", tool, f"approved as {bar.effect}; the tool {now}", approval_id, ex_id)
-
-
-def _roles(rule: Derived, args_json: str, redacted: bool) -> set[str]:
-    """The roles the rule can require for these arguments (any of its roles when they were
-    erased: they cannot be evaluated)."""
-    args: Any = {}
-    if rule.row.get("escalate"):
-        try:
-            args = json.loads(args_json)
-        except ValueError:
-            args = {}
-    roles = possible_roles(rule.row, args)
-    if redacted:
-        roles |= {r["role"] for r in rule.row.get("escalate", ())}
-    return roles

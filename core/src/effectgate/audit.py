@@ -17,21 +17,34 @@ everything it checks from the rows themselves, never trusting a stored copy of a
 
 Each kind of finding has its own code (`FindingKind`). The scan streams rows as tuples (never
 ORM objects) and leaves counting to SQL: the event log, the largest table, is only aggregated.
+Checking is CPU-bound (every seal is an HMAC, every hash recomputed), so a large ledger on a file
+or server database is split at its median approval id and the upper half is scanned by a forked
+child on its own connection, with the same checks; its findings follow the lower half's, in the
+order one scan would report them (`_fork_half`). Each approval is read with its decisions and
+executions in one transaction of one process.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import multiprocessing
+import os
+import sys
+import threading
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from multiprocessing.connection import Connection as Pipe
 from typing import Any
 
 from . import _audit_rows as col
-from ._audit_rows import Bar, Merge
 from ._audit_scan import Finding, FindingKind, Scan
 from .chain import verify_chain
 from .effects import Policy
 from .report import p95
+from .stores._aggregates import AggregateSQL
+from .stores._queries import AuditTable
 from .stores.protocol import Store
 from .table import EffectTable
 from .tokens import Keyring
@@ -88,36 +101,29 @@ def audit(
     a checkpointed row deleted, inserted or edited is a `chain_broken` finding."""
     del policy
     scan = Scan(store, table, keyring)
-    succeeded = 0
-
-    def executed(ex: tuple[Any, ...], runs: dict[str, int], bar: Bar | None = None) -> None:
-        nonlocal succeeded
-        status = ex[col.E_STATUS]
-        if status == "succeeded":
-            succeeded += 1
-        if status in ("succeeded", "needs_reconciliation"):
-            scan.execution(ex, runs, bar)
-
-    with store.reading() as conn:
-        # Three streams ordered by approval id, merged: each approval is checked with its own
-        # decisions and executions, and nothing is kept once it is done (memory stays flat).
-        decisions = Merge(store.audit_rows(conn, "decisions"), col.D_APPROVAL)
-        executions = Merge(store.audit_rows(conn, "gated_executions"), col.E_APPROVAL)
-        for a in store.audit_rows(conn, "approvals"):
-            approval_id = a[col.A_ID]
-            for orphan in executions.before(approval_id):
-                executed(orphan, {})
-            for _ in decisions.before(approval_id):  # a decision for no approval allows nothing
-                pass
-            bar = scan.approval(a, list(decisions.take(approval_id)))
-            runs: dict[str, int] = {}
-            for ex in executions.take(approval_id):
-                executed(ex, runs, bar)
-        for orphan in executions.rest():
-            executed(orphan, {})
-        for ex in store.audit_rows(conn, "other_executions"):
-            executed(ex, {})
-        counts = store.audit_counts(conn)
+    half = _fork_half(store, scan)  # the upper half of a large ledger, in a second process
+    if half is None:
+        with store.reading() as conn:
+            _scan_range(scan, store, conn)
+            for ex in store.audit_rows(conn, "other_executions"):
+                scan.executed(ex, {})
+            counts = store.audit_counts(conn)
+    else:
+        # The event log is counted by the database on a connection of its own meanwhile (SQLite
+        # counts in C without the GIL): it keeps the two processes' shares of the work even.
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            counted = pool.submit(_counts, store)
+            with store.reading() as conn:
+                try:
+                    _scan_range(scan, store, conn, high=half.split)
+                except BaseException:
+                    half.stop()
+                    raise
+                part = half.result()
+                _merge(scan, part or _half_here(scan, store, conn, half.split))
+                for ex in store.audit_rows(conn, "other_executions"):
+                    scan.executed(ex, {})
+            counts = counted.result()
     statuses = scan.statuses
     proposals = sum(statuses.values()) - statuses["rejected"]
     sessions = counts["sessions"]
@@ -131,12 +137,164 @@ def audit(
         gated_proposals=proposals,
         sessions=sessions,
         gated_proposals_per_1000_sessions=(1000.0 * proposals / sessions) if sessions else 0.0,
-        executions=succeeded,
+        executions=scan.succeeded,
     )
     if chain and keyring is not None:
         for b in verify_chain(store, keyring, erased=scan.redacted):
             scan.add("chain_broken", b.table, f"ids {b.first_id}..{b.last_id}: {b.problem}")
     return AuditReport(scan.findings, metrics, seals_checked=keyring is not None)
+
+
+def _scan_range(
+    scan: Scan, store: Store, conn: Any, *, low: str | None = None, high: str | None = None
+) -> None:
+    """Check the approvals whose id is in [low, high) with their decisions and executions (and
+    the executions whose approval id is in the range but names no approval)."""
+
+    def rows(what: AuditTable) -> Iterator[tuple[Any, ...]]:
+        if low is None and high is None:
+            return store.audit_rows(conn, what)
+        assert isinstance(store, AggregateSQL)  # only an SQL store is split (`_fork_half`)
+        return store.audit_rows(conn, what, low=low, high=high)
+
+    # Three streams ordered by approval id, merged: each approval is checked with its own
+    # decisions and executions, and nothing is kept once it is done (memory stays flat). The
+    # streams are stepped by hand, one row ahead: most approvals have one decision and one run.
+    decisions, executions = rows("decisions"), rows("gated_executions")
+    d, ex = next(decisions, None), next(executions, None)
+    for a in rows("approvals"):
+        approval_id = a[col.A_ID]
+        while ex is not None and ex[col.E_APPROVAL] < approval_id:  # its approval does not exist
+            scan.executed(ex, {})
+            ex = next(executions, None)
+        while d is not None and d[col.D_APPROVAL] < approval_id:  # a decision for no approval allows nothing
+            d = next(decisions, None)
+        mine: list[tuple[Any, ...]] = []
+        while d is not None and d[col.D_APPROVAL] == approval_id:
+            mine.append(d)
+            d = next(decisions, None)
+        bar = scan.approval(a, mine)
+        runs: dict[str, int] = {}
+        while ex is not None and ex[col.E_APPROVAL] == approval_id:
+            scan.executed(ex, runs, bar)
+            ex = next(executions, None)
+    while ex is not None:
+        scan.executed(ex, {})
+        ex = next(executions, None)
+
+
+#: From this many approvals on, the upper half of the approval ids is scanned in a second
+#: process while this one scans the lower half (below it, starting the process costs more).
+PARALLEL_FROM = 20_000
+
+
+@dataclass(frozen=True)
+class Part:
+    """What a scan of one range of approval ids found (`_part`, `_merge`)."""
+
+    findings: list[Finding]
+    weakened: dict[int, str]  # index in findings -> the policy its policy_weakened finding names
+    statuses: Counter[str]
+    latencies: list[float]
+    succeeded: int
+
+
+def _part(scan: Scan) -> Part:
+    return Part(scan.findings, scan.weakened, scan.statuses, scan.latencies, scan.succeeded)
+
+
+def _merge(scan: Scan, part: Part) -> None:
+    """Add the findings and counts of the scan of a later range of approval ids, as if `scan`
+    had gone on into it: a weakened policy is still reported once, where first seen."""
+    for i, finding in enumerate(part.findings):
+        policy = part.weakened.get(i)
+        if policy is not None:
+            if policy in scan.reported_policies:
+                continue
+            scan.reported_policies.add(policy)
+            scan.weakened[len(scan.findings)] = policy
+        scan.findings.append(finding)
+    scan.statuses.update(part.statuses)
+    scan.latencies.extend(part.latencies)
+    scan.succeeded += part.succeeded
+
+
+@dataclass
+class _Half:
+    """The scan of the approvals from `split` on, running in a forked child."""
+
+    split: str
+    process: Any
+    pipe: Pipe
+
+    def result(self) -> Part | None:
+        """The child's findings and counts, once it has ended; None if it failed (the caller
+        then scans the half itself)."""
+        try:
+            part = self.pipe.recv()
+        except (EOFError, OSError):
+            part = None
+        finally:
+            self.pipe.close()
+            self.process.join()
+        return part if isinstance(part, Part) else None
+
+    def stop(self) -> None:
+        """End the child now (this process gave up on the scan)."""
+        self.pipe.close()
+        self.process.terminate()
+        self.process.join()
+
+
+def _fork_half(store: Store, scan: Scan) -> _Half | None:
+    """Start scanning the upper half of a large ledger's approvals in a forked child (the scan
+    is CPU-bound: rows are decoded, hashes recomputed and seals verified, so the second core
+    halves it). None when the store is not a file or server SQL store, the ledger is small, or
+    this process has one core or cannot fork safely (not Linux, or other threads, whose locks a
+    child would copy)."""
+    if (
+        not isinstance(store, AggregateSQL)
+        or not sys.platform.startswith("linux")  # fork is safe there (not so on macOS)
+        or len(os.sched_getaffinity(0)) < 2
+        or threading.active_count() > 1
+    ):
+        return None
+    with store.reading() as conn:
+        split = store.audit_split(conn, at_least=PARALLEL_FROM)
+    if split is None:
+        return None
+    context = multiprocessing.get_context("fork")
+    receive, send = context.Pipe(duplex=False)
+    process = context.Process(target=_child, args=(store, scan, split, send), daemon=True)
+    process.start()
+    send.close()
+    return _Half(split, process, receive)
+
+
+def _child(store: Store, scan: Scan, split: str, send: Pipe) -> None:
+    """The forked child: scan [split, end) on its own connection and send what it found (or
+    nothing, if it failed: the parent then scans the half itself)."""
+    try:
+        assert isinstance(store, AggregateSQL)
+        store.audit_forked()
+        with store.reading() as conn:
+            _scan_range(scan, store, conn, low=split)
+        send.send(_part(scan))
+    finally:
+        send.close()
+
+
+def _counts(store: Store) -> Mapping[str, int]:
+    with store.reading() as conn:
+        return store.audit_counts(conn)
+
+
+def _half_here(scan: Scan, store: Store, conn: Any, split: str) -> Part:
+    """Scan [split, end) in this process, in its transaction (the child failed), with a scan of
+    its own (merged as the child's would be)."""
+    own = Scan(store, scan.table, scan.keyring)
+    _scan_range(own, store, conn, low=split)
+    return _part(own)
 
 
 def export_jsonl(store: Store) -> Iterator[str]:
