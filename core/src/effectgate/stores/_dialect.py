@@ -5,15 +5,16 @@ Nothing outside this module may branch on the dialect.
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from typing import Any, NoReturn
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.pool import StaticPool
+from sqlalchemy.pool import QueuePool, StaticPool
 
 from ..errors import MissingDependency, StoreError
 
@@ -97,9 +98,9 @@ def _sqlite_engine(parsed: sa.engine.URL) -> Engine:
     return engine
 
 
-def observed(conn: Connection) -> bool:
-    """Whether anything listens to this connection's statements (SQLAlchemy cursor events: a
-    tracer, a test counting statements, the benchmark counting commits)."""
+def observed(conn: Connection | Engine) -> bool:
+    """Whether anything listens to this connection's (engine's) statements (SQLAlchemy cursor
+    events: a tracer, a test counting statements, the benchmark counting commits)."""
     dispatch = conn.engine.dispatch  # the engine's listeners (the connection's joined view costs more)
     return bool(dispatch.before_cursor_execute) or bool(dispatch.after_cursor_execute)
 
@@ -117,8 +118,8 @@ def run(conn: Connection, sql: str, params: Mapping[str, Any] | None = None, *, 
     The hot transactions run their statements on the driver's connection: SQLAlchemy's execution
     machinery cost more CPU per statement than SQLite took to run it. Both drivers cache the
     statement (sqlite3 its prepared statement, psycopg a server-side one after a few runs). When
-    something listens to cursor events the statement goes through SQLAlchemy, so they still
-    see every statement. `driver`: `direct(conn)`, when the caller took it for this checkout."""
+    something listens to cursor events the statement goes through SQLAlchemy, so they still see
+    every statement. `driver`: `direct(conn)`, or a cursor of it that the caller reuses."""
     if driver is None:
         driver = direct(conn)
     if driver is None:
@@ -136,20 +137,16 @@ def _raise(conn: Connection, exc: Exception, sql: str, params: Any) -> NoReturn:
 
 
 def run_many(conn: Connection, sql: str, rows: Sequence[Sequence[Any]], *, driver: Any = None) -> None:
-    """Execute driver-level `sql` once per row of positional parameters (`insert_many_sql`), as
-    `run` does: one statement for one row; sqlite3's executemany; psycopg's, on a cursor (it
-    pipelines the rows in one round trip)."""
+    """Execute driver-level `sql` once per row of positional parameters, as `run` does, on a cursor
+    (`driver`, or a new one): executemany for many rows (psycopg pipelines them in one round trip)."""
     if driver is None:
-        driver = direct(conn)
-    if driver is None:
-        conn.exec_driver_sql(sql, [tuple(r) for r in rows])
-        return
+        if (driver := direct(conn)) is None:
+            conn.exec_driver_sql(sql, [tuple(r) for r in rows])
+            return
+        driver = driver.cursor()
     try:
         if len(rows) == 1:
             driver.execute(sql, rows[0])
-        elif conn.dialect.name == "postgresql":
-            with driver.cursor() as cursor:
-                cursor.executemany(sql, rows)
         else:
             driver.executemany(sql, rows)
     except Exception as exc:
@@ -157,15 +154,16 @@ def run_many(conn: Connection, sql: str, rows: Sequence[Sequence[Any]], *, drive
 
 
 @contextmanager
-def driver_transaction(conn: Connection) -> Iterator[Connection]:
-    """A write transaction on `conn` (checked out, not begun) run on the driver's connection:
+def driver_transaction(conn: Connection, driver: Any = None) -> Iterator[Connection]:
+    """A write transaction on `conn` (checked out, not begun) run on its `driver` connection:
     BEGIN (IMMEDIATE on SQLite, see `_on_begin`), COMMIT, or ROLLBACK on an exception. It is
     `engine.begin()` without SQLAlchemy's transaction machinery, which cost more CPU than the
     transaction's statements. A statement executed through SQLAlchemy inside it begins
     SQLAlchemy's own transaction, whose BEGIN the `begin` listener skips (the driver's is open),
     and which then has nothing left to roll back when the connection closes."""
-    run(conn, "BEGIN IMMEDIATE" if conn.dialect.name == "sqlite" else "BEGIN")
-    driver: Any = conn.connection.driver_connection
+    run(conn, "BEGIN IMMEDIATE" if conn.dialect.name == "sqlite" else "BEGIN", driver=driver)
+    if driver is None:
+        driver = conn.connection.driver_connection
     try:
         yield conn
     except BaseException:
@@ -178,6 +176,69 @@ def driver_transaction(conn: Connection) -> Iterator[Connection]:
         driver.commit()
     except Exception as exc:
         _raise(conn, exc, "COMMIT", None)
+
+
+def idle(conn: Connection, driver: Any) -> bool:
+    """Whether a checked-out connection is open, valid, in no SQLAlchemy transaction and in none
+    on the driver (psycopg's libpq status; sqlite3's flag): as the pool's return leaves one."""
+    if conn.closed or conn.invalidated or conn.get_transaction() is not None:
+        return False
+    pg = conn.dialect.name == "postgresql"
+    return bool(driver.pgconn.transaction_status == _PG_IDLE) if pg else not driver.in_transaction
+
+
+class Checkouts:
+    """Connections kept checked out between the store's driver-level operations, so the next one
+    skips SQLAlchemy's checkout and return (PostgreSQL: 25-40 us of CPU per statement). `give`
+    keeps at most the pool's size, only `idle` after a block that raised nothing, none while the
+    pool is at its limit; anything else returns to the pool (rolled back or discarded), and an
+    invalidated one `drain`s the kept ones. A forked child forgets them without touching them."""
+
+    def __init__(self, engine: Engine) -> None:
+        pool, self.engine = engine.pool, engine
+        self._keep = pool.size() if isinstance(pool, QueuePool) else 0  # StaticPool: one connection
+        self._busy: Callable[[], int] = pool.checkedout if isinstance(pool, QueuePool) else lambda: 0
+        overflow: int = getattr(pool, "_max_overflow", -1)  # the pool's limit: size + overflow
+        self._limit = self._keep + overflow if overflow >= 0 else float("inf")
+        self._idle: list[tuple[Connection, Any, int]] = []
+        self._epoch, self._pid = 0, os.getpid()
+        self.cursors: dict[Connection, Any] = {}  #: what runs the statements of each one taken
+
+    def take(self) -> tuple[Connection, Any, int]:
+        """A connection, its driver connection, and the epoch it was checked out in."""
+        if self._pid != os.getpid():  # forked: in-use ones return to the pool (older epoch)
+            self._pid, self._idle, self.cursors = os.getpid(), [], {}
+            self._epoch += 1
+        try:
+            return self._idle.pop()
+        except IndexError:
+            conn = self.engine.connect()
+            driver: Any = conn.connection.driver_connection
+            # sqlite3: a kept cursor could hold an unfinished statement open; a new one each time
+            self.cursors[conn] = driver.cursor() if conn.dialect.name == "postgresql" else driver
+            return conn, driver, self._epoch
+
+    def give(self, taken: tuple[Connection, Any, int], ok: bool) -> None:
+        conn, driver, epoch = taken
+        keep = ok and epoch == self._epoch and len(self._idle) < self._keep and idle(conn, driver)
+        if keep and self._busy() < self._limit:
+            self._idle.append(taken)
+            return
+        invalidated = conn.invalidated
+        self._close(conn)
+        if invalidated:
+            self.drain()
+
+    def drain(self) -> None:
+        """Return every kept connection to the pool; one in use returns there when given back."""
+        self._epoch += 1
+        while self._pid == os.getpid() and self._idle:
+            with suppress(IndexError):  # another thread took the last one
+                self._close(self._idle.pop()[0])
+
+    def _close(self, conn: Connection) -> None:
+        self.cursors.pop(conn, None)
+        conn.close()
 
 
 _NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
@@ -230,16 +291,14 @@ def insert_values_sql(conn: Connection, table: str, columns: tuple[str, ...], ro
 
 
 def byte_order(conn: Connection) -> str:
-    """The collation clause that makes ORDER BY compare text by bytes (code points), as Python
-    compares strings: SQLite's default BINARY collation already does; PostgreSQL's database
-    collation may be a locale's, so "C" is named."""
+    """The collation that makes ORDER BY compare text by code points, as Python compares strings:
+    SQLite's default BINARY already does; PostgreSQL's may be a locale's, so "C" is named."""
     return "" if conn.dialect.name == "sqlite" else ' COLLATE "C"'
 
 
 def stream(conn: Connection, sql: str, *, batch: int) -> Iterator[tuple[Any, ...]]:
-    """Rows of a read query as plain DBAPI tuples, fetched `batch` at a time (no per-row Row
-    objects: the audit reads every row of the large tables). PostgreSQL: a named (server-side)
-    cursor, so memory stays bounded; SQLite steps through its cursor the same way."""
+    """Rows of a read query as plain DBAPI tuples, `batch` at a time (no Row objects: the audit
+    reads every row of the large tables), from a server-side cursor on PostgreSQL."""
     dbapi = conn.connection.dbapi_connection
     assert dbapi is not None
     if conn.dialect.name == "postgresql":
@@ -255,12 +314,9 @@ def stream(conn: Connection, sql: str, *, batch: int) -> Iterator[tuple[Any, ...
 
 
 def lock_name(conn: Connection, name: str) -> None:
-    """Serialise transactions that touch the same subject or session.
-
-    SQLite: nothing to do, BEGIN IMMEDIATE already holds the only write lock.
-    PostgreSQL: a transaction-scoped advisory lock on a 64-bit hash of the name, released at
-    COMMIT/ROLLBACK; row locks cannot cover "no pending row exists yet".
-    """
+    """Serialise transactions that touch the same subject or session. SQLite: nothing to do,
+    BEGIN IMMEDIATE holds the only write lock. PostgreSQL: a transaction-scoped advisory lock on
+    a 64-bit hash of the name; row locks cannot cover "no pending row exists yet"."""
     if conn.dialect.name == "postgresql":
         run(conn, "SELECT pg_advisory_xact_lock(hashtextextended(%(n)s, 0))", {"n": name})
 

@@ -56,8 +56,7 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, ReadingSQL, IdempotencyStor
         self._ready = False
         self._stmts: dict[tuple[Any, ...], Any] = {}
         self._texts: dict[str, str] = {}
-        #: the driver connection of each connection `_connected` checked out that nothing observes
-        self._direct: dict[Connection, Any] = {}
+        self._checkouts = _dialect.Checkouts(engine)
 
     def _q(self, key: tuple[Any, ...], build: Callable[[], Any]) -> Any:
         """A statement built once per shape and reused: SQLAlchemy memoizes the cache key of a
@@ -74,7 +73,7 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, ReadingSQL, IdempotencyStor
         text = self._texts.get(sql)
         if text is None:
             text = self._texts[sql] = _dialect.driver_sql(conn, sql)
-        return _dialect.run(conn, text, params, driver=self._direct.get(conn))
+        return _dialect.run(conn, text, params, driver=self._checkouts.cursors.get(conn))
 
     # -- lifecycle
 
@@ -147,6 +146,7 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, ReadingSQL, IdempotencyStor
         self._ready = True
 
     def close(self) -> None:
+        self._checkouts.drain()
         self.engine.dispose()
 
     def __enter__(self) -> SQLStore:
@@ -157,27 +157,28 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, ReadingSQL, IdempotencyStor
 
     @contextmanager
     def _connected(self, *, begin: bool) -> Iterator[Connection]:
-        """A checked-out connection, in a write transaction on the driver's connection (`begin`,
+        """A connection, in a write transaction on the driver's connection (`begin`,
         `_dialect.driver_transaction`) or with each statement committing by itself (the drivers'
-        connections are in autocommit and BEGIN is the engine's, see `_dialect`). When something
-        listens to its statements, in SQLAlchemy's transaction, so that it sees each one."""
+        connections are in autocommit and BEGIN is the engine's, see `_dialect`), taken from and
+        given back to `_dialect.Checkouts`. When something listens to its statements, a fresh
+        checkout in SQLAlchemy's transaction, so that it sees each one."""
         if not self._ready:
             self.check()
-        with self.engine.connect() as conn:
-            driver = _dialect.direct(conn)
-            if driver is None:
-                with conn.begin():
+        if _dialect.observed(self.engine):
+            with self.engine.connect() as conn, conn.begin():
+                yield conn
+            return
+        taken = self._checkouts.take()
+        conn, ok = taken[0], False
+        try:
+            if begin:
+                with _dialect.driver_transaction(conn, taken[1]):
                     yield conn
-                return
-            self._direct[conn] = driver  # read by `_x`: nothing observes this checkout
-            try:
-                if begin:
-                    with _dialect.driver_transaction(conn):
-                        yield conn
-                else:
-                    yield conn
-            finally:
-                del self._direct[conn]
+            else:
+                yield conn
+            ok = True
+        finally:
+            self._checkouts.give(taken, ok)
 
     def transaction(self) -> AbstractContextManager[Connection]:
         return self._connected(begin=True)
@@ -370,13 +371,13 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, ReadingSQL, IdempotencyStor
             row[Q._DETAIL_AT] = detail if isinstance(detail, str) else json.dumps(detail or {}, default=str)
             rows.append(row)
         sql = self._q(("events",), lambda: _dialect.insert_many_sql(conn, "eg_events", Q._EVENT_COLUMNS))
-        _dialect.run_many(conn, sql, rows, driver=self._direct.get(conn))
+        _dialect.run_many(conn, sql, rows, driver=self._checkouts.cursors.get(conn))
 
     def append_reads(self, conn: Connection, rows: Sequence[tuple[Any, ...]]) -> None:
         """Append read records, each a tuple in `records.READ_COLUMNS` order: 64 rows to a
         statement (one VALUES list: SQLite spends about a fifth less CPU per row than on one
         statement per row), the rest one executemany."""
-        whole = len(rows) - len(rows) % READS_PER_STATEMENT
+        whole, cursor = len(rows) - len(rows) % READS_PER_STATEMENT, self._checkouts.cursors.get(conn)
         if whole:
             sql = self._q(
                 ("reads", READS_PER_STATEMENT),
@@ -386,10 +387,10 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, ReadingSQL, IdempotencyStor
                 list(itertools.chain.from_iterable(rows[i : i + READS_PER_STATEMENT]))
                 for i in range(0, whole, READS_PER_STATEMENT)
             ]
-            _dialect.run_many(conn, sql, chunks)
+            _dialect.run_many(conn, sql, chunks, driver=cursor)
         if whole < len(rows):
             sql = self._q(("reads", 1), lambda: _dialect.insert_many_sql(conn, "eg_events", READ_COLUMNS))
-            _dialect.run_many(conn, sql, list(rows[whole:]))
+            _dialect.run_many(conn, sql, list(rows[whole:]), driver=cursor)
 
     def append_execution(self, conn: Connection, **values: Any) -> None:
         self._x(conn, S.APPEND_EXECUTION, {**S.EXECUTION_DEFAULTS, "at": self.clock.now(), **values})
