@@ -1,4 +1,4 @@
-"""The connections a store keeps checked out between its operations (`_dialect.Checkouts`).
+"""The connections a store keeps checked out between its operations (`_checkouts.Checkouts`).
 
 Reusing a connection must not change what the pool would have guaranteed: a connection comes back
 with no transaction open, one that ended in an error or inside a transaction goes back to the
@@ -136,3 +136,40 @@ def test_a_forked_child_never_uses_the_parents_connection(store: SQLStore) -> No
     record = store.get("child")
     assert record is not None
     assert record.result == "c"
+
+
+def test_pool_size_keeps_that_many_connections(store_url: str) -> None:
+    """`open_store(pool_size=n)`: n connections in use at once are all kept, so n threads that
+    use the store at once each find one (no checkout per operation once warm)."""
+    from contextlib import ExitStack
+
+    from effectgate import open_store
+
+    s = open_store(store_url, pool_size=3)
+    try:
+        s.setup()
+        assert s.engine.pool.size() == 3  # type: ignore[attr-defined]
+
+        def hold_three() -> None:
+            with ExitStack() as stack:
+                for _ in range(3):
+                    stack.enter_context(s._connected(begin=False))
+
+        hold_three()  # three checkouts, all kept when given back
+        seen = _checkouts(s)
+        hold_three()
+        assert seen == []
+        s.run("after", HASH, lambda: 0)
+        assert s.get("after") is not None
+        assert seen == []
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 2.5, "8"])
+def test_a_bad_pool_size_is_refused(bad: Any) -> None:
+    from effectgate import open_store
+    from effectgate.errors import StoreError
+
+    with pytest.raises(StoreError, match="pool_size"):
+        open_store("sqlite://", pool_size=bad)

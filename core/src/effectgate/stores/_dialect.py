@@ -5,16 +5,15 @@ Nothing outside this module may branch on the dialect.
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any, NoReturn
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.pool import QueuePool, StaticPool
+from sqlalchemy.pool import StaticPool
 
 from ..errors import MissingDependency, StoreError
 
@@ -22,12 +21,15 @@ READONLY = "effectgate_readonly"
 _PG_IDLE = 0  # psycopg.pq.TransactionStatus.IDLE: no transaction open
 
 
-def make_engine(url: str) -> Engine:
-    """An engine for `url`: `sqlite:///path.db`, `sqlite://` (memory), `postgresql+psycopg://...`."""
+def make_engine(url: str, *, pool_size: int | None = None) -> Engine:
+    """An engine for `url`: `sqlite:///path.db`, `sqlite://` (memory), `postgresql+psycopg://...`;
+    `pool_size`: the pool's idle connections (`open_store`), beside up to 32 more under load."""
+    if pool_size is not None and (type(pool_size) is not int or pool_size < 1):
+        raise StoreError(f"pool_size must be a positive integer (got {pool_size!r})")
     parsed = sa.engine.make_url(url)
     backend = parsed.get_backend_name()
     if backend == "sqlite":
-        return _sqlite_engine(parsed)
+        return _sqlite_engine(parsed, pool_size)
     if backend == "postgresql":
         if parsed.drivername not in ("postgresql", "postgresql+psycopg"):
             raise StoreError(f"use the psycopg 3 driver: postgresql+psycopg://... (got {parsed.drivername})")
@@ -35,15 +37,17 @@ def make_engine(url: str) -> Engine:
             import psycopg  # noqa: F401  (the one place the optional driver is imported)
         except ImportError as exc:
             raise MissingDependency("psycopg", "postgres") from exc
-        return _postgresql_engine(parsed)
+        return _postgresql_engine(parsed, pool_size)
     raise StoreError(f"unsupported database URL {url!r}: use sqlite:///... or postgresql+psycopg://...")
 
 
-def _postgresql_engine(parsed: sa.engine.URL) -> Engine:
+def _postgresql_engine(parsed: sa.engine.URL, pool_size: int | None) -> Engine:
     # No pool_pre_ping: it costs a round trip per transaction. A connection the server
     # dropped fails its first statement before anything is written (the caller may retry),
     # and SQLAlchemy then discards the pool's stale connections.
-    engine = sa.create_engine(parsed.set(drivername="postgresql+psycopg"), pool_size=8, max_overflow=32)
+    engine = sa.create_engine(
+        parsed.set(drivername="postgresql+psycopg"), pool_size=pool_size or 8, max_overflow=32
+    )
 
     @sa.event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -63,12 +67,14 @@ def _postgresql_engine(parsed: sa.engine.URL) -> Engine:
     return engine
 
 
-def _sqlite_engine(parsed: sa.engine.URL) -> Engine:
+def _sqlite_engine(parsed: sa.engine.URL, pool_size: int | None) -> Engine:
     memory = parsed.database in (None, "", ":memory:")
     kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False, "timeout": 30}}
     if memory:
         # One shared connection, or every pool checkout would see a different empty database.
         kwargs["poolclass"] = StaticPool
+    elif pool_size is not None:
+        kwargs |= {"pool_size": pool_size, "max_overflow": 32}
     engine = sa.create_engine(parsed, **kwargs)
 
     @sa.event.listens_for(engine, "connect")
@@ -178,6 +184,12 @@ def driver_transaction(conn: Connection, driver: Any = None) -> Iterator[Connect
         _raise(conn, exc, "COMMIT", None)
 
 
+def statement_runner(conn: Connection, driver: Any) -> Any:
+    """What runs the statements of a kept connection (`_checkouts`): one psycopg cursor for its
+    life; sqlite3's connection itself (a kept cursor could hold an unfinished statement open)."""
+    return driver.cursor() if conn.dialect.name == "postgresql" else driver
+
+
 def idle(conn: Connection, driver: Any) -> bool:
     """Whether a checked-out connection is open, valid, in no SQLAlchemy transaction and in none
     on the driver (psycopg's libpq status; sqlite3's flag): as the pool's return leaves one."""
@@ -185,60 +197,6 @@ def idle(conn: Connection, driver: Any) -> bool:
         return False
     pg = conn.dialect.name == "postgresql"
     return bool(driver.pgconn.transaction_status == _PG_IDLE) if pg else not driver.in_transaction
-
-
-class Checkouts:
-    """Connections kept checked out between the store's driver-level operations, so the next one
-    skips SQLAlchemy's checkout and return (PostgreSQL: 25-40 us of CPU per statement). `give`
-    keeps at most the pool's size, only `idle` after a block that raised nothing, none while the
-    pool is at its limit; anything else returns to the pool (rolled back or discarded), and an
-    invalidated one `drain`s the kept ones. A forked child forgets them without touching them."""
-
-    def __init__(self, engine: Engine) -> None:
-        pool, self.engine = engine.pool, engine
-        self._keep = pool.size() if isinstance(pool, QueuePool) else 0  # StaticPool: one connection
-        self._busy: Callable[[], int] = pool.checkedout if isinstance(pool, QueuePool) else lambda: 0
-        overflow: int = getattr(pool, "_max_overflow", -1)  # the pool's limit: size + overflow
-        self._limit = self._keep + overflow if overflow >= 0 else float("inf")
-        self._idle: list[tuple[Connection, Any, int]] = []
-        self._epoch, self._pid = 0, os.getpid()
-        self.cursors: dict[Connection, Any] = {}  #: what runs the statements of each one taken
-
-    def take(self) -> tuple[Connection, Any, int]:
-        """A connection, its driver connection, and the epoch it was checked out in."""
-        if self._pid != os.getpid():  # forked: in-use ones return to the pool (older epoch)
-            self._pid, self._idle, self.cursors = os.getpid(), [], {}
-            self._epoch += 1
-        try:
-            return self._idle.pop()
-        except IndexError:
-            conn = self.engine.connect()
-            driver: Any = conn.connection.driver_connection
-            # sqlite3: a kept cursor could hold an unfinished statement open; a new one each time
-            self.cursors[conn] = driver.cursor() if conn.dialect.name == "postgresql" else driver
-            return conn, driver, self._epoch
-
-    def give(self, taken: tuple[Connection, Any, int], ok: bool) -> None:
-        conn, driver, epoch = taken
-        keep = ok and epoch == self._epoch and len(self._idle) < self._keep and idle(conn, driver)
-        if keep and self._busy() < self._limit:
-            self._idle.append(taken)
-            return
-        invalidated = conn.invalidated
-        self._close(conn)
-        if invalidated:
-            self.drain()
-
-    def drain(self) -> None:
-        """Return every kept connection to the pool; one in use returns there when given back."""
-        self._epoch += 1
-        while self._pid == os.getpid() and self._idle:
-            with suppress(IndexError):  # another thread took the last one
-                self._close(self._idle.pop()[0])
-
-    def _close(self, conn: Connection) -> None:
-        self.cursors.pop(conn, None)
-        conn.close()
 
 
 _NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")

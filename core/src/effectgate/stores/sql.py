@@ -24,6 +24,7 @@ from . import _queries as Q
 from . import _statements as S
 from ._aggregates import AggregateSQL
 from ._chain import ChainSQL
+from ._checkouts import Checkouts
 from ._reading import ReadingSQL
 from ._redaction import RedactionSQL
 from .base import IdempotencyRecord, IdempotencyStore, Status
@@ -41,9 +42,12 @@ from .records import (
 READS_PER_STATEMENT = 64
 
 
-def open_store(url: str = "sqlite:///effectgate.db", *, clock: Clock | None = None) -> SQLStore:
-    """Open (not create) a store; call `setup()` once to create or check the schema."""
-    return SQLStore(_dialect.make_engine(url), clock=clock or SYSTEM_CLOCK, url=url)
+def open_store(
+    url: str = "sqlite:///effectgate.db", *, clock: Clock | None = None, pool_size: int | None = None
+) -> SQLStore:
+    """Open (not create) a store; call `setup()` once to create or check the schema. `pool_size`:
+    connections kept open (default 8 PostgreSQL, 5 SQLite): at least the threads using it at once."""
+    return SQLStore(_dialect.make_engine(url, pool_size=pool_size), clock=clock or SYSTEM_CLOCK, url=url)
 
 
 class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, ReadingSQL, IdempotencyStore):
@@ -56,7 +60,7 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, ReadingSQL, IdempotencyStor
         self._ready = False
         self._stmts: dict[tuple[Any, ...], Any] = {}
         self._texts: dict[str, str] = {}
-        self._checkouts = _dialect.Checkouts(engine)
+        self._checkouts = Checkouts(engine)
 
     def _q(self, key: tuple[Any, ...], build: Callable[[], Any]) -> Any:
         """A statement built once per shape and reused: SQLAlchemy memoizes the cache key of a
@@ -160,7 +164,7 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, ReadingSQL, IdempotencyStor
         """A connection, in a write transaction on the driver's connection (`begin`,
         `_dialect.driver_transaction`) or with each statement committing by itself (the drivers'
         connections are in autocommit and BEGIN is the engine's, see `_dialect`), taken from and
-        given back to `_dialect.Checkouts`. When something listens to its statements, a fresh
+        given back to `_checkouts.Checkouts`. When something listens to its statements, a fresh
         checkout in SQLAlchemy's transaction, so that it sees each one."""
         if not self._ready:
             self.check()

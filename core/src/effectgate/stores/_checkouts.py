@@ -1,0 +1,66 @@
+"""Connections the store keeps checked out between its driver-level operations (`Checkouts`)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from contextlib import suppress
+from typing import Any
+
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.pool import QueuePool
+
+from . import _dialect
+
+
+class Checkouts:
+    """Connections kept checked out between the store's driver-level operations, so the next one
+    skips SQLAlchemy's checkout and return (PostgreSQL: 25-40 us of CPU per statement). `give`
+    keeps at most the pool's size, only `idle` after a block that raised nothing, none while the
+    pool is at its limit; anything else returns to the pool (rolled back or discarded), and an
+    invalidated one `drain`s the kept ones. A forked child forgets them without touching them."""
+
+    def __init__(self, engine: Engine) -> None:
+        pool, self.engine = engine.pool, engine
+        self._keep = pool.size() if isinstance(pool, QueuePool) else 0  # StaticPool: one connection
+        self._busy: Callable[[], int] = pool.checkedout if isinstance(pool, QueuePool) else lambda: 0
+        overflow: int = getattr(pool, "_max_overflow", -1)  # the pool's limit: size + overflow
+        self._limit = self._keep + overflow if overflow >= 0 else float("inf")
+        self._idle: list[tuple[Connection, Any, int]] = []
+        self._epoch, self._pid = 0, os.getpid()
+        self.cursors: dict[Connection, Any] = {}  #: what runs the statements of each one taken
+
+    def take(self) -> tuple[Connection, Any, int]:
+        """A connection, its driver connection, and the epoch it was checked out in."""
+        if self._pid != os.getpid():  # forked: in-use ones return to the pool (older epoch)
+            self._pid, self._idle, self.cursors = os.getpid(), [], {}
+            self._epoch += 1
+        try:
+            return self._idle.pop()
+        except IndexError:
+            conn = self.engine.connect()
+            driver: Any = conn.connection.driver_connection
+            self.cursors[conn] = _dialect.statement_runner(conn, driver)
+            return conn, driver, self._epoch
+
+    def give(self, taken: tuple[Connection, Any, int], ok: bool) -> None:
+        conn, driver, epoch = taken
+        keep = ok and epoch == self._epoch and len(self._idle) < self._keep and _dialect.idle(conn, driver)
+        if keep and self._busy() < self._limit:
+            self._idle.append(taken)
+            return
+        invalidated = conn.invalidated
+        self._close(conn)
+        if invalidated:
+            self.drain()
+
+    def drain(self) -> None:
+        """Return every kept connection to the pool; one in use returns there when given back."""
+        self._epoch += 1
+        while self._pid == os.getpid() and self._idle:
+            with suppress(IndexError):  # another thread took the last one
+                self._close(self._idle.pop()[0])
+
+    def _close(self, conn: Connection) -> None:
+        self.cursors.pop(conn, None)
+        conn.close()
