@@ -30,25 +30,32 @@ def _indexes(store: SQLStore) -> set[tuple[str, str, str]]:
 
 
 def _as_earlier_release(url: str) -> None:
-    """Give the database the indexes an earlier release made: (subject_key, status) on approvals,
-    which every status change rewrote, and the intent keys' approval id, which no query read."""
+    """Give the database the indexes an earlier release made: (subject_key, status) and
+    (session_id, tool, subject_key, status) on approvals, which every status change rewrote, and
+    the intent keys' approval id, which no query read."""
     engine = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
     with engine.begin() as conn:
         conn.exec_driver_sql("DROP INDEX eg_approvals_subject")
         conn.exec_driver_sql("CREATE INDEX eg_approvals_subject_status ON eg_approvals (subject_key, status)")
+        conn.exec_driver_sql("DROP INDEX eg_approvals_session")
+        conn.exec_driver_sql(
+            "CREATE INDEX eg_approvals_session_subject "
+            "ON eg_approvals (session_id, tool, subject_key, status)"
+        )
         conn.exec_driver_sql("CREATE INDEX ix_eg_intent_keys_approval_id ON eg_intent_keys (approval_id)")
     engine.dispose()
 
 
-def test_no_approval_index_but_the_status_ones_holds_the_status(store: SQLStore) -> None:
-    """Only the session's and the status-and-time indexes hold the status: a status change (approved,
-    executed) rewrites no other index page, and nothing indexes intent keys by approval."""
+def test_no_approval_index_but_the_status_one_holds_the_status(store: SQLStore) -> None:
+    """Only the status-and-time index holds the status: a status change (approved, executed)
+    rewrites no other index page, and nothing indexes intent keys by approval."""
     names = {name for _, name, _ in _indexes(store)}
-    assert {"eg_approvals_session_subject", "eg_approvals_subject", "eg_approvals_status_created"} <= names
+    assert {"eg_approvals_session", "eg_approvals_subject", "eg_approvals_status_created"} <= names
     assert "eg_approvals_subject_status" not in names
+    assert "eg_approvals_session_subject" not in names
     assert "ix_eg_intent_keys_approval_id" not in names
     with_status = {n for t, n, d in _indexes(store) if t == "eg_approvals" and "status" in d}
-    assert with_status == {"eg_approvals_session_subject", "eg_approvals_status_created"}
+    assert with_status == {"eg_approvals_status_created"}
 
 
 def test_an_earlier_releases_indexes_are_replaced_by_setup(

@@ -33,7 +33,7 @@ def _plan(db: sqlite3.Connection, sql: str) -> str:
     [
         # propose reads its session's pending approvals: with the status index it would read
         # every pending approval of every session
-        (S.PENDING_OF_SESSION, "eg_approvals_session_subject (session_id=?)"),
+        (S.PENDING_OF_SESSION, "eg_approvals_session (session_id=?)"),
         (S.IN_FLIGHT_ELSEWHERE, "eg_approvals_subject (subject_key=?)"),
         (S.APPROVAL_FOR_KEY, "sqlite_autoindex_eg_intent_keys_1 (key=?)"),
     ],

@@ -70,7 +70,8 @@ APPROVAL_FOR_KEY = (
 )
 KEY_VERSION = 'SELECT version FROM eg_intent_keys WHERE "key" = :p_key'
 #: `status || ''` keeps SQLite off eg_approvals_status_created: with no statistics its planner
-#: would walk that index to skip the sort, reading every pending approval of every session.
+#: may walk that index, reading every pending approval of every session (eg_approvals_session
+#: gives the session's in order).
 PENDING_OF_SESSION = (
     f"{_APPROVAL} WHERE session_id = :p_session AND (status || '') = 'pending' ORDER BY created_at DESC"
 )

@@ -14,7 +14,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.schema import CreateIndex
 
 from ..errors import StoreError
-from .records import APPROVAL_SUBJECT_INDEX, EVENT_INDEXES
+from .records import APPROVAL_SESSION_INDEX, APPROVAL_SUBJECT_INDEX, EVENT_INDEXES
 
 
 def _2_to_3(conn: Connection) -> None:
@@ -28,16 +28,18 @@ def _2_to_3(conn: Connection) -> None:
 STEPS: dict[int, Callable[[Connection], None]] = {2: _2_to_3}
 
 #: Indexes of earlier releases that `indexes` drops: full indexes on eg_events, which every read
-#: record entered; the approvals' (subject_key, status), which every status change rewrote; and
-#: the intent keys' approval id, which no query reads (each is one more page written per commit).
+#: record entered; the approvals' (subject_key, status) and (session_id, tool, subject_key,
+#: status), which every status change rewrote; and the intent keys' approval id, which no query
+#: reads (each is one more page written per commit).
 REPLACED_INDEXES = (
     "ix_eg_events_kind",
     "ix_eg_events_approval_id",
     "eg_approvals_subject_status",
+    "eg_approvals_session_subject",
     "ix_eg_intent_keys_approval_id",
 )
 #: Indexes of this release that an older database may lack (`indexes` creates them).
-ADDED_INDEXES = (*EVENT_INDEXES, APPROVAL_SUBJECT_INDEX)
+ADDED_INDEXES = (*EVENT_INDEXES, APPROVAL_SUBJECT_INDEX, APPROVAL_SESSION_INDEX)
 
 
 def indexes(conn: Connection) -> None:

@@ -47,12 +47,16 @@ class SchemaVersionRow(SQLModel, table=True):
 #: only the indexes whose columns an UPDATE changes, one page each per commit. It replaced
 #: (subject_key, status) (`_upgrade.REPLACED_INDEXES`).
 APPROVAL_SUBJECT_INDEX = Index("eg_approvals_subject", "subject_key", "tool")
+#: The session's approvals, newest last (`pending_of_session` at every propose, `approvals` by
+#: session): ordered without a sort, and like the subject index rewritten by no status change. It
+#: replaced (session_id, tool, subject_key, status).
+APPROVAL_SESSION_INDEX = Index("eg_approvals_session", "session_id", "created_at")
 
 
 class ApprovalTable(SQLModel, table=True):
     __tablename__ = "eg_approvals"
     __table_args__ = (
-        Index("eg_approvals_session_subject", "session_id", "tool", "subject_key", "status"),
+        APPROVAL_SESSION_INDEX,
         APPROVAL_SUBJECT_INDEX,
         Index("eg_approvals_status_created", "status", "created_at"),
     )
