@@ -46,9 +46,10 @@ from effectgate.adapter import Unknown
 from effectgate.rows import DEFAULT_DB, Row, gate_for
 
 from ._context import adapter_state, call_context, resumed
+from ._deferred import is_deferred
 from ._native import native_tool
 from ._native_decisions import NativeApprover
-from ._tools import Mode, as_function_tool, gate_tools, is_deferred
+from ._tools import Mode, as_function_tool, gate_tools
 
 
 class StepHooks(AgentHooks[Any]):
@@ -65,6 +66,27 @@ class StepHooks(AgentHooks[Any]):
         self.inner = inner
         self.gate = gate
         self.agent_id = agent_id
+
+    @property
+    def inner(self) -> AgentHooks[Any] | None:
+        """The agent's own hooks: every hook but `on_llm_end` is theirs, `on_llm_end` after ours."""
+        return self._inner
+
+    @inner.setter
+    def inner(self, inner: AgentHooks[Any] | None) -> None:
+        # The inner hooks' methods are bound on the instance once (a class-level __getattribute__
+        # would tax every attribute the SDK reads from the hooks on every turn of every run).
+        for name in [n for n in vars(self) if n.startswith("on_")]:
+            delattr(self, name)
+        self._inner = inner
+        if inner is None:
+            return
+        for name in dir(inner):
+            if name.startswith("on_") and name != "on_llm_end":
+                try:
+                    setattr(self, name, getattr(inner, name))
+                except AttributeError:
+                    continue
 
     async def on_llm_end(
         self, context: RunContextWrapper[Any], agent: Agent[Any], response: ModelResponse
@@ -84,15 +106,8 @@ class StepHooks(AgentHooks[Any]):
                     resumed=resumed(context),
                 )
             adapter_state(context.context)["turn"] = calls
-        if self.inner is not None:
-            await self.inner.on_llm_end(context, agent, response)
-
-    def __getattribute__(self, name: str) -> Any:
-        if name.startswith("on_") and name != "on_llm_end":
-            inner = object.__getattribute__(self, "inner")
-            if inner is not None:
-                return getattr(inner, name)
-        return object.__getattribute__(self, name)
+        if self._inner is not None:
+            await self._inner.on_llm_end(context, agent, response)
 
 
 def _deferred_behavior(original: Any) -> Callable[..., Any]:

@@ -74,6 +74,8 @@ def _names(names: tuple[str, ...]) -> str:
 
 
 def _mapping(context: Any) -> Mapping[str, Any]:
+    if type(context) is dict:  # the common case, without the ABC checks below
+        return context
     if context is None:
         raise MissingIdentity(
             f"missing {_names(_REQUIRED)}: the run was given no context. Pass a dict: {HOW}. "
@@ -173,6 +175,8 @@ def resumed(wrapper: Any) -> bool:
     approvals = getattr(wrapper, "_approvals", None)
     if approvals:
         return True
+    if not _RESUMED:
+        return False
     for marked in list(_RESUMED):
         if marked is wrapper or (approvals is not None and getattr(marked, "_approvals", None) is approvals):
             return True
@@ -181,6 +185,10 @@ def resumed(wrapper: Any) -> bool:
 
 def adapter_state(context: Any) -> MutableMapping[str, Any]:
     """effectgate's own entry in the run context, created on first use."""
+    if type(context) is dict:  # the common case, every part in place: no ABC checks
+        state = context.get(STATE_KEY)
+        if type(state) is dict and type(state.get("approvals")) is dict and type(state.get("grants")) is dict:
+            return state
     ctx = _mapping(context)
     if not isinstance(ctx, MutableMapping):
         raise MissingIdentity("the run context must be a mutable dict (effectgate records approvals in it)")

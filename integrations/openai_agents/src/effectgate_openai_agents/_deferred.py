@@ -23,11 +23,42 @@ from agents import RunResult
 from agents.items import ToolCallOutputItem, TResponseInputItem
 from agents.tool_context import ToolContext
 
-from effectgate import EffectGate, Executed, Grant, Refused
+from effectgate import EffectGate, Executed, Grant, Pending, Refused
 from effectgate.adapter import Paused, bind_decision
 
 from ._native import calling, outside_run
-from ._tools import is_deferred
+
+
+def deferred_payload(outcome: Pending | Executed) -> dict[str, Any]:
+    """What a gated tool answers in deferred mode: the operation id is the approval id."""
+    status = "executed" if isinstance(outcome, Executed) else outcome.status
+    tool = outcome.tool if isinstance(outcome, Executed) else outcome.card.tool
+    body: dict[str, Any] = {
+        "status": "deferred",
+        "operation_id": outcome.approval_id,
+        "tool": tool,
+        "approval_status": status,
+    }
+    if isinstance(outcome, Pending):
+        body["version"] = outcome.version
+        body["args_hash"] = outcome.card.args_hash
+        body["approver_role"] = outcome.card.approver_role
+        body["message"] = (
+            f"{tool} is waiting for approval by {outcome.card.approver_role}; it has not run. "
+            f"Tell the user it is pending review."
+        )
+    else:
+        body["message"] = f"{tool} has already run for this request; its result is on record."
+    return body
+
+
+def is_deferred(output: Any) -> bool:
+    if isinstance(output, str):
+        try:
+            output = json.loads(output)
+        except ValueError:
+            return False
+    return isinstance(output, Mapping) and output.get("status") == "deferred" and "operation_id" in output
 
 
 def deferred_operations(result: RunResult) -> list[dict[str, Any]]:

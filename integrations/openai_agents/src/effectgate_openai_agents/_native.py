@@ -75,6 +75,8 @@ class Call:
     output: Any = None
 
 
+#: `json.dumps(..., ensure_ascii=False, default=str)`, built once (dumps builds one per call).
+_JSON = json.JSONEncoder(ensure_ascii=False, default=str)
 _CURRENT: ContextVar[Call | None] = ContextVar("effectgate_openai_agents_call", default=None)
 
 
@@ -99,7 +101,7 @@ def model_output(outcome: Outcome) -> Any:
         if call is not None and call.ran and not outcome.replay:
             return call.output
         if not isinstance(outcome.result, str):
-            return json.dumps(outcome.result, ensure_ascii=False, default=str)
+            return _JSON.encode(outcome.result)
     return outcome.for_model()
 
 

@@ -49,44 +49,14 @@ from effectgate.adapter import Unknown, check_wrappable, is_gated
 from effectgate.errors import EffectGateError, TokenError
 
 from ._context import STATE_KEY, MissingIdentity, TamperedState, adapter_state, call_context, resumed
+from ._deferred import deferred_payload, is_deferred
 from ._native import calling, check_own_approval, failed, invalid_error, model_output, own_policy
 from ._native_decisions import NativeApprover, NativeDecisions, refusal
 
 Mode = Literal["approval", "deferred"]
 
 _CACHE_LIMIT = 4096
-
-
-def deferred_payload(outcome: Pending | Executed) -> dict[str, Any]:
-    """What a gated tool answers in deferred mode: the operation id is the approval id."""
-    status = "executed" if isinstance(outcome, Executed) else outcome.status
-    tool = outcome.tool if isinstance(outcome, Executed) else outcome.card.tool
-    body: dict[str, Any] = {
-        "status": "deferred",
-        "operation_id": outcome.approval_id,
-        "tool": tool,
-        "approval_status": status,
-    }
-    if isinstance(outcome, Pending):
-        body["version"] = outcome.version
-        body["args_hash"] = outcome.card.args_hash
-        body["approver_role"] = outcome.card.approver_role
-        body["message"] = (
-            f"{tool} is waiting for approval by {outcome.card.approver_role}; it has not run. "
-            f"Tell the user it is pending review."
-        )
-    else:
-        body["message"] = f"{tool} has already run for this request; its result is on record."
-    return body
-
-
-def is_deferred(output: Any) -> bool:
-    if isinstance(output, str):
-        try:
-            output = json.loads(output)
-        except ValueError:
-            return False
-    return isinstance(output, Mapping) and output.get("status") == "deferred" and "operation_id" in output
+_INVOKE_ANNOTATIONS: dict[str, Any] = {"ctx": ToolContext[Any], "arguments": str, "return": Any}
 
 
 def _record(pending: Pending) -> dict[str, Any]:
@@ -156,6 +126,11 @@ class GatedTools:
         async def on_invoke(ctx: ToolContext[Any], arguments: str) -> Any:
             return await self.invoke(name, ctx, arguments, gated=gated)
 
+        # Resolved, not strings: the SDK reads the first parameter's type on every call (a
+        # `RunContextWrapper` one gets a reduced context), and evaluating string annotations
+        # compiles them each time.
+        on_invoke.__annotations__ = dict(_INVOKE_ANNOTATIONS)
+
         needs: bool | Callable[[RunContextWrapper[Any], dict[str, Any], str], Awaitable[bool]] = False
         if gated and self.mode == "approval":
 
@@ -173,17 +148,23 @@ class GatedTools:
         gated_tool.is_enabled = self._enabled(tool.is_enabled)
         return gated_tool
 
-    def _enabled(self, own: Any) -> Callable[[RunContextWrapper[Any], Any], Awaitable[bool]]:
+    def _enabled(self, own: Any) -> Callable[[RunContextWrapper[Any], Any], bool | Awaitable[bool]]:
         """The tool's own `is_enabled`, after settling the SDK's native decisions: the SDK evaluates
         it with the run's context at the start of every turn, before it selects which paused calls
-        run (`_native_decisions`)."""
+        run (`_native_decisions`). A run without decisions and a tool whose own answer is a bool
+        are answered at once (the SDK awaits only what is awaitable)."""
 
-        async def is_enabled(ctx: RunContextWrapper[Any], agent: Any) -> bool:
+        async def settled(ctx: RunContextWrapper[Any], agent: Any) -> bool:
             await self.native.settle(ctx)
             if isinstance(own, bool):
                 return own
             answer = own(ctx, agent)
             return bool(await answer if inspect.isawaitable(answer) else answer)
+
+        def is_enabled(ctx: RunContextWrapper[Any], agent: Any) -> bool | Awaitable[bool]:
+            if isinstance(own, bool) and not getattr(ctx, "_approvals", None):
+                return own  # nothing to settle (`NativeDecisions.settle` needs SDK decisions)
+            return settled(ctx, agent)
 
         return is_enabled
 
