@@ -7,12 +7,15 @@ five events (proposed, approved, token_minted, token_used, executed); the rest a
 most frequent record in a real ledger. The scan runs in a child process, so its peak RSS is its
 own (VmHWM in /proc/self/status; `ru_maxrss` would carry the builder's peak across exec). A large
 ledger's scan forks a second process for half of it: its CPU time is counted, and its peak RSS is
-added to the scan's (an upper bound: pages they share count twice).
+added to the scan's (an upper bound: pages they share count twice). The target holds for what a
+user waits for, so the whole `effectgate audit` command is timed too, as a process from start to
+exit (interpreter, imports, scan), and `met` takes the larger of the two times.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import resource
 import sqlite3
 import subprocess
@@ -210,14 +213,33 @@ class AuditResult:
     cpu_s: float
     rss_mb: float
     findings: int
+    command_s: float  # the whole `effectgate audit` command: interpreter, imports, scan, exit
 
     @property
     def met(self) -> bool:
-        return self.wall_s <= TARGET_SECONDS and self.rss_mb <= TARGET_MB and self.findings == 0
+        return (
+            max(self.wall_s, self.command_s) <= TARGET_SECONDS
+            and self.rss_mb <= TARGET_MB
+            and self.findings == 0
+        )
+
+
+def command(ledger: Ledger) -> float:
+    """Wall time of `effectgate audit` on the ledger, as a user runs it: a new process, from
+    its start to its exit (it must exit 0: clean)."""
+    env = {**os.environ, "EFFECTGATE_KEYRING": ledger.keyring}
+    argv = [sys.executable, "-m", "effectgate.cli", "audit", "--db", f"sqlite:///{ledger.path}", "--json"]
+    start = time.perf_counter()
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    elapsed = time.perf_counter() - start
+    if done.returncode != 0:
+        raise RuntimeError(f"effectgate audit exited {done.returncode}: {done.stderr[-2000:]}")
+    return elapsed
 
 
 def scan(ledger: Ledger) -> AuditResult:
-    """One audit in a child process (its own peak memory)."""
+    """One audit in a child process (its own peak memory), then the whole command's time (the
+    better of two runs: the first also reads the ledger into the page cache if it is not)."""
     out = subprocess.run(
         [sys.executable, "-c", _CHILD, f"sqlite:///{ledger.path}", ledger.keyring],
         capture_output=True,
@@ -225,8 +247,9 @@ def scan(ledger: Ledger) -> AuditResult:
         check=True,
     )
     data = json.loads(out.stdout.strip().splitlines()[-1])
+    whole = min(command(ledger), command(ledger))
     return AuditResult(
-        ledger.records, ledger.gated, data["wall"], data["cpu"], data["rss_mb"], data["findings"]
+        ledger.records, ledger.gated, data["wall"], data["cpu"], data["rss_mb"], data["findings"], whole
     )
 
 
@@ -244,7 +267,8 @@ def report(result: AuditResult) -> str:
     verdict = "met" if result.met else "MISSED"
     return (
         f"  audit of {result.records:,} records ({result.gated:,} gated calls): {result.wall_s:.2f} s wall, "
-        f"{result.cpu_s:.2f} s CPU, {result.rss_mb:.0f} MB peak, {result.findings} findings "
+        f"{result.cpu_s:.2f} s CPU, {result.rss_mb:.0f} MB peak, {result.findings} findings; the whole "
+        f"`effectgate audit` command {result.command_s:.2f} s "
         f"(target <= {TARGET_SECONDS:g} s, <= {TARGET_MB:g} MB, clean): {verdict}"
     )
 

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import base64
+import copy
 import hashlib
+import hmac
 import os
+import pickle
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -205,3 +210,27 @@ def test_load_or_create_loads_the_existing_file(tmp_path: Path) -> None:
     second = Keyring.load_or_create(path)
     assert second.dumps() == first.dumps()
     second.verify(Keyring.read(mint(first)), args_hash=HASH)
+
+
+def test_signatures_keep_their_format_under_prepared_keys() -> None:
+    """A signature is `kid.` + unpadded urlsafe base64 of HMAC-SHA256(key, "eg1-signed|purpose|"
+    + sha256 hex of the data): computed here from the definition, with the standard library."""
+    key = bytes(range(32))
+    keyring = Keyring({"k1": key}, current="k1")
+    data = "é seal body".encode()
+    body = f"eg1-signed|approval|{hashlib.sha256(data).hexdigest()}".encode()
+    expected = base64.urlsafe_b64encode(hmac.new(key, body, hashlib.sha256).digest()).rstrip(b"=").decode()
+    assert keyring.sign("approval", data) == f"k1.{expected}"
+    keyring.verify_signature("approval", data, f"k1.{expected}")
+    assert keyring.verifier("approval")(data, f"k1.{expected}")
+    assert not keyring.verifier("decision")(data, f"k1.{expected}")
+
+
+@pytest.mark.parametrize("clone", [copy.copy, copy.deepcopy, lambda k: pickle.loads(pickle.dumps(k))])
+def test_a_copied_keyring_signs_and_verifies_as_the_original(clone: Any) -> None:
+    keyring = Keyring.generate()
+    twin = clone(keyring)
+    signature = keyring.sign("memory", b"state")
+    twin.verify_signature("memory", b"state", signature)
+    assert twin.sign("memory", b"state") == signature
+    keyring.verify(Keyring.read(mint(twin)), args_hash=HASH)

@@ -125,12 +125,18 @@ class _Run:
 
 
 def run_demo(url: str, out: Console) -> int:
+    run: _Run | None = None
     try:
         _prepare(url)
-        _conversations(_Run(url, out))
+        run = _Run(url, out)
+        _conversations(run)
     except (DemoFailed, EffectGateError) as exc:
         out.print(f"[bold red]demo failed:[/bold red] {_t(exc)}")
         return 1
+    finally:
+        if run is not None:  # its read log's thread and the store's connections end here
+            run.gate.close()
+            run.store.close()
     out.print(f"\nThe records are in {url}. Look at them with:  uv run effectgate --db {url} audit")
     return 0
 

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import fastjsonschema
-import jsonschema
 import pydantic
 
 from ._rules import Escalate as Escalate
@@ -28,6 +27,9 @@ from .canonical import digest, plain_checker
 from .context import CallContext, Confirmation, ToolContext
 from .effects import Effect, Policy, Reversibility
 from .errors import TableError
+
+if typing.TYPE_CHECKING:
+    from jsonschema import Draft202012Validator
 
 ScopeCheck = Callable[[Mapping[str, Any], CallContext], bool]
 ConfirmCheck = Callable[[Mapping[str, Any], Confirmation], str | None]
@@ -159,6 +161,8 @@ class ToolSpec:
             raise TableError(
                 self.name, "schema", 'the schema must be a JSON object schema ("type": "object")'
             )
+        import jsonschema  # here: a program with no tool (the CLI's stored-record commands) skips it
+
         try:
             jsonschema.Draft202012Validator.check_schema(dict(schema))
         except jsonschema.SchemaError as exc:
@@ -198,7 +202,7 @@ class ToolSpec:
                 return []
             except fastjsonschema.JsonSchemaException:
                 pass
-        validator: jsonschema.Draft202012Validator = self._derived["validator"]
+        validator: Draft202012Validator = self._derived["validator"]
         errors = sorted(validator.iter_errors(args), key=lambda e: list(map(str, e.absolute_path)))
         return [
             SchemaError(

@@ -8,13 +8,13 @@ Keys rotate through a `Keyring`: new tokens use `current`, older key ids still v
 
 from __future__ import annotations
 
-import base64
+import binascii
 import hashlib
 import hmac
 import os
 import re
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,6 +65,17 @@ class Keyring:
         self._keys = dict(keys)
         self.current = current
         self._derived: dict[tuple[str, str], bytes] = {}
+        # Each key's HMAC state with the key already absorbed: a MAC copies it (about a third
+        # less work per MAC than keying HMAC again, for the audit's two seals per approval).
+        self._hmacs = _keyed(self._keys)
+
+    def __getstate__(self) -> dict[str, object]:
+        # copy, deepcopy and pickle carry the keys; the keyed HMAC states are rebuilt from them
+        return {k: v for k, v in self.__dict__.items() if k != "_hmacs"}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._hmacs = _keyed(self._keys)
 
     @classmethod
     def generate(cls, kid: str | None = None) -> Keyring:
@@ -174,8 +185,8 @@ class Keyring:
             ) from exc
 
     def _mac(self, kid: str, body: str) -> str:
-        key = self._keys.get(kid)
-        if key is None:
+        state = self._hmacs.get(kid)
+        if state is None:
             raise TokenError(
                 "keyring_mismatch",
                 f"signed with key {kid!r}, which this keyring does not hold (keys: "
@@ -183,8 +194,7 @@ class Keyring:
                 "keyrings. Share one: set EFFECTGATE_KEYRING in both, or let both use the database's "
                 "key file (DB.keys beside a SQLite database)",
             )
-        mac = hmac.digest(key, body.encode(), "sha256")  # one-shot, in C
-        return base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
+        return _mac_text(state, body.encode())
 
     @staticmethod
     def _body(kid: str, approval_id: str, version: int, expires_ms: int, nonce: str, args_hash: str) -> str:
@@ -212,6 +222,25 @@ class Keyring:
             raise TokenError("forged", "the signature names no key of this keyring")
         if not hmac.compare_digest(mac, self._mac(kid, self._signed_body(purpose, data))):
             raise TokenError("forged", f"the {purpose} does not match its signature")
+
+    def verifier(self, purpose: str) -> Callable[[bytes, str], bool]:
+        """`verify_signature` as a predicate, for checking many signatures of one purpose (the
+        audit's seals): True exactly when `verify_signature(purpose, data, signature)` would
+        return. The purpose's prefix is built once; the comparison is constant-time."""
+        states, head, sha256 = self._hmacs, f"{PREFIX}-signed|{purpose}|".encode(), hashlib.sha256
+
+        def verifies(data: bytes, signature: str) -> bool:
+            if not isinstance(signature, str) or len(signature) > MAX_TOKEN or not signature.isascii():
+                return False
+            kid, _, mac = signature.partition(".")
+            state = states.get(kid)
+            if state is None or not mac:
+                return False
+            return hmac.compare_digest(
+                mac.encode(), _mac_bytes(state, head + sha256(data).hexdigest().encode())
+            )
+
+        return verifies
 
     def hmac_hex(self, data: bytes, *, kid: str | None = None) -> tuple[str, str]:
         """(key id, hex HMAC-SHA256 of `data`) with key `kid` (default: current), for signatures
@@ -299,3 +328,21 @@ def keyring_for(url: str, *, create: bool = True) -> Keyring:
         "print('k1:' + secrets.token_hex(32))\") in every process that approves or executes against "
         "this database, or pass keyring= to EffectGate"
     )
+
+
+_URLSAFE = bytes.maketrans(b"+/", b"-_")
+
+
+def _keyed(keys: Mapping[str, bytes]) -> dict[str, hmac.HMAC]:
+    return {kid: hmac.new(secret, digestmod="sha256") for kid, secret in keys.items()}
+
+
+def _mac_bytes(state: hmac.HMAC, body: bytes) -> bytes:
+    """The unpadded urlsafe base64 of the HMAC of `body`, from a keyed state (left unchanged)."""
+    h = state.copy()
+    h.update(body)
+    return binascii.b2a_base64(h.digest(), newline=False).translate(_URLSAFE).rstrip(b"=")
+
+
+def _mac_text(state: hmac.HMAC, body: bytes) -> str:
+    return _mac_bytes(state, body).decode()

@@ -35,6 +35,7 @@ Exit codes (a failure prints one line, `effectgate: error: ...`, on stderr, neve
 from __future__ import annotations
 
 import argparse
+import gc
 import io
 import os
 import sys
@@ -225,6 +226,12 @@ def _tolerant_output() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns its exit code (see the module docstring)."""
+    if argv is None:
+        # Run as the program (arguments from sys.argv): the modules' objects live until the
+        # process exits, so they leave the cyclic collector's care (`gc.freeze`). It then walks
+        # only what the command makes: fewer passes during the command, and about 0.1 s less at
+        # exit, where the interpreter's last collection would walk every imported module.
+        gc.freeze()
     _tolerant_output()
     url = os.environ.get("EFFECTGATE_DB") or DEFAULT_DB
     try:
