@@ -126,6 +126,8 @@ class Calls:
             return routed
         spec, frozen_args, text, frozen = routed
         if spec.effect is not Effect.READ:
+            if self.policy.gates(spec.effect):  # what `dispatch` does, without its generator
+                return self.propose(routed, ctx, None)
             return flow.drive(self.dispatch(spec, frozen_args, text, frozen, ctx, edited_by=None))
         if spec.scope is not None and not in_scope(spec, frozen_args, ctx):
             return self.out_of_scope(spec, ctx)
@@ -195,13 +197,21 @@ class Calls:
                 return self.out_of_scope(spec, ctx)
             return (yield from self.read(spec, args, frozen, ctx))
         if self.policy.gates(spec.effect):
-            outcome = self.proposals.propose(spec, args, frozen, ctx, text=text, edited_by=edited_by)
-            if isinstance(outcome, Pending) and not outcome.replay:
-                self.notices.announce_card("pending", outcome.card)  # a new approval, or a new version
-            return outcome
+            return self.propose((spec, args, text, frozen), ctx, edited_by)
         if not in_scope(spec, args, ctx):
             return self.out_of_scope(spec, ctx)
         return (yield from self.write(spec, args, frozen, text, ctx))
+
+    def propose(
+        self, routed: tuple[ToolSpec, Mapping[str, Any], str, str], ctx: CallContext, edited_by: str | None
+    ) -> Outcome:
+        """A gated call (as `route` returned it): proposed (or found, replayed, amended), a new
+        card announced."""
+        spec, args, text, frozen = routed
+        outcome = self.proposals.propose(spec, args, frozen, ctx, text=text, edited_by=edited_by)
+        if isinstance(outcome, Pending) and not outcome.replay:
+            self.notices.announce_card("pending", outcome.card)  # a new approval, or a new version
+        return outcome
 
     def out_of_scope(self, spec: ToolSpec, ctx: CallContext) -> Refused:
         name = spec.name

@@ -13,11 +13,11 @@ with its error and code; a tampered record at WARNING. Never a token.
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
 from ._deps import Deps, Events
+from ._json import parse
 from ._ledger import Ledger, context_of, in_scope
 from ._seal import approval_intact, broken, seal_approval, seal_decision
 from .context import Approver
@@ -185,7 +185,7 @@ class Decisions:
     def recheck_and_record(self, conn: Any, spec: ToolSpec, row: ApprovalRow, approver: Approver) -> None:
         """Re-run `scope` and `confirm` for the stored call, then record the sealed decision."""
         ctx = context_of(row)
-        args = json.loads(row.args_json)
+        args = parse(row.args_json)
         if not in_scope(spec, args, ctx):
             raise PolicyViolation(
                 f"{row.tool}: the caller is no longer in scope for this subject", code="out_of_scope"

@@ -78,24 +78,26 @@ class Events:
             "detail_json": detail,
             "table_fingerprint": self.table.fingerprint,
         }
+        # item by item, not update(**fields): no keyword dict built and merged (every event of
+        # an approved call names its row)
         if spec is not None:
-            event.update(tool=spec.name, effect=str(spec.effect), row_fingerprint=spec.fingerprint)
+            event["tool"] = spec.name
+            event["effect"] = str(spec.effect)
+            event["row_fingerprint"] = spec.fingerprint
         if tool is not None:
             event["tool"] = tool
         if row is not None:
-            event.update(
-                approval_id=row.id,
-                version=row.version,
-                tool=row.tool,
-                effect=row.effect,
-                args_hash=row.args_hash,
-                session_id=row.session_id,
-                user_id=row.user_id,
-                origin_message_id=row.origin_message_id,
-                agent_id=row.agent_id,
-                run_id=row.run_id,
-                model_id=row.model_id,
-            )
+            event["approval_id"] = row.id
+            event["version"] = row.version
+            event["tool"] = row.tool
+            event["effect"] = row.effect
+            event["args_hash"] = row.args_hash
+            event["session_id"] = row.session_id
+            event["user_id"] = row.user_id
+            event["origin_message_id"] = row.origin_message_id
+            event["agent_id"] = row.agent_id
+            event["run_id"] = row.run_id
+            event["model_id"] = row.model_id
         if ctx is not None:
             event.update(
                 session_id=ctx.session_id,

@@ -21,13 +21,13 @@ WARNING when the record was tampered with. Never the token, the arguments or the
 from __future__ import annotations
 
 import hmac
-import json
 import logging
 from collections.abc import Mapping
 from typing import Any
 
 from . import flow
 from ._deps import Deps, Events
+from ._json import parse
 from ._ledger import Ledger, context_of
 from ._notice import Notices
 from ._seal import approval_intact
@@ -176,7 +176,7 @@ class Execution:
         )
         result = yield from self.settlement.run_claimed(
             spec,
-            json.loads(row.args_json),
+            parse(row.args_json),
             row.args_hash,
             call,
             key=key,

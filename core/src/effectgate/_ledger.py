@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._deps import Deps, Events
+from ._json import parse
 from ._seal import approval_intact, approval_sealed, decision_intact
 from .context import CallContext, Confirmation, SubjectEntry
 from .errors import PolicyViolation, TamperedRecord, UnknownApproval
@@ -211,7 +212,7 @@ class Ledger:
                 f"{row.tool}: the policy changed since this approval was proposed; it needs a fresh proposal",
                 code="reclassified",
             )
-        role, _ = spec.role_for(json.loads(row.args_json))
+        role, _ = spec.role_for(parse(row.args_json))
         required = self.policy.approvals_needed(spec.effect)
         if role != row.approver_role or required != row.approvals_required:
             raise TamperedRecord(row.id, "its approver role or number of approvers differ from the table's")

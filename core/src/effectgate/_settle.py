@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
 from . import flow
@@ -101,7 +100,13 @@ class Settlement:
             "table_fingerprint": self.table.fingerprint,
             "row_fingerprint": spec.fingerprint,
             "policy_fingerprint": self.policy.fingerprint,
-            **{k: v for k, v in ctx.as_record().items() if k != "tool_call_id"},
+            # the call's identity (`ctx.as_record()` without the tool call id)
+            "session_id": ctx.session_id,
+            "origin_message_id": ctx.origin_message_id,
+            "user_id": ctx.user_id,
+            "agent_id": ctx.agent_id,
+            "run_id": ctx.run_id,
+            "model_id": ctx.model_id,
             "before_json": to_json(before) if spec.snapshot else None,
         }
         refs: list[str] = []  # what the tool recorded with tool_context.set_provider_ref
@@ -110,7 +115,8 @@ class Settlement:
             self.store.set_provider_ref(key, owner, ref)  # committed before the tool goes on
             refs.append(ref)
 
-        bound = replace(tool_context, _on_provider_ref=on_ref)
+        # `dataclasses.replace(tool_context, _on_provider_ref=on_ref)`, without its walk of fields()
+        bound = ToolContext(**{**vars(tool_context), "_on_provider_ref": on_ref})
         try:
             result = yield flow.Invoke(spec.fn, args, spec.context_params, bound)
         except Exception as exc:
@@ -153,7 +159,7 @@ class Settlement:
                 status="succeeded",
                 result_json=to_json(result),
                 after_json=to_json(after) if spec.snapshot else None,
-                **{k: v for k, v in execution.items() if k != "after_json"},
+                **execution,  # holds no after_json
             )
             self.store.append_events(
                 conn,

@@ -140,6 +140,9 @@ class Spans:
         return self._flow("effectgate.call", self._call_attributes, name, _outcome_attributes, inner)
 
     def approve(self, approval_id: str, version: int, run: Callable[[], Decision]) -> Decision:
+        if self._silent():
+            return run()
+
         def attributes(_: object) -> Attributes:
             return {"effectgate.approval_id": approval_id, "effectgate.version": version}
 

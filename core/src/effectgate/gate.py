@@ -25,13 +25,12 @@ Neither is the record: the ledger is, and a failing tracer changes no outcome.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from . import flow
 from ._calls import Calls, ToolCallLike
-from ._clock import SYSTEM_CLOCK, Clock
+from ._clock import SYSTEM_CLOCK, Clock, uuid4_hex
 from ._decisions import Decisions
 from ._deps import Deps, Events
 from ._execution import Execution
@@ -152,7 +151,7 @@ class EffectGate:
             policy=policy,
             keyring=keyring,
             clock=clock or store.clock or SYSTEM_CLOCK,
-            ids=ids or (lambda: uuid.uuid4().hex),
+            ids=ids or uuid4_hex,
         )
         self._reads = ReadLog(store, batch=read_log_batch)
         self._spans = Spans(table, tracer_provider)

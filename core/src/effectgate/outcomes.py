@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ._json import parse
 from ._textcheck import text_warnings
 from .context import SubjectEntry
 from .stores._dialect import REDACTED_PREFIX
@@ -69,9 +70,9 @@ class Card:
         """The card of a stored row. `warnings` flags text that is not what it looks like
         (bidirectional controls, invisible characters, mixed-script words) in the arguments and
         subject, and a record that does not verify (`intact=False`)."""
-        args = json.loads(row.args_json)
-        subject = json.loads(row.subject_json) if row.subject_json else None
-        notes = json.loads(row.notes_json)
+        args = parse(row.args_json)
+        subject = parse(row.subject_json) if row.subject_json else None
+        notes = parse(row.notes_json)
         stored = row.args_json + (row.subject_json or "")
         # JSON text of printable ASCII with no escape decodes to printable ASCII strings only,
         # which `text_warnings` passes: the common case skips the walk over the values

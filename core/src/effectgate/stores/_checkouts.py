@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from contextlib import suppress
-from typing import Any
+from contextlib import AbstractContextManager, suppress
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import QueuePool
 
 from . import _dialect
+
+if TYPE_CHECKING:
+    from .sql import SQLStore
 
 
 class Checkouts:
@@ -64,3 +68,50 @@ class Checkouts:
     def _close(self, conn: Connection) -> None:
         self.cursors.pop(conn, None)
         conn.close()
+
+
+class Held:
+    """`SQLStore._connected`: a connection taken from the store's `Checkouts`, in a write
+    transaction on its driver connection (`begin`: `_dialect.driver_begin`, committed on a clean
+    exit, rolled back on an exception) or not, and given back (kept only after a clean exit).
+    While something observes the engine's statements, `SQLStore._observed` instead. A class, not
+    a generator context manager: four transactions per approved call made those a CPU cost."""
+
+    __slots__ = ("_begin", "_other", "_store", "_taken")
+
+    def __init__(self, store: SQLStore, begin: bool) -> None:
+        self._store, self._begin = store, begin
+        self._taken: tuple[Connection, Any, int] | None = None
+        self._other: AbstractContextManager[Connection] | None = None
+
+    def __enter__(self) -> Connection:
+        store = self._store
+        if not store._ready:
+            store.check()
+        if _dialect.observed(store.engine):
+            self._other = store._observed()
+            return self._other.__enter__()
+        checkouts = store._checkouts
+        self._taken = taken = checkouts.take()
+        if self._begin:
+            try:
+                _dialect.driver_begin(taken[0], taken[1])
+            except BaseException:
+                checkouts.give(taken, False)
+                raise
+        return taken[0]
+
+    def __exit__(
+        self, typ: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        if self._other is not None:
+            return self._other.__exit__(typ, exc, tb)
+        taken, ok = self._taken, False
+        assert taken is not None
+        try:
+            if self._begin:
+                _dialect.driver_end(taken[0], taken[1], commit=typ is None)
+            ok = typ is None
+        finally:
+            self._store._checkouts.give(taken, ok)
+        return None

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from typing import Any, NoReturn
 
 import sqlalchemy as sa
@@ -59,7 +58,7 @@ def _postgresql_engine(parsed: sa.engine.URL, pool_size: int | None) -> Engine:
     @sa.event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
         # psycopg would send the same BEGIN before the first statement; none when
-        # `driver_transaction` already began one
+        # `driver_begin` already began one
         driver: Any = conn.connection.driver_connection
         if driver.info.transaction_status == _PG_IDLE:
             run(conn, "BEGIN")
@@ -98,7 +97,7 @@ def _sqlite_engine(parsed: sa.engine.URL, pool_size: int | None) -> Engine:
         # then deadlock upgrading their locks. Read-only work begins DEFERRED.
         readonly = conn.get_execution_options().get(READONLY, False)
         driver: Any = conn.connection.driver_connection
-        if not driver.in_transaction:  # see `driver_transaction`
+        if not driver.in_transaction:  # see `driver_begin`
             run(conn, "BEGIN" if readonly else "BEGIN IMMEDIATE")
 
     return engine
@@ -159,29 +158,26 @@ def run_many(conn: Connection, sql: str, rows: Sequence[Sequence[Any]], *, drive
         _raise(conn, exc, sql, list(rows))
 
 
-@contextmanager
-def driver_transaction(conn: Connection, driver: Any = None) -> Iterator[Connection]:
-    """A write transaction on `conn` (checked out, not begun) run on its `driver` connection:
-    BEGIN (IMMEDIATE on SQLite, see `_on_begin`), COMMIT, or ROLLBACK on an exception. It is
+def driver_begin(conn: Connection, driver: Any) -> None:
+    """Begin a write transaction on `conn` (checked out, not begun) on its `driver` connection:
+    BEGIN (IMMEDIATE on SQLite, see `_on_begin`); `driver_end` commits or rolls it back. It is
     `engine.begin()` without SQLAlchemy's transaction machinery, which cost more CPU than the
     transaction's statements. A statement executed through SQLAlchemy inside it begins
     SQLAlchemy's own transaction, whose BEGIN the `begin` listener skips (the driver's is open),
     and which then has nothing left to roll back when the connection closes."""
     run(conn, "BEGIN IMMEDIATE" if conn.dialect.name == "sqlite" else "BEGIN", driver=driver)
-    if driver is None:
-        driver = conn.connection.driver_connection
+
+
+def driver_end(conn: Connection, driver: Any, *, commit: bool) -> None:
+    """COMMIT (`commit`) or ROLLBACK the transaction `driver_begin` began; a failure raised as
+    SQLAlchemy's error (`_raise`)."""
     try:
-        yield conn
-    except BaseException:
-        try:
+        if commit:
+            driver.commit()
+        else:
             driver.rollback()
-        except Exception as exc:
-            _raise(conn, exc, "ROLLBACK", None)
-        raise
-    try:
-        driver.commit()
     except Exception as exc:
-        _raise(conn, exc, "COMMIT", None)
+        _raise(conn, exc, "COMMIT" if commit else "ROLLBACK", None)
 
 
 def statement_runner(conn: Connection, driver: Any) -> Any:

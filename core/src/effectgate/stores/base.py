@@ -17,8 +17,6 @@ A record moves through:
 
 from __future__ import annotations
 
-import json
-import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -28,7 +26,8 @@ from typing import Any, Literal
 import pydantic_core
 from sqlalchemy.engine import Connection
 
-from .._clock import SYSTEM_CLOCK, Clock
+from .._clock import SYSTEM_CLOCK, Clock, uuid4_hex
+from .._json import parse
 from ..errors import (
     IdempotencyConflict,
     InProgress,
@@ -47,7 +46,7 @@ def to_json(value: Any) -> str:
 
 
 def from_json(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
+    return None if text is None else parse(text)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -170,7 +169,7 @@ class IdempotencyStore(ABC):
         needs_reconciliation and `NeedsReconciliation` is raised. `"reclaim"`: take it over
         (only for operations that are safe to repeat).
         """
-        owner = owner or uuid.uuid4().hex
+        owner = owner or uuid4_hex()
         now = self.clock.now()
         lease = {"lease_owner": owner, "lease_expires_at": now + lease_seconds, "updated_at": now}
         values = {

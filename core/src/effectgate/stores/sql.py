@@ -8,7 +8,6 @@ ledger's primitives that the gate composes into its transactions. Dialect differ
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
@@ -18,13 +17,14 @@ from sqlalchemy.engine import Connection, Engine
 from sqlmodel import SQLModel
 
 from .._clock import SYSTEM_CLOCK, Clock
+from .._json import detail_json
 from ..errors import StoreError
 from . import _dialect, _upgrade
 from . import _queries as Q
 from . import _statements as S
 from ._aggregates import AggregateSQL
 from ._chain import ChainSQL
-from ._checkouts import Checkouts
+from ._checkouts import Checkouts, Held
 from ._reading import ReadingSQL
 from ._redaction import RedactionSQL
 from .base import IdempotencyRecord, IdempotencyStore, Status
@@ -37,6 +37,8 @@ from .records import (
     DecisionRow,
     RuleRow,
 )
+
+_UNBUILT = object()  # `SQLStore._q`: a statement not built yet
 
 #: Read records written by one INSERT (14 parameters each: 896, under every SQLite's limit).
 READS_PER_STATEMENT = 64
@@ -66,8 +68,8 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, ReadingSQL, IdempotencyStor
         """A statement built once per shape and reused: SQLAlchemy memoizes the cache key of a
         statement object, so the hot path skips construction and cache-key generation (most of
         the gate's CPU per call before this). Every value reaches it as a bound parameter."""
-        stmt = self._stmts.get(key)
-        if stmt is None:
+        stmt = self._stmts.get(key, _UNBUILT)
+        if stmt is _UNBUILT:  # a statement the dialect has none of (None) is kept too
             stmt = self._stmts[key] = build()
         return stmt
 
@@ -77,7 +79,13 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, ReadingSQL, IdempotencyStor
         text = self._texts.get(sql)
         if text is None:
             text = self._texts[sql] = _dialect.driver_sql(conn, sql)
-        return _dialect.run(conn, text, params, driver=self._checkouts.cursors.get(conn))
+        driver = self._checkouts.cursors.get(conn)
+        if driver is None:
+            return _dialect.run(conn, text, params)
+        try:  # `_dialect.run` with a driver, inline: a call less on every statement
+            return driver.execute(text, params)
+        except Exception as exc:
+            _dialect._raise(conn, exc, text, params)
 
     # -- lifecycle
 
@@ -159,30 +167,19 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, ReadingSQL, IdempotencyStor
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _connected(self, *, begin: bool) -> AbstractContextManager[Connection]:
+        """A connection, in a write transaction on the driver's connection (`begin`) or with each
+        statement committing by itself (the drivers' connections are in autocommit and BEGIN is
+        the engine's, see `_dialect`), taken from and given back to `_checkouts.Checkouts`
+        (`_checkouts.Held`). When something listens to its statements, a fresh checkout in
+        SQLAlchemy's transaction, so that it sees each one."""
+        return Held(self, begin)
+
     @contextmanager
-    def _connected(self, *, begin: bool) -> Iterator[Connection]:
-        """A connection, in a write transaction on the driver's connection (`begin`,
-        `_dialect.driver_transaction`) or with each statement committing by itself (the drivers'
-        connections are in autocommit and BEGIN is the engine's, see `_dialect`), taken from and
-        given back to `_checkouts.Checkouts`. When something listens to its statements, a fresh
-        checkout in SQLAlchemy's transaction, so that it sees each one."""
-        if not self._ready:
-            self.check()
-        if _dialect.observed(self.engine):
-            with self.engine.connect() as conn, conn.begin():
-                yield conn
-            return
-        taken = self._checkouts.take()
-        conn, ok = taken[0], False
-        try:
-            if begin:
-                with _dialect.driver_transaction(conn, taken[1]):
-                    yield conn
-            else:
-                yield conn
-            ok = True
-        finally:
-            self._checkouts.give(taken, ok)
+    def _observed(self) -> Iterator[Connection]:
+        """`_connected` while something listens to the engine's statements (`_dialect.observed`)."""
+        with self.engine.connect() as conn, conn.begin():
+            yield conn
 
     def transaction(self) -> AbstractContextManager[Connection]:
         return self._connected(begin=True)
@@ -228,7 +225,8 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, ReadingSQL, IdempotencyStor
             lambda: S.transition(from_status, by_owner=by_owner, lease_expired=lease_expired, keys=keys),
         )
         params = {"p_key": key, "p_owner": owner, "p_before": lease_expired_before}
-        params.update({f"v_{k}": v for k, v in values.items()})
+        for k, v in values.items():
+            params["v_" + k] = v
         row = self._x(conn, sql, params).fetchone()
         return None if row is None else S.record_of(row)
 
@@ -321,11 +319,9 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, ReadingSQL, IdempotencyStor
             ("update_approval", statuses, with_version, keys),
             lambda: S.update_approval(statuses, with_version=with_version, keys=keys),
         )
-        params = {
-            "p_id": approval_id,
-            "p_version": expect_version,
-            **{f"v_{k}": v for k, v in values.items()},
-        }
+        params = {"p_id": approval_id, "p_version": expect_version}
+        for k, v in values.items():
+            params["v_" + k] = v
         return self._x(conn, sql, params).fetchone() is not None
 
     def add_key(self, conn: Connection, key: str, approval_id: str, version: int, origin: str) -> bool:
@@ -369,10 +365,12 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, ReadingSQL, IdempotencyStor
         if not events:
             return
         rows: list[list[Any]] = []
+        columns, at = Q._EVENT_COLUMNS, Q._DETAIL_AT
         for e in events:
-            detail = e.get("detail_json")
-            row = [e.get(c) for c in Q._EVENT_COLUMNS]
-            row[Q._DETAIL_AT] = detail if isinstance(detail, str) else json.dumps(detail or {}, default=str)
+            row = list(map(e.get, columns))
+            detail = row[at]
+            if not isinstance(detail, str):
+                row[at] = detail_json(detail) if detail else "{}"
             rows.append(row)
         sql = self._q(("events",), lambda: _dialect.insert_many_sql(conn, "eg_events", Q._EVENT_COLUMNS))
         _dialect.run_many(conn, sql, rows, driver=self._checkouts.cursors.get(conn))

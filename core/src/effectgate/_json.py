@@ -1,0 +1,42 @@
+"""`json.loads` and `json.dumps` of the hot path, without json's Python layers.
+
+The ledger's JSON columns hold compact text (canonical arguments, notes, subjects, results),
+parsed several times per approved call. `parse` runs the C scanner of `json.loads` on it directly;
+text it does not consume whole (surrounding whitespace, trailing data, a BOM, nothing valid) and
+a value that is not a str go to `json.loads` itself, so the value or error is always its own.
+`detail_json` writes an event's detail as `json.dumps(detail, default=str)` does.
+"""
+
+from __future__ import annotations
+
+import json
+from json.decoder import JSONDecoder
+from typing import Any
+
+_DETAIL = json.JSONEncoder(default=str)
+_MAKE: Any = getattr(json.encoder, "c_make_encoder", None)  # None off CPython
+
+#: The scanner of a decoder with json.loads' defaults (C's, when json has its accelerator)
+_SCAN: Any = JSONDecoder().scan_once  # type: ignore[attr-defined]
+
+
+def parse(text: Any) -> Any:
+    """`json.loads(text)`."""
+    if type(text) is not str:
+        return json.loads(text)
+    try:
+        value, end = _SCAN(text, 0)
+    except StopIteration:
+        return json.loads(text)  # its error
+    if end != len(text):
+        return json.loads(text)
+    return value
+
+
+def detail_json(detail: Any) -> str:
+    """`json.dumps(detail, default=str)`: json's C encoder made as `_DETAIL.encode` makes it (a
+    new one per value, with the check for cycles), without the encoder and layers dumps adds."""
+    if _MAKE is None or type(detail) is str:
+        return _DETAIL.encode(detail)
+    encoder = _MAKE({}, str, json.encoder.encode_basestring_ascii, None, ": ", ", ", False, False, True)
+    return "".join(encoder(detail, 0))
