@@ -142,7 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             report_scale.run(directory, records=r, gated=g)
             for r, g in (AUDIT_SMOKE if args.smoke else REPORT_FULL)
         ]
-        rates = concurrency.run(directory, _pg_database(), ops=40 if args.smoke else 640)
+        rates = concurrency.run(directory, _pg_database(), ops=40 if args.smoke else 1920)
         writers = processes.run(directory, sweep)
         frameworks = _frameworks(directory, smoke=args.smoke)
         elapsed = time.perf_counter() - began

@@ -77,12 +77,18 @@ def _raw_op(path: str, owner: str) -> tuple[Callable[[str], None], Callable[[], 
 
 def _gate_op(url: str) -> tuple[Callable[[str], None], Callable[[], None]]:
     store = open_store(url)
+    ran = 0
 
     def noop() -> dict[str, Any]:
+        nonlocal ran
+        ran += 1
         return {"ok": True}
 
     def op(key: str) -> None:
+        before = ran
         store.run(key, HASH, noop)
+        if ran == before:  # a stored result returned: a replay, not the execution being timed
+            raise RuntimeError(f"effectgate: the tool did not run for the fresh key {key}")
 
     return op, store.close
 

@@ -138,50 +138,61 @@ def _pg_raw(url: str) -> Callable[[int], Callable[[int], None]]:
     return make
 
 
-def _gate(url: str, workers: int) -> Callable[[int], Callable[[int], None]]:
+def _gate(url: str, workers: int) -> tuple[Callable[[int], Callable[[int], None]], Callable[[], int]]:
+    """The effectgate side, and how many times its tool ran so far (every operation must run it:
+    an execution, not the replay of a stored result)."""
     store = open_store(url, pool_size=workers)
     _OPENED.append(store.close)
     store.setup()
     ids = itertools.count()
     lock = threading.Lock()
+    # keys new to the database: PostgreSQL's is shared by every round and worker count, and a
+    # key claimed before would be a replay (the stored result returned), not an execution
+    tag = uuid.uuid4().hex
+    ran = [0]
 
     def make(w: int) -> Callable[[int], None]:
         def noop() -> dict[str, Any]:
+            with lock:
+                ran[0] += 1
             return {"ok": True}
 
         def op(i: int) -> None:
             with lock:
                 n = next(ids)
-            store.run(f"k{n}", HASH, noop)
+            store.run(f"{tag}-{n}", HASH, noop)
 
         return op
 
-    return make
+    return make, lambda: ran[0]
 
 
 def run(directory: Path, pg_url: str | None, *, ops: int) -> list[Rate]:
     """Rates for SQLite (file in `directory`) and, when `pg_url` is given, PostgreSQL: per worker
     count, the round whose ratio is the median of `ROUNDS` alternating raw/effectgate rounds."""
     rates: list[Rate] = []
-    backends: list[tuple[str, Callable[[int, int], tuple[Any, Any]]]] = [
+    backends: list[tuple[str, Callable[[int, int], tuple[Any, Any, Any]]]] = [
         (
             "sqlite",
             lambda w, r: (
                 _sqlite_raw(directory / f"raw-{w}-{r}.db"),
-                _gate(f"sqlite:///{directory / f'gate-{w}-{r}.db'}", w),
+                *_gate(f"sqlite:///{directory / f'gate-{w}-{r}.db'}", w),
             ),
         )
     ]
     if pg_url is not None:
-        backends.append(("postgresql", lambda w, r: (_pg_raw(pg_url), _gate(pg_url, w))))
+        backends.append(("postgresql", lambda w, r: (_pg_raw(pg_url), *_gate(pg_url, w))))
     for backend, make in backends:
         for workers in WORKERS:
             per_worker = max(2, ops // workers)
             rounds = []
             for r in range(ROUNDS):
-                raw_make, gate_make = make(workers, r)
+                raw_make, gate_make, ran = make(workers, r)
                 raw = _rate(workers, per_worker, raw_make)
                 gate = _rate(workers, per_worker, gate_make)
+                expected = workers * (per_worker + 1)  # with each worker's untimed first operation
+                if ran() != expected:
+                    raise RuntimeError(f"{expected} operations ran the tool {ran()} times ({backend})")
                 rounds.append(Rate(backend, workers, raw, gate))
             rates.append(sorted(rounds, key=lambda rate: rate.ratio)[len(rounds) // 2])
     return rates
