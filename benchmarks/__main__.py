@@ -158,7 +158,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(_row("(a) add(1, 2), called directly", read.direct))
     print(_row('(a) gate.call("add", ...), a read tool', read.gated))
     print(_row("(b) gate: propose + approve + execute, no-op money", money.gated))
-    print(_row(f"(b) raw sqlite3: the same writes in {raw_commits} commits", money.raw))
+    print(_row(f"(b) raw sqlite3: the gate's rows, replayed in {raw_commits} commits", money.raw))
+    print(_row(f"(b) raw sqlite3: small rows, minimal schema, {raw_commits} commits", money.minimal))
     print(_row("(c) store.claim + store.complete, distinct keys", claim.gated))
     print(_row("(c) raw sqlite3: the same writes in 2 commits", claim.raw))
     writer_lines, writers_met = processes.report(writers)
@@ -169,7 +170,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"  CPU per operation (all threads): read direct {_duration(read.direct.cpu_median or 0)}, "
         f"read gated {_duration(read.gated.cpu_median or 0)}, money gated "
-        f"{_duration(money.gated.cpu_median or 0)}, money raw {_duration(money.raw.cpu_median or 0)}"
+        f"{_duration(money.gated.cpu_median or 0)}, money raw (the gate's rows) "
+        f"{_duration(money.raw.cpu_median or 0)}, money raw (small rows) "
+        f"{_duration(money.minimal.cpu_median or 0)}"
     )
     counted = ", ".join(f"{k} {v}" for k, v in money.commits.items())
     expected = ", ".join(f"{k} {v}" for k, v in money_path.EXPECTED_COMMITS.items())
@@ -187,8 +190,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{_verdict(read_met)}"
     )
     print(
-        f"ratio (b) money path, gate / {raw_commits} raw commits: {money.ratio:.2f}x "
-        f"(target: <= {MONEY_RATIO_TARGET}x) {_verdict(money_met)}"
+        f"ratio (b) money path, gate / the same rows in {raw_commits} raw commits: {money.ratio:.2f}x "
+        f"(target: <= {MONEY_RATIO_TARGET}x) {_verdict(money_met)}; against small rows in a minimal "
+        f"schema {money.minimal_ratio:.2f}x (no target)"
     )
     print(
         f"ratio (c) claims, claim + complete / 2 raw commits: {claim.ratio:.2f}x; "
@@ -197,9 +201,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("\n".join(line for line in writer_lines if line.startswith("ratio ")))
     money_cpu_added_ms = ((money.gated.cpu_median or 0) - (money.raw.cpu_median or 0)) / 1e6
     cpu_met = money_cpu_added_ms <= MONEY_CPU_TARGET_MS
+    minimal_added_ms = ((money.gated.cpu_median or 0) - (money.minimal.cpu_median or 0)) / 1e6
     print(
-        f"ratio (b') money path CPU added by the gate: {money_cpu_added_ms:.2f} ms per cycle "
-        f"(target: <= {MONEY_CPU_TARGET_MS} ms) {_verdict(cpu_met)}"
+        f"ratio (b') money path CPU added by the gate to the same rows' commits: {money_cpu_added_ms:.2f} ms "
+        f"per cycle (target: <= {MONEY_CPU_TARGET_MS} ms) {_verdict(cpu_met)}; to small rows' "
+        f"{minimal_added_ms:.2f} ms (no target)"
     )
     for s_ in sizes:
         print(
@@ -211,8 +217,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for r_ in reports:
         print("ratio (f') " + report_scale.report(r_).strip())
 
+    rates_met = True
     for r in rates:
         met = r.ratio >= concurrency.TARGET
+        rates_met = rates_met and (met or r.workers == 1)  # the target is at 8 and 32 workers
         print(
             f"ratio (d) {r.backend} with {r.workers:>2} workers, execute path / raw 2 commits: "
             f"{r.ratio:.2f}x ({r.gate_per_s:,.0f} vs {r.raw_per_s:,.0f} per s; target: >= "
@@ -244,6 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "read_gated": read.gated.to_dict(),
                 "money_gated": money.gated.to_dict(),
                 "money_raw": money.raw.to_dict(),
+                "money_raw_minimal": money.minimal.to_dict(),
                 "claims_gated": claim.gated.to_dict(),
                 "claims_raw": claim.raw.to_dict(),
             },
@@ -255,10 +264,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "target_overhead_us": READ_OVERHEAD_TARGET_US,
                     "met": read_met,
                 },
-                "money": {"ratio": money.ratio, "target": MONEY_RATIO_TARGET, "met": money_met},
+                "money": {
+                    "ratio": money.ratio,
+                    "target": MONEY_RATIO_TARGET,
+                    "met": money_met,
+                    "ratio_minimal_rows": money.minimal_ratio,
+                },
                 "claims": {"ratio": claim.ratio, "per_second": claim.per_second, "target": None},
                 "money_cpu": {
                     "added_ms": money_cpu_added_ms,
+                    "added_ms_minimal_rows": minimal_added_ms,
                     "target_ms": MONEY_CPU_TARGET_MS,
                     "met": cpu_met,
                 },
@@ -278,7 +293,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     audit_met = audits[0].met  # the realistic ledger carries the target; the stress case is reported
     report_met = reports[0].met
     met = read_met and money_met and cpu_met and audit_met and same and frameworks_met and writers_met
-    met = met and report_met
+    met = met and report_met and rates_met
     return 0 if met else 1
 
 

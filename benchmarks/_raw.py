@@ -1,17 +1,26 @@
-"""The floor: the same durable writes through plain `sqlite3`, with the store's pragmas.
+"""The floor: durable writes through plain `sqlite3`, with the store's pragmas.
 
 A file database in WAL mode with `synchronous=FULL` (what `effectgate.stores._dialect` sets:
 the WAL is synced at every commit), and every transaction opened with `BEGIN IMMEDIATE` as the
-store does. Rows are small and shaped like the ledger's; no ORM, no statement building.
+store does; no ORM, no statement building. `SameWrites` replays the very rows a gated cycle
+wrote, on the store's own schema; `RawLedger` writes small rows shaped like the ledger's into a
+minimal schema of its own.
 """
 
 from __future__ import annotations
 
 import itertools
+import secrets
 import sqlite3
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
+
+#: one recorded statement: its SQL, its parameters (for `many`, a list of rows), whether it is
+#: an executemany
+Statement = tuple[str, Any, bool]
 
 SCHEMA = """
 CREATE TABLE approvals (
@@ -135,3 +144,70 @@ class RawLedger:
                 ("succeeded", '{"ok": true}', now, key, "owner"),
             )
         )
+
+
+class SameWrites:
+    """The writes one gated money cycle made, replayed through plain `sqlite3`: the database's
+    own work for what the gate commits. `transactions` are the cycle's write statements as the
+    store ran them (recorded from its engine, reads left out), grouped by transaction; the file
+    was set up by the store (the same tables, indexes and triggers). Each replayed cycle writes
+    the same rows with fresh identities: every recorded value in `identities` (long random hex:
+    the approval id, the session, the subject and intent keys) becomes a new random value of the
+    same length wherever it occurs. `cycles` builds the parameters before a timer starts, so the
+    timed part is the transactions alone."""
+
+    def __init__(
+        self, path: Path, transactions: Sequence[Sequence[Statement]], identities: Sequence[str]
+    ) -> None:
+        self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=FULL")
+        self.conn.execute("PRAGMA busy_timeout=30000")
+        self.transactions = [list(tx) for tx in transactions]
+        self.identities = list(identities)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def cycles(self, n: int) -> list[list[list[Statement]]]:
+        out = []
+        for _ in range(n):
+            fresh = [(old, secrets.token_hex(len(old) // 2 + 1)[: len(old)]) for old in self.identities]
+
+            def swap(value: Any, fresh: list[tuple[str, str]] = fresh) -> Any:
+                if isinstance(value, str):
+                    for old, new in fresh:
+                        value = value.replace(old, new)
+                    return value
+                if isinstance(value, dict):
+                    return {k: swap(v) for k, v in value.items()}
+                if isinstance(value, (list, tuple)):
+                    return type(value)(swap(v) for v in value)
+                return value
+
+            out.append([[(sql, swap(params), many) for sql, params, many in tx] for tx in self.transactions])
+        return out
+
+    def counts(self) -> dict[str, int]:
+        """What the replayed cycles left: approvals executed, keys succeeded, executions,
+        decisions and events (each cycle must leave one, one, one, one and five)."""
+        queries = {
+            "executed approvals": "SELECT count(*) FROM eg_approvals WHERE status = 'executed'",
+            "succeeded keys": "SELECT count(*) FROM eg_idempotency WHERE status = 'succeeded'",
+            "executions": "SELECT count(*) FROM eg_executions",
+            "decisions": "SELECT count(*) FROM eg_decisions",
+            "events": "SELECT count(*) FROM eg_events",
+        }
+        return {what: self.conn.execute(sql).fetchone()[0] for what, sql in queries.items()}
+
+    def run(self, cycles: list[list[list[Statement]]]) -> None:
+        execute, executemany = self.conn.execute, self.conn.executemany
+        for cycle in cycles:
+            for tx in cycle:
+                execute("BEGIN IMMEDIATE")
+                for sql, params, many in tx:
+                    if many:
+                        executemany(sql, params)
+                    else:
+                        execute(sql, params).fetchall()
+                execute("COMMIT")

@@ -51,6 +51,10 @@ def test_benchmark_smoke_run_prints_every_ratio(tmp_path: Path) -> None:
     assert set(data["frameworks"]["openai_agents"]["ratios"]) == {"run"}
     assert set(data["frameworks"]["smolagents"]["ratios"]) == {"run"}
     assert data["money_commits"] == {"propose": 1, "approve": 1, "execute": 2}
+    # (b) holds against the gate's own rows replayed, and reports the small-row baseline beside it
+    assert "the same rows" in next(line for line in lines if line.startswith("ratio (b)"))
+    assert {"ratio", "ratio_minimal_rows", "met"} <= set(data["ratios"]["money"])
+    assert "money_raw_minimal" in data["cases"]
 
 
 def test_writer_errors_are_counted_and_fail_the_store_side() -> None:
