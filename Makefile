@@ -14,8 +14,9 @@ uv: ## install uv with pip when it is missing
 	@python3 -m uv --version >/dev/null 2>&1 || python3 -m pip install --quiet uv \
 	  || python3 -m pip install --quiet --user --break-system-packages uv
 
-sync: uv ## create .venv from uv.lock (all workspace members, dev tools)
-	@$(UV) sync --frozen --all-packages --quiet
+sync: uv ## create .venv from uv.lock (all workspace members, dev tools), bytecode compiled
+	@$(UV) sync --frozen --all-packages --quiet --compile-bytecode
+	@$(PY) -m compileall -q core/src integrations/*/src
 
 demo: sync ## the shop demo on the embedded SQLite default
 	@$(UV) run --frozen effectgate demo
