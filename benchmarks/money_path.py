@@ -126,9 +126,10 @@ def run(directory: Path, plan: Plan) -> MoneyResult:
     def contexts(n: int) -> list[tuple[CallContext, dict[str, str]]]:
         out = []
         for _ in range(n):
-            i = next(ids)
-            ctx = CallContext(session_id=f"s{i}", origin_message_id="m1", user_id="u1", agent_id=AGENT)
-            out.append((ctx, {"ref": f"r{i}"}))
+            # 32 hex digits, as long as the recorded cycle's random ones: the same row sizes
+            session, ref = f"{next(ids):032x}", f"{next(ids):032x}"
+            ctx = CallContext(session_id=session, origin_message_id="m1", user_id="u1", agent_id=AGENT)
+            out.append((ctx, {"ref": ref}))
         return out
 
     [(ctx, args)] = contexts(1)
