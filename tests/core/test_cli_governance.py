@@ -103,3 +103,14 @@ def test_retain_erases_by_age(executed: str, cli: Callable[..., Run]) -> None:
     assert json.loads(run.out)["rows"] > 0
     with open_store(executed) as store:
         assert store.approvals()[0].args_json.startswith('{"$redacted"')
+
+
+def test_retain_takes_the_unclassified_kind(executed: str, cli: Callable[..., Run]) -> None:
+    """`unclassified` (events that name no effect class) is a kind of its own: it reaches no
+    approval, execution or effect-classed event."""
+    run = cli("retain", "--db", executed, "--rule", "unclassified=0", "--by", "nightly", "--json")
+    assert run.code == 0, run.err
+    assert json.loads(run.out)["rows"] == 0
+    with open_store(executed) as store:
+        assert not store.approvals()[0].args_json.startswith('{"$redacted"')
+        assert not any(e.detail_json.startswith('{"$redacted"') for e in store.events())

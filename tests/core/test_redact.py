@@ -293,6 +293,32 @@ def test_retention_erases_old_records_of_a_kind_and_skips_held_users(
     assert audit(store, ledger.table, keyring=ledger.keyring).clean
 
 
+def test_retention_reaches_events_that_name_no_effect_class(ledger: EffectGate, clock: FakeClock) -> None:
+    """A refusal of a tool absent from the table names no effect class: no effect's rule reaches
+    it, the `unclassified` kind does (by age, skipping held users), and the audit stays clean."""
+    store = ledger.store
+    hold(store, user_id="u2", by="legal", reason="case")
+    for user in ("u1", "u2"):
+        refused = ledger.call("wire_funds_to", {"iban": "GB00 ADA"}, context(f"x-{user}", user_id=user))
+        assert not isinstance(refused, Executed | Pending)
+    ledger.flush()
+
+    def unknown() -> dict[str, str]:
+        return {e.user_id: e.detail_json for e in store.events() if e.tool == "wire_funds_to"}
+
+    assert all("wire_funds_to" in detail for detail in unknown().values())
+    clock.advance(31 * 86400)
+    every_effect = {"read": 30, "write": 30, "send": 30, "money": 30, "destructive": 30}
+    retain(store, ledger.keyring, every_effect, by="nightly", now=clock.now())
+    assert all(not d.startswith('{"$redacted"') for d in unknown().values())  # no effect reaches them
+    done = retain(store, ledger.keyring, {"unclassified": 30}, by="nightly", now=clock.now())
+    assert done.held == ("u2",)
+    assert unknown()["u1"].startswith('{"$redacted"')
+    assert "wire_funds_to" in unknown()["u2"]  # held
+    assert done.rows == 1
+    assert audit(store, ledger.table, keyring=ledger.keyring).clean
+
+
 @pytest.mark.parametrize(
     ("rules", "message"), [({"reads": 30}, "unknown record kind"), ({"read": -1}, ">= 0")]
 )

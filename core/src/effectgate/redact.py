@@ -1,7 +1,7 @@
 """GDPR erasure, retention rules and legal holds, keeping the financial facts and every chain.
 
     done = redact(store, keyring, user_id="u1", by="dpo@shop", reason="erasure request #77")
-    done = retain(store, keyring, {"read": 30, "write": 365}, by="nightly")   # days per effect
+    done = retain(store, keyring, {"read": 30, "write": 365}, by="nightly")   # days per kind
     hold(store, user_id="u2", by="legal@shop", reason="case 2026-14")          # erase nothing of u2
 
 What is personal is named per table (`stores.records.PERSONAL`): the arguments, results,
@@ -44,7 +44,7 @@ from .canonical import canonical_json, digest
 from .effects import Effect
 from .errors import EffectGateError, TokenError
 from .stores._dialect import REDACTED_PREFIX
-from .stores._redaction import OPEN_APPROVALS, OPEN_RECORDS, Target
+from .stores._redaction import OPEN_APPROVALS, OPEN_RECORDS, UNCLASSIFIED, Target
 from .stores.protocol import Store
 from .stores.records import HoldRow, RedactedRow
 from .tokens import Keyring
@@ -293,11 +293,12 @@ def retain(
     keep: Sequence[str] = FACTS,
     now: float | None = None,
 ) -> Redaction:
-    """Apply retention rules: for each effect class named in `rules` (read, write, send, money,
-    destructive), erase the personal values of its records older than that many days, keeping
-    the facts. Held users and calls that may still run are left alone."""
+    """Apply retention rules: for each record kind named in `rules`, an effect class (read,
+    write, send, money, destructive) or `unclassified` (the events that name none: refusals of
+    tools absent from the table), erase the personal values of its records older than that many
+    days, keeping the facts. Held users and calls that may still run are left alone."""
     _text("by", by)
-    known = {str(e) for e in Effect}
+    known = {str(e) for e in Effect} | {UNCLASSIFIED}
     for effect, days in rules.items():
         if effect not in known:
             raise RedactionError(f"unknown record kind {effect!r}: use one of {', '.join(sorted(known))}")

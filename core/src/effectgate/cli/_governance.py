@@ -35,7 +35,11 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p = sub.add_parser("retain", parents=[common], help="apply retention rules: erase personal data by age")
     p.add_argument(
-        "--rule", action="append", required=True, metavar="KIND=DAYS", help="e.g. read=30 (repeat per kind)"
+        "--rule",
+        action="append",
+        required=True,
+        metavar="KIND=DAYS",
+        help="e.g. read=30 (repeat per kind: an effect class, or unclassified)",
     )
     p.add_argument("--by", required=True, help="who runs it (recorded)")
     p.add_argument("--keep", default=",".join(FACTS), help="arguments kept as facts (default: %(default)s)")

@@ -22,6 +22,9 @@ from .records import PERSONAL, HoldRow, RedactedRow
 OPEN_APPROVALS = ("pending", "approved", "executing", "needs_reconciliation")
 #: Idempotency statuses whose call is in flight or awaits reconciliation: never redacted.
 OPEN_RECORDS = ("in_progress", "needs_reconciliation")
+#: The retention kind of the records that name no effect class: events only (refusals of tools
+#: absent from the table); every approval and execution has an effect class.
+UNCLASSIFIED = "unclassified"
 
 _TABLES: dict[str, sa.Table] = {
     "eg_approvals": Q.T_APPROVALS,
@@ -84,7 +87,8 @@ def targets(
     held: Sequence[str] = (),
 ) -> list[Target]:
     """The rows a redaction (`user_id`, optionally narrowed to approvals of `subject_keys`) or a
-    retention rule (`effect` and `before`: records of that effect older than `before`) reaches.
+    retention rule (`effect` and `before`: records of that effect, or of none for `UNCLASSIFIED`,
+    older than `before`) reaches.
     Records of `held` users are left out. Decisions and idempotency records follow the
     approvals and executions selected."""
     a, e, ev = Q.T_APPROVALS, Q.T_EXECUTIONS, Q.T_EVENTS
@@ -97,7 +101,11 @@ def targets(
         where_ev.append(ev.c.user_id == user_id)
     if subject_keys:
         where_a.append(_in(a.c.subject_key, subject_keys))
-    if effect is not None:
+    if effect == UNCLASSIFIED:
+        where_a.append(sa.false())
+        where_e.append(sa.false())
+        where_ev.append(sa.or_(ev.c.effect.is_(None), ev.c.effect == ""))
+    elif effect is not None:
         where_a.append(a.c.effect == effect)
         where_e.append(e.c.effect == effect)
         where_ev.append(ev.c.effect == effect)

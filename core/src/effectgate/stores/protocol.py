@@ -257,8 +257,9 @@ class RedactionLedger(Protocol):
     ) -> Sequence[Target]:
         """The rows with personal values a redaction of `user_id` (narrowed to approvals whose
         subject key is one of `subject_keys`, when given) or a retention rule (records of `effect`
-        older than `before`) reaches, with the decisions and idempotency records of the approvals
-        and executions selected; rows of `held` users left out. Reads only."""
+        older than `before`; `_redaction.UNCLASSIFIED`: events that name no effect class)
+        reaches, with the decisions and idempotency records of the approvals and executions
+        selected; rows of `held` users left out. Reads only."""
 
     def overwrite_personal(self, conn: Any, table: str, key: str, values: Mapping[str, str]) -> None:
         """Write redaction markers into personal columns (`records.PERSONAL`) of one row. Raises
