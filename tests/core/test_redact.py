@@ -19,6 +19,7 @@ from effectgate import Approver, EffectGate, Executed, Grant, Pending
 from effectgate.audit import audit
 from effectgate.examples.shop import context
 from effectgate.export import export_chain, redact_export, verify_export
+from effectgate.flow import drive
 from effectgate.outcomes import REDACTED_NOTE, TAMPERED_WARNING
 from effectgate.redact import RedactionError, hold, holds, redact, release, retain
 from effectgate.replay import replay
@@ -291,6 +292,33 @@ def test_retention_erases_old_records_of_a_kind_and_skips_held_users(
     emails = [a.args_json for a in store.approvals() if a.tool == "send_email"]
     assert ADA_EMAIL in emails[0]  # send: no rule
     assert audit(store, ledger.table, keyring=ledger.keyring).clean
+
+
+def test_an_erased_event_detail_keeps_the_approval_chain(ledger: EffectGate) -> None:
+    """Who edited a call (and the hash the edit replaced), who approved it and in what role stay
+    in the events' markers, as in the decisions: the version history still names the editor."""
+    first = {"order_id": "1042", "amount": 900, "currency": "GBP"}
+    pending = ledger.call("refund_order", first, context("m9"))
+    assert isinstance(pending, Pending)
+    fixed = {**first, "amount": 800}
+    edited = drive(ledger.flows.edit("refund_order", fixed, context("m9"), editor="sam"))
+    assert isinstance(edited, Pending)
+    assert edited.version == 2
+    grant = ledger.approve(edited.approval_id, version=2, approver=FINANCE)
+    assert isinstance(grant, Grant)
+    assert isinstance(ledger.execute(grant.token), Executed)
+    before = [v.edited_by for v in ledger.versions(edited.approval_id)]
+    assert before == [None, "sam"]
+    redact(ledger.store, ledger.keyring, user_id="u1", by="dpo", reason="erasure")
+    assert [v.edited_by for v in ledger.versions(edited.approval_id)] == before
+    details = {e.kind: json.loads(e.detail_json) for e in ledger.store.events(approval_id=edited.approval_id)}
+    assert details["amended"]["edited_by"] == "sam"
+    assert "$redacted" in details["amended"]
+    assert details["amended"]["previous_hash"]
+    approved = details["approved"]
+    assert {k: approved[k] for k in ("approver", "role")} == {"approver": "fiona", "role": "finance"}
+    assert set(details["executed"]) == {"$redacted"}  # the idempotency key: not part of the chain
+    assert audit(ledger.store, ledger.table, keyring=ledger.keyring).clean
 
 
 def test_retention_reaches_events_that_name_no_effect_class(ledger: EffectGate, clock: FakeClock) -> None:

@@ -12,7 +12,8 @@ top-level arguments named in `keep` (by default `amount` and `currency`), and ap
 MAC of the erased text, a salted hash only the keyring's holder can compute: nobody can confirm a
 guess without the key), the args hash the arguments had and the facts kept. What is kept: ids
 (users and sessions are the application's pseudonyms), the approval chain (who approved, in what
-role, when), hashes, fingerprints, times, statuses, and the facts.
+role, when; in an event's erased detail, `EVENT_FACTS`: who approved or edited the call, in what
+role, and the hash an amendment replaced), hashes, fingerprints, times, statuses, and the facts.
 
 The database lets a personal column take a redaction marker and nothing else (the append-only
 triggers); the audit accepts a redacted record only with a sealed entry that matches it (its
@@ -50,6 +51,9 @@ from .stores.records import HoldRow, RedactedRow
 from .tokens import Keyring
 
 FACTS = ("amount", "currency")
+#: What an erased event detail keeps: the approval chain it records (who edited or approved a
+#: call, in what role, and the args hash an amendment replaced), kept as decisions keep it.
+EVENT_FACTS = ("approver", "edited_by", "previous_hash", "role")
 MARK = "$redacted"
 COMMIT = "personal"  # the derived key of a personal value's commitment
 ENTRY = "redaction"  # the keyring purpose of an eg_redacted entry's seal
@@ -207,7 +211,12 @@ def _erase(
         for column, text in t.values.items():
             if text is None or is_redacted(text):
                 continue
-            facts = facts_of(text, keep) if column == "args_json" else None
+            if column == "args_json":
+                facts: dict[str, Any] | None = facts_of(text, keep)
+            elif t.table == "eg_events" and column == "detail_json":
+                facts = facts_of(text, EVENT_FACTS) or None
+            else:
+                facts = None
             values[column] = marker(rid, facts)
             entry = {
                 "redaction_id": rid,
