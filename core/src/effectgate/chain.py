@@ -29,9 +29,10 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ._commitments import COMMIT, commitment_part, keyed_hash
 from .canonical import ENCODE, canonical_json
 from .errors import EffectGateError, TokenError
-from .redact import COMMIT, commitment_part, entries, is_redacted, keyed_hash
+from .redact import entries, is_redacted
 from .stores._chain import CHAINED, columns
 from .stores.protocol import Store
 from .stores.records import PERSONAL, ChainRow, RedactedRow

@@ -46,11 +46,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ._commitments import commitment, commitment_holds
 from .audit import audit
 from .canonical import canonical_json
 from .chain import seal_chain
 from .errors import EffectGateError, TokenError
-from .redact import FACTS, commitment, commitment_holds, entries, facts_of, is_redacted
+from .redact import FACTS, entries, facts_of, is_redacted
 from .stores.protocol import Store
 from .tokens import Keyring
 

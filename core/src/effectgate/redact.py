@@ -33,7 +33,6 @@ through the user it was made for.
 
 from __future__ import annotations
 
-import hmac
 import json
 import secrets
 import time
@@ -41,6 +40,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ._commitments import commitment, commitment_holds, commitment_part, keyed_hash
 from .canonical import canonical_json, digest
 from .effects import Effect
 from .errors import EffectGateError, TokenError
@@ -55,7 +55,6 @@ FACTS = ("amount", "currency")
 #: call, in what role, and the args hash an amendment replaced), kept as decisions keep it.
 EVENT_FACTS = ("approver", "edited_by", "previous_hash", "role")
 MARK = "$redacted"
-COMMIT = "personal"  # the derived key of a personal value's commitment
 ENTRY = "redaction"  # the keyring purpose of an eg_redacted entry's seal
 DAY = 86400.0
 
@@ -93,41 +92,6 @@ def is_redacted(text: Any) -> bool:
 def marker(redaction_id: str, facts: Mapping[str, Any] | None = None) -> str:
     """The text that replaces an erased value (compact, so it starts with `REDACTED_PREFIX`)."""
     return json.dumps({MARK: redaction_id, **dict(sorted((facts or {}).items()))}, separators=(",", ":"))
-
-
-def keyed_hash(key: bytes, text: str) -> str:
-    """A personal value's keyed hash under one derived key (`keyring.derived_key(COMMIT, kid)`):
-    what a commitment holds per key, and what the ledger's chain links (`effectgate.chain`)."""
-    return hmac.digest(key, text.encode("utf-8", "surrogatepass"), "sha256").hex()
-
-
-def _mac(keyring: Keyring, kid: str, text: str) -> str:
-    return keyed_hash(keyring.derived_key(COMMIT, kid), text)
-
-
-def commitment(keyring: Keyring, text: str) -> str:
-    """A personal value's commitment: its keyed hash under every key of the keyring, as
-    `kid.hex[,kid.hex...]` (current key first), so a chain sealed under an older key still checks
-    an erased value. Only the keyring's holder can compute it: nobody can confirm a guess."""
-    return ",".join(f"{kid}.{_mac(keyring, kid, text)}" for kid in keyring.kids)
-
-
-def commitment_part(committed: str, kid: str) -> str | None:
-    """The keyed hash under key `kid` in a commitment (None if it has none)."""
-    for part in committed.split(","):
-        k, _, mac = part.partition(".")
-        if k == kid:
-            return mac
-    return None
-
-
-def commitment_holds(keyring: Keyring, text: str, committed: str) -> bool:
-    """`text` is the value `committed` commits to (checked with a key both name)."""
-    for part in committed.split(","):
-        kid, _, mac = part.partition(".")
-        if mac and keyring.holds(kid) and hmac.compare_digest(mac, _mac(keyring, kid, text)):
-            return True
-    return False
 
 
 def facts_of(args_json: str, keep: Sequence[str]) -> dict[str, Any]:
@@ -213,10 +177,8 @@ def _erase(
                 continue
             if column == "args_json":
                 facts: dict[str, Any] | None = facts_of(text, keep)
-            elif t.table == "eg_events" and column == "detail_json":
-                facts = facts_of(text, EVENT_FACTS) or None
-            else:
-                facts = None
+            else:  # an event's detail (only events have one) keeps its approval chain
+                facts = (facts_of(text, EVENT_FACTS) or None) if column == "detail_json" else None
             values[column] = marker(rid, facts)
             entry = {
                 "redaction_id": rid,
