@@ -183,16 +183,18 @@ class Decisions:
             )
 
     def recheck_and_record(self, conn: Any, spec: ToolSpec, row: ApprovalRow, approver: Approver) -> None:
-        """Re-run `scope` and `confirm` for the stored call, then record the sealed decision."""
-        ctx = context_of(row)
-        args = parse(row.args_json)
-        if not in_scope(spec, args, ctx):
-            raise PolicyViolation(
-                f"{row.tool}: the caller is no longer in scope for this subject", code="out_of_scope"
-            )
-        reason = self.ledger.confirm(conn, spec, args, ctx, row.subject_key, exclude=row.id)
-        if reason is not None:
-            raise ConfirmFailed(row.tool, reason)
+        """Re-run `scope` and `confirm` for the stored call (a row with neither has nothing to
+        re-run), then record the sealed decision."""
+        if spec.scope is not None or spec.confirm is not None:
+            ctx = context_of(row)
+            args = parse(row.args_json)
+            if not in_scope(spec, args, ctx):
+                raise PolicyViolation(
+                    f"{row.tool}: the caller is no longer in scope for this subject", code="out_of_scope"
+                )
+            reason = self.ledger.confirm(conn, spec, args, ctx, row.subject_key, exclude=row.id)
+            if reason is not None:
+                raise ConfirmFailed(row.tool, reason)
         self.decide(conn, row, approver, "approve")
 
     def decide(

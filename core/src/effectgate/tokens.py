@@ -226,8 +226,11 @@ class Keyring:
     def verifier(self, purpose: str) -> Callable[[bytes, str], bool]:
         """`verify_signature` as a predicate, for checking many signatures of one purpose (the
         audit's seals): True exactly when `verify_signature(purpose, data, signature)` would
-        return. The purpose's prefix is built once; the comparison is constant-time."""
-        states, head, sha256 = self._hmacs, f"{PREFIX}-signed|{purpose}|".encode(), hashlib.sha256
+        return. The purpose's prefix is built once (`_signed_body` spells the format: its body of
+        no data without that data's digest); the comparison is constant-time."""
+        sha256 = hashlib.sha256
+        head = self._signed_body(purpose, b"").removesuffix(sha256(b"").hexdigest()).encode()
+        states = self._hmacs
 
         def verifies(data: bytes, signature: str) -> bool:
             if not isinstance(signature, str) or len(signature) > MAX_TOKEN or not signature.isascii():
