@@ -278,7 +278,8 @@ class AdapterContract:
         assert turn.paused == ()
         assert [(r.tool, r.ok) for r in turn.results] == [("transfer_funds", False)]
         [event] = shop_gate.store.events(kind="refused")
-        assert (event.tool, from_json(event.detail_json)["code"]) == ("transfer_funds", "unknown_tool")
+        found = from_json(event.detail_json)
+        assert (event.tool, found["tool_name"], found["code"]) == (None, "transfer_funds", "unknown_tool")
         assert shop_gate.shop.receiver.effects == []
         h.script.assert_complete()
 

@@ -808,3 +808,30 @@ class ApprovalStoreContract(_StoreContract):
                 "second",
             ]
             assert store.subject_history(conn, "refund", "order:9", None) == []
+
+    def test_first_proposed(self, store: SQLStore, clock: FakeClock) -> None:
+        """Each approval's first "proposed" event id orders the approvals by when they were first
+        proposed; other kinds, other approvals and approvals with no proposal are left out."""
+
+        def event(kind: str, approval_id: str | None, version: int = 1) -> dict[str, Any]:
+            return {"at": clock.now(), "kind": kind, "approval_id": approval_id, "version": version}
+
+        with store.transaction() as conn:
+            store.append_events(conn, [event("proposed", "first"), event("read", None)])
+        with store.transaction() as conn:
+            store.append_events(
+                conn,
+                [
+                    event("proposed", "second"),
+                    event("amended", "first", 2),
+                    event("proposed", "first", 3),  # a second "proposed" does not move it
+                    event("rejected", "refused"),
+                    event("proposed", "other"),
+                ],
+            )
+        ids = {(e.kind, e.approval_id, e.version): e.id for e in store.events()}
+        found = store.first_proposed(["second", "first", "refused", "unknown"])
+        assert found == {"first": ids["proposed", "first", 1], "second": ids["proposed", "second", 1]}
+        assert found["first"] < found["second"]
+        assert store.first_proposed(("first", "first")) == {"first": found["first"]}
+        assert store.first_proposed([]) == {}

@@ -5,18 +5,22 @@ dropped first (they stop the application, not the owner)."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
-from effectgate import Approver, EffectGate, Executed, Grant, Pending
+from effectgate import Approver, EffectGate, Executed, Grant, Keyring, Pending
 from effectgate.audit import audit
 from effectgate.chain import ChainError, seal_chain, verify_chain
+from effectgate.errors import TokenError
 from effectgate.examples.shop import context
 from effectgate.export import ExportError, export_chain
 from effectgate.redact import redact
 from effectgate.stores import SQLStore
+from effectgate.stores.records import ChainRow
 from effectgate.testing import FakeClock
 
 from .conftest import ShopGate
@@ -130,3 +134,105 @@ def test_an_export_is_refused_after_a_row_was_deleted(
     with pytest.raises(ExportError, match="chain_broken"):
         export_chain(store, ledger.keyring, tmp_path / "x.jsonl", now=clock.now() + 61)
     assert not (tmp_path / "x.jsonl").exists()
+
+
+def checkpoints(store: SQLStore) -> list[ChainRow]:
+    with store.reading() as conn:
+        return list(store.checkpoints(conn))
+
+
+def foreign_keyrings(own: Keyring) -> list[Keyring]:
+    """Another environment's keyring, and one that reuses the ledger's key id with another secret."""
+    return [Keyring.generate(), Keyring({own.current: bytes(range(32))}, current=own.current)]
+
+
+def test_a_foreign_keyring_appends_no_checkpoint(
+    shop_gate: ShopGate, clock: FakeClock, tmp_path: Path
+) -> None:
+    """A seal (and so an export) with a keyring that is not the ledger's is refused before it
+    appends anything, whether the ledger has checkpoints yet or not; the ledger's keyring then
+    seals and exports as before."""
+    gate = shop_gate.gate
+    pending = gate.call("refund_order", {"order_id": "1042", "amount": 5, "currency": "GBP"}, context("m1"))
+    assert isinstance(pending, Pending)
+    assert isinstance(gate.approve(pending.approval_id, version=1, approver=FINANCE), Grant)
+    gate.flush()
+    for sealed in (False, True):
+        if sealed:
+            assert seal_chain(gate.store, gate.keyring, now=clock.now() + 61)
+            assert isinstance(gate.call("get_order", {"order_id": "1042"}, context("m2")), Executed)
+            gate.flush()
+        before = checkpoints(gate.store)
+        for foreign in foreign_keyrings(gate.keyring):
+            with pytest.raises(TokenError, match="not the ledger's") as raised:
+                seal_chain(gate.store, foreign, now=clock.now() + 61)
+            assert raised.value.reason == "keyring_mismatch"
+            with pytest.raises(TokenError, match="not the ledger's"):
+                export_chain(gate.store, foreign, tmp_path / "x.jsonl", now=clock.now() + 61)
+            assert not (tmp_path / "x.jsonl").exists()
+            assert checkpoints(gate.store) == before
+    assert audit(gate.store, gate.table, keyring=gate.keyring, chain=True).clean
+    export_chain(gate.store, gate.keyring, tmp_path / "x.jsonl", now=clock.now() + 61)
+
+
+def erase_in_a_thread(gate: EffectGate) -> threading.Thread:
+    def run() -> None:
+        redact(gate.store, gate.keyring, user_id="u1", by="dpo", reason="concurrent erasure")
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("when", ["before_its_transaction", "during_its_transaction"])
+def test_a_redaction_committing_while_a_seal_runs_keeps_the_chain(
+    shop_gate: ShopGate, clock: FakeClock, monkeypatch: pytest.MonkeyPatch, when: str
+) -> None:
+    """A seal reads the redaction entries and the rows they erased as of one moment: a redaction
+    that commits while the seal runs (after it read the entries, or while it streams the rows)
+    either is wholly seen or waits, so every checkpoint still verifies."""
+    gate = shop_gate.gate
+    store = gate.store
+    pending = gate.call("refund_order", {"order_id": "1042", "amount": 5, "currency": "GBP"}, context("m1"))
+    assert isinstance(pending, Pending)
+    grant = gate.approve(pending.approval_id, version=1, approver=FINANCE)
+    assert isinstance(grant, Grant)
+    assert isinstance(gate.execute(grant.token), Executed)
+    gate.flush()
+    threads: list[threading.Thread] = []
+    state = {"read": False, "fired": False}
+    if when == "before_its_transaction":  # the entries were read; the next transaction is the seal's
+        read_entries = store.redacted
+        transaction = store.transaction
+
+        def redacted(conn: Any) -> Any:
+            state["read"] = True
+            return read_entries(conn)
+
+        def next_transaction() -> Any:
+            if state["read"] and not state["fired"]:
+                state["fired"] = True
+                redact(store, gate.keyring, user_id="u1", by="dpo", reason="concurrent erasure")
+            return transaction()
+
+        monkeypatch.setattr(store, "redacted", redacted)
+        monkeypatch.setattr(store, "transaction", next_transaction)
+    else:  # a redaction starts while the seal streams the rows: it commits or waits
+        chain_rows = store.chain_rows
+
+        def rows(*args: Any, **kwargs: Any) -> Any:
+            if not threads:
+                threads.append(erase_in_a_thread(gate))
+                threads[0].join(timeout=1.5)
+            return chain_rows(*args, **kwargs)
+
+        monkeypatch.setattr(store, "chain_rows", rows)
+    assert seal_chain(store, gate.keyring, now=clock.now() + 61)
+    monkeypatch.undo()
+    for thread in threads:
+        thread.join(timeout=60)
+    if when == "before_its_transaction" and not state["fired"]:  # the seal took no second transaction
+        redact(store, gate.keyring, user_id="u1", by="dpo", reason="erasure after the seal")
+    assert any(e.kind == "redacted" for e in store.events())
+    assert verify_chain(store, gate.keyring) == []
+    assert audit(store, gate.table, keyring=gate.keyring, chain=True).clean

@@ -15,9 +15,11 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from effectgate import Approver, EffectGate, Executed, Grant, Pending
+from effectgate import Approver, EffectGate, Executed, Grant, Keyring, Pending, Recorded, Refused
 from effectgate.audit import audit
-from effectgate.examples.shop import context
+from effectgate.chain import seal_chain
+from effectgate.errors import TokenError
+from effectgate.examples.shop import SHOP_POLICY, Shop, context
 from effectgate.export import export_chain, redact_export, verify_export
 from effectgate.flow import drive
 from effectgate.outcomes import REDACTED_NOTE, TAMPERED_WARNING
@@ -26,7 +28,7 @@ from effectgate.replay import replay
 from effectgate.stores import SQLStore
 from effectgate.testing import FakeClock
 
-from .conftest import ShopGate
+from .conftest import MakeGate, ShopGate
 
 FINANCE = Approver("fiona", "finance")
 LEAD = Approver("sam", "support_lead")
@@ -332,7 +334,7 @@ def test_retention_reaches_events_that_name_no_effect_class(ledger: EffectGate, 
     ledger.flush()
 
     def unknown() -> dict[str, str]:
-        return {e.user_id: e.detail_json for e in store.events() if e.tool == "wire_funds_to"}
+        return {e.user_id: e.detail_json for e in store.events(kind="refused") if e.effect is None}
 
     assert all("wire_funds_to" in detail for detail in unknown().values())
     clock.advance(31 * 86400)
@@ -348,11 +350,97 @@ def test_retention_reaches_events_that_name_no_effect_class(ledger: EffectGate, 
 
 
 @pytest.mark.parametrize(
-    ("rules", "message"), [({"reads": 30}, "unknown record kind"), ({"read": -1}, ">= 0")]
+    ("rules", "message"),
+    [
+        ({"reads": 30}, "unknown record kind"),
+        ({"read": -1}, ">= 0"),
+        ({"money": float("nan")}, ">= 0"),
+        ({"money": float("inf")}, ">= 0"),
+        ({"money": float("-inf")}, ">= 0"),
+    ],
 )
 def test_retention_refuses_bad_rules(ledger: EffectGate, rules: dict[str, float], message: str) -> None:
+    """A rule that is no finite number of days >= 0 is refused and nothing is written (no event)."""
+    snapshot = everything(ledger.store)
     with pytest.raises(RedactionError, match=message):
         retain(ledger.store, ledger.keyring, rules, by="nightly")
+    assert everything(ledger.store) == snapshot
+
+
+def foreign_keyrings(own: Keyring) -> list[Keyring]:
+    """Another environment's keyring, and one that reuses the ledger's key id with another secret."""
+    return [Keyring.generate(), Keyring({own.current: bytes(range(32))}, current=own.current)]
+
+
+@pytest.mark.parametrize("sealed", [False, True], ids=["unchained", "checkpointed"])
+def test_a_foreign_keyring_is_refused_before_anything_is_erased(
+    ledger: EffectGate, clock: FakeClock, sealed: bool
+) -> None:
+    """A redaction or retention pass with a keyring that is not the ledger's erases nothing (its
+    commitments could never be checked): the ledger's own keyring still finds it clean."""
+    store = ledger.store
+    if sealed:
+        seal_chain(store, ledger.keyring, now=clock.now() + 61)
+    snapshot = everything(store)
+    for foreign in foreign_keyrings(ledger.keyring):
+        with pytest.raises(TokenError, match="not the ledger's") as raised:
+            redact(store, foreign, user_id="u1", by="dpo", reason="erasure")
+        assert raised.value.reason == "keyring_mismatch"
+        with pytest.raises(TokenError, match="not the ledger's"):
+            retain(store, foreign, {"read": 0, "money": 0}, by="nightly", now=clock.now() + 86400)
+        assert everything(store) == snapshot
+    assert audit(store, ledger.table, keyring=ledger.keyring, chain=True).clean
+    assert redact(store, ledger.keyring, user_id="u1", by="dpo", reason="erasure").values > 0
+    assert audit(store, ledger.table, keyring=ledger.keyring, chain=True).clean
+
+
+def test_a_keyring_that_added_a_key_still_erases(ledger: EffectGate) -> None:
+    """Rotation by adding a key: the new keyring holds the ledger's key, so it is the ledger's."""
+    rotated = Keyring.parse(f"new:{bytes(range(1, 33)).hex()},{ledger.keyring.dumps()}")
+    assert redact(ledger.store, rotated, user_id="u1", by="dpo", reason="erasure").values > 0
+    assert audit(ledger.store, ledger.table, keyring=rotated).clean
+
+
+def test_an_approved_shadow_call_is_not_open(make_gate: MakeGate, clock: FakeClock) -> None:
+    """An approved shadow call never runs, so it neither blocks a redaction nor escapes retention."""
+    gate = make_gate(Shop().table().shadowed(["refund_order"]), policy=SHOP_POLICY)
+    args = {"order_id": "1042", "amount": 500, "currency": "GBP"}
+    out = gate.call("refund_order", args, context("m1"))
+    assert isinstance(out, Refused)
+    assert isinstance(gate.approve(out.approval_id, version=1, approver=FINANCE), Recorded)
+    gate.flush()
+    assert [a.status for a in gate.store.approvals()] == ["approved"]
+    done = retain(gate.store, gate.keyring, {"money": 0}, by="nightly", now=clock.now() + 1)
+    assert done.values > 0
+    assert gate.store.approvals()[0].args_json.startswith('{"$redacted"')
+    assert redact(gate.store, gate.keyring, user_id="u1", by="dpo", reason="erasure", now=clock.now())
+    assert audit(gate.store, gate.table, keyring=gate.keyring).clean
+
+
+def test_an_approved_call_whose_grant_lapsed_after_its_deadline_is_not_open(
+    shop_gate: ShopGate, clock: FakeClock
+) -> None:
+    """A grant that lapsed unpresented can be renewed only before the approval's deadline; after
+    it the call can never run, so it is erased like a decided one. Before it, it is still open."""
+    gate = shop_gate.gate
+    args = {"order_id": "1042", "amount": 500, "currency": "GBP"}
+    pending = gate.call("refund_order", args, context("m1"))
+    assert isinstance(pending, Pending)
+    grant = gate.approve(pending.approval_id, version=1, approver=FINANCE)
+    assert isinstance(grant, Grant)
+    row = gate.store.get_approval(pending.approval_id)
+    assert row is not None
+    assert row.token_expires_at is not None
+    gate.flush()
+    for at in (row.token_expires_at + 1, row.expires_at - 1):  # lapsed, but may be granted again
+        with pytest.raises(RedactionError, match="may still run"):
+            redact(gate.store, gate.keyring, user_id="u1", by="dpo", reason="erasure", now=at)
+    clock.advance(row.expires_at - clock.now() + 1)
+    done = retain(gate.store, gate.keyring, {"money": 0}, by="nightly", now=clock.now())
+    assert done.values > 0
+    assert gate.store.approvals()[0].args_json.startswith('{"$redacted"')
+    assert redact(gate.store, gate.keyring, user_id="u1", by="dpo", reason="erasure", now=clock.now())
+    assert audit(gate.store, gate.table, keyring=gate.keyring).clean
 
 
 def test_replay_lists_redacted_intents_without_calling_them_changed(ledger: EffectGate) -> None:

@@ -254,7 +254,8 @@ def test_a_tool_without_a_row_is_refused(
     assert result.is_error is True
     assert outcome(result)["code"] == "unknown_tool"
     assert rig.effects == []
-    assert [e.tool for e in store.events(kind="refused")] == ["files__shred"]
+    [event] = store.events(kind="refused")
+    assert (event.tool, json.loads(event.detail_json)["tool_name"]) == (None, "files__shred")
 
 
 @pytest.mark.parametrize(("default", "waits"), [("write", False), ("send", True)])

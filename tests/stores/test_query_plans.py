@@ -8,8 +8,10 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
 
 from effectgate import open_store
+from effectgate.stores import _queries as Q
 from effectgate.stores import _statements as S
 
 
@@ -42,3 +44,14 @@ def test_hot_reads_walk_their_own_index(db: sqlite3.Connection, sql: str, index:
     plan = _plan(db, sql)
     assert index in plan, plan
     assert "status_created" not in plan, plan
+
+
+def test_first_proposed_walks_the_approvals_event_index(db: sqlite3.Connection) -> None:
+    """The order of a step's waiting calls is read through the approvals' event index, never
+    by scanning the event log or every "proposed" event."""
+    compiled = Q.first_proposed().compile(dialect=sqlite_dialect())
+    expanded = compiled.construct_expanded_state({"p_ids": ["a", "b"]})
+    rows = db.execute("EXPLAIN QUERY PLAN " + expanded.statement, expanded.positional_parameters or ())
+    plan = " | ".join(r[3] for r in rows)
+    assert "eg_events_approval (approval_id=?)" in plan, plan
+    assert "eg_events_kind" not in plan, plan

@@ -33,10 +33,18 @@ from .context import CallContext, ToolContext
 from .effects import Effect
 from .errors import ArgumentError, InProgress, NeedsReconciliation
 from .outcomes import Executed, Invalid, Outcome, Pending, Refused, executed
+from .stores._dialect import REDACTED_PREFIX
 from .stores.base import Stored
 from .table import SchemaError, ToolSpec
 
 log = logging.getLogger(__name__)
+
+#: Arguments whose canonical text starts like an erasure marker (`{"$redacted": ...`, the smallest
+#: key "$redacted") would be taken for erased ones by the audit, `redact`, the card and replay: the
+#: key is reserved, and such a call is Invalid before anything is stored.
+_RESERVED = SchemaError(
+    "/$redacted", '"$redacted" is a reserved key (it marks erased values); call again without it'
+)
 
 ToolCallLike = tuple[str, Mapping[str, Any]] | tuple[str, Mapping[str, Any], str | None]
 
@@ -163,22 +171,26 @@ class Calls:
         if text is None:
             checked = self.validate(spec, args)
             if isinstance(checked, Invalid):
-                self.events.record(
-                    self.events.event(
-                        "invalid", spec=spec, ctx=ctx, errors=[e.__dict__ for e in checked.errors]
-                    )
-                )
-                log.info(
-                    "call refused (invalid): tool=%s pointers=%s agent=%r session=%r",
-                    name,
-                    [e.pointer or "/" for e in checked.errors],
-                    ctx.agent_id,
-                    ctx.session_id,
-                )
-                return checked
+                return self.invalid(spec, ctx, checked)
             args, plain = checked  # the frozen form
             text = canonical_text(args, plain=plain)  # one canonical form and one hash, at call time
+        if text.startswith(REDACTED_PREFIX):  # every stored form of these arguments is this text
+            return self.invalid(spec, ctx, Invalid(tool=spec.name, errors=(_RESERVED,)))
         return spec, args, text, hash_of_text(spec.name, text)
+
+    def invalid(self, spec: ToolSpec, ctx: CallContext, invalid: Invalid) -> Invalid:
+        """Record an invalid call (its JSON pointers and messages, never its values) and return it."""
+        self.events.record(
+            self.events.event("invalid", spec=spec, ctx=ctx, errors=[e.__dict__ for e in invalid.errors])
+        )
+        log.info(
+            "call refused (invalid): tool=%s pointers=%s agent=%r session=%r",
+            spec.name,
+            [e.pointer or "/" for e in invalid.errors],
+            ctx.agent_id,
+            ctx.session_id,
+        )
+        return invalid
 
     def dispatch(
         self,

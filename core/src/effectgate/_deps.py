@@ -9,7 +9,7 @@ policies approvals are made under.
 `Events.refuse` is where a call's refusal (unknown tool, not allowed, out of scope, in progress,
 needs reconciliation, or one an adapter decided) is recorded, so it is logged there, at INFO on
 the "effectgate._deps" logger: the code, the tool (as given, quoted), the agent and the session;
-never the arguments.
+never the arguments. A refusal of a tool absent from the table names it in its detail only.
 """
 
 from __future__ import annotations
@@ -158,16 +158,19 @@ class Events:
         spec: ToolSpec | None = None,
         approval_id: str | None = None,
     ) -> Refused:
-        """Record a refusal and return it."""
+        """Record a refusal and return it. A tool absent from the table (`spec` None) is named only
+        in the event's detail, which erasure reaches: the name is model-written text (it can be
+        personal), so its `tool` column stays empty."""
+        named: dict[str, Any] = {"tool_name": name} if spec is None else {}
         self.record(
             self.event(
                 "refused",
                 spec=spec,
-                tool=name,
                 ctx=ctx,
                 code=code,
                 message=message,
                 refused_approval=approval_id,
+                **named,
             )
         )
         log.info(

@@ -30,10 +30,11 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ._commitments import COMMIT, commitment_part, keyed_hash
+from ._seal import approval_sealed, decision_intact
 from .canonical import ENCODE, canonical_json
 from .errors import EffectGateError, TokenError
-from .redact import entries, is_redacted
 from .stores._chain import CHAINED, columns
+from .stores._dialect import REDACTED_PREFIX
 from .stores.protocol import Store
 from .stores.records import PERSONAL, ChainRow, RedactedRow
 from .tokens import Keyring
@@ -41,6 +42,9 @@ from .tokens import Keyring
 PURPOSE = "ledger-chain"
 GENESIS = "0" * 64
 SETTLE_S = 60.0
+#: The lock a redaction and a seal both take (`Store.lock`), so a seal reads the redaction
+#: entries and the rows they erased as of one moment (PostgreSQL reads each statement afresh).
+ERASURE_LOCK = "ledger-erasure"
 
 
 class ChainError(EffectGateError):
@@ -76,7 +80,7 @@ class _Links:
     def value(self, row_id: Any, column: str, text: Any) -> Any:
         if text is None:
             return None
-        if is_redacted(text):
+        if isinstance(text, str) and text.startswith(REDACTED_PREFIX):
             entry = self.erased.get((self.table, str(row_id), column))
             part = commitment_part(entry.commitment, self.kid) if entry is not None else None
             return part if part is not None else text  # a marker no redaction wrote: breaks the link
@@ -118,15 +122,55 @@ def _signed(keyring: Keyring, c: ChainRow) -> bool:
     return c.signature.startswith(f"{c.key_id}.")
 
 
+def _erased(store: Store, conn: Any) -> dict[tuple[str, str, str], RedactedRow]:
+    return {(e.table_name, e.row_key, e.column_name): e for e in store.redacted(conn)}
+
+
+def check_keyring(store: Store, conn: Any, keyring: Keyring, *, every_checkpoint: bool = False) -> None:
+    """Raise TokenError("keyring_mismatch") unless `keyring` is the ledger's: of the newest
+    signed records (each chained table's last checkpoint, the newest approvals' and decisions'
+    seals) at least one must verify under it (a ledger with none passes). `every_checkpoint`
+    (an erasure): it must also hold the key of every checkpoint, since an erased value enters the
+    chain as its commitment under the checkpoint's key. Reads only, in the caller's transaction."""
+    points = list(store.checkpoints(conn))
+    if every_checkpoint:
+        missing = sorted({c.key_id for c in points if not keyring.holds(c.key_id)})
+        if missing:
+            raise _mismatch(keyring, f"the ledger's chain is signed with key(s) {', '.join(missing)}")
+    newest = {c.table_name: c for c in points}
+    approvals, decisions = store.sealed_sample(conn)
+    checks = [
+        *(_signed(keyring, c) for c in newest.values()),
+        *(approval_sealed(keyring, a) for a in approvals),
+        *(decision_intact(keyring, d) for d in decisions),
+    ]
+    if checks and not any(checks):
+        raise _mismatch(keyring, "none of the ledger's newest seals and checkpoints verifies under it")
+
+
+def _mismatch(keyring: Keyring, why: str) -> TokenError:
+    return TokenError(
+        "keyring_mismatch",
+        f"this keyring (keys: {', '.join(keyring.kids)}) is not the ledger's: {why}. Nothing was "
+        "changed. Use the keyring the ledger was sealed with: set EFFECTGATE_KEYRING, or use the "
+        "database's key file (DB.keys beside a SQLite database)",
+    )
+
+
 def seal_chain(
     store: Store, keyring: Keyring, *, now: float | None = None, settle: float = SETTLE_S
 ) -> list[ChainRow]:
     """Checkpoint each chained table's rows not yet covered and older than `settle` seconds.
-    Raises ChainError, writing nothing, when a table's last checkpoint does not verify."""
+    Raises, writing nothing, TokenError("keyring_mismatch") when the ledger was sealed with
+    another keyring (`check_keyring`), and ChainError when a table's last checkpoint does not
+    verify. The redaction entries and the rows are read in one transaction, under the lock every
+    redaction takes, so a redaction committing meanwhile cannot leave a marker sealed as text."""
     cutoff = (time.time() if now is None else now) - settle
     made: list[ChainRow] = []
-    erased = entries(store)
     with store.transaction() as conn:
+        store.lock(conn, ERASURE_LOCK)  # no redaction commits between these reads (one moment)
+        check_keyring(store, conn, keyring)
+        erased = _erased(store, conn)
         last: dict[str, ChainRow] = {}
         for c in store.checkpoints(conn):
             last[c.table_name] = c
@@ -169,10 +213,11 @@ def verify_chain(
     store: Store, keyring: Keyring, *, erased: Mapping[Any, RedactedRow] | None = None
 ) -> list[ChainBreak]:
     """Every checkpointed range of every chained table, recomputed (module docstring). `erased`:
-    the redaction entries (`redact.entries`) when the caller has read them already."""
+    the redaction entries (`redact.entries`) when the caller has read them already (else they are
+    read in the same transaction as the rows)."""
     breaks: list[ChainBreak] = []
-    erased = entries(store) if erased is None else erased
     with store.reading() as conn:
+        erased = _erased(store, conn) if erased is None else erased
         by_table: dict[str, list[ChainRow]] = {t: [] for t in CHAINED}
         for c in store.checkpoints(conn):
             if c.table_name not in by_table:
@@ -234,4 +279,12 @@ def _verify_table(
     return found
 
 
-__all__ = ["GENESIS", "ChainBreak", "ChainError", "seal_chain", "verify_chain"]
+__all__ = [
+    "ERASURE_LOCK",
+    "GENESIS",
+    "ChainBreak",
+    "ChainError",
+    "check_keyring",
+    "seal_chain",
+    "verify_chain",
+]

@@ -21,8 +21,11 @@ args hash and facts), so a marker written without `redact` is a finding. Exports
 values outside their hash chain, committed to by the same commitments, so `redact_export` erases
 them from an export file while it still verifies (see `effectgate.export`).
 
-Refused, changing nothing: a user under a legal hold, and a user with a call that may still run
-or is being decided (pending, approved, executing, needs_reconciliation): decide or reconcile it
+Refused, changing nothing: a keyring that is not the ledger's (`chain.check_keyring`: its
+commitments would be unverifiable and break the chain), a user under a legal hold, and a user
+with a call that may still run or is being decided (pending, approved, executing,
+needs_reconciliation; not an approved shadow call, nor one whose grant lapsed after its
+approval's deadline: those can never run, `stores._redaction.is_open`): decide or reconcile it
 first. A retention pass skips held users and open calls. Each redaction is itself an event
 (`redacted`, with who ran it and why, and no personal value).
 
@@ -34,6 +37,7 @@ through the user it was made for.
 from __future__ import annotations
 
 import json
+import math
 import secrets
 import time
 from collections.abc import Mapping, Sequence
@@ -42,10 +46,11 @@ from typing import Any
 
 from ._commitments import commitment, commitment_holds, commitment_part, keyed_hash
 from .canonical import canonical_json, digest
+from .chain import ERASURE_LOCK, check_keyring
 from .effects import Effect
 from .errors import EffectGateError, TokenError
 from .stores._dialect import REDACTED_PREFIX
-from .stores._redaction import OPEN_APPROVALS, OPEN_RECORDS, UNCLASSIFIED, Target
+from .stores._redaction import UNCLASSIFIED, Target, is_open
 from .stores.protocol import Store
 from .stores.records import HoldRow, RedactedRow
 from .tokens import Keyring
@@ -159,6 +164,9 @@ def subject_keys(subject: Mapping[str, Any]) -> list[str]:
     return [key, f"shadow:{key}"]
 
 
+_GATE_WRITTEN = ("args_json", "detail_json")
+
+
 def _erase(
     store: Store,
     conn: Any,
@@ -169,11 +177,18 @@ def _erase(
     at: float,
 ) -> tuple[int, int]:
     rows = values_erased = 0
+    # Erased already: a marker with its entry. Arguments and event details never start like one
+    # (the gate refuses such arguments and writes details itself): a marker there that no
+    # redaction wrote is tampering, left to the audit. Elsewhere (a tool result echoing model
+    # text) it is a value like any other, and erased.
+    erased = {(e.table_name, e.row_key, e.column_name) for e in store.redacted(conn)}
     for t in targets:
         values: dict[str, str] = {}
         entries: list[dict[str, Any]] = []
         for column, text in t.values.items():
-            if text is None or is_redacted(text):
+            if text is None or (
+                is_redacted(text) and (column in _GATE_WRITTEN or (t.table, t.key, column) in erased)
+            ):
                 continue
             if column == "args_json":
                 facts: dict[str, Any] | None = facts_of(text, keep)
@@ -230,16 +245,13 @@ def redact(
     at = time.time() if now is None else now
     rid = f"r-{secrets.token_hex(8)}"
     with store.transaction() as conn:
+        store.lock(conn, ERASURE_LOCK)  # a seal never reads a redaction half-way (`chain`)
+        check_keyring(store, conn, keyring, every_checkpoint=True)
         if any(h.user_id == user_id for h in store.holds(conn)):
             raise RedactionError(f"user {user_id!r} is under a legal hold: nothing was redacted")
         keys = subject_keys(subject) if subject is not None else []
         targets = store.redaction_targets(conn, user_id=user_id, subject_keys=keys)
-        open_ = sorted(
-            t.key
-            for t in targets
-            if (t.table == "eg_approvals" and t.status in OPEN_APPROVALS)
-            or (t.table == "eg_idempotency" and t.status in OPEN_RECORDS)
-        )
+        open_ = sorted(t.key for t in targets if is_open(t, at))
         if open_:
             raise RedactionError(
                 f"user {user_id!r} has {len(open_)} call(s) that may still run or are being decided "
@@ -273,20 +285,21 @@ def retain(
     for effect, days in rules.items():
         if effect not in known:
             raise RedactionError(f"unknown record kind {effect!r}: use one of {', '.join(sorted(known))}")
-        if isinstance(days, bool) or not isinstance(days, int | float) or days < 0:
+        if isinstance(days, bool) or not isinstance(days, int | float) or not math.isfinite(days) or days < 0:
             raise RedactionError(f"retention for {effect} must be a number of days >= 0 (got {days!r})")
     keep = tuple(keep)
     at = time.time() if now is None else now
     rid = f"r-{secrets.token_hex(8)}"
     rows = values = 0
     with store.transaction() as conn:
+        store.lock(conn, ERASURE_LOCK)
+        check_keyring(store, conn, keyring, every_checkpoint=True)
         held = sorted({h.user_id for h in store.holds(conn)})
         for effect, days in sorted(rules.items()):
             targets = [
                 t
                 for t in store.redaction_targets(conn, effect=effect, before=at - days * DAY, held=held)
-                if not (t.table == "eg_approvals" and t.status in OPEN_APPROVALS)
-                and not (t.table == "eg_idempotency" and t.status in OPEN_RECORDS)
+                if not is_open(t, at)
             ]
             r, v = _erase(store, conn, keyring, targets, rid, keep, at)
             rows, values = rows + r, values + v

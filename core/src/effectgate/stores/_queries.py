@@ -94,6 +94,18 @@ def has_event() -> Any:
     )
 
 
+def first_proposed() -> Any:
+    """Each listed approval's first "proposed" event id (`p_ids`, an expanding list): a walk of
+    the approvals' event index (`eg_events_approval`), a few rows per approval."""
+    return (
+        sa.select(T_EVENTS.c.approval_id, sa.func.min(T_EVENTS.c.id))
+        .where(
+            T_EVENTS.c.approval_id.in_(sa.bindparam("p_ids", expanding=True)), T_EVENTS.c.kind == "proposed"
+        )
+        .group_by(T_EVENTS.c.approval_id)
+    )
+
+
 AuditTable = Literal["approvals", "decisions", "gated_executions", "other_executions"]
 
 _EXECUTION_COLUMNS = (

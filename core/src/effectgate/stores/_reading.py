@@ -4,7 +4,7 @@ read-only transaction of its own (`SQLStore.reading`); mixed into `SQLStore`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from contextlib import AbstractContextManager
 
 import sqlalchemy as sa
@@ -12,6 +12,9 @@ from sqlalchemy.engine import Connection
 
 from . import _queries as Q
 from .records import ApprovalRow, DecisionRow, EventRow, ExecutionRow
+
+#: Built once: the statement's shape never changes (the id list is one expanding parameter).
+_FIRST_PROPOSED = Q.first_proposed()
 
 
 class ReadingSQL:
@@ -66,6 +69,13 @@ class ReadingSQL:
             q = q.where(Q.T_EVENTS.c.approval_id == approval_id)
         with self.reading() as conn:
             return [EventRow(**r._mapping) for r in conn.execute(q.order_by(Q.T_EVENTS.c.id))]
+
+    def first_proposed(self, approval_ids: Collection[str]) -> dict[str, int]:
+        ids = sorted(set(approval_ids))
+        if not ids:
+            return {}
+        with self.reading() as conn:
+            return {str(a): int(i) for a, i in conn.execute(_FIRST_PROPOSED, {"p_ids": ids})}
 
     def all_decisions(self) -> list[DecisionRow]:
         with self.reading() as conn:

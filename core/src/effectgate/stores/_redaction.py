@@ -16,9 +16,10 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from . import _queries as Q
-from .records import PERSONAL, HoldRow, RedactedRow
+from .records import PERSONAL, ApprovalRow, DecisionRow, HoldRow, RedactedRow
 
-#: Approval statuses whose call may still run or is still being decided: never redacted.
+#: Approval statuses whose call may still run or is still being decided: never redacted (but
+#: see `is_open`: an approved call that can never run is not open).
 OPEN_APPROVALS = ("pending", "approved", "executing", "needs_reconciliation")
 #: Idempotency statuses whose call is in flight or awaits reconciliation: never redacted.
 OPEN_RECORDS = ("in_progress", "needs_reconciliation")
@@ -49,6 +50,39 @@ class Target:
     args_hash: str | None = None
     approval_id: str | None = None
     idempotency_key: str | None = None
+    subject_key: str | None = None
+    expires_at: float | None = None
+    token_expires_at: float | None = None
+    token_used_at: float | None = None
+
+
+#: What `is_open` reads of an approval besides its status.
+_APPROVAL_EXTRA = (
+    "user_id",
+    "effect",
+    "status",
+    "args_hash",
+    "subject_key",
+    "expires_at",
+    "token_expires_at",
+    "token_used_at",
+)
+
+
+def is_open(t: Target, now: float) -> bool:
+    """Whether the call of a target row may still run or is still being decided (never erased).
+    An approved call that can never run is not open: a shadow call (approved, never run) and one
+    whose grant lapsed unpresented after its approval's deadline (no regrant: `_decisions.lapsed`)."""
+    if t.table == "eg_idempotency":
+        return t.status in OPEN_RECORDS
+    if t.table != "eg_approvals" or t.status not in OPEN_APPROVALS:
+        return False
+    if t.status != "approved":
+        return True
+    if (t.subject_key or "").startswith("shadow:"):
+        return False
+    grant_lapsed = t.token_used_at is None and (t.token_expires_at or 0) <= now
+    return not (grant_lapsed and t.expires_at is not None and t.expires_at <= now)
 
 
 def _key(table: str) -> sa.Column[Any]:
@@ -113,7 +147,7 @@ def targets(
         where_a.append(a.c.updated_at < before)
         where_e.append(e.c.at < before)
         where_ev.append(ev.c.at < before)
-    approvals = _select(conn, "eg_approvals", sa.and_(*where_a), ("user_id", "effect", "status", "args_hash"))
+    approvals = _select(conn, "eg_approvals", sa.and_(*where_a), _APPROVAL_EXTRA)
     ids = [t.key for t in approvals]
     if subject_keys:  # only what belongs to the subject's approvals
         where_e.append(_in(e.c.approval_id, ids))
@@ -176,3 +210,13 @@ class RedactionSQL:
         if active:
             q = q.where(Q.T_HOLDS.c.released_at.is_(None))
         return [HoldRow(**r._mapping) for r in conn.execute(q)]
+
+    def sealed_sample(
+        self, conn: Connection, *, limit: int = 3
+    ) -> tuple[list[ApprovalRow], list[DecisionRow]]:
+        """The `limit` most recently written approvals and decisions (their seals tell which
+        keyring the ledger is sealed with: `chain.check_keyring`)."""
+        a, d = Q.T_APPROVALS, Q.T_DECISIONS
+        approvals = conn.execute(sa.select(a).order_by(a.c.updated_at.desc(), a.c.id).limit(limit))
+        decisions = conn.execute(sa.select(d).order_by(d.c.id.desc()).limit(limit))
+        return [Q._approval_of(r) for r in approvals], [Q._decision_of(r) for r in decisions]

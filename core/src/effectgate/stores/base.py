@@ -36,13 +36,17 @@ from ..errors import (
     OutcomeUnknown,
     StoreError,
 )
+from ._dialect import REDACTED_PREFIX
 
 Status = Literal["in_progress", "succeeded", "failed", "needs_reconciliation"]
 
 
 def to_json(value: Any) -> str:
-    """JSON text of a result; pydantic models, dataclasses and datetimes included."""
-    return pydantic_core.to_json(value).decode()
+    """JSON text of a result; pydantic models, dataclasses and datetimes included. A value whose
+    text would start like an erasure marker (a tool echoing model-written data) is stored with a
+    leading space: the same JSON, but only `redact` writes a stored value that starts like one."""
+    text = pydantic_core.to_json(value).decode()
+    return " " + text if text.startswith(REDACTED_PREFIX) else text
 
 
 def from_json(text: str | None) -> Any:

@@ -12,7 +12,7 @@ in its docstring.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Literal, Protocol
 
@@ -194,6 +194,13 @@ class ApprovalLedger(Protocol):
     def events(self, *, kind: str | None = None, approval_id: str | None = None) -> list[EventRow]:
         """Event rows, in order."""
 
+    def first_proposed(self, approval_ids: Collection[str]) -> dict[str, int]:
+        """For each of `approval_ids` (a few: one model step's calls) with a "proposed" event,
+        the id of its first one; an approval with none is left out, and no ids give {} (its own
+        read transaction). Event ids are assigned in increasing order and the log is append-only,
+        so these order the approvals by when each was first proposed, whatever order a caller's
+        own copy of the calls (a checkpoint) has."""
+
     def all_decisions(self) -> list[DecisionRow]:
         """Every decision row, in order."""
 
@@ -279,6 +286,11 @@ class RedactionLedger(Protocol):
 
     def holds(self, conn: Any, *, active: bool = True) -> Sequence[HoldRow]:
         """The holds (only those not released, by default), oldest first."""
+
+    def sealed_sample(
+        self, conn: Any, *, limit: int = 3
+    ) -> tuple[Sequence[ApprovalRow], Sequence[DecisionRow]]:
+        """The `limit` most recently written approvals and decisions (newest first). Reads only."""
 
 
 class ChainLedger(Protocol):
