@@ -244,6 +244,7 @@ def _not_a_gate(tmp: Path) -> str:
 # (argv builder, a fragment the error must name, the exit code)
 BAD_INPUT: dict[str, tuple[Callable[[Setup, Path], list[str]], str, int]] = {
     "stale_version": (lambda s, _: _approve(s, version="1"), "version 1 is stale", 4),
+    "future_version": (lambda s, _: _approve(s, version="3"), "version 3 does not exist yet", 4),
     "wrong_role": (lambda s, _: _approve(s, role="support_lead"), "needs role finance", 4),
     "unknown_id": (lambda s, _: _approve(s, approval_id="nope"), "no approval 'nope'", 3),
     "missing_app": (lambda s, _: _approve(s, app_ref=None), "--app", 2),
@@ -519,6 +520,24 @@ def test_audit_exits_1_on_a_divergence(refund: Setup, cli: Callable[..., Run]) -
     text = _one_line(run.out)
     assert "no_approval refund_order" in text
     assert "DIVERGED: 1 finding(s)" in text
+
+
+@pytest.mark.parametrize("flags", [[], ["--json"]])
+def test_audit_findings_exit_1_when_the_reader_stops_early(refund: Setup, flags: list[str]) -> None:
+    """`effectgate audit | head -1` (the pipe closed before anything is read) keeps the verdict:
+    exit 1 on findings, never 0, and no traceback."""
+    _diverge(refund.url)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "effectgate.cli", "audit", "--db", refund.url, *flags],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=120)
+    assert (proc.returncode, err) == (1, "")
 
 
 def test_audit_json_reports_clean_and_findings(refund: Setup, cli: Callable[..., Run]) -> None:

@@ -4,12 +4,14 @@ ledger (and an export file), its exit code, and that a refusal changes nothing."
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from effectgate import Approver, Executed, Grant, Pending, open_store
+from effectgate import Approver, Executed, Grant, Keyring, Pending, open_store
 from effectgate.cli import keyring_for
 from effectgate.examples.shop import app, context
 
@@ -114,3 +116,159 @@ def test_retain_takes_the_unclassified_kind(executed: str, cli: Callable[..., Ru
     with open_store(executed) as store:
         assert not store.approvals()[0].args_json.startswith('{"$redacted"')
         assert not any(e.detail_json.startswith('{"$redacted"') for e in store.events())
+
+
+# -- bad input changes nothing: the ledger's files, and every table's rows
+
+
+def _ledger_state(url: str) -> dict[str, Any]:
+    """The database's and key file's bytes and times, which companions exist, and every table's
+    rows (counted, and the events whole)."""
+    db = Path(url.removeprefix("sqlite:///"))
+    files = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in (db, Path(f"{db}.keys"))}
+    with sqlite3.connect(db) as conn:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        rows = {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables}
+        events = conn.execute("SELECT * FROM eg_events ORDER BY id").fetchall()
+    conn.close()
+    return {
+        "files": files,
+        "rows": rows,
+        "events": events,
+        "beside": sorted(p.name for p in db.parent.iterdir()),
+    }
+
+
+@pytest.mark.parametrize("own", ["shop.db", "shop.db.keys", "shop.db-wal", "shop.db-shm", "sub/../shop.db"])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["export", "--settle", "0", "--out"],
+        ["export", "--jsonl", "--out"],
+        ["report", "--html"],
+    ],
+)
+def test_an_output_over_the_ledger_is_refused_and_writes_nothing(
+    executed: str, tmp_path: Path, cli: Callable[..., Run], argv: list[str], own: str
+) -> None:
+    (tmp_path / "sub").mkdir()  # `sub/../shop.db` is the database by another name
+    before = _ledger_state(executed)
+    run = cli(argv[0], "--db", executed, *argv[1:], str(tmp_path / own))
+    assert run.code == 2, run
+    assert run.err.startswith("effectgate: error: ")
+    assert "nothing was written" in run.err
+    assert _ledger_state(executed) == before
+    assert cli("audit", "--db", executed).code == 0
+
+
+def test_an_export_into_a_missing_directory_adds_no_checkpoint(
+    executed: str, tmp_path: Path, cli: Callable[..., Run]
+) -> None:
+    before = _ledger_state(executed)
+    run = cli("export", "--db", executed, "--settle", "0", "--out", str(tmp_path / "nodir" / "x.jsonl"))
+    assert run.code == 2, run
+    assert "no directory" in run.err
+    assert _ledger_state(executed) == before
+
+
+@pytest.mark.parametrize("which", ["missing", "not_an_export", "the_database"])
+def test_redact_checks_every_export_file_before_erasing_anything(
+    executed: str, tmp_path: Path, cli: Callable[..., Run], which: str
+) -> None:
+    good = tmp_path / "day1.jsonl"
+    assert cli("export", "--db", executed, "--out", str(good), "--settle", "0").code == 0
+    bad = {"missing": tmp_path / "day1.jsnol", "not_an_export": tmp_path / "notes.txt", "the_database": None}
+    other = bad[which] or Path(executed.removeprefix("sqlite:///"))
+    if which == "not_an_export":
+        other.write_text("not json\n")
+    texts = {p: p.read_bytes() for p in (good, other) if p.exists()}
+    before = _ledger_state(executed)
+    run = cli(
+        "redact", "--db", executed, "--user", "u1", "--by", "dpo", "--reason", "r",
+        "--export", str(good), "--export", str(other),
+    )  # fmt: skip
+    assert run.code == 2, run
+    assert _ledger_state(executed) == before
+    assert {p: p.read_bytes() for p in texts} == texts
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["report", "--target", "finance=inf"],
+        ["report", "--target", "finance=nan", "--json"],
+        ["report", "--since", "nan"],
+        ["report", "--until=-inf"],
+        ["export", "--settle", "nan", "--out", "x.jsonl"],
+        ["export", "--settle", "-5", "--out", "x.jsonl"],
+        ["retain", "--rule", "read=nan", "--by", "x"],
+        ["retain", "--rule", "money=inf", "--by", "x", "--json"],
+        ["retain", "--rule", "read=-1", "--by", "x"],
+        ["retain", "--rule", "money=1e400", "--by", "x"],
+        ["retain", "--rule", "bogus=30", "--by", "x"],
+        ["retain", "--rule", "=30", "--by", "x"],
+    ],
+)
+def test_a_number_that_is_not_finite_is_a_usage_error(
+    executed: str, tmp_path: Path, cli: Callable[..., Run], argv: list[str]
+) -> None:
+    before = _ledger_state(executed)
+    run = cli(argv[0], "--db", executed, *argv[1:])
+    assert run.code == 2, run
+    assert run.out == ""
+    assert run.err.startswith("effectgate: error: argument "), run.err
+    assert _ledger_state(executed) == before
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+@pytest.mark.parametrize("user", ["", "  "])
+def test_hold_on_an_empty_user_is_a_usage_error(executed: str, cli: Callable[..., Run], user: str) -> None:
+    before = _ledger_state(executed)
+    run = cli("hold", "--db", executed, "--user", user, "--by", "legal", "--reason", "r")
+    assert run.code == 2, run
+    assert _ledger_state(executed) == before
+
+
+def test_hold_and_release_answer_in_json(executed: str, cli: Callable[..., Run]) -> None:
+    placed = cli("hold", "--db", executed, "--user", "u9", "--by", "legal", "--reason", "case 14", "--json")
+    assert placed.code == 0, placed.err
+    hold = json.loads(placed.out)["placed"]
+    assert (hold["user_id"], hold["placed_by"], hold["reason"]) == ("u9", "legal", "case 14")
+    released = cli("hold", "--db", executed, "--release", hold["id"], "--by", "legal", "--json")
+    assert released.code == 0, released.err
+    assert json.loads(released.out) == {"released": hold["id"], "by": "legal"}
+    assert json.loads(cli("hold", "--db", executed, "--json").out) == []
+
+
+# -- setup makes the key file the next command needs
+
+
+def test_setup_creates_the_key_file_that_pending_and_audit_use(
+    tmp_path: Path, cli: Callable[..., Run]
+) -> None:
+    url = f"sqlite:///{tmp_path / 'fresh.db'}"
+    made = cli("setup", "--db", url)
+    assert made.code == 0, made.err
+    keys = tmp_path / "fresh.db.keys"
+    assert "created the development key file" in made.out
+    assert keys.stat().st_mode & 0o777 == 0o600
+    assert cli("pending", "--db", url).code == 0
+    assert cli("audit", "--db", url).code == 0
+    secret = keys.read_bytes()
+    again = cli("setup", "--db", url, "--json")
+    assert json.loads(again.out)["key_file"] == str(keys)
+    assert keys.read_bytes() == secret
+
+
+def test_setup_makes_no_key_file_with_a_keyring_in_the_environment_or_for_a_used_ledger(
+    executed: str, tmp_path: Path, cli: Callable[..., Run], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    Path(executed.removeprefix("sqlite:///") + ".keys").unlink()
+    used = cli("setup", "--db", executed, "--json")
+    assert used.code == 0, used.err
+    assert json.loads(used.out)["key_file"] is None
+    assert not Path(executed.removeprefix("sqlite:///") + ".keys").exists()
+    monkeypatch.setenv("EFFECTGATE_KEYRING", Keyring.generate().dumps())
+    fresh = cli("setup", "--db", f"sqlite:///{tmp_path / 'env.db'}")
+    assert fresh.code == 0, fresh.err
+    assert not (tmp_path / "env.db.keys").exists()

@@ -483,3 +483,14 @@ def test_every_command_that_answers_has_json() -> None:
             continue
         flags = {flag for action in command._actions for flag in action.option_strings}
         assert "--json" in flags or "--jsonl" in flags, name
+
+
+def test_help_describes_every_command_in_one_whole_sentence(capsys: pytest.CaptureFixture[str]) -> None:
+    """`effectgate --help` opens with the module's whole first sentence, not its first line."""
+    assert main(["--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert (
+        "The `effectgate` command: setup, pending, show, approve, deny, audit, export, verify, report,"
+        in text
+    )
+    assert "replay, redact, retain, hold, demo, serve." in text

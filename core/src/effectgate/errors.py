@@ -72,14 +72,14 @@ class UnknownApproval(ApprovalError, LookupError):
 
 
 class StaleApproval(ApprovalError):
-    """The decision names a version that is no longer current."""
+    """The decision names a version other than the current one: an older one, or one not made yet."""
 
     def __init__(self, approval_id: str, given: int, current: int) -> None:
         self.given = given
         self.current = current
+        why = "is stale" if given < current else "does not exist yet (review the current version)"
         super().__init__(
-            approval_id,
-            f"approval {approval_id} is at version {current}; version {given} is stale",
+            approval_id, f"approval {approval_id} is at version {current}; version {given} {why}"
         )
 
 

@@ -30,6 +30,8 @@ Exit codes (a failure prints one line, `effectgate: error: ...`, on stderr, neve
         be parsed, the database has no effectgate schema or another schema version, or its
         driver is not installed
     70  internal error: an unexpected exception (a bug); EFFECTGATE_DEBUG=1 shows the traceback
+    141 the reader of the output went away (`effectgate audit | head -1`) before `audit`, `verify`,
+        `replay` or `demo` reached its verdict; one reached is still its exit code (1 on findings)
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from rich.console import Console
 
 from .. import __version__
 from . import _governance, _mcp
+from ._args import moment, seconds, target
 from ._commands import (
     _DEMOS,
     _cmd_approve,
@@ -61,7 +64,16 @@ from ._commands import (
     _cmd_show,
     _cmd_verify,
 )
-from ._render import DEFAULT_DB, EXIT_OK, EXIT_USAGE, _card_panel, _console, _one_line, _short
+from ._render import (
+    DEFAULT_DB,
+    EXIT_BROKEN_PIPE,
+    EXIT_OK,
+    EXIT_USAGE,
+    _card_panel,
+    _console,
+    _one_line,
+    _short,
+)
 from ._report import _cmd_report
 from ._store import UsageError, _failure, keyring_for
 
@@ -91,12 +103,12 @@ def _parser() -> argparse.ArgumentParser:
     top = options(None, os.environ.get("EFFECTGATE_APP"))
     parser = _Parser(
         prog="effectgate",
-        description=__doc__.split("\n")[0],
+        description=" ".join(__doc__.split("\n\n")[0].split()),
         epilog="environment: EFFECTGATE_DB (the --db default), EFFECTGATE_APP (the --app default), "
         "EFFECTGATE_KEYRING (kid:hexsecret[,...]; else a SQLite file's key file DB.keys), "
         "EFFECTGATE_WEB_SECRET (the inbox's cookie key), EFFECTGATE_DEBUG (tracebacks). "
         "exit codes: 0 ok, 1 audit findings, 2 usage error, 3 not found, 4 refused, "
-        "5 store unavailable, 70 internal error",
+        "5 store unavailable, 70 internal error, 141 output closed before the verdict",
         parents=[top],
     )
     parser.add_argument("--version", action="version", version=f"effectgate {__version__}")
@@ -141,7 +153,7 @@ def _parser() -> argparse.ArgumentParser:
         "--after", metavar="MANIFEST", help="continue this earlier export's chain: only what is new"
     )
     p.add_argument(
-        "--settle", type=float, default=60.0, help="leave records newer than this (seconds) for later"
+        "--settle", type=seconds, default=60.0, help="leave records newer than this (seconds) for later"
     )
     p.add_argument("--jsonl", action="store_true", help="instead: every row of every table, unsigned")
     p.add_argument("--json", action="store_true", help="the manifest as JSON")
@@ -156,9 +168,19 @@ def _parser() -> argparse.ArgumentParser:
         parents=[common],
         help="disagreement per tool and role, approval latency, replays, gated rates, backlog",
     )
-    p.add_argument("--since", help="calls proposed at or after this time (ISO 8601, or epoch seconds)")
-    p.add_argument("--until", help="calls proposed before this time (ISO 8601, or epoch seconds)")
-    p.add_argument("--target", action="append", metavar="ROLE=SECONDS", help="a p95 latency target, per role")
+    p.add_argument(
+        "--since", type=moment, help="calls proposed at or after this time (ISO 8601, or epoch seconds)"
+    )
+    p.add_argument(
+        "--until", type=moment, help="calls proposed before this time (ISO 8601, or epoch seconds)"
+    )
+    p.add_argument(
+        "--target",
+        type=target,
+        action="append",
+        metavar="ROLE=SECONDS",
+        help="a p95 latency target, per role",
+    )
     p.add_argument("--json", action="store_true", help="the rates and figures as JSON")
     p.add_argument(
         "--html",
@@ -178,6 +200,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--https-only", action="store_true", help="mark the session cookie Secure")
     p.add_argument(
         "--target",
+        type=target,
         action="append",
         metavar="ROLE=SECONDS",
         help="a p95 latency target for /metrics, per role",
@@ -224,6 +247,21 @@ def _tolerant_output() -> None:
             stream.reconfigure(errors="backslashreplace")
 
 
+_VERDICTS = frozenset({"audit", "verify", "replay", "demo"})  # their exit code is their answer
+
+
+def _broken_pipe(args: argparse.Namespace | None) -> int:
+    """The exit code when the reader went away: a command's verdict is never lost (`audit | head`
+    with findings still exits 1); a verdict not yet reached exits 141, as if killed by SIGPIPE;
+    any other command's output was simply not all wanted (0)."""
+    if args is None:
+        return EXIT_OK  # `--help | head`
+    verdict: int | None = getattr(args, "verdict", None)
+    if verdict is not None:
+        return verdict
+    return EXIT_BROKEN_PIPE if args.command in _VERDICTS else EXIT_OK
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns its exit code (see the module docstring)."""
     if argv is None:
@@ -234,6 +272,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         gc.freeze()
     _tolerant_output()
     url = os.environ.get("EFFECTGATE_DB") or DEFAULT_DB
+    args: argparse.Namespace | None = None
     try:
         try:
             args = _parser().parse_args(argv)
@@ -242,12 +281,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.db_given = args.db is not None
         args.db = url = args.db or url
         out = _console(demo=args.command == "demo")
-        code = _COMMANDS[args.command](args, out)
+        code = args.verdict = _COMMANDS[args.command](args, out)
         sys.stdout.flush()  # a reader that went away fails here, inside main, not at exit
         return code
     except BrokenPipeError:  # `effectgate show ID | head`: the rest was not wanted; stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_OK
+        return _broken_pipe(args)
     except Exception as exc:
         if os.environ.get("EFFECTGATE_DEBUG"):
             raise

@@ -11,6 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import sqlalchemy as sa
 from rich.console import Console
 from rich.text import Text
 
@@ -22,6 +23,7 @@ from ..outcomes import Grant, PartialApproval, Recorded
 from ..replay import replay
 from ..stores.records import SCHEMA_VERSION
 from ..stores.sql import open_store
+from ._args import check_output
 from ._render import (
     EXIT_FINDINGS,
     EXIT_OK,
@@ -33,19 +35,48 @@ from ._render import (
     _write_json,
 )
 from ._report import _targets
-from ._store import UsageError, _gate, _make_gate, _open, _parse, keyring_for
+from ._store import UsageError, _gate, _make_gate, _open, _parse, _sqlite_file, keyring_for
 
 
 def _cmd_setup(args: argparse.Namespace, out: Console) -> int:
     parsed = _parse(args.db)
     with open_store(args.db) as store:
         store.setup()
+        with store.engine.connect() as conn:
+            empty = not any(conn.execute(sa.text(f"SELECT 1 FROM {t} LIMIT 1")).first() for t in _SEALED)
     where = parsed.render_as_string(hide_password=True)
+    key_file, keys = _setup_keys(args.db, parsed, empty=empty)
     if args.json:
-        _write_json({"db": where, "schema_version": SCHEMA_VERSION})
+        _write_json({"db": where, "schema_version": SCHEMA_VERSION, "key_file": key_file})
         return EXIT_OK
-    out.print(_text(f"effectgate schema {SCHEMA_VERSION} ready at {where}"))
+    out.print(_text(f"effectgate schema {SCHEMA_VERSION} ready at {where}; {keys}"))
     return EXIT_OK
+
+
+_SEALED = ("eg_approvals", "eg_decisions", "eg_executions", "eg_idempotency", "eg_events", "eg_chain")
+
+
+def _setup_keys(url: str, parsed: Any, *, empty: bool) -> tuple[str | None, str]:
+    """The development key file of a SQLite file, created as the gate would create it (mode 0600)
+    unless $EFFECTGATE_KEYRING is set or the ledger already holds records (a new key would verify
+    nothing sealed under the old one): the key file's path (or None) and a line saying which."""
+    if os.environ.get("EFFECTGATE_KEYRING"):
+        return None, "keys from $EFFECTGATE_KEYRING"
+    db = _sqlite_file(parsed)
+    if db is None:
+        if parsed.get_backend_name() == "sqlite":
+            return None, "an in-memory database gets a fresh keyring in each process"
+        return None, "set $EFFECTGATE_KEYRING in every process that uses it (a server has no key file)"
+    keys = Path(f"{db}.keys")
+    if keys.exists():
+        return str(keys), f"kept the development key file {keys}"
+    if not empty:
+        return None, (
+            f"NO key file {keys}: the ledger holds records, so restore the key file they were sealed "
+            "with or set $EFFECTGATE_KEYRING (a new key would verify nothing stored)"
+        )
+    keyring_for(url, create=True)
+    return str(keys), f"created the development key file {keys} (mode 0600; keep it beside the database)"
 
 
 def _cmd_pending(args: argparse.Namespace, out: Console) -> int:
@@ -124,6 +155,7 @@ def _cmd_deny(args: argparse.Namespace, out: Console) -> int:
 def _cmd_audit(args: argparse.Namespace, out: Console) -> int:
     with _gate(args) as gate:
         report = audit(gate.store, gate.table if args.app else None, keyring=gate.keyring, chain=args.chain)
+    args.verdict = EXIT_OK if report.clean else EXIT_FINDINGS  # kept if the reader goes away
     if args.json:
         _write_json(report.to_dict())
         return EXIT_OK if report.clean else EXIT_FINDINGS
@@ -147,6 +179,8 @@ def _cmd_audit(args: argparse.Namespace, out: Console) -> int:
 
 def _cmd_export(args: argparse.Namespace, out: Console) -> int:
     if args.jsonl:
+        if args.out:
+            check_output(args.db, "--out", args.out)
         with _open(args.db) as store:
             lines = list(export_jsonl(store))
         if args.out:
@@ -157,6 +191,14 @@ def _cmd_export(args: argparse.Namespace, out: Console) -> int:
         return EXIT_OK
     if not args.out:
         raise UsageError("export needs --out FILE (the signed manifest is written beside it)")
+    out_file = Path(args.out)
+    # every file the export writes, checked before the ledger's chain gets its checkpoints
+    check_output(
+        args.db,
+        "--out",
+        args.out,
+        also=[out_file.with_name(out_file.name + ".partial"), manifest_path(out_file)],
+    )
     after = Manifest.load(args.after) if args.after else None
     keyring = keyring_for(args.db, create=False)
     with _open(args.db) as store:
@@ -181,6 +223,7 @@ def _cmd_export(args: argparse.Namespace, out: Console) -> int:
 def _cmd_verify(args: argparse.Namespace, out: Console) -> int:
     after = Manifest.load(args.after) if args.after else None
     verdict = verify_export(args.file, keyring_for(args.db, create=False), after=after)
+    args.verdict = EXIT_OK if verdict.ok else EXIT_FINDINGS
     if args.json:
         _write_json(verdict.to_dict())
     elif verdict.ok:
@@ -204,6 +247,7 @@ def _cmd_verify(args: argparse.Namespace, out: Console) -> int:
 def _cmd_replay(args: argparse.Namespace, out: Console) -> int:
     with _gate(args, need_app=True) as gate:
         report = replay(gate.store, gate.table, gate.policy)
+    args.verdict = EXIT_OK if report.clean else EXIT_FINDINGS
     if args.json:
         _write_json(report.to_dict())
         return EXIT_OK if report.clean else EXIT_FINDINGS

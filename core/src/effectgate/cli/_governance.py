@@ -12,6 +12,7 @@ from rich.console import Console
 
 from ..export import redact_export
 from ..redact import FACTS, hold, holds, redact, release, retain
+from ._args import check_export_file, retention_rule
 from ._render import EXIT_OK, _text, _write_json
 from ._store import UsageError, _open, keyring_for
 
@@ -36,6 +37,7 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("retain", parents=[common], help="apply retention rules: erase personal data by age")
     p.add_argument(
         "--rule",
+        type=retention_rule,
         action="append",
         required=True,
         metavar="KIND=DAYS",
@@ -60,11 +62,13 @@ def _cmd_redact(args: argparse.Namespace, out: Console) -> int:
     subject = None
     if args.subject is not None:
         try:
-            subject = json.loads(args.subject)
+            subject = json.loads(args.subject, parse_constant=_no_constant)
         except ValueError as exc:
             raise UsageError(f"--subject must be a JSON object: {exc}") from exc
         if not isinstance(subject, dict):
             raise UsageError('--subject must be a JSON object, e.g. \'{"order_id": "1042"}\'')
+    for path in args.export:  # every export file checked before anything is erased
+        check_export_file(args.db, path)
     keyring = keyring_for(args.db, create=False)
     with _open(args.db) as store:
         done = redact(
@@ -92,15 +96,7 @@ def _cmd_redact(args: argparse.Namespace, out: Console) -> int:
 
 
 def _cmd_retain(args: argparse.Namespace, out: Console) -> int:
-    rules: dict[str, float] = {}
-    for rule in args.rule:
-        kind, sep, days = rule.partition("=")
-        try:
-            rules[kind.strip()] = float(days)
-        except ValueError:
-            raise UsageError(f"--rule {rule!r}: write KIND=DAYS, e.g. read=30") from None
-        if not sep:
-            raise UsageError(f"--rule {rule!r}: write KIND=DAYS, e.g. read=30")
+    rules: dict[str, float] = dict(args.rule)  # (kind, days) pairs, checked by `_args.retention_rule`
     keyring = keyring_for(args.db, create=False)
     with _open(args.db) as store:
         done = retain(store, keyring, rules, by=args.by, keep=_keep(args.keep))
@@ -112,22 +108,36 @@ def _cmd_retain(args: argparse.Namespace, out: Console) -> int:
     return EXIT_OK
 
 
+def _given(args: argparse.Namespace, name: str, why: str) -> str:
+    value: str | None = getattr(args, name)
+    if value is None or not value.strip():
+        raise UsageError(f"--{name} is required {why}" if value is None else f"--{name} must not be empty")
+    return value
+
+
 def _cmd_hold(args: argparse.Namespace, out: Console) -> int:
+    if args.user is not None and args.release is not None:
+        raise UsageError("give --user (place a hold) or --release HOLD_ID, not both")
+    if args.user is not None:
+        user = _given(args, "user", "")
+        by, reason = _given(args, "by", "to place a hold"), _given(args, "reason", "to place a hold")
+        with _open(args.db) as store:
+            placed = hold(store, user_id=user, by=by, reason=reason)
+        if args.json:
+            _write_json({"placed": placed.model_dump()})
+        else:
+            out.print(_text(f"hold {placed.id} placed on user {placed.user_id}"))
+        return EXIT_OK
+    if args.release is not None:
+        hold_id, by = _given(args, "release", ""), _given(args, "by", "to release a hold")
+        with _open(args.db) as store:
+            release(store, hold_id, by=by)
+        if args.json:
+            _write_json({"released": hold_id, "by": by})
+        else:
+            out.print(_text(f"hold {hold_id} released"))
+        return EXIT_OK
     with _open(args.db) as store:
-        if args.user and args.release:
-            raise UsageError("give --user (place a hold) or --release HOLD_ID, not both")
-        if args.user or args.release:
-            if not args.by:
-                raise UsageError("--by is required to place or release a hold")
-            if args.user:
-                if not args.reason:
-                    raise UsageError("--reason is required to place a hold")
-                placed = hold(store, user_id=args.user, by=args.by, reason=args.reason)
-                out.print(_text(f"hold {placed.id} placed on user {placed.user_id}"))
-            else:
-                release(store, args.release, by=args.by)
-                out.print(_text(f"hold {args.release} released"))
-            return EXIT_OK
         active = holds(store)
     if args.json:
         _write_json([h.model_dump() for h in active])
@@ -136,3 +146,7 @@ def _cmd_hold(args: argparse.Namespace, out: Console) -> int:
     for h in [] if args.json else active:
         out.print(_text(f"{h.id}  user {h.user_id}  by {h.placed_by}  {h.reason}"))
     return EXIT_OK
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")

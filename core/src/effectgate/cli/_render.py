@@ -19,6 +19,7 @@ DEFAULT_DB = "sqlite:///effectgate.db"
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_UNAVAILABLE = 0, 1, 2, 3, 4, 5
 EXIT_INTERNAL = 70
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a reader that went away
 
 ARG_WIDTH = 60  # characters of one argument value in the `pending` list
 LISTED_ARGS = 8  # arguments listed per approval in `pending`; the rest are counted

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-from datetime import UTC, datetime
 from typing import Literal
 
 from rich.console import Console
@@ -13,43 +12,21 @@ from rich.table import Table
 from .._display import duration
 from ..errors import MissingDependency
 from ..report import Metrics, check_charts, figures, write_html
+from ._args import check_output
 from ._render import EXIT_OK, _text, _write_json
 from ._store import UsageError, _open
 
 
-def _moment(text: str | None, option: str) -> float | None:
-    """A time given as epoch seconds or ISO 8601 (a date alone is midnight UTC)."""
-    if text is None:
-        return None
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError as exc:
-        raise UsageError(f"{option} {text!r}: give ISO 8601 (2026-12-01T09:00) or epoch seconds") from exc
-    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
-
-
-def _targets(given: list[str] | None) -> dict[str, float]:
-    """`--target finance=300` (seconds) per role."""
-    targets: dict[str, float] = {}
-    for item in given or ():
-        role, _, seconds = item.partition("=")
-        try:
-            targets[role] = float(seconds)
-        except ValueError as exc:
-            raise UsageError(f"--target {item!r}: give ROLE=SECONDS, e.g. finance=300") from exc
-        if not role or targets[role] <= 0:
-            raise UsageError(f"--target {item!r}: give ROLE=SECONDS, e.g. finance=300")
-    return targets
+def _targets(given: list[tuple[str, float]] | None) -> dict[str, float]:
+    """`--target finance=300` (seconds) per role, as parsed by `_args.target`."""
+    return dict(given or ())
 
 
 def _cmd_report(args: argparse.Namespace, out: Console) -> int:
-    since, until = _moment(args.since, "--since"), _moment(args.until, "--until")
+    since, until = args.since, args.until
     targets = _targets(args.target)
     if args.html:
+        check_output(args.db, "--html", args.html)  # never over the ledger, its key or a missing dir
         try:
             check_charts()  # before the ledger is read: a missing extra fails at once
         except MissingDependency as exc:

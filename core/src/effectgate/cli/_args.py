@@ -1,0 +1,138 @@
+"""What the command line accepts before anything is read or written: numbers (finite, and
+non-negative where a negative means nothing), times, and output paths (never the ledger itself)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from ..effects import Effect
+from ..stores._redaction import UNCLASSIFIED
+from ._store import UsageError, _parse, _sqlite_file
+
+# -- argparse types: a bad value is a usage error (exit 2) raised while parsing, before any work
+
+
+def _number(text: str, *, what: str, minimum: float | None = None, above: bool = False) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or (minimum is not None and (value <= minimum if above else value < minimum)):
+        bound = "" if minimum is None else f" {'>' if above else '>='} {minimum:g}"
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}: give a finite number{bound}")
+    return value
+
+
+def seconds(text: str) -> float:
+    """A finite number of seconds >= 0 (`export --settle`)."""
+    return _number(text, what="a number of seconds", minimum=0)
+
+
+def moment(text: str) -> float:
+    """A time as finite epoch seconds or ISO 8601 (a date alone is midnight UTC)."""
+    try:
+        return _number(text, what="a time")
+    except argparse.ArgumentTypeError:
+        pass
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give ISO 8601 (2026-12-01T09:00) or epoch seconds"
+        ) from None
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+
+
+def _pair(text: str, shape: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: write {shape}")
+    return key.strip(), value
+
+
+def target(text: str) -> tuple[str, float]:
+    """`ROLE=SECONDS`, a p95 latency target: a finite number of seconds > 0."""
+    role, value = _pair(text, "ROLE=SECONDS, e.g. finance=300")
+    return role, _number(value, what="a number of seconds", minimum=0, above=True)
+
+
+_KINDS = frozenset({str(e) for e in Effect} | {UNCLASSIFIED})
+
+
+def retention_rule(text: str) -> tuple[str, float]:
+    """`KIND=DAYS`: a record kind (an effect class, or unclassified) and a finite number >= 0."""
+    kind, value = _pair(text, "KIND=DAYS, e.g. read=30")
+    if kind not in _KINDS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: unknown kind {kind!r}; use one of {', '.join(sorted(_KINDS))}"
+        )
+    return kind, _number(value, what="a number of days", minimum=0)
+
+
+# -- output and input files
+
+
+def _ledger_files(url: str) -> list[tuple[Path, str]]:
+    """The files of a SQLite ledger, each with what it is: the database, its journals, its key file."""
+    db = _sqlite_file(_parse(url))
+    if db is None:
+        return []
+    companions = [(f"{db}{end}", f"the database's {end} file") for end in ("-wal", "-shm", "-journal")]
+    return [
+        (db, "the database"),
+        *((Path(p), what) for p, what in companions),
+        (Path(f"{db}.keys"), "the database's key file"),
+    ]
+
+
+def _same(a: Path, b: Path) -> bool:
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def check_output(url: str, option: str, path: str, *, also: Iterable[Path] = ()) -> None:
+    """Refuse (usage error, nothing written) an output that would overwrite the ledger or its key
+    file (`path`, or a file written beside it: `also`), is a directory, or lies in a directory that
+    does not exist or cannot be written."""
+    ledger = _ledger_files(url)
+    for out in (Path(path), *also):
+        for own, what in ledger:
+            if _same(out, own):
+                raise UsageError(f"{option} {path}: that is {what} ({own}); nothing was written")
+        if out.is_dir():
+            raise UsageError(f"{option} {path}: {out} is a directory")
+        parent = out.parent
+        if not parent.is_dir():
+            raise UsageError(f"{option} {path}: no directory {parent}")
+        if not os.access(parent, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
+            raise UsageError(f"{option} {path}: cannot write {out}")
+
+
+def check_export_file(url: str, path: str) -> None:
+    """An export file `redact --export` may rewrite: it exists, can be read and replaced, and every
+    line is an export line (a JSON object with its record); a usage error otherwise."""
+    target = Path(path)
+    if not target.is_file():
+        raise UsageError(f"--export {path}: no such export file; nothing was erased")
+    check_output(url, "--export", path, also=[target.with_name(target.name + ".partial")])
+    try:
+        text = target.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--export {path}: cannot read it ({exc}); nothing was erased") from exc
+    for number, line in enumerate(text.splitlines(), 1):
+        try:
+            parsed = json.loads(line)
+        except ValueError:
+            parsed = None
+        if not isinstance(parsed, dict) or not isinstance(parsed.get("record"), dict):
+            raise UsageError(f"--export {path}: line {number} is not an export line; nothing was erased")
