@@ -9,7 +9,8 @@ Interrupt payload (one per model step, `type == "effectgate.approval"`)::
       "type": "effectgate.approval",
       "session_id": "<thread_id>",
       "origin_message_id": "<id of the last HumanMessage>",
-      "requests": [                       # every gated call of the step still waiting
+      "requests": [                       # every gated call of the step still waiting, in
+                                          # the order their approvals were first proposed
         {
           "approval_id": "...", "version": 1, "args_hash": "sha256:...",
           "tool": "refund_order", "tool_call_id": "call_1",   # tool_call_id: audit only
@@ -121,7 +122,9 @@ class ApprovalPayload(TypedDict):
 class Waiting:
     """A gated call of the step whose approval is still open. `call_hash` is the args hash of
     the call as the checkpoint holds it; `mismatch` says why it no longer matches its approval
-    (then only a denial is accepted)."""
+    (then only a denial is accepted); `proposed`: the id of the approval's first "proposed"
+    event in the gate's store, which places it among the step's waiting calls
+    (`_hitl.in_proposal_order`; None: not looked up, or none recorded)."""
 
     call_id: str | None
     tool: str
@@ -129,6 +132,7 @@ class Waiting:
     pending: Pending
     call_hash: str = ""
     mismatch: str | None = None
+    proposed: int | None = None
 
 
 SIGNED = ("approval_id", "version", "args_hash", "tool", "tool_call_id", "call_args_hash")

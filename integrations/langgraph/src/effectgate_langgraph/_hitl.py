@@ -8,6 +8,14 @@ HITL's answer names no approval and carries no grant. The step reads it as follo
 - The decisions match the payload's `action_requests` by position (the order of `requests`: the
   calls still waiting). A list of another length is refused whole: nothing is applied, and the
   next payload's `refused` says why.
+- That order is never the checkpoint's: both the payload and the answer list the waiting calls
+  in the order their approvals were first proposed, read from the gate's store
+  (`in_proposal_order`). In an honest run that is the model's order (a step's calls are proposed
+  in order at its first pause); a checkpoint whose paused tool calls were reordered after the
+  pause still gets each decision applied to the call the reviewer saw at that position. When
+  two or more calls wait and one has no recorded proposal (the event log was altered outside
+  effectgate), there is no order the checkpoint cannot change: a positional answer is refused
+  whole, and an answer by approval id still works.
 - `{"type": "reject", "message"?}` always closes the approval (`gate.deny`), so the subject is
   free for other sessions. The reason is the message (langchain's own wording when none is
   given). It is recorded as the configured `native_approver` when their role may decide the
@@ -39,13 +47,14 @@ names for the later run, a decision that person never made, so replayed HITL ans
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_config
 
-from effectgate import Approver
+from effectgate import Approver, EffectGate
 
 from ._decisions import DecisionRefused, Waiting
 
@@ -103,9 +112,22 @@ def is_newest_answer(value: object) -> bool:
     return bool(answers) and answers[-1] is value
 
 
+def in_proposal_order(gate: EffectGate, waiting: Sequence[Waiting]) -> list[Waiting]:
+    """The step's waiting calls in the order their approvals were first proposed (each one's
+    first "proposed" event id in the gate's store, `Waiting.proposed`), whatever order the
+    checkpoint lists them in. One call needs no order and is not looked up. Calls whose approval
+    has no recorded proposal come last, by approval id (`proposed` None: `by_position` refuses)."""
+    if len(waiting) < 2:
+        return list(waiting)
+    first = gate.store.first_proposed([w.pending.approval_id for w in waiting])
+    placed = [dataclasses.replace(w, proposed=first.get(w.pending.approval_id)) for w in waiting]
+    return sorted(placed, key=lambda w: (w.proposed is None, w.proposed or 0, w.pending.approval_id))
+
+
 def by_position(answer: Mapping[str, Any], waiting: Sequence[Waiting]) -> list[tuple[Waiting, object]]:
-    """Each waiting call with the decision at its position; DecisionRefused for a list of another
-    length (then none is applied)."""
+    """Each waiting call (in `in_proposal_order`) with the decision at its position;
+    DecisionRefused for a list of another length, or when two or more calls wait and one has
+    no recorded proposal (then none is applied)."""
     decisions: list[object] = (
         list(answer["decisions"]) if isinstance(answer.get("decisions"), list) else [answer]
     )
@@ -115,7 +137,25 @@ def by_position(answer: Mapping[str, Any], waiting: Sequence[Waiting]) -> list[t
             "HumanInTheLoopMiddleware's answer matches them by position, in the order of the "
             "payload's action_requests, so none was applied: answer with one decision per request"
         )
+    unplaced = [w.pending.approval_id for w in waiting if w.proposed is None]
+    if len(waiting) > 1 and unplaced:
+        raise DecisionRefused(
+            f"the gate's store has no record of when approval(s) {', '.join(unplaced)} were "
+            "proposed, so the order of the payload's action_requests cannot be told from the "
+            f"checkpoint's and no decision was applied by position; {HOW_TO_ANSWER}"
+        )
     return list(zip(waiting, decisions, strict=True))
+
+
+def matched(
+    answer: Mapping[Any, Any], waiting: Sequence[Waiting]
+) -> list[tuple[str, Waiting | None, object]]:
+    """Each decision of the answer with the waiting call it answers (None: no such call). A HITL
+    answer by position (`by_position`), any other by approval id."""
+    if is_hitl(answer):
+        return [(w.pending.approval_id, w, raw) for w, raw in by_position(answer, waiting)]
+    by_id = {w.pending.approval_id: w for w in waiting}
+    return [(str(k), by_id.get(k) if isinstance(k, str) else None, raw) for k, raw in answer.items()]
 
 
 __all__ = [
@@ -124,6 +164,8 @@ __all__ = [
     "NO_APPROVER",
     "NativeApprover",
     "by_position",
+    "in_proposal_order",
     "is_hitl",
     "is_newest_answer",
+    "matched",
 ]

@@ -6,7 +6,8 @@ again and again with the same result:
 1. Register every gated call of the step through `gate.call_step` (the core's intent key finds
    the same approval on a re-run; two calls of one gated tool register neither). Reads and
    writes are not touched here: they run after the step is settled, once.
-2. While some gated call still waits, raise ONE `interrupt()` listing all of them, and apply the
+2. While some gated call still waits, raise ONE `interrupt()` listing all of them (in the order
+   their approvals were first proposed, from the store: `_hitl.in_proposal_order`), and apply the
    answer through the core (`execute` with the grant token, `deny`, or `call` with edited
    arguments). Each loop turn consumes one interrupt slot, so a re-run replays the same answers
    in the same order; what an answer already did is in the store and comes back as a replay.
@@ -49,7 +50,15 @@ from ._decisions import (
     payload,
     read_decision,
 )
-from ._hitl import HITL_REJECT, HOW_TO_ANSWER, NO_APPROVER, by_position, is_hitl, is_newest_answer
+from ._hitl import (
+    HITL_REJECT,
+    HOW_TO_ANSWER,
+    NO_APPROVER,
+    in_proposal_order,
+    is_hitl,
+    is_newest_answer,
+    matched,
+)
 
 # LangGraph reads a resume dict whose keys all look like xxh3 digests (32 lowercase hex) as a
 # map from interrupt id to value. effectgate's default approval ids have that shape too, so a
@@ -194,11 +203,15 @@ def settle_step(
         if s.mismatch is not None and isinstance(s.outcome, Pending)
     ]
     while True:
-        waiting = [
-            Waiting(cid, s.call["name"], s.args, s.outcome, s.call_hash, s.mismatch)
-            for cid, s in slots.items()
-            if isinstance(s.outcome, Pending)
-        ]
+        # ordered by the store, not the checkpoint: a HITL answer is matched to them by position
+        waiting = in_proposal_order(
+            gate,
+            [
+                Waiting(cid, s.call["name"], s.args, s.outcome, s.call_hash, s.mismatch)
+                for cid, s in slots.items()
+                if isinstance(s.outcome, Pending)
+            ],
+        )
         if not waiting:
             break
         ask = payload(gate, waiting, refused, ctx)
@@ -210,15 +223,6 @@ def settle_step(
 
 
 NOT_A_MAPPING = f"the resume value is not a mapping from approval id to decision; {HOW_TO_ANSWER}"
-
-
-def _pairs(answer: Mapping[Any, Any], waiting: Sequence[Waiting]) -> list[tuple[str, Waiting | None, object]]:
-    """Each decision of the answer with the waiting call it answers (None: no such call). A HITL
-    answer by position (DecisionRefused when its length differs), any other by approval id."""
-    if is_hitl(answer):
-        return [(w.pending.approval_id, w, raw) for w, raw in by_position(answer, waiting)]
-    by_id = {w.pending.approval_id: w for w in waiting}
-    return [(str(k), by_id.get(k) if isinstance(k, str) else None, raw) for k, raw in answer.items()]
 
 
 def _apply(
@@ -239,7 +243,7 @@ def _apply(
     refused: list[RefusedDecision] = []
     try:
         # a replayed HITL answer was applied by the run its resume brought (see `_hitl`)
-        pairs = _pairs(value, waiting) if answer.newest or not hitl else []
+        pairs = matched(value, waiting) if answer.newest or not hitl else []
     except DecisionRefused as exc:
         return [{"approval_id": w.pending.approval_id, "reason": exc.reason} for w in waiting]
     for key, w, raw in pairs:
