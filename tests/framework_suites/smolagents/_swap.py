@@ -29,8 +29,9 @@ from smolagents import CodeAgent, ToolCallingAgent
 from smolagents.agents import MultiStepAgent
 
 from effectgate import CallContext, EffectGate, read
-from effectgate.rows import table_for
+from effectgate.rows import spec_of
 from effectgate.stores import SQLStore
+from effectgate.table import EffectTable
 from effectgate_smolagents import Finished, GatedAgent, native_tools
 
 AGENT = "framework-suite"
@@ -54,9 +55,15 @@ class Gates:
     def wrap(self, agent: MultiStepAgent) -> None:
         plain_run = agent.run  # smolagents' own (bound) run
         tools = native_tools(agent)
-        table = table_for(tools, {t.name: read() for t in tools}, agent_id=AGENT)
-        gate = EffectGate(table, self.store)
-        self.gates.append(gate)
+        # one gate per test, its table grown by each agent's tools: a manager and the agents it
+        # manages must be gated on one gate (the adapter refuses a managed agent on another)
+        if not self.gates:
+            self.gates.append(EffectGate(EffectTable([]), self.store))
+        gate = self.gates[0]
+        for t in tools:
+            if gate.table.get(t.name) is None:
+                gate.table.register(spec_of(t, read()))
+        gate.table.allow_all(AGENT)
         gated = GatedAgent(agent, gate, agent_id=AGENT)
         # a tool step driven directly (agent.execute_tool_call, process_tool_calls, step) outside
         # any run gets an identity too, as a run without one would be given

@@ -28,7 +28,9 @@ smolagents has no pause primitive, so `GatedAgent` builds one from what it has:
   `agent.run(..., reset=False)`, telling the model how each call ended (`_decisions`).
 
 A `ToolCallingAgent`'s step registers its gated calls together and has the gate validate their
-arguments (`_calling`); the tools put in place of the agent's own are in `_tools`.
+arguments (`_calling`); the tools put in place of the agent's own are in `_tools`. A manager is
+wrapped only when its managed agents (at every depth) are wrapped on the same gate; a run is
+refused when a tool or a managed agent was added after wrapping (`_managed`).
 """
 
 from __future__ import annotations
@@ -55,14 +57,11 @@ from ._code import ApprovalRequired, keep_logs_at_a_stop
 from ._decisions import Decision, apply_decisions, continuation
 from ._errors import tool_failed
 from ._identity import Stop, model_id_of, outside_a_run, refuse_plain_runs, run_context
+from ._managed import adopt, check_team, check_tools, own, serve_as_member
 from ._outcomes import AwaitingApproval, Finished, RunOutcome, signed
 from ._result import run_result, wants_full_result
 from ._saving import mark_saved_agent
 from ._tools import GatedTool, StopGuard, is_wrapped, native_tools
-
-
-def _text(outcome: Outcome) -> str:
-    return outcome.for_model()
 
 
 class GatedAgent:
@@ -84,6 +83,10 @@ class GatedAgent:
     Either way `.gate` is the gate approvals go through. The agent is changed in place (its
     tools are replaced by `GatedTool`s) and kept as `.agent`. `close()` (or `with`) closes a
     gate built from `effects`; a gate passed in stays open, it is the caller's.
+
+    A manager (`managed_agents=[...]`) is taken only with a gate, and only when each managed
+    agent, at every depth, was wrapped on that gate first; otherwise `UnknownTool`, whatever
+    `unknown=` says (`_managed`). Everything is checked before anything is changed.
     """
 
     def __init__(
@@ -106,6 +109,7 @@ class GatedAgent:
             agent_id = "agent" if agent_id is None else agent_id
             if not agent_id:
                 raise ValueError("agent_id must be a non-empty name")
+            check_team(agent, None)  # a managed agent cannot be on a gate not built yet
             gate = gate_for(native_tools(agent), effects, agent_id=agent_id, db=db or DEFAULT_DB)
         elif effects is not None or db is not None:
             raise TypeError(
@@ -114,6 +118,10 @@ class GatedAgent:
             )
         if not agent_id:
             raise ValueError("GatedAgent needs the agent_id the effect table's allowlist names")
+        members = check_team(agent, gate)  # before anything is changed, like every tool's row
+        for name, tool in agent.tools.items():
+            if name != "final_answer" and not is_wrapped(tool):
+                check_wrappable(gate, agent_id=agent_id, name=name, unknown=unknown)
         self.agent = agent
         self.gate = gate
         self.agent_id = agent_id
@@ -135,13 +143,15 @@ class GatedAgent:
                 if self.code:
                     agent.tools[name] = StopGuard(tool, self)
                 continue
-            check_wrappable(gate, agent_id=agent_id, name=name, unknown=unknown)
             agent.tools[name] = GatedTool(tool, self)
         if isinstance(agent, ToolCallingAgent):
             route_tool_calls(agent, call=self._call, start_step=self._register_step, end_step=self._end_step)
         if isinstance(agent, CodeAgent):
             keep_logs_at_a_stop(agent)  # the step keeps the snippet's output up to a gated call
-        self._plain_run = refuse_plain_runs(agent)  # smolagents' own run has no identity
+        # smolagents' own run has no identity: refused, unless a gated manager's run calls it
+        self._plain_run = refuse_plain_runs(agent, serve_as_member(self))
+        own(agent, self)
+        adopt(self, members)
         mark_saved_agent(agent, lambda: [n for n, t in agent.tools.items() if isinstance(t, GatedTool)])
 
     # -- smolagents hooks
@@ -212,7 +222,7 @@ class GatedAgent:
             if self.code:
                 self._stopped = outcome
                 raise ApprovalRequired(outcome)
-        return _text(outcome)
+        return outcome.for_model()
 
     def _check_stopped(self) -> None:
         """After a gated call stopped this CodeAgent run, refuse every later call (nothing runs)."""
@@ -260,19 +270,36 @@ class GatedAgent:
             run_id=run_id,
             model_id=model_id_of(self.agent),
         )
-        with self._lock:
+        return self._drive(task, ctx, reset=reset, max_steps=max_steps, return_full_result=return_full_result)
+
+    def _drive(
+        self,
+        task: str,
+        ctx: CallContext,
+        *,
+        reset: bool,
+        max_steps: int | None,
+        return_full_result: bool | None,
+        additional_args: Mapping[str, Any] | None = None,
+    ) -> RunOutcome:
+        """One run as `ctx`; refused before the model is asked anything if a tool or a managed
+        agent was added after wrapping."""
+        check_tools(self.agent, "the agent")
+        adopt(self, check_team(self.agent, self.gate))
+        with self._lock:  # one run at a time; a second one changes nothing of the first
+            if self._current is not None:
+                raise RuntimeError("this GatedAgent is already running (smolagents agents are not reentrant)")
+            self._current = ctx
             self._pending.clear()
             self._step.clear()
         self._stopped = None
         observations: list[tuple[str, str]] = []
         final: Any = None
-        if self._current is not None:
-            raise RuntimeError("this GatedAgent is already running (smolagents agents are not reentrant)")
-        self._current = ctx
         started = time.time()
         step_calls: list[str] = []
+        extra = {"additional_args": dict(additional_args)} if additional_args else {}
         try:
-            for event in self._plain_run(task, stream=True, reset=reset, max_steps=max_steps):
+            for event in self._plain_run(task, stream=True, reset=reset, max_steps=max_steps, **extra):
                 kind = type(event).__name__
                 if kind == "ToolCall":
                     step_calls.append(event.name)
@@ -305,10 +332,10 @@ class GatedAgent:
                     session_id=ctx.session_id,
                     origin_message_id=ctx.origin_message_id,
                     user_id=ctx.user_id,
-                    run_id=run_id,
+                    run_id=ctx.run_id,
                     observations=tuple(observations),
                     paused=tuple(Paused.of(p) for p in pending),
-                    agent_id=self.agent_id,
+                    agent_id=ctx.agent_id,
                 ),
                 self.gate,
             )
@@ -318,6 +345,20 @@ class GatedAgent:
             else None
         )
         return Finished(output=final, observations=tuple(observations), run_result=full)
+
+    # -- as a managed agent (`_managed`)
+
+    def _hold(self, member: str, pending: Sequence[Pending]) -> str:
+        """Managed agent `member` stopped at gated calls: they wait with this run's own, and this
+        run stops as at a gated call of its own."""
+        with self._lock:
+            for p in pending:
+                self._pending[p.approval_id] = p
+        self.agent.interrupt()
+        if self.code:
+            self._stopped = pending[0]
+            raise ApprovalRequired(pending[0])
+        return f"{member} stopped: " + " ".join(p.for_model() for p in pending)
 
     def decide(self, awaiting: AwaitingApproval, decisions: Mapping[str, Decision]) -> dict[str, Outcome]:
         """Apply decisions through the gate: execute approved calls (once), deny the rest named.

@@ -9,7 +9,8 @@ line that passes them:
 `run_context` checks them for `GatedAgent.run` and names exactly the ones missing. smolagents'
 own `agent.run(task)` (also `agent(task)` for a managed agent) carries none of them, so
 `refuse_plain_runs` makes a wrapped agent's own `run` raise `MissingIdentity` before the model
-is asked anything, saying to run it through its `GatedAgent`.
+is asked anything, saying to run it through its `GatedAgent`, unless a gated manager's run is
+calling it as a managed agent (`_managed`): then it runs with that run's identity.
 """
 
 from __future__ import annotations
@@ -81,17 +82,24 @@ def outside_a_run() -> MissingIdentity:
     )
 
 
-def refuse_plain_runs(agent: MultiStepAgent) -> Callable[..., Any]:
-    """Make `agent.run` (smolagents' own, without identity) raise `MissingIdentity` before the
-    model is asked anything; return the original `run`, which `GatedAgent.run` drives."""
+def plain_run_refused() -> MissingIdentity:
+    """The error for smolagents' own `agent.run(task)` of a wrapped agent (no identity)."""
+    return missing_identity(
+        "session_id, origin_message_id or user_id",
+        "smolagents' agent.run(task) carries none of them and this agent's tools are gated; run "
+        f"it through its GatedAgent: {ONE_LINE}",
+    )
+
+
+def refuse_plain_runs(agent: MultiStepAgent, serve: Callable[..., Any]) -> Callable[..., Any]:
+    """Make `agent.run` (smolagents' own, without identity; also what `agent(task)` calls when a
+    manager calls it) run `serve(task, ...)` instead: as a managed agent of its gated manager's
+    run in progress, or `MissingIdentity` before the model is asked anything (`_managed`).
+    Return the original `run`, which `GatedAgent.run` drives."""
     plain: Callable[..., Any] = getattr(agent.run, "_effectgate_plain", agent.run)
 
     def run(self_: MultiStepAgent, task: str, *args: Any, **kwargs: Any) -> Any:
-        raise missing_identity(
-            "session_id, origin_message_id or user_id",
-            "smolagents' agent.run(task) carries none of them and this agent's tools are gated; run "
-            f"it through its GatedAgent: {ONE_LINE}",
-        )
+        return serve(task, *args, **kwargs)
 
     run._effectgate_plain = plain  # type: ignore[attr-defined]
     agent.run = types.MethodType(run, agent)

@@ -1,0 +1,190 @@
+"""Managed agents: the team members smolagents lets a manager call as if they were tools.
+
+smolagents calls a managed agent with `agent(task=..., additional_args=...)`
+(`MultiStepAgent.__call__`, which runs it with its own `run`): from a ToolCallingAgent's
+`execute_tool_call`, or from a CodeAgent's code, which is handed every managed agent by name.
+The managed agent then runs its own tools, and a managed agent's own managed agents theirs: none
+of them is in the manager's `tools`, so the manager's gate would never see them.
+
+So a `GatedAgent` takes a manager only when every managed agent, at every depth, is itself
+wrapped by a `GatedAgent` on the same gate (`check_team`): then every tool any of them can run
+is a `GatedTool`. Anything else raises `UnknownTool` when the manager is wrapped, whatever
+`unknown=` says, and nothing is changed; a run checks again before the model is asked anything,
+so a tool or a managed agent added after wrapping is refused too. So is a CodeAgent whose
+executor has `additional_functions`: its code could call them, and they are not tools.
+
+A gated agent's own `run` (what `agent(task)` calls) runs it as a team member
+(`serve_as_member`): through its `GatedAgent`, with the identity of the run of the gated
+manager that calls it (session, user message, user; its own `agent_id`), so each of its tools
+goes through the gate as the manager's own would. A gated call in it stops the manager's run as
+the manager's own gated call would (`GatedAgent._hold`; a CodeAgent manager's code stops at
+the call), and the member's run ends there (its memory is reset when it is called next, as
+smolagents resets a managed agent for every call). The manager's run returns
+`AwaitingApproval` and `resume` on the manager decides it. Called when none of its gated
+managers is running (smolagents' plain `agent.run(task)`), it raises `MissingIdentity`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import weakref
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from smolagents.agents import MultiStepAgent
+
+from effectgate import EffectGate
+from effectgate.adapter import UnknownTool
+
+from ._identity import model_id_of, plain_run_refused
+from ._outcomes import AwaitingApproval
+from ._tools import is_wrapped
+
+if TYPE_CHECKING:
+    from ._agent import GatedAgent
+
+# agent -> the GatedAgent its tools call back; kept here, never on the agent (a CodeAgent's code
+# can read any attribute of a managed agent it is handed that is not a dunder)
+_OWNERS: weakref.WeakKeyDictionary[MultiStepAgent, weakref.ref[GatedAgent]] = weakref.WeakKeyDictionary()
+# a member -> the gated managers that have it as a managed agent
+_MANAGERS: weakref.WeakKeyDictionary[GatedAgent, weakref.WeakSet[GatedAgent]] = weakref.WeakKeyDictionary()
+_LOCK = threading.Lock()
+
+WRAP_FIRST = (
+    "smolagents runs a managed agent's own tools, which the gate would never see. Wrap it on the "
+    "manager's gate first, GatedAgent(member, gate, agent_id=...), then the manager with the same "
+    "gate (or take it out of managed_agents)"
+)
+
+
+def own(agent: MultiStepAgent, owner: GatedAgent) -> None:
+    """Record `owner` as the GatedAgent `agent`'s tools go through (the first that wrapped it)."""
+    with _LOCK:
+        ref = _OWNERS.get(agent)
+        if ref is None or ref() is None:
+            _OWNERS[agent] = weakref.ref(owner)
+
+
+def owner_of(agent: object) -> GatedAgent | None:
+    if not isinstance(agent, MultiStepAgent):
+        return None
+    ref = _OWNERS.get(agent)
+    return None if ref is None else ref()
+
+
+def _members(agent: MultiStepAgent) -> list[tuple[str, Any]]:
+    managed = getattr(agent, "managed_agents", None) or {}
+    if not isinstance(managed, Mapping):
+        raise UnknownTool(f"managed_agents is a {type(managed).__name__}, not smolagents' dict: refused")
+    return list(managed.items())
+
+
+def check_executor(agent: MultiStepAgent, who: str) -> None:
+    """`UnknownTool` if a CodeAgent's code can call functions that are not tools: the local
+    executor's `additional_functions` (`executor_kwargs`) run without the gate."""
+    extra = getattr(getattr(agent, "python_executor", None), "additional_functions", None)
+    if extra:
+        raise UnknownTool(
+            f"{who}'s code executor has additional_functions {sorted(extra)}: its code would call "
+            "them without the gate. Give them to the agent as tools, each with a row, instead"
+        )
+
+
+def check_tools(agent: MultiStepAgent, who: str) -> None:
+    """`UnknownTool` unless every tool of a wrapped agent but `final_answer` is a gated one,
+    and its code (a CodeAgent's) can call nothing else (`check_executor`)."""
+    check_executor(agent, who)
+    for name, tool in list(agent.tools.items()):
+        if name != "final_answer" and not is_wrapped(tool):
+            raise UnknownTool(
+                f"{who} has tool {name!r}, added after it was wrapped: it would run without the "
+                "gate. Give an agent all its tools before wrapping it, or wrap a new agent"
+            )
+
+
+def check_team(agent: MultiStepAgent, gate: EffectGate | None) -> list[GatedAgent]:
+    """The GatedAgents of `agent`'s managed agents, after checking that every managed agent at
+    every depth is wrapped by a GatedAgent on `gate` with no tool added since. `UnknownTool`
+    otherwise; with `gate` None (the manager's gate is not built yet) every managed agent is.
+    `agent`'s own executor is checked too (`check_executor`); its tools are its `GatedAgent`'s."""
+    check_executor(agent, "the agent")
+    direct: list[GatedAgent] = []
+    seen = {id(agent)}
+    todo: list[tuple[MultiStepAgent, str]] = [(agent, "")]
+    while todo:
+        manager, path = todo.pop()
+        for name, member in _members(manager):
+            where = f"managed agent '{path}{name}'"
+            owner = owner_of(member)
+            if gate is None:
+                raise UnknownTool(
+                    f"{where}: a manager and its managed agents are gated on one gate, and effects= "
+                    "would build a new one. Build the gate first (gate_for(native_tools(member) + "
+                    "native_tools(manager), effects, agent_id=...), or from your effect table), "
+                    "wrap each managed agent on it, then GatedAgent(manager, gate, agent_id=...)"
+                )
+            if owner is None:
+                raise UnknownTool(f"{where} is not gated: {WRAP_FIRST}")
+            if owner.gate is not gate:
+                raise UnknownTool(
+                    f"{where} is gated on another gate: its approvals would be out of the "
+                    "manager's pause and resume. Wrap it on the manager's gate"
+                )
+            if manager is agent:
+                direct.append(owner)
+            if id(member) in seen:
+                continue
+            seen.add(id(member))
+            check_tools(member, where)
+            todo.append((member, f"{path}{name}."))
+    return direct
+
+
+def adopt(manager: GatedAgent, members: list[GatedAgent]) -> None:
+    """Record `manager` as a gated manager of each member (whose run then runs as its member)."""
+    with _LOCK:
+        for member in members:
+            _MANAGERS.setdefault(member, weakref.WeakSet()).add(manager)
+
+
+def _running_manager(member: GatedAgent) -> GatedAgent:
+    """The one gated manager of `member` whose run is in progress; `MissingIdentity` if none."""
+    with _LOCK:
+        running = [m for m in _MANAGERS.get(member, ()) if m._current is not None]
+    if not running:
+        raise plain_run_refused()
+    if len(running) > 1:
+        raise RuntimeError(
+            f"managed agent {member.agent.name!r} was called while {len(running)} of its gated "
+            "managers run: whose run it serves is ambiguous, so it does not run"
+        )
+    return running[0]
+
+
+def serve_as_member(member: GatedAgent) -> Callable[..., Any]:
+    """What the wrapped agent's own `run` does (`refuse_plain_runs`): run as a team member of
+    its gated manager's run in progress, and return what smolagents' `run` would (the output)."""
+
+    def run(task: str, *args: Any, additional_args: Mapping[str, Any] | None = None, **kwargs: Any) -> Any:
+        manager = _running_manager(member)
+        if args or kwargs or not isinstance(additional_args, Mapping | None):
+            raise TypeError(
+                f"managed agent {member.agent.name!r} takes a task and additional_args (a dict), "
+                f"not {', '.join([*map(repr, args), *kwargs]) or repr(additional_args)}"
+            )
+        manager._check_stopped()  # a CodeAgent manager already stopped: nothing more runs
+        ctx = dataclasses.replace(
+            manager._context(),
+            agent_id=member.agent_id,
+            tool_call_id=None,
+            model_id=model_id_of(member.agent),
+        )
+        outcome = member._drive(
+            task, ctx, reset=True, max_steps=None, return_full_result=False, additional_args=additional_args
+        )
+        if isinstance(outcome, AwaitingApproval):  # the manager's run stops too
+            return manager._hold(member.agent.name or "a managed agent", outcome.pending)
+        return outcome.output
+
+    return run
