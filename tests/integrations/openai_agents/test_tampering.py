@@ -63,29 +63,24 @@ def _untampered_resume_refunds_once(h: OpenAIAgentsHarness, shop_gate: ShopGate,
     h.script.assert_complete()
 
 
-#: Edits that leave effectgate no record of the paused call: `approve` itself refuses them.
-REFUSED_AT_APPROVE = {"effectgate-entry-deleted", "entry-deleted-and-user_id"}
-
-
 @pytest.mark.parametrize("name", EDITS)
 def test_an_edited_identity_is_refused_and_nothing_runs(
     oa_harness: MakeOpenAIHarness, shop_gate: ShopGate, name: str
 ) -> None:
     """A snapshot whose identity (user, session, message, effectgate's entry or its signature) was
-    edited is refused with TamperedState when approved or resumed: no refund, no read of u2's
-    order, the grant unspent; the untampered snapshot then resumes and refunds once."""
+    edited is refused with TamperedState when approved, before the grant is attached or the SDK
+    item approved, so resuming it only pauses again: no refund, no read of u2's order, the grant
+    unspent; the untampered snapshot then resumes and refunds once."""
     h, paused, token = _paused_on_refund(oa_harness, shop_gate)
     assert h.snapshot is not None
     state = _restore(h, tampered(h.snapshot, EDITS[name]))
     [waiting] = pending_approvals(state)
-    if name in REFUSED_AT_APPROVE:
-        with pytest.raises(TamperedState):
-            approve(state, waiting, token)
-        assert state.get_interruptions()  # still pending in the SDK
-    else:
+    with pytest.raises(TamperedState):
         approve(state, waiting, token)
-        with pytest.raises(TamperedState):
-            Runner.run_sync(h.agent, state)
+    assert state.get_interruptions()  # still pending in the SDK
+    assert state._context is not None
+    assert state._context.get_approval_status("refund_order", waiting.call_id) is None
+    assert [i.call_id for i in Runner.run_sync(h.agent, state).interruptions] == [waiting.call_id]
     _nothing_ran(shop_gate, paused)
     _untampered_resume_refunds_once(h, shop_gate, token)
 
@@ -115,23 +110,26 @@ def test_without_effectgate_entry_no_other_decision_runs_anything(
     _nothing_ran(shop_gate, paused)
 
 
-def test_effectgate_reject_of_a_tampered_state_denies_and_runs_nothing(
+def test_effectgate_reject_of_a_tampered_state_decides_nothing_and_runs_nothing(
     oa_harness: MakeOpenAIHarness, shop_gate: ShopGate
 ) -> None:
-    """`reject` on a state whose user_id was edited denies the approval in effectgate; the resumed
-    run ends with TamperedState before the model's next call reads u2's order."""
+    """`reject` on a state whose user_id was edited is refused with TamperedState before anything
+    is denied or rejected in the SDK (the identity it would decide for is not the signed one);
+    resuming it only pauses again, and the model's next call (u2's order) never comes. The
+    approval stays as it was, for the untampered snapshot (or the inbox) to decide."""
     h, paused, _ = _paused_on_refund(oa_harness, shop_gate)
     assert h.snapshot is not None
     state = _restore(h, tampered(h.snapshot, set_value("user_id", "u2")))
     [waiting] = pending_approvals(state)
-    reject(shop_gate.gate, state, waiting, approver=FINANCE, reason="no")
     with pytest.raises(TamperedState):
-        Runner.run_sync(h.agent, state)
+        reject(shop_gate.gate, state, waiting, approver=FINANCE, reason="no")
+    assert [i.call_id for i in Runner.run_sync(h.agent, state).interruptions] == [waiting.call_id]
     assert shop_gate.shop.reads["get_order"] == 0
     assert shop_gate.shop.receiver.count("refund") == 0
     row = shop_gate.store.get_approval(paused.approval_id)
     assert row is not None
-    assert row.status == "denied"
+    assert row.status == "approved"  # the grant minted for the test, unspent and undenied
+    assert row.token_used_at is None
 
 
 @pytest.mark.parametrize(

@@ -22,7 +22,10 @@
 - `pending_approvals`, `approval_of`, `approve`, `approve_as`, `reject`: the approval flow (`_approvals`).
 - The SDK's own `state.reject(item)` closes the approval; `state.approve(item)` approves through
   the gate as `gate_agent(..., native_approver=Approver(...))`, and runs nothing without it.
-- `mode="deferred"`, `deferred_operations`, `execute_deferred`, `with_outcome`: deferred results.
+- `mode="deferred"`, `deferred_operations`, `execute_deferred`, `with_outcome`: deferred results
+  (only the gate's own answers to this run's gated calls; `_deferred`).
+- Nothing else on the agent runs ungated: MCP servers only behind effectgate's proxy
+  (`mcp_proxies=`), handoffs and agents as tools only to agents gated on the same gate (`_reach`).
 - The run context is a dict with `session_id`, `origin_message_id`, `user_id` (`EffectGateContext`).
 """
 

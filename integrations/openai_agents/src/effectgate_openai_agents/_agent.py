@@ -24,6 +24,11 @@ pause (gated rows pause through effectgate whatever it says; on a read or write 
 model are documented in `_native`. The SDK's own `state.approve` / `state.reject` are settled
 through the gate (`native_approver=`, `_native_decisions`).
 
+Deny by default reaches past `tools` (`_reach`): an MCP server that is not effectgate's MCP proxy
+(named in `mcp_proxies=`), a handoff or an `agent.as_tool(...)` whose agent is not gated on the
+same gate, and a `Handoff` whose target cannot be inspected are a `TypeError` here, and the
+gated agent is checked again on every model answer, before any call of it runs.
+
 `gate_of(agent)` returns the gate of any agent `gate_agent` made (or a clone of one), because the
 gate travels in the agent hooks it installs (`StepHooks`).
 """
@@ -46,9 +51,10 @@ from effectgate.adapter import Unknown
 from effectgate.rows import DEFAULT_DB, Row, gate_for
 
 from ._context import adapter_state, call_context, resumed
-from ._deferred import is_deferred
+from ._deferred import own_deferred
 from ._native import native_tool
 from ._native_decisions import NativeApprover
+from ._reach import check_current, check_reach, checked_handoffs
 from ._tools import Mode, as_function_tool, gate_tools
 
 
@@ -58,14 +64,23 @@ class StepHooks(AgentHooks[Any]):
 
     With `gate` (as `gate_agent` installs them), a response that calls a tool of the table also
     signs the run's identity (a new run) or verifies it (a resumed run) before any tool is
-    considered, so even a call whose arguments never reach the gate leaves a signed identity."""
+    considered, so even a call whose arguments never reach the gate leaves a signed identity.
+    With `gate`, each response first checks that the agent can still run nothing outside the gate
+    (`_reach.check_current`: its tools, MCP servers and handoffs, which may have been changed
+    since it was wrapped); `mcp_proxies` are the MCP connections `gate_agent` accepted."""
 
     def __init__(
-        self, inner: AgentHooks[Any] | None = None, *, gate: EffectGate | None = None, agent_id: str = ""
+        self,
+        inner: AgentHooks[Any] | None = None,
+        *,
+        gate: EffectGate | None = None,
+        agent_id: str = "",
+        mcp_proxies: Sequence[Any] = (),
     ) -> None:
         self.inner = inner
         self.gate = gate
         self.agent_id = agent_id
+        self.mcp_proxies = tuple(mcp_proxies)
 
     @property
     def inner(self) -> AgentHooks[Any] | None:
@@ -91,6 +106,8 @@ class StepHooks(AgentHooks[Any]):
     async def on_llm_end(
         self, context: RunContextWrapper[Any], agent: Agent[Any], response: ModelResponse
     ) -> None:
+        if self.gate is not None:
+            check_current(agent, self.gate)  # before any call of this response runs
         if isinstance(context.context, Mapping):
             calls = {
                 item.call_id: [item.name, item.arguments]
@@ -118,7 +135,9 @@ def _deferred_behavior(original: Any) -> Callable[..., Any]:
         )
 
     async def behavior(context: RunContextWrapper[Any], results: list[FunctionToolResult]) -> Any:
-        deferred = [r.output for r in results if is_deferred(r.output)]
+        # only the payloads the gated tools themselves answered in this run (`_deferred`), never
+        # a tool's output that merely reads like one
+        deferred = [r.output for r in results if own_deferred(context.context, r)]
         if deferred:
             first = deferred[0]
             text = first if isinstance(first, str) else json.dumps(first, sort_keys=True)
@@ -154,6 +173,7 @@ def gate_agent(
     mode: Mode = "approval",
     tools: Sequence[FunctionTool | Callable[..., Any]] | None = None,
     native_approver: NativeApprover | None = None,
+    mcp_proxies: Sequence[Any] = (),
 ) -> Agent[TContext]: ...
 
 
@@ -167,6 +187,7 @@ def gate_agent(
     mode: Mode = "approval",
     tools: Sequence[FunctionTool | Callable[..., Any]] | None = None,
     native_approver: NativeApprover | None = None,
+    mcp_proxies: Sequence[Any] = (),
     db: str = DEFAULT_DB,
     **gate_options: Any,
 ) -> Agent[TContext]: ...
@@ -182,6 +203,7 @@ def gate_agent(
     mode: Mode = "approval",
     tools: Sequence[FunctionTool | Callable[..., Any]] | None = None,
     native_approver: NativeApprover | None = None,
+    mcp_proxies: Sequence[Any] = (),
     db: str = DEFAULT_DB,
     **gate_options: Any,
 ) -> Agent[TContext]:
@@ -196,7 +218,13 @@ def gate_agent(
     `native_approver` (an `Approver`, or a function of the run context returning one) is who the
     SDK's own `state.approve(item)` approves as, through `gate.approve`; without it a native
     approve runs nothing. A native `state.reject(item)` always closes the approval
-    (`_native_decisions`)."""
+    (`_native_decisions`).
+
+    Nothing else on the agent may run outside the gate (`_reach`, `TypeError` naming the fix):
+    its MCP servers must be effectgate's MCP proxy, named in `mcp_proxies`; its handoff targets
+    and the agents behind its `agent.as_tool(...)` tools must be made by `gate_agent` on the same
+    gate (`gate_agent(..., effects=...)` builds a gate of its own, so several agents share one
+    gate through the full-table path)."""
     name = agent_id or agent.name
     function_tools = _function_tools(agent, tools)
     if effects is not None:
@@ -216,6 +244,7 @@ def gate_agent(
                 unknown="raise",
                 mode=mode,
                 native=native_approver,
+                proxies=mcp_proxies,
             )
         except BaseException:
             built.close()
@@ -228,7 +257,14 @@ def gate_agent(
     elif db != DEFAULT_DB or gate_options:
         raise TypeError("db= and gate options build a gate from effects=; this gate is already built")
     return _gated(
-        agent, gate, function_tools, agent_id=name, unknown=unknown, mode=mode, native=native_approver
+        agent,
+        gate,
+        function_tools,
+        agent_id=name,
+        unknown=unknown,
+        mode=mode,
+        native=native_approver,
+        proxies=mcp_proxies,
     )
 
 
@@ -241,11 +277,16 @@ def _gated(
     unknown: Unknown,
     mode: Mode,
     native: NativeApprover | None,
+    proxies: Sequence[Any],
 ) -> Agent[TContext]:
+    check_reach(agent, gate, proxies=proxies, tools=tools)
     wrapped = gate_tools(tools, gate, agent_id=agent_id, unknown=unknown, mode=mode, native_approver=native)
     changes: dict[str, Any] = {
         "tools": wrapped,
-        "hooks": StepHooks(agent.hooks, gate=gate, agent_id=agent_id),
+        "hooks": StepHooks(agent.hooks, gate=gate, agent_id=agent_id, mcp_proxies=proxies),
+        # lists of the clone's own: a later change to the original agent's lists does not reach it
+        "handoffs": checked_handoffs(agent.handoffs, gate),
+        "mcp_servers": list(agent.mcp_servers),
     }
     if mode == "deferred":
         changes["tool_use_behavior"] = _deferred_behavior(agent.tool_use_behavior)

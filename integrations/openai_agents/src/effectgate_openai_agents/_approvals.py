@@ -18,7 +18,11 @@ nothing for (its arguments did not parse, so the SDK forced approval without ask
 Every function here that is given a `RunState` marks it as a paused run being resumed: when it
 runs, its identity must verify against the signature effectgate wrote when it paused
 (`TamperedState` otherwise, nothing runs), even if the snapshot was edited to drop its decisions,
-its interruption or effectgate's entry. `approve_as` checks the identity before the gate is asked.
+its interruption or effectgate's entry. `pending_approvals` only reads the mapping (to show it);
+`approve`, `approve_as` and `reject` decide through it only after `_records.verified_approval`:
+the identity verifies, the call's record is the sealed one effectgate wrote for that call and
+run, the SDK item's tool and arguments are the approval's, and the gate's store shows the
+approval belongs to this run (`TamperedState` otherwise; nothing is decided or attached).
 """
 
 from __future__ import annotations
@@ -31,10 +35,12 @@ from agents import RunResult, RunState
 from agents.items import ToolApprovalItem
 
 from effectgate import Approver, EffectGate, Grant, Refused
-from effectgate.adapter import Paused, bind_token
+from effectgate.adapter import DecisionMismatch, Paused, bind_token
 from effectgate.outcomes import Decision
 
-from ._context import TamperedState, adapter_state, has_signed_identity, mark_resumed, verify_identity
+from ._context import TamperedState, adapter_state, has_signed_identity, mark_resumed
+from ._reach import agent_gate, tool_gate
+from ._records import verified_approval
 
 
 @dataclass(frozen=True)
@@ -120,20 +126,61 @@ def _state_item(state: RunState[Any, Any], paused: PendingApproval) -> ToolAppro
     raise LookupError(f"call {paused.call_id!r} is not pending in this run state")
 
 
-def approve(state: RunState[Any, Any], paused: PendingApproval, grant: Grant | str) -> None:
-    """Attach the grant token (from `gate.approve` or `effectgate approve`) and approve in the SDK.
+def _gate_of(state: RunState[Any, Any], paused: PendingApproval) -> EffectGate:
+    """The gate of the paused call's agent (made by `gate_agent`) or of its gated tool."""
+    item = _state_item(state, paused)
+    agent = getattr(item, "agent", None)
+    gate = agent_gate(agent)
+    for tool in getattr(agent, "tools", None) or ():
+        if gate is None and getattr(tool, "name", None) == item.name:
+            gate = tool_gate(tool)
+    if gate is None:
+        raise LookupError(
+            f"call {paused.call_id!r} ({paused.tool}) is not paused on a tool effectgate gated; "
+            "pass the gate: approve(state, paused, grant, gate=gate)"
+        )
+    return gate
 
-    The grant must be for this call's approval, at the version the run paused on
-    (`DecisionMismatch` otherwise, and the SDK item stays pending); the gate checks the token again
-    against its record, version and args hash when the call runs."""
-    _mark(state)
-    approval_id = _registered(state, paused)
-    token = grant.token if isinstance(grant, Grant) else grant
-    if paused.version is None or paused.args_hash is None:
-        raise LookupError(f"no version recorded for approval {approval_id}")
-    bind_token(Paused(approval_id, paused.version, paused.args_hash), token)
+
+def _verified(gate: EffectGate, state: RunState[Any, Any], paused: PendingApproval) -> Mapping[str, Any]:
+    """The call's record, verified (`_records.verified_approval`), and `paused` must be its."""
+    item = _state_item(state, paused)
+    arguments = item.arguments if isinstance(item.arguments, str) else ""
+    record, _ = verified_approval(
+        gate, _context_of(state), paused.call_id, tool=str(item.name or ""), arguments=arguments
+    )
+    if (paused.approval_id, paused.version) != (record["approval_id"], record["version"]):
+        raise DecisionMismatch(
+            str(record["approval_id"]),
+            f"call {paused.call_id!r} paused on approval {record['approval_id']} (version "
+            f"{record['version']}), not on the {paused.approval_id} (version {paused.version}) given",
+        )
+    return record
+
+
+def _attach(
+    state: RunState[Any, Any], paused: PendingApproval, record: Mapping[str, Any], token: str
+) -> None:
+    approval_id = str(record["approval_id"])
+    bind_token(Paused(approval_id, int(record["version"]), str(record["args_hash"])), token)
     adapter_state(_context_of(state))["grants"][approval_id] = token
     state.approve(_state_item(state, paused))
+
+
+def approve(
+    state: RunState[Any, Any], paused: PendingApproval, grant: Grant | str, *, gate: EffectGate | None = None
+) -> None:
+    """Attach the grant token (from `gate.approve` or `effectgate approve`) and approve in the SDK.
+
+    The call's record is verified first (`TamperedState`: the state was edited, nothing is
+    attached); `gate` defaults to the gate of the paused call's agent or tool. The grant must be
+    for this call's approval, at the version the run paused on (`DecisionMismatch` otherwise, and
+    the SDK item stays pending); the gate checks the token again against its record, version and
+    args hash when the call runs."""
+    _mark(state)
+    _registered(state, paused)
+    record = _verified(gate if gate is not None else _gate_of(state, paused), state, paused)
+    _attach(state, paused, record, grant.token if isinstance(grant, Grant) else grant)
 
 
 def approve_as(
@@ -142,17 +189,15 @@ def approve_as(
     """Approve through the gate as `approver`; when that mints a grant, approve in the SDK too.
 
     A destructive call returns `PartialApproval` after its first approver: the SDK item stays
-    pending until a second, distinct approver grants it. A state whose identity does not verify
-    is refused (`TamperedState`) before the gate is asked."""
+    pending until a second, distinct approver grants it. A state whose identity or record does
+    not verify, or whose approval is not this run's call, is refused (`TamperedState`) before
+    the gate is asked."""
     _mark(state)
-    approval_id = _registered(state, paused)
-    version = paused.version
-    if version is None:
-        raise LookupError(f"no version recorded for approval {approval_id}")
-    verify_identity(gate, _context_of(state))
-    decision = gate.approve(approval_id, version=version, approver=approver)
+    _registered(state, paused)
+    record = _verified(gate, state, paused)
+    decision = gate.approve(str(record["approval_id"]), version=int(record["version"]), approver=approver)
     if isinstance(decision, Grant):
-        approve(state, paused, decision)
+        _attach(state, paused, record, decision.token)
     return decision
 
 
@@ -165,11 +210,13 @@ def reject(
     reason: str,
 ) -> Refused | None:
     """Deny in effectgate (when it registered the call) and reject in the SDK with the reason, so
-    the model is told why and the call never runs. Returns the core's refusal, if any."""
+    the model is told why and the call never runs. Returns the core's refusal, if any. A state
+    whose identity or record does not verify is refused (`TamperedState`), nothing denied."""
     _mark(state)
     refused: Refused | None = None
     message = f"Refused (denied): {paused.tool} was denied: {reason}"
     if paused.approval_id is not None:
+        _verified(gate, state, paused)  # TamperedState: the state was edited, nothing is denied
         row = gate.store.get_approval(paused.approval_id)
         if row is not None and row.status == "denied":
             message = f"Refused (denied): {paused.tool} was denied: {row.reason}"

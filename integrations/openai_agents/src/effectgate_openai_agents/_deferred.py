@@ -11,22 +11,40 @@
 A replay of the same user message answers deferred with the same operation id, before and after
 the operation ran; `execute_deferred` on an operation that already ran returns its stored result
 and runs nothing.
+
+Deferred is never read from text. A gated tool that defers records its payload in the run
+context (`context["effectgate"]["deferred"]`, by call id) and answers that very object; the run
+ends only on such an answer (`own_deferred`), and `deferred_operations` lists only recorded
+payloads whose operation the gate's store shows belongs to the run (its session and user, and
+its origin message or one the gate recorded as registering it) and to the tool that answered.
+A tool whose output merely reads like `{"status": "deferred", ...}` (a ticket body a customer
+wrote, say) is an ordinary output: the run goes on and nothing is listed. `execute_deferred`
+checks the same ownership for an operation `deferred_operations` listed (in this process) and
+against the identity in its `context=` when that names one; an operation id alone is bound to
+its grant only.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from typing import Any
 
 from agents import RunResult
 from agents.items import ToolCallOutputItem, TResponseInputItem
+from agents.tool import FunctionToolResult
 from agents.tool_context import ToolContext
 
-from effectgate import EffectGate, Executed, Grant, Pending, Refused
+from effectgate import CallContext, EffectGate, Executed, Grant, Pending, Refused
 from effectgate.adapter import Paused, bind_decision
 
+from ._context import STATE_KEY, TamperedState, adapter_state, call_context
 from ._native import calling, outside_run
+from ._reach import agent_gate, tool_gate
+from ._records import check_owner
+
+_DEFERRED = "deferred"
+_IDENTITY = ("session_id", "origin_message_id", "user_id")
 
 
 def deferred_payload(outcome: Pending | Executed) -> dict[str, Any]:
@@ -53,6 +71,8 @@ def deferred_payload(outcome: Pending | Executed) -> dict[str, Any]:
 
 
 def is_deferred(output: Any) -> bool:
+    """Whether `output` has the shape of a deferred payload. The shape proves nothing (any tool can
+    answer it): the adapter decides on its own records (`own_deferred`, `deferred_operations`)."""
     if isinstance(output, str):
         try:
             output = json.loads(output)
@@ -61,27 +81,115 @@ def is_deferred(output: Any) -> bool:
     return isinstance(output, Mapping) and output.get("status") == "deferred" and "operation_id" in output
 
 
-def deferred_operations(result: RunResult) -> list[dict[str, Any]]:
-    """The deferred answers gated tools gave during this run, in order."""
-    out = []
+def _recorded(context: Any) -> Mapping[str, Any]:
+    state = context.get(STATE_KEY) if isinstance(context, Mapping) else None
+    records = state.get(_DEFERRED) if isinstance(state, Mapping) else None
+    return records if isinstance(records, Mapping) else {}
+
+
+def remember_deferred(context: Any, call_id: str, payload: dict[str, Any]) -> dict[str, Any]:
+    """Record the payload a gated tool answers for call `call_id` in this run; returns it."""
+    state = adapter_state(context)
+    records = state.get(_DEFERRED)
+    if not isinstance(records, MutableMapping):
+        records = state[_DEFERRED] = {}
+    records[call_id] = payload
+    return payload
+
+
+def _call_id(item: Any) -> str | None:
+    raw = getattr(item, "raw_item", None)
+    call_id = raw.get("call_id") if isinstance(raw, Mapping) else getattr(raw, "call_id", None)
+    return call_id if isinstance(call_id, str) else None
+
+
+def own_deferred(context: Any, result: FunctionToolResult) -> bool:
+    """Whether a tool result of this turn is a deferred answer: the very payload a gated tool
+    recorded for its call (`remember_deferred`), never an output that only parses as one."""
+    record = _recorded(context).get(_call_id(result.run_item) or "")
+    return (
+        record is not None
+        and result.output is record
+        and tool_gate(result.tool) is not None
+        and result.tool.name == record.get("tool")
+    )
+
+
+class _Operation(dict[str, Any]):
+    """A deferred payload as `deferred_operations` lists it, with the identity of the run it was
+    checked for (`execute_deferred` checks it again)."""
+
+    identity: CallContext
+
+
+def _owned(gate: EffectGate, operation_id: str, tool: str, ctx: CallContext) -> None:
+    row = gate.store.get_approval(operation_id)
+    if row is None or row.tool != tool:
+        raise TamperedState(f"operation {operation_id} is not a {tool} operation on this gate's record")
+    check_owner(gate, row, ctx)
+
+
+def deferred_operations(result: RunResult, *, gate: EffectGate | None = None) -> list[dict[str, Any]]:
+    """The deferred answers the gated tools gave during this run, in order: each one's payload as
+    the tool answered it, once the gate's store shows the operation belongs to this run's identity
+    and to that tool (`TamperedState` otherwise). `gate` defaults to the gate of the agent the run
+    ended on."""
+    context = result.context_wrapper.context
+    records = _recorded(context)
+    if not records:
+        return []
+    gate = gate if gate is not None else agent_gate(result.last_agent)
+    if gate is None:
+        raise ValueError(
+            "the run did not end on an agent gate_agent made: pass deferred_operations(result, gate=...)"
+        )
+    ctx = call_context(context, agent_id="-")
+    out: list[dict[str, Any]] = []
     for item in result.new_items:
-        if isinstance(item, ToolCallOutputItem) and is_deferred(item.output):
-            output = item.output
-            out.append(dict(json.loads(output) if isinstance(output, str) else output))
+        record = records.get(_call_id(item) or "") if isinstance(item, ToolCallOutputItem) else None
+        if not isinstance(record, Mapping) or item.output != record:
+            continue
+        op = _Operation(record)
+        _owned(gate, str(op["operation_id"]), str(op.get("tool")), ctx)
+        op.identity = ctx
+        out.append(op)
     return out
 
 
 Operation = str | Mapping[str, Any]
 
 
-def _bound(gate: EffectGate, operation: Operation, grant: Grant | str | None) -> tuple[str, str | None]:
+def _check_run(gate: EffectGate, operation: Operation, operation_id: str, context: Any) -> None:
+    """An operation `deferred_operations` listed must still belong to the run it was listed for,
+    and any operation to the session and user `context` names, and to its message when it names
+    all three (`TamperedState` otherwise)."""
+    if isinstance(operation, _Operation):
+        _owned(gate, operation_id, str(operation.get("tool")), operation.identity)
+    given = context if isinstance(context, Mapping) else {}
+    named = {k: given[k] for k in _IDENTITY if isinstance(given.get(k), str) and given[k]}
+    row = gate.store.get_approval(operation_id) if named else None
+    if row is None:
+        return
+    if len(named) == len(_IDENTITY):
+        check_owner(gate, row, CallContext(**named, agent_id="-"))
+    elif {k: getattr(row, k) for k in named if k != "origin_message_id"} != {
+        k: v for k, v in named.items() if k != "origin_message_id"
+    }:
+        raise TamperedState(f"operation {operation_id} belongs to another session or user than this context")
+
+
+def _bound(
+    gate: EffectGate, operation: Operation, grant: Grant | str | None, context: Any = None
+) -> tuple[str, str | None]:
     """The operation id, and the grant's token once it is bound to that operation: a grant for
-    another operation, or for a version the operation moved past, is `DecisionMismatch`."""
+    another operation, or for a version the operation moved past, is `DecisionMismatch`; an
+    operation that is not the run's is `TamperedState` (`_check_run`)."""
     if isinstance(operation, Mapping):
         operation_id = str(operation["operation_id"])
         version, hash_ = operation.get("version"), operation.get("args_hash")
     else:
         operation_id, version, hash_ = operation, None, None
+    _check_run(gate, operation, operation_id, context)
     if grant is None:
         return operation_id, None
     token = grant.token if isinstance(grant, Grant) else grant
@@ -104,10 +212,12 @@ def execute_deferred(
 
     `operation` is the operation id or the deferred payload (`deferred_operations(result)[i]`,
     whose version and args hash the grant must then match). The grant must be for that
-    operation: a grant for another one raises `DecisionMismatch` and runs nothing. A tool of
+    operation: a grant for another one raises `DecisionMismatch` and runs nothing. An operation
+    `deferred_operations` listed must still belong to that run, and any operation to the
+    session, user and message `context` names (`TamperedState` otherwise). A tool of
     `gate_agent(..., effects=...)` runs outside any SDK run: a `RunContextWrapper` parameter sees
     `context` (default `{}`) and the operation id as its call id."""
-    operation_id, token = _bound(gate, operation, grant)
+    operation_id, token = _bound(gate, operation, grant, context)
     done = gate.result(operation_id)
     if done is not None:
         return done
@@ -121,7 +231,7 @@ async def aexecute_deferred(
     gate: EffectGate, operation: Operation, grant: Grant | str | None = None, *, context: Any = None
 ) -> Executed:
     """`execute_deferred` on the event loop (an async tool is awaited on it)."""
-    operation_id, token = _bound(gate, operation, grant)
+    operation_id, token = _bound(gate, operation, grant, context)
     done = gate.result(operation_id)
     if done is not None:
         return done

@@ -27,8 +27,10 @@ turn, including the resumed one):
 
 The approver comes from the application, never from the model or the snapshot's own fields: a
 function given as `native_approver` should read who is deciding from the application's request,
-not from values a stored snapshot could carry. Before deciding, the run's signed identity is
-verified and the approval's record must belong to that identity (`TamperedState` otherwise).
+not from values a stored snapshot could carry. Before deciding, the call's record is verified
+(`_records.verified_approval`: the run's signed identity, the record's seal for this call id and
+run, and the gate's store showing the approval is this run's, for this tool and args hash), so a
+record pointed at another approval, or two records swapped, decide nothing (`TamperedState`).
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ from effectgate import Approver, EffectGate, Grant
 from effectgate.adapter import native_approver, rejecting_approver
 from effectgate.errors import EffectGateError
 
-from ._context import STATE_KEY, TamperedState, call_context
+from ._context import STATE_KEY, TamperedState
+from ._records import verified_approval
 
 log = logging.getLogger(__name__)
 
@@ -125,19 +128,9 @@ class NativeDecisions:
                 record.pop("native", None)
                 raise
 
-    async def _owned_row(self, ctx: RunContextWrapper[Any], approval_id: str) -> Any:
-        """The approval's row, once the run's identity verifies and the row is that identity's."""
-        cctx = call_context(ctx.context, agent_id=self.agent_id, gate=self.gate, resumed=True)
-        row = await asyncio.to_thread(self.gate.store.get_approval, approval_id)
-        if row is not None and (row.session_id, row.origin_message_id, row.user_id) != (
-            cctx.session_id,
-            cctx.origin_message_id,
-            cctx.user_id,
-        ):
-            raise TamperedState(
-                f"approval {approval_id} belongs to another session, message or user than this run; "
-                "the run state was edited. Nothing was decided"
-            )
+    async def _owned_row(self, ctx: RunContextWrapper[Any], call_id: str) -> Any:
+        """The approval's row, once the call's record verifies (`_records.verified_approval`)."""
+        _, row = await asyncio.to_thread(verified_approval, self.gate, ctx.context, call_id)
         return row
 
     async def _approve(
@@ -148,7 +141,7 @@ class NativeDecisions:
         grants: MutableMapping[str, Any],
     ) -> None:
         approval_id, version = str(record["approval_id"]), record.get("version")
-        await self._owned_row(ctx, approval_id)
+        await self._owned_row(ctx, call_id)
         approver = native_approver(self.approver, ctx.context)
         if approver is None:
             record["native"] = "refused"
@@ -183,7 +176,7 @@ class NativeDecisions:
         self, ctx: RunContextWrapper[Any], call_id: str, record: MutableMapping[str, Any]
     ) -> None:
         approval_id, tool = str(record["approval_id"]), str(record["tool"])
-        row = await self._owned_row(ctx, approval_id)
+        row = await self._owned_row(ctx, call_id)
         record["native"] = "rejected"
         if row is None or row.status not in ("pending", "approved"):
             return  # already closed (denied with effectgate's `reject`, expired, ran)

@@ -25,8 +25,13 @@ calls in the run context), the gated calls of one model turn are registered toge
 Tools wrapped with `gate_tools` on an agent without those hooks register call by call.
 
 Deferred mode (`mode="deferred"`): gated calls never pause; the tool answers
-`{"status": "deferred", "operation_id": <approval id>, ...}` and the run ends with that payload (as
-a JSON string) as its final output (see `_deferred`).
+`{"status": "deferred", "operation_id": <approval id>, ...}`, recorded in the run context as this
+run's own, and the run ends with that payload (as a JSON string) as its final output; another
+tool's output that only reads like one is not deferred (see `_deferred`).
+
+A paused call's record in the run context is sealed (`_records`); every decision through it is
+verified first. Each gated tool's `on_invoke_tool` carries its gate (`_reach.mark`), which is how
+`gate_agent` tells a gated tool from one added afterwards.
 """
 
 from __future__ import annotations
@@ -49,24 +54,16 @@ from effectgate.adapter import Unknown, check_wrappable, is_gated
 from effectgate.errors import EffectGateError, TokenError
 
 from ._context import STATE_KEY, MissingIdentity, TamperedState, adapter_state, call_context, resumed
-from ._deferred import deferred_payload, is_deferred
+from ._deferred import deferred_payload, is_deferred, remember_deferred
 from ._native import calling, check_own_approval, failed, invalid_error, model_output, own_policy
 from ._native_decisions import NativeApprover, NativeDecisions, refusal
+from ._reach import mark
+from ._records import paused_record
 
 Mode = Literal["approval", "deferred"]
 
 _CACHE_LIMIT = 4096
 _INVOKE_ANNOTATIONS: dict[str, Any] = {"ctx": ToolContext[Any], "arguments": str, "return": Any}
-
-
-def _record(pending: Pending) -> dict[str, Any]:
-    """What the run context keeps of a paused call: its approval, version, args hash and tool."""
-    return {
-        "approval_id": pending.approval_id,
-        "version": pending.version,
-        "args_hash": pending.card.args_hash,
-        "tool": pending.card.tool,
-    }
 
 
 def _parse(arguments: str) -> Any:
@@ -130,6 +127,7 @@ class GatedTools:
         # `RunContextWrapper` one gets a reduced context), and evaluating string annotations
         # compiles them each time.
         on_invoke.__annotations__ = dict(_INVOKE_ANNOTATIONS)
+        mark(on_invoke, self.gate)  # what `gate_agent` checks an agent's tools by (`_reach`)
 
         needs: bool | Callable[[RunContextWrapper[Any], dict[str, Any], str], Awaitable[bool]] = False
         if gated and self.mode == "approval":
@@ -229,7 +227,8 @@ class GatedTools:
         )
         outcome = await self._register(name, ctx.context, params, call_id, cctx)
         if isinstance(outcome, Pending):
-            adapter_state(ctx.context)["approvals"][call_id] = _record(outcome)
+            record = paused_record(self.gate, cctx, call_id, outcome)
+            adapter_state(ctx.context)["approvals"][call_id] = record
             return True
         self._remember((cctx.session_id, cctx.origin_message_id, call_id), outcome)
         return False
@@ -270,9 +269,11 @@ class GatedTools:
                 outcome = await self._call(name, args, cctx)
             deferred = gated and self.mode == "deferred" and isinstance(outcome, Pending | Executed)
             if deferred and outcome.approval_id is not None:  # type: ignore[union-attr]
-                return deferred_payload(outcome)  # type: ignore[arg-type]
+                # the run's own record of what it deferred: the only source of deferred results
+                payload = deferred_payload(outcome)  # type: ignore[arg-type]
+                return remember_deferred(ctx.context, ctx.tool_call_id, payload)
             if isinstance(outcome, Pending):
-                return await self._run_granted(ctx, outcome, args)
+                return await self._run_granted(ctx, cctx, outcome, args)
             tool = self.tools.get(name)
             if not isinstance(outcome, Invalid) or tool is None or not own_policy(tool, ctx):
                 return model_output(outcome)
@@ -289,12 +290,15 @@ class GatedTools:
         # Invalid text tells the model, as every gated tool's does)
         return await failed(tool, name, ctx, invalid_error(name, ctx.tool_arguments, outcome))
 
-    async def _run_granted(self, ctx: ToolContext[Any], pending: Pending, args: Any) -> Any:
+    async def _run_granted(
+        self, ctx: ToolContext[Any], cctx: CallContext, pending: Pending, args: Any
+    ) -> Any:
         grants = adapter_state(ctx.context)["grants"]
         token = grants.get(pending.approval_id)
         if not isinstance(token, str) and pending.status == "pending":
             # a call the SDK approved without pausing it (an always_approve decision): settle it now
-            adapter_state(ctx.context)["approvals"].setdefault(ctx.tool_call_id, _record(pending))
+            record = paused_record(self.gate, cctx, ctx.tool_call_id, pending)
+            adapter_state(ctx.context)["approvals"].setdefault(ctx.tool_call_id, record)
             await self.native.settle(ctx)
             token = grants.get(pending.approval_id)
             settled = isinstance(token, str)

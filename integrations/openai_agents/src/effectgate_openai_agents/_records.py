@@ -1,0 +1,142 @@
+"""What the run context keeps of each paused call, and the checks before any of it decides.
+
+When a gated call pauses, effectgate writes a record under `context["effectgate"]["approvals"]`,
+keyed by the SDK's call id: the approval id, version, args hash and tool the gate answered. The
+record travels in the `RunState` snapshot, which anyone holding it can edit, so it carries a seal
+(the gate's keyring) over those fields, the call id and the run's identity (session, origin
+message, user). Whatever approves, denies or settles through the record (`approve`, `approve_as`,
+`reject`, the SDK's own `state.approve` / `state.reject`) first calls `verified_approval`:
+
+- the run's identity verifies against the signature effectgate wrote (`_context`);
+- the record's seal verifies for this call id and this identity: a record pointed at another
+  approval, moved to another call (two records swapped) or carried into another run is refused;
+- given the SDK's paused item, its tool and the hash of its arguments are the record's: the call
+  the SDK will run is the one the approval was registered for;
+- the approval, as the gate's store has it, belongs to this run: the same session and user, and
+  the same origin message or one the gate recorded as registering it (a later message of the
+  session that found the same waiting approval); the same tool, and at the recorded version the
+  same args hash.
+
+Anything else is `TamperedState`, and nothing is decided. Records from before the seal existed
+(an earlier release's snapshots) are refused the same way: re-run the request.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from effectgate import CallContext, EffectGate, Pending
+from effectgate import adapter as _adapter
+from effectgate.canonical import args_hash, freeze
+from effectgate.stores.records import ApprovalRow
+
+from ._context import TamperedState, adapter_state, call_context
+
+_PURPOSE = "openai_agents.approval"
+_FIELDS = ("approval_id", "version", "args_hash", "tool")
+
+
+def _sealed(call_id: str, record: Mapping[str, Any], ctx: CallContext) -> dict[str, Any]:
+    return {
+        "call_id": call_id,
+        **{name: record.get(name) for name in _FIELDS},
+        "session_id": ctx.session_id,
+        "origin_message_id": ctx.origin_message_id,
+        "user_id": ctx.user_id,
+    }
+
+
+def paused_record(gate: EffectGate, ctx: CallContext, call_id: str, pending: Pending) -> dict[str, Any]:
+    """The record of one paused call (its approval, version, args hash and tool), sealed with the
+    gate's keyring for this call id and the run's identity."""
+    record: dict[str, Any] = {
+        "approval_id": pending.approval_id,
+        "version": pending.version,
+        "args_hash": pending.card.args_hash,
+        "tool": pending.card.tool,
+    }
+    record["seal"] = _adapter.sign_state(gate, _PURPOSE, _sealed(call_id, record, ctx))
+    return record
+
+
+def hash_of_call(gate: EffectGate, tool: str, arguments: str) -> str | None:
+    """The args hash the gate gives `arguments` (the model's JSON) for `tool`; None when the tool
+    has no row or the arguments cannot be hashed (the gate would have refused them)."""
+    spec = gate.table.get(tool)
+    if spec is None:
+        return None
+    try:
+        parsed = json.loads(arguments) if arguments.strip() else {}
+        return args_hash(tool, freeze(parsed, spec.schema)) if isinstance(parsed, Mapping) else None
+    except (ValueError, TypeError):  # JSON errors and the canonical form's ArgumentError
+        return None
+
+
+def check_owner(gate: EffectGate, row: ApprovalRow, ctx: CallContext) -> None:
+    """`TamperedState` unless the stored approval belongs to the run `ctx`: its session, origin
+    message and user, or an event the gate recorded for it under exactly that identity (a later
+    message of the session that found the same waiting approval, or amended it)."""
+    own = (row.session_id, row.origin_message_id, row.user_id)
+    identity = (ctx.session_id, ctx.origin_message_id, ctx.user_id)
+    if own == identity:
+        return
+    if own[0] == identity[0] and any(
+        (e.session_id, e.origin_message_id, e.user_id) == identity
+        for e in gate.store.events(approval_id=row.id)
+    ):
+        return
+    raise TamperedState(
+        f"approval {row.id} belongs to another session, message or user than this run; the run "
+        "state was edited. Nothing was decided"
+    )
+
+
+def verified_approval(
+    gate: EffectGate,
+    context: Any,
+    call_id: str,
+    *,
+    tool: str | None = None,
+    arguments: str | None = None,
+) -> tuple[Mapping[str, Any], ApprovalRow | None]:
+    """The record of paused call `call_id` and its approval's stored row (None when the store has
+    no such approval), once everything in the module docstring holds; `tool` and `arguments` are
+    the SDK's paused item, when the caller has it. Blocking (it reads the store)."""
+    ctx = call_context(context, agent_id="-", gate=gate, resumed=True)
+    record = adapter_state(context)["approvals"].get(call_id)
+    if not isinstance(record, Mapping):
+        raise TamperedState(f"the run state carries no effectgate record for call {call_id!r}")
+    try:
+        _adapter.verify_state(gate, _PURPOSE, _sealed(call_id, record, ctx), record.get("seal"))
+    except _adapter.TamperedState as exc:
+        raise TamperedState(
+            f"effectgate's record of paused call {call_id!r} does not verify for this call and this "
+            "run: it was edited, moved from another call or run, or written by an earlier release. "
+            "Nothing was decided"
+        ) from exc
+    recorded_tool = str(record["tool"])
+    if tool is not None and tool != recorded_tool:
+        raise TamperedState(
+            f"paused call {call_id!r} is {tool!r} in the run state, but its approval is for "
+            f"{recorded_tool!r}: the run state was edited. Nothing was decided"
+        )
+    if arguments is not None and hash_of_call(gate, recorded_tool, arguments) != record["args_hash"]:
+        raise TamperedState(
+            f"the arguments of paused call {call_id!r} are not the ones its approval was registered "
+            "for: the run state was edited. Nothing was decided"
+        )
+    row = gate.store.get_approval(str(record["approval_id"]))
+    if row is None:
+        return record, None
+    check_owner(gate, row, ctx)
+    same_version = row.version == record["version"]
+    if row.tool != recorded_tool or (same_version and row.args_hash != record["args_hash"]):
+        raise TamperedState(
+            f"approval {row.id} is not the call effectgate recorded for {call_id!r}; nothing was decided"
+        )
+    return record, row
+
+
+__all__ = ["check_owner", "hash_of_call", "paused_record", "verified_approval"]
