@@ -63,6 +63,54 @@ def test_redact_erases_the_users_values_in_the_ledger_and_an_export(
     assert cli("audit", "--db", executed).code == 0
 
 
+def test_redact_of_one_subject_erases_only_that_subject_in_an_export(
+    executed: str, tmp_path: Path, cli: Callable[..., Run]
+) -> None:
+    """The export loses exactly what the ledger lost: one subject's records, not all the user's."""
+    with open_store(executed) as store:
+        gate = app(store, keyring=keyring_for(executed))
+        for message, order, user in (("m2", "1043", "u1"), ("m3", "2001", "u2")):
+            args = {**REFUND, "order_id": order, "amount": 700}
+            pending = gate.call("refund_order", args, context(message, user_id=user))
+            assert isinstance(pending, Pending)
+            grant = gate.approve(pending.approval_id, version=1, approver=Approver("fiona", "finance"))
+            assert isinstance(grant, Grant)
+            assert isinstance(gate.execute(grant.token), Executed)
+        gate.close()
+    one, whole = tmp_path / "one.jsonl", tmp_path / "whole.jsonl"
+    for path in (one, whole):
+        assert cli("export", "--db", executed, "--out", str(path), "--settle", "0").code == 0
+
+    def lines(path: Path) -> list[dict[str, Any]]:
+        return [json.loads(text) for text in path.read_text().splitlines()]
+
+    before = lines(one)
+    order = [json.loads(line["personal"]["args_json"])["order_id"] for line in before]
+    assert order == ["1042", "1043", "2001"]
+    run = cli(
+        "redact", "--db", executed, "--user", "u1", "--subject", '{"order_id": "1042"}',
+        "--by", "dpo", "--reason", "order", "--export", str(one), "--json",
+    )  # fmt: skip
+    assert run.code == 0, run.err
+    assert json.loads(run.out)["exports"] == {str(one): 1}
+    after = lines(one)
+    assert after[0]["personal"] == {}  # the subject's arguments are gone; its facts and chain stay
+    assert after[0]["record"] == before[0]["record"]
+    assert after[1:] == before[1:]  # u1's other subject (1043) and u2's line are untouched
+    assert cli("verify", "--db", executed, str(one)).code == 0
+    # the whole user: every u1 line goes (1042, erased in the ledger earlier, too); u2's stays
+    run = cli(
+        "redact", "--db", executed, "--user", "u1", "--by", "dpo", "--reason", "all",
+        "--export", str(one), "--export", str(whole), "--json",
+    )  # fmt: skip
+    assert run.code == 0, run.err
+    assert json.loads(run.out)["exports"] == {str(one): 1, str(whole): 2}
+    for path in (one, whole):
+        assert [line["personal"] for line in lines(path)] == [{}, {}, before[2]["personal"]]
+        assert cli("verify", "--db", executed, str(path)).code == 0
+    assert cli("audit", "--db", executed).code == 0
+
+
 def test_a_hold_refuses_redaction_with_exit_4_until_released(executed: str, cli: Callable[..., Run]) -> None:
     placed = cli("hold", "--db", executed, "--user", "u1", "--by", "legal", "--reason", "case 14")
     assert placed.code == 0, placed.err

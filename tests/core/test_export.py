@@ -16,7 +16,16 @@ import sqlalchemy as sa
 
 from effectgate import Approver, EffectGate, Executed, Grant, Keyring, Pending
 from effectgate.examples.shop import context
-from effectgate.export import GENESIS, ExportError, Manifest, export_chain, manifest_path, verify_export
+from effectgate.export import (
+    GENESIS,
+    ExportError,
+    Manifest,
+    export_chain,
+    manifest_path,
+    redact_export,
+    verify_export,
+)
+from effectgate.redact import entries, redact
 from effectgate.stores import SQLStore
 from effectgate.testing import FakeClock
 
@@ -215,3 +224,25 @@ def test_an_export_continues_a_chain_begun_in_the_first_format(
     unknown = Manifest(**{**asdict(old), "format": "effectgate-export/9"})
     with pytest.raises(ExportError, match="unknown export format"):
         unknown.check(gate.keyring)
+
+
+def test_redact_export_erases_exactly_what_the_ledger_erased(ledger: tuple[EffectGate, Path]) -> None:
+    """A subject's redaction (order 1042: both refunds) leaves u1's ticket write in the file, as
+    in the ledger; a value whose entry commits to another value (another ledger's file) stays."""
+    gate, path = ledger
+    before = lines(path)
+    redact(gate.store, gate.keyring, user_id="u1", subject={"order_id": "1042"}, by="dpo", reason="r")
+    erased = entries(gate.store)
+    first = ("eg_executions", str(before[1]["seq"]), "args_json")
+    forged = {
+        **erased,
+        first: erased[first].model_copy(update={"commitment": before[0]["record"]["personal"]["args_json"]}),
+    }
+    assert redact_export(path, user_id="u1", erased=forged) == 1  # the second refund only
+    assert [line["personal"] for line in lines(path)] == [before[0]["personal"], before[1]["personal"], {}]
+    assert redact_export(path, user_id="u1", erased=erased) == 1
+    after = lines(path)
+    assert [line["personal"] for line in after] == [before[0]["personal"], {}, {}]
+    assert [line["record"] for line in after] == [line["record"] for line in before]
+    assert verify_export(path, gate.keyring).ok
+    assert redact_export(path, user_id="u2", erased=erased) == 0  # only the user's lines

@@ -20,6 +20,7 @@ from effectgate import Approver, EffectGate, EffectTable, Executed, Grant, Inval
 from effectgate.audit import audit
 from effectgate.chain import seal_chain, verify_chain
 from effectgate.effects import Effect
+from effectgate.errors import PolicyViolation
 from effectgate.examples.shop import context
 from effectgate.flow import drive
 from effectgate.redact import redact, retain
@@ -203,4 +204,17 @@ def test_an_unknown_tools_name_is_kept_only_where_erasure_reaches(
     done = retain(store, gate.keyring, {"unclassified": 1}, by="nightly", now=clock.now())
     assert done.values == 1
     assert ADA not in everything(store)
+    assert audit(store, gate.table, keyring=gate.keyring).clean
+
+
+def test_a_denial_reason_that_starts_like_a_marker_is_refused(gate: EffectGate, store: SQLStore) -> None:
+    """A reviewer's reason is stored as written: one that starts like an erasure marker would be
+    a forged marker to the audit, so the denial is refused and the approval stays pending."""
+    pending = gate.call("send_note", {"to": ADA}, context("m1"))
+    assert isinstance(pending, Pending)
+    with pytest.raises(PolicyViolation, match="erasure marker"):
+        gate.deny(pending.approval_id, approver=LEAD, reason='{"$redacted":"r-1"}')
+    [approval] = store.approvals()
+    assert approval.status == "pending"
+    assert store.all_decisions() == []
     assert audit(store, gate.table, keyring=gate.keyring).clean

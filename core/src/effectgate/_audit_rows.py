@@ -1,18 +1,22 @@
 """The audit's row plumbing: the streamed rows' column positions, the recorded rules by
-fingerprint, the bar an approval's execution is held to, and the roles a rule can require
-(`_audit_scan.py` holds the checks, `audit.py` merges the streams)."""
+fingerprint, the bar an approval's execution is held to, the roles a rule can require, and what
+is wrong with an erasure marker (`_audit_scan.py` holds the checks, `audit.py` merges the
+streams)."""
 
 from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ._rules import possible_roles
 from .canonical import digest
 from .effects import Effect, Policy
-from .stores.records import RuleRow
+from .redact import MARK, entry_sealed
+from .stores.records import RedactedRow, RuleRow
+from .tokens import Keyring
 
 # Column positions of the streamed rows (stores/sql.py AUDIT_QUERIES, in this order).
 A_ID, A_VERSION, A_GRANTS, A_SESSION, A_ORIGIN, A_USER, A_AGENT, A_TOOL, A_EFFECT = range(9)
@@ -101,3 +105,43 @@ def roles_of(rule: Derived, args_json: str, redacted: bool) -> set[str]:
     if redacted:
         roles |= {r["role"] for r in rule.row.get("escalate", ())}
     return roles
+
+
+Entries = Mapping[tuple[str, str, str], RedactedRow]  # the redaction entries by (table, row key, column)
+#: The executions whose arguments `Scan.execution` checks (marker included): the ones that ran.
+RAN = ("succeeded", "needs_reconciliation")
+
+
+def marker_problem(
+    entry: RedactedRow | None, keyring: Keyring | None, text: str, args_hash: str | None
+) -> str | None:
+    """What is wrong with a stored value that starts like a redaction marker (None: nothing).
+    Only `redact` writes one (the gate refuses such arguments and stores such results with a
+    leading space), so it needs its sealed entry (`entry`: the one naming its table, row and
+    column), the args hash the entry names (arguments: `args_hash`, the row's), the entry's
+    redaction, and exactly the facts the entry kept (`kept_json`), each key once."""
+    if entry is None:
+        return "a redaction marker that no redaction wrote"
+    if keyring is not None and not entry_sealed(keyring, entry):
+        return "the redaction entry's seal does not verify"
+    if args_hash is not None and entry.args_hash != args_hash:
+        return "the redaction entry names another args hash"
+    try:
+        found = json.loads(text, object_pairs_hook=_once)
+        kept = json.loads(entry.kept_json) if entry.kept_json else {}
+    except (ValueError, RecursionError):
+        return "a redaction marker that is not the text the redaction wrote"
+    if not isinstance(found, dict) or found.get(MARK) != entry.redaction_id:
+        return "the marker names another redaction"
+    if {k: v for k, v in found.items() if k != MARK} != kept:
+        return "the facts kept by the redaction were changed"
+    return None
+
+
+def _once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are each named once (a repeated key could show one value to a
+    reader and another to a parser)."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        raise ValueError("a repeated key")
+    return obj

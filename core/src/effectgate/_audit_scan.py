@@ -47,12 +47,13 @@ from ._audit_rows import (
     Bar,
     Derived,
     Rules,
+    marker_problem,
     roles_of,
 )
 from ._rules import possible_roles
 from ._seal import seal_checker, stored_args_hash
 from .effects import Effect, Policy, weakened
-from .redact import entries, is_redacted, redaction_problem
+from .redact import entries, is_redacted
 from .stores.protocol import Store
 from .table import EffectTable
 from .tokens import Keyring
@@ -221,9 +222,9 @@ class Scan:
         approval: str | None,
         ex: int | None = None,
     ) -> None:
-        problem = redaction_problem(self.redacted, self.keyring, where, args, args_hash)
+        problem = marker_problem(self.redacted.get((*where, "args_json")), self.keyring, args, args_hash)
         if problem is not None:
-            self.add("redaction_forged", tool, problem, approval, ex)
+            self.add("redaction_forged", tool, f"the arguments: {problem}", approval, ex)
 
     def changed_since_approval(self, a: tuple[Any, ...]) -> None:
         """An approved call that has not run, whose tool changed after the approval (a row of

@@ -33,6 +33,7 @@ from .errors import (
     WrongApprover,
 )
 from .outcomes import Decision, Grant, PartialApproval, Recorded, Refused
+from .stores._dialect import REDACTED_PREFIX
 from .stores.records import ApprovalRow
 from .table import ToolSpec
 from .tokens import token_hash
@@ -43,7 +44,7 @@ log = logging.getLogger(__name__)
 def _log_refused(what: str, approval_id: str, approver: Approver, exc: EffectGateError) -> None:
     """A decision the gate refused: INFO with the error's type and code; WARNING if tampered."""
     code = getattr(exc, "code", None)
-    if isinstance(exc, TamperedRecord):
+    if isinstance(exc, TamperedRecord) and exc.foreign_key is None:  # a mismatch is no edit
         log.warning("%s refused: approval=%s approver=%r: %s", what, approval_id, approver.id, exc)
     else:
         log.info(
@@ -276,6 +277,8 @@ class Decisions:
     ) -> tuple[Refused, int]:
         if not reason or not reason.strip():
             raise PolicyViolation("a denial needs a reason the model can be told")
+        if reason.startswith(REDACTED_PREFIX):  # only `redact` writes a value that starts like one
+            raise PolicyViolation("a denial reason may not start like an erasure marker ('{\"$redacted\":')")
         with self.store.transaction() as conn:
             row = self.decidable(conn, approval_id, approver, allow=("pending", "approved"))
             if row is None:

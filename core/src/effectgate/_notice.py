@@ -71,13 +71,34 @@ class Notices:
         self.on_needs_reconciliation = on_needs_reconciliation
         self.ledger = ledger
 
-    def _recorder(self, approval_id: str | None, version: int | None, tool: str) -> Callable[..., None]:
+    def _recorder(
+        self, approval_id: str | None, version: int | None, tool: str, key: str | None = None
+    ) -> Callable[..., None]:
         def record(kind: str, detail: Mapping[str, Any]) -> None:
             event = self.events.event(kind, tool=tool, **dict(detail))
+            event.update(self._call_of(approval_id, key, tool))
             event.update(approval_id=approval_id, version=version)
             self.events.record(event)
 
         return record
+
+    #: What an event about a call copies from the call's record: who it was for (so a redaction
+    #: of the user, or a retention pass, reaches the event: its detail may quote personal values)
+    _CALL_FIELDS = ("effect", "args_hash", "session_id", "origin_message_id", "user_id", "agent_id", "run_id")
+
+    def _call_of(self, approval_id: str | None, key: str | None, tool: str) -> dict[str, Any]:
+        """The call fields of a notice's event: from its approval, or (a write's unknown outcome)
+        from the write's execution with that idempotency key; {} when neither is found."""
+        found: Any = None
+        if approval_id is not None:
+            found = self.store.get_approval(approval_id)
+        elif key is not None:  # rare (an unknown outcome of a write): read that tool's executions
+            found = next(
+                (x for x in reversed(self.store.executions(tool=tool)) if x.idempotency_key == key), None
+            )
+        if found is None:
+            return {}
+        return {name: getattr(found, name) for name in self._CALL_FIELDS} | {"model_id": found.model_id}
 
     def announce(
         self,
@@ -103,7 +124,7 @@ class Notices:
             approval_id=approval_id,
             version=version,
             card=card,
-            record=self._recorder(approval_id, version, tool),
+            record=self._recorder(approval_id, version, tool, extra.get("key")),
             **extra,
         )
         for hook in self.notifiers:
@@ -154,7 +175,10 @@ class Notices:
                 event("notified", row=row, tool=notice.tool, key=key, role=notice.approver_role)
             )
         except Exception as exc:
-            self.events.record(event("notify_failed", row=row, tool=notice.tool, key=key, error=repr(exc)))
+            failed = event("notify_failed", row=row, tool=notice.tool, key=key, error=repr(exc))
+            if row is None:  # a write: name its user, as `_recorder` does
+                failed.update(self._call_of(None, key, notice.tool))
+            self.events.record(failed)
 
     def warn_expiring(self, *, within: float) -> list[Card]:
         """Notify about every pending approval that lapses within `within` seconds, once per

@@ -108,11 +108,14 @@ def audit(
             for ex in store.audit_rows(conn, "other_executions"):
                 scan.executed(ex, {})
             counts = store.audit_counts(conn)
+            forged = _forged_markers(scan, store, conn)
     else:
         # The event log is counted by the database on a connection of its own meanwhile (SQLite
         # counts in C without the GIL): it keeps the two processes' shares of the work even.
+        # The values that start like an erasure marker are checked there too (`_forged_markers`).
         with ThreadPoolExecutor(max_workers=1) as pool:
             counted = pool.submit(_counts, store)
+            marked = pool.submit(_forged_markers_apart, scan, store)
             with store.reading() as conn:
                 try:
                     _scan_range(scan, store, conn, high=half.split)
@@ -124,6 +127,7 @@ def audit(
                 for ex in store.audit_rows(conn, "other_executions"):
                     scan.executed(ex, {})
             counts = counted.result()
+            forged = marked.result()
     statuses = scan.statuses
     proposals = sum(statuses.values()) - statuses["rejected"]
     sessions = counts["sessions"]
@@ -139,6 +143,7 @@ def audit(
         gated_proposals_per_1000_sessions=(1000.0 * proposals / sessions) if sessions else 0.0,
         executions=scan.succeeded,
     )
+    scan.findings.extend(forged)  # after every row's own findings, in one order either way
     if chain and keyring is not None:
         for b in verify_chain(store, keyring, erased=scan.redacted):
             scan.add("chain_broken", b.table, f"ids {b.first_id}..{b.last_id}: {b.problem}")
@@ -297,13 +302,44 @@ def _half_here(scan: Scan, store: Store, conn: Any, split: str) -> Part:
     return _part(own)
 
 
+def _forged_markers(scan: Scan, store: Store, conn: Any) -> list[Finding]:
+    """Check every stored value that starts like a redaction marker against its sealed entry
+    (`col.marker_problem`), in every personal column of every table: the database picks them out,
+    so a ledger with nothing erased costs one filtered pass per table. The arguments `Scan`
+    checks (every approval's, every execution's that ran) are not checked twice. A marker with no
+    entry in the scan's copy has the entries read again once, in this transaction (a redaction
+    that committed since writes its markers and entries together)."""
+    found: list[Finding] = []
+    redacted, reread = scan.redacted, False
+    for table, key, (approval_id, tool, args_hash, status), texts in store.marked_values(conn):
+        for column, text in texts.items():
+            arguments = column == "args_json"
+            if arguments and (table == "eg_approvals" or status in col.RAN):
+                continue
+            where = (table, key, column)
+            if where not in redacted and not reread:
+                redacted = {(e.table_name, e.row_key, e.column_name): e for e in store.redacted(conn)}
+                reread = True
+            problem = col.marker_problem(
+                redacted.get(where), scan.keyring, text, args_hash if arguments else None
+            )
+            if problem is not None:
+                ex = int(key) if table == "eg_executions" else None
+                detail = f"{column} of {table} {key}: {problem}"
+                found.append(Finding("redaction_forged", tool or "", detail, approval_id, ex))
+    return found
+
+
+def _forged_markers_apart(scan: Scan, store: Store) -> list[Finding]:
+    with store.reading() as conn:
+        return _forged_markers(scan, store, conn)
+
+
 def export_jsonl(store: Store) -> Iterator[str]:
-    """Every approval, decision, execution and event, one JSON object a line, tagged by table."""
-    for table, rows in (
-        ("approvals", store.approvals()),
-        ("decisions", store.all_decisions()),
-        ("executions", store.executions()),
-        ("events", store.events()),
-    ):
-        for row in rows:
-            yield json.dumps({"table": table, **row.model_dump()}, sort_keys=True, default=str)
+    """Every row of every effectgate table (`eg_*`: the schema version, approvals, intent keys,
+    decisions, events, executions, idempotency records, rules, redaction entries, holds and
+    checkpoints), one JSON object a line tagged by the table's name without `eg_`, each table in
+    key order, read in one transaction and streamed (memory stays flat). Unsigned: `export_chain`
+    writes the signed, verifiable export."""
+    for table, row in store.every_row():
+        yield json.dumps({"table": table.removeprefix("eg_"), **row}, sort_keys=True, default=str)

@@ -18,7 +18,8 @@ before (the first line's is the previous export's chain head, or 64 zeros). Pers
 arguments' text and the error) sit outside the chain, in `personal`; the record inside it carries
 their commitments (`record["personal"]`: the keyring's MAC of each, as `effectgate.redact` makes
 them) and the arguments' facts (`record["args"]`: amount and currency). So `redact_export` can
-erase a user's values from a file already written and the file still verifies, while `verify`
+erase from a file already written exactly the values the ledger's redaction erased (its entries
+name the execution, column and commitment) and the file still verifies, while `verify`
 checks every value still present against its commitment. Beside it, `<file>.manifest.json`
 names the format, the key id, the first and last sequence, the count, the chain's start and head,
 and is signed with the gate's keyring (HMAC, domain-separated from grant tokens). `verify_export`
@@ -46,13 +47,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ._commitments import commitment, commitment_holds
+from ._commitments import commitment, commitment_holds, commitment_part
 from .audit import audit
 from .canonical import canonical_json
 from .chain import seal_chain
 from .errors import EffectGateError, TokenError
 from .redact import FACTS, entries, facts_of, is_redacted
 from .stores.protocol import Store
+from .stores.records import RedactedRow
 from .tokens import Keyring
 
 FORMAT = "effectgate-export/2"
@@ -260,10 +262,24 @@ def _personal_holds(keyring: Keyring, record: Mapping[str, Any], personal: Any) 
     )
 
 
-def redact_export(path: str | Path, *, user_id: str) -> int:
+def _same_value(a: Any, b: Any) -> bool:
+    """Two commitments commit to the same value: a key both name gives the same keyed hash (a
+    commitment names every key of its keyring, so a rotation since the export still matches)."""
+    parts = (p.partition(".") for p in a.split(",")) if isinstance(a, str) and isinstance(b, str) else ()
+    return any(mac and commitment_part(b, kid) == mac for kid, _, mac in parts)
+
+
+def redact_export(
+    path: str | Path, *, user_id: str, erased: Mapping[tuple[str, str, str], RedactedRow] | None = None
+) -> int:
     """Erase `user_id`'s personal values from an export file (after `redact` erased them from the
-    ledger): their lines keep their records, so the chain and the manifest still verify. Returns
-    how many lines changed. The file is replaced whole (written beside it, then renamed)."""
+    ledger): their lines keep their records, so the chain and the manifest still verify. With
+    `erased`, the ledger's redaction entries (`effectgate.redact.entries`), exactly the values the
+    ledger erased go: a value is removed when an entry names its execution (the line's sequence)
+    and column and commits to the same value, so a redaction of one subject erases that subject's
+    records and no other. Without it, every personal value of the user's lines goes (what `redact`
+    of the whole user erases). Returns how many lines changed. The file is replaced whole
+    (written beside it, then renamed)."""
     if not isinstance(user_id, str) or not user_id:
         raise ExportError("user_id must be a non-empty string")
     target = Path(path)
@@ -271,10 +287,22 @@ def redact_export(path: str | Path, *, user_id: str) -> int:
     changed, out = 0, []
     for text in lines:
         line = json.loads(text)
-        if line["record"].get("user_id") == user_id and line.get("personal"):
-            line["personal"] = {}
-            changed += 1
-            text = json.dumps(line)
+        record, personal = line["record"], line.get("personal")
+        if record.get("user_id") == user_id and personal:
+            if erased is None:
+                kept: dict[str, Any] = {}
+            else:
+                committed = record.get("personal") or {}
+                kept = {
+                    column: value
+                    for column, value in personal.items()
+                    if (entry := erased.get(("eg_executions", str(record.get("seq")), column))) is None
+                    or not _same_value(entry.commitment, committed.get(column))
+                }
+            if kept != personal:
+                line["personal"] = kept
+                changed += 1
+                text = json.dumps(line)
         out.append(text + "\n")
     partial = target.with_name(target.name + ".partial")
     partial.write_text("".join(out), encoding="utf-8")

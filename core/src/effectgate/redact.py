@@ -26,12 +26,16 @@ commitments would be unverifiable and break the chain), a user under a legal hol
 with a call that may still run or is being decided (pending, approved, executing,
 needs_reconciliation; not an approved shadow call, nor one whose grant lapsed after its
 approval's deadline: those can never run, `stores._redaction.is_open`): decide or reconcile it
-first. A retention pass skips held users and open calls. Each redaction is itself an event
+first. A retention pass skips held users and every row of an open call (its approval,
+executions, events, decisions and idempotency records). Each redaction is itself an event
 (`redacted`, with who ran it and why, and no personal value).
 
 Redaction selects by the user a call acted for (and, with `subject`, one subject of theirs, e.g.
-an order); personal data of someone else that a call carried in its arguments is found only
-through the user it was made for.
+an order: the calls of its approvals, by subject key, and the writes whose arguments hold every
+field of the subject with that value; a read records no arguments, so only a redaction of the
+user reaches it); personal data of someone else that a call carried in its arguments is found
+only through the user it was made for. Events name the call's user (a notifier's too); one that
+names only its approval is reached through that approval.
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ from .chain import ERASURE_LOCK, check_keyring
 from .effects import Effect
 from .errors import EffectGateError, TokenError
 from .stores._dialect import REDACTED_PREFIX
-from .stores._redaction import UNCLASSIFIED, Target, is_open
+from .stores._redaction import UNCLASSIFIED, Target, call_id, is_open, of_subject
 from .stores.protocol import Store
 from .stores.records import HoldRow, RedactedRow
 from .tokens import Keyring
@@ -250,8 +254,10 @@ def redact(
         if any(h.user_id == user_id for h in store.holds(conn)):
             raise RedactionError(f"user {user_id!r} is under a legal hold: nothing was redacted")
         keys = subject_keys(subject) if subject is not None else []
-        targets = store.redaction_targets(conn, user_id=user_id, subject_keys=keys)
-        open_ = sorted(t.key for t in targets if is_open(t, at))
+        targets = store.redaction_targets(conn, user_id=user_id)
+        if subject is not None:  # its approvals' calls, and the writes whose arguments name it
+            targets = of_subject(targets, keys, subject)
+        open_ = sorted({call_id(t) for t in targets if is_open(t, at)})
         if open_:
             raise RedactionError(
                 f"user {user_id!r} has {len(open_)} call(s) that may still run or are being decided "

@@ -11,7 +11,7 @@ from typing import Any
 from rich.console import Console
 
 from ..export import redact_export
-from ..redact import FACTS, hold, holds, redact, release, retain
+from ..redact import FACTS, entries, hold, holds, redact, release, retain
 from ._args import check_export_file, retention_rule
 from ._render import EXIT_OK, _text, _write_json
 from ._store import UsageError, _open, keyring_for
@@ -80,7 +80,9 @@ def _cmd_redact(args: argparse.Namespace, out: Console) -> int:
             reason=args.reason,
             keep=_keep(args.keep),
         )
-    files = {path: redact_export(path, user_id=args.user) for path in args.export}
+        # the files lose exactly what the ledger erased (with --subject: that subject's records)
+        erased = entries(store) if args.export else {}
+    files = {path: redact_export(path, user_id=args.user, erased=erased) for path in args.export}
     if args.json:
         _write_json({**done.to_dict(), "exports": files})
         return EXIT_OK

@@ -4,14 +4,16 @@ read-only transaction of its own (`SQLStore.reading`); mixed into `SQLStore`
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import AbstractContextManager
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from . import _dialect
 from . import _queries as Q
-from .records import ApprovalRow, DecisionRow, EventRow, ExecutionRow
+from .records import PERSONAL, ApprovalRow, DecisionRow, EventRow, ExecutionRow
 
 #: Built once: the statement's shape never changes (the id list is one expanding parameter).
 _FIRST_PROPOSED = Q.first_proposed()
@@ -82,3 +84,38 @@ class ReadingSQL:
             return [
                 Q._decision_of(r) for r in conn.execute(sa.select(Q.T_DECISIONS).order_by(Q.T_DECISIONS.c.id))
             ]
+
+    def marked_values(self, conn: Connection) -> Iterator[tuple[str, str, tuple[Any, ...], dict[str, str]]]:
+        """Every personal value (`records.PERSONAL`) that starts like a redaction marker, per
+        row: (table, row key, (approval id, tool, args hash, status), {column: text}); a column
+        the table lacks reads None. The database filters (a scan of each table in C, no row
+        decoded that holds no marker), so only erased rows reach Python."""
+        prefix = _dialect.REDACTED_PREFIX
+        assert "'" not in prefix  # written into the SQL as a literal
+        for table, columns in PERSONAL.items():
+            t = _TABLE_OF[table]
+            key = "key" if table == "eg_idempotency" else "id"
+            info = ", ".join(
+                c if c in t.c else "NULL" for c in ("approval_id", "tool", "args_hash", "status")
+            )
+            marked = " OR ".join(f"substr({c}, 1, {len(prefix)}) = '{prefix}'" for c in columns)
+            sql = f"SELECT {key}, {info}, {', '.join(columns)} FROM {table} WHERE {marked} ORDER BY {key}"
+            for row in _dialect.stream(conn, sql, batch=1000):
+                texts = {c: v for c, v in zip(columns, row[5:], strict=True) if _marked(v, prefix)}
+                yield table, str(row[0]), tuple(row[1:5]), texts
+
+    def every_row(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Every row of every effectgate table, as (table, {column: value}), each table in key
+        order, all read in one transaction and streamed (PostgreSQL: a server-side cursor)."""
+        with self.reading() as conn:
+            streaming = conn.execution_options(yield_per=1000)
+            for t in Q.ALL_TABLES:
+                for row in streaming.execute(sa.select(t).order_by(*t.primary_key.columns)):
+                    yield t.name, dict(row._mapping)
+
+
+_TABLE_OF = {t.name: t for t in Q.ALL_TABLES}
+
+
+def _marked(value: Any, prefix: str) -> bool:
+    return isinstance(value, str) and value.startswith(prefix)

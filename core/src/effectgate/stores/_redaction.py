@@ -8,8 +8,9 @@ columns only (the append-only triggers refuse anything else).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import sqlalchemy as sa
@@ -54,6 +55,23 @@ class Target:
     expires_at: float | None = None
     token_expires_at: float | None = None
     token_used_at: float | None = None
+    tool: str | None = None
+    session_id: str | None = None
+    origin_message_id: str | None = None
+    #: The call the row belongs to (`targets` fills it in): a row is open when its call is.
+    call: Call | None = None
+
+
+@dataclass(frozen=True)
+class Call:
+    """The call a target row belongs to: its id (the approval id, or a write's idempotency key),
+    its approval (status fields only; None for a write) and the statuses of its idempotency
+    records. Every row of an open call is open: its approval, executions, events, decisions and
+    records (`is_open`)."""
+
+    id: str
+    approval: Target | None
+    records: tuple[str, ...]
 
 
 #: What `is_open` reads of an approval besides its status.
@@ -70,9 +88,23 @@ _APPROVAL_EXTRA = (
 
 
 def is_open(t: Target, now: float) -> bool:
-    """Whether the call of a target row may still run or is still being decided (never erased).
+    """Whether the call of a target row may still run or is still being decided (never erased):
+    every row of such a call is open, not only its approval and idempotency record (`Call`).
     An approved call that can never run is not open: a shadow call (approved, never run) and one
     whose grant lapsed unpresented after its approval's deadline (no regrant: `_decisions.lapsed`)."""
+    if t.call is not None:
+        if any(status in OPEN_RECORDS for status in t.call.records):
+            return True
+        return t.call.approval is not None and _row_open(t.call.approval, now)
+    return _row_open(t, now)
+
+
+def call_id(t: Target) -> str:
+    """The id of a target row's call (the row's own key when it belongs to no call)."""
+    return t.call.id if t.call is not None else t.key
+
+
+def _row_open(t: Target, now: float) -> bool:
     if t.table == "eg_idempotency":
         return t.status in OPEN_RECORDS
     if t.table != "eg_approvals" or t.status not in OPEN_APPROVALS:
@@ -122,9 +154,10 @@ def targets(
 ) -> list[Target]:
     """The rows a redaction (`user_id`, optionally narrowed to approvals of `subject_keys`) or a
     retention rule (`effect` and `before`: records of that effect, or of none for `UNCLASSIFIED`,
-    older than `before`) reaches.
+    older than `before`) reaches, each with its `Call` (so `is_open` reads the whole call).
     Records of `held` users are left out. Decisions and idempotency records follow the
-    approvals and executions selected."""
+    approvals and executions selected, and so do the events that name an approval selected but
+    no user (notifier events recorded before they named the approval's user)."""
     a, e, ev = Q.T_APPROVALS, Q.T_EXECUTIONS, Q.T_EVENTS
     where_a: list[Any] = [sa.not_(_in(a.c.user_id, held))]
     where_e: list[Any] = [sa.not_(_in(e.c.user_id, held))]
@@ -149,20 +182,103 @@ def targets(
         where_ev.append(ev.c.at < before)
     approvals = _select(conn, "eg_approvals", sa.and_(*where_a), _APPROVAL_EXTRA)
     ids = [t.key for t in approvals]
+    # an event naming a selected approval and no user is that approval's user's
+    unnamed = [ev.c.user_id.is_(None), _in(ev.c.approval_id, ids)]
+    if before is not None:
+        unnamed.append(ev.c.at < before)
+    events_where = sa.or_(sa.and_(*where_ev), sa.and_(*unnamed))
     if subject_keys:  # only what belongs to the subject's approvals
         where_e.append(_in(e.c.approval_id, ids))
-        where_ev.append(_in(ev.c.approval_id, ids))
-    executions = _select(
-        conn,
-        "eg_executions",
-        sa.and_(*where_e),
-        ("user_id", "effect", "status", "args_hash", "approval_id", "idempotency_key"),
-    )
-    events = _select(conn, "eg_events", sa.and_(*where_ev), ("user_id", "effect", "approval_id"))
+        events_where = sa.and_(events_where, _in(ev.c.approval_id, ids))
+    executions = _select(conn, "eg_executions", sa.and_(*where_e), _EXECUTION_EXTRA)
+    events = _select(conn, "eg_events", events_where, _EVENT_EXTRA)
     decisions = _select(conn, "eg_decisions", _in(Q.T_DECISIONS.c.approval_id, ids), ("approval_id",))
     keys = [t.idempotency_key for t in executions if t.idempotency_key]
     records = _select(conn, "eg_idempotency", _in(Q.T_IDEMPOTENCY.c.key, keys), ("status",))
-    return [*approvals, *executions, *events, *decisions, *records]
+    return _with_calls(conn, [*approvals, *executions, *events, *decisions, *records])
+
+
+_EXECUTION_EXTRA = (
+    "user_id",
+    "effect",
+    "status",
+    "args_hash",
+    "approval_id",
+    "idempotency_key",
+    "tool",
+    "session_id",
+    "origin_message_id",
+)
+_EVENT_EXTRA = ("user_id", "effect", "approval_id", "tool", "args_hash", "session_id", "origin_message_id")
+
+
+def _origin(t: Any) -> tuple[Any, ...]:
+    """What ties a write's events to its execution (neither names an approval): the same tool,
+    arguments, session and message (the write's idempotency key is made of them)."""
+    return (t.tool, t.args_hash, t.session_id, t.origin_message_id)
+
+
+def _with_calls(conn: Connection, rows: list[Target]) -> list[Target]:
+    """Each row with its `Call`, read from the whole ledger (a call's approval or records may be
+    outside the selection: younger than a retention rule's age, or of another effect)."""
+    e, i = Q.T_EXECUTIONS, Q.T_IDEMPOTENCY
+    ids = {t.key for t in rows if t.table == "eg_approvals"} | {t.approval_id for t in rows if t.approval_id}
+    writes = {t.args_hash for t in rows if t.table == "eg_events" and not t.approval_id and t.args_hash}
+    keys_of: dict[str, set[str]] = {}  # approval id -> its idempotency keys
+    write_key: dict[tuple[Any, ...], str] = {}
+    approval_of: dict[str, str] = {}
+    q = sa.select(
+        e.c.approval_id, e.c.idempotency_key, e.c.tool, e.c.args_hash, e.c.session_id, e.c.origin_message_id
+    )
+    for r in conn.execute(q.where(sa.or_(_in(e.c.approval_id, ids), _in(e.c.args_hash, writes)))):
+        if r.approval_id:
+            keys_of.setdefault(r.approval_id, set()).add(r.idempotency_key)
+            approval_of[r.idempotency_key] = r.approval_id
+        else:
+            write_key[_origin(r)] = r.idempotency_key
+    a = Q.T_APPROVALS
+    approvals = {t.key: t for t in _select(conn, "eg_approvals", _in(a.c.id, ids), _APPROVAL_EXTRA)}
+    keys = {k for found in keys_of.values() for k in found} | set(write_key.values())
+    keys |= {t.idempotency_key for t in rows if t.idempotency_key} | {
+        t.key for t in rows if t.table == "eg_idempotency"
+    }
+    status = {r.key: r.status for r in conn.execute(sa.select(i.c.key, i.c.status).where(_in(i.c.key, keys)))}
+    out = []
+    for t in rows:
+        key = t.key if t.table == "eg_idempotency" else t.idempotency_key
+        if t.table == "eg_events" and not t.approval_id:
+            key = write_key.get(_origin(t))
+        aid = t.key if t.table == "eg_approvals" else t.approval_id or approval_of.get(key or "")
+        if aid is None and key is None:
+            out.append(t)
+            continue
+        own = keys_of.get(aid, set()) if aid else set()
+        records = tuple(status[k] for k in sorted(own | ({key} if key else set())) if k in status)
+        call = Call(id=aid or key or t.key, approval=approvals.get(aid) if aid else None, records=records)
+        out.append(replace(t, call=call))
+    return out
+
+
+def of_subject(rows: Sequence[Target], keys: Sequence[str], subject: Mapping[str, Any]) -> list[Target]:
+    """The rows of one subject among a user's: the calls of the approvals whose subject key is
+    one of `keys`, and the ungated calls (writes) whose arguments hold every field of `subject`
+    with that value (a write records no subject key, only its arguments). A read records no
+    arguments, only their hash: it is not found by subject (a redaction of the user finds it)."""
+    calls = {t.key for t in rows if t.table == "eg_approvals" and t.subject_key in keys}
+    for t in rows:
+        if t.table == "eg_executions" and not t.approval_id and t.call is not None:
+            args = _json_object(t.values.get("args_json"))
+            if args is not None and all(k in args and args[k] == v for k, v in subject.items()):
+                calls.add(t.call.id)
+    return [t for t in rows if t.call is not None and t.call.id in calls]
+
+
+def _json_object(text: str | None) -> dict[str, Any] | None:
+    try:
+        value = json.loads(text or "")
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def overwrite(conn: Connection, table: str, key: str, values: Mapping[str, str]) -> None:

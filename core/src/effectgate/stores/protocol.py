@@ -247,6 +247,14 @@ class ApprovalLedger(Protocol):
         approvals proposed in [since, until) that were decided (decided_at set; not rejected,
         pending or expired); None when there are no more than `rank` of them."""
 
+    def marked_values(self, conn: Any) -> Iterator[tuple[str, str, tuple[Any, ...], dict[str, str]]]:
+        """Every personal value that starts like a redaction marker, per row: (table, row key,
+        (approval id, tool, args hash, status), {column: text}), filtered by the database."""
+
+    def every_row(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Every row of every effectgate table, as (table, {column: value}), streamed from one
+        read transaction, each table in key order."""
+
 
 class RedactionLedger(Protocol):
     """Redaction, retention and legal holds (`effectgate.redact` composes them). Each method runs
