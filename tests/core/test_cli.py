@@ -613,14 +613,15 @@ def test_audit_reports_tampered_arguments_on_both_backends(
 def test_export_jsonl_writes_one_tagged_object_per_line(
     refund: Setup, tmp_path: Path, cli: Callable[..., Run]
 ) -> None:
-    """`export --jsonl --out FILE` writes every record as one JSON object a line, tagged by table."""
+    """`export --jsonl --out FILE` writes every row of every table as one JSON object a line,
+    tagged by table (`eg_` dropped)."""
     target = tmp_path / "export.jsonl"
     run = cli("export", "--db", refund.url, "--jsonl", "--out", str(target))
     assert run.code == 0, run.err
     lines = target.read_text().splitlines()
     records = [json.loads(line) for line in lines]
     assert all(isinstance(r, dict) and "table" in r for r in records)
-    assert {r["table"] for r in records} <= {"approvals", "decisions", "executions", "events"}
+    assert {"approvals", "events", "rules", "schema_version"} <= {r["table"] for r in records}
     [approval] = [r for r in records if r["table"] == "approvals"]
     assert (approval["id"], approval["version"]) == (refund.approval_id, 2)
     assert f"wrote {len(lines)} records" in _one_line(run.out)
@@ -660,6 +661,21 @@ def test_export_writes_a_signed_chain_that_verify_checks(
     assert broken.code == 1
     assert (json.loads(broken.out)["ok"], json.loads(broken.out)["line"]) == (False, 1)
     assert "line 1" in cli("verify", "--db", refund.url, str(target)).out
+
+
+def test_verify_of_a_missing_file_is_not_found(
+    refund: Setup, tmp_path: Path, cli: Callable[..., Run]
+) -> None:
+    """A missing export file (or --after manifest) is exit 3 with one line, not a broken export."""
+    missing = tmp_path / "nosuch.jsonl"
+    run = cli("verify", "--db", refund.url, str(missing))
+    assert (run.code, run.out) == (3, "")
+    assert _one_line(run.err).endswith(f"verify {missing}: no such file")
+    present = tmp_path / "present.jsonl"
+    present.write_text("")
+    run = cli("verify", "--db", refund.url, str(present), "--after", str(tmp_path / "no.manifest.json"))
+    assert run.code == 3
+    assert "no such file" in _one_line(run.err)
 
 
 def test_report_counts_a_denied_refund_as_disagreement(refund: Setup, cli: Callable[..., Run]) -> None:
@@ -823,3 +839,24 @@ def test_approve_execute_runs_the_call_once_and_spends_the_token(
     assert again.code == 4, again.out
     with open_store(refund.url) as store:
         assert len(store.executions(approval_id=refund.approval_id)) == 1
+
+
+def test_a_keyring_mismatch_is_not_reported_as_tampering(
+    refund: Setup, cli: Callable[..., Run], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A record sealed under a key this keyring lacks is a keyring mismatch naming the key, in
+    show, pending and approve; not an edit to audit and propose again."""
+    kid = keyring_for(refund.url).current
+    monkeypatch.setenv("EFFECTGATE_KEYRING", Keyring.generate().dumps())
+    show = cli("show", "--db", refund.url, refund.approval_id).out
+    [pending] = json.loads(cli("pending", "--db", refund.url, "--json").out)
+    for text in (_one_line(show), " ".join(pending["warnings"])):
+        assert f"keyring mismatch: the record is sealed with key {kid!r}" in text
+        assert "edited outside effectgate" not in text
+    run = cli(*_approve(refund, version=str(refund.version)))
+    assert run.code == 4
+    err = _one_line(run.err)
+    assert f"keyring mismatch: the record is sealed with key {kid!r}" in err
+    assert "ledger's keyring" in err
+    assert "changed outside effectgate" not in err
+    assert "propose the call again" not in err

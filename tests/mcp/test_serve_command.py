@@ -137,3 +137,26 @@ def test_the_command_refuses_a_missing_identity_or_a_public_address(tmp_path: Pa
         == 2
     )
     assert main([*base, "--agent", SUPPORT_AGENT, "--user", "u1"]) == 3  # no database at that path
+
+
+def test_the_command_refuses_a_bad_or_taken_http_port(tmp_path: Path, capsys: Any) -> None:
+    """--port outside 1-65535 is a usage error; a port in use is one line and exit 5, both before
+    the start-up line and before the database is opened."""
+    import socket
+
+    from effectgate.cli import main
+
+    url = f"sqlite:///{tmp_path}/x.db"
+    base = ["--db", url, "mcp", "serve", "--app", "effectgate.examples.shop:app", "--agent", SUPPORT_AGENT]
+    base += ["--user", "u1", "--transport", "http"]
+    assert main([*base, "--port", "99999"]) == 2
+    assert "1 to 65535" in capsys.readouterr().err
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main([*base, "--port", str(port)]) == 5
+    err = capsys.readouterr().err
+    assert f"cannot listen on 127.0.0.1:{port}" in err
+    assert "mcp serve:" not in err
+    assert len(err.strip().splitlines()) == 1

@@ -197,6 +197,20 @@ def test_stale_version_from_an_old_tab_is_refused(inbox: Inbox) -> None:
     assert snapshot(inbox) == before
 
 
+def test_a_version_not_made_yet_is_not_called_stale(inbox: Inbox) -> None:
+    """A decision naming a version newer than the card's says it does not exist yet, not that
+    the reviewer saw it and it is now an older one; nothing changes."""
+    p = propose(inbox)
+    c = inbox.client()
+    csrf = login(c, "fiona")
+    before = snapshot(inbox)
+    r = c.post(f"/approvals/{p.approval_id}/approve", data={**form(p, csrf), "version": 2})
+    assert r.status_code == 409
+    assert "Version 2 of this card does not exist yet" in r.text
+    assert "you saw version 2" not in r.text
+    assert snapshot(inbox) == before
+
+
 def test_args_hash_that_is_not_the_stored_one_is_refused(inbox: Inbox) -> None:
     """A form whose args hash differs from the stored record's is refused."""
     p = propose(inbox)

@@ -103,3 +103,60 @@ def test_hash_secret_prints_a_verifiable_scrypt_hash() -> None:
     assert stored.startswith("scrypt$")
     assert verify_secret("correct horse", stored)
     assert not verify_secret("correct horsf", stored)
+
+
+def _approvers(tmp_path: Path) -> Path:
+    approvers = tmp_path / "a.toml"
+    approvers.write_text(f'[[approver]]\nid = "f"\nrole = "finance"\nsecret = "{hash_secret("pw")}"\n')
+    return approvers
+
+
+@pytest.mark.parametrize("port", ["0", "99999", "-1"])
+def test_serve_refuses_a_port_out_of_range(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], port: str
+) -> None:
+    """A port outside 1-65535 is a usage error in one line, before anything is opened or served."""
+    db = f"sqlite:///{tmp_path}/d.db"
+    argv = [
+        "serve",
+        "--db",
+        db,
+        "--app",
+        "effectgate.examples.shop:app",
+        "--approvers",
+        str(_approvers(tmp_path)),
+    ]
+    assert main([*argv, "--port", port]) == 2
+    out, err = capsys.readouterr()
+    assert "1 to 65535" in err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+    assert "inbox on" not in out
+    assert not (tmp_path / "d.db").exists()
+
+
+def test_serve_refuses_a_port_in_use(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A port another process listens on: one line, exit 5 (unavailable), and no claim to serve."""
+    import socket
+
+    db = f"sqlite:///{tmp_path}/demo.db"
+    assert main(["demo", "--db", db]) == 0
+    capsys.readouterr()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        argv = [
+            "serve",
+            "--db",
+            db,
+            "--app",
+            "effectgate.examples.shop:app",
+            "--approvers",
+            str(_approvers(tmp_path)),
+        ]
+        assert main([*argv, "--port", str(port)]) == 5
+    out, err = capsys.readouterr()
+    assert f"cannot listen on 127.0.0.1:{port}" in err
+    assert len(err.strip().splitlines()) == 1
+    assert "inbox on" not in out

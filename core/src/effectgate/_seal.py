@@ -15,7 +15,7 @@ from operator import attrgetter
 from typing import Any
 
 from .canonical import ENCODE, hash_of_text
-from .errors import TokenError
+from .errors import ForeignSeal, TokenError
 from .stores.records import ApprovalRow, DecisionRow
 from .tokens import Keyring
 
@@ -120,12 +120,18 @@ def foreign_key(keyring: Keyring, seal: str | None) -> str | None:
 
 
 def broken(keyring: Keyring, row: ApprovalRow) -> str:
-    """Why a row does not verify, for the error: a keyring mismatch, or an edit."""
+    """Why a row does not verify, for the error: a keyring mismatch (a `ForeignSeal`), or an edit
+    (a seal that fails under a key this keyring holds)."""
     kid = foreign_key(keyring, row.seal)
     if kid is not None:
-        return (
-            f"it was sealed with key {kid!r}, which this gate's keyring does not hold (keyring mismatch: "
-            "every process that approves or executes against one database must share its keyring; set "
-            "EFFECTGATE_KEYRING, or use the database's key file)"
-        )
+        return ForeignSeal(kid, mismatch(kid))
     return "its seal or arguments hash does not verify"
+
+
+def mismatch(kid: str) -> str:
+    """What a record sealed under key `kid`, which this keyring does not hold, means and what to do."""
+    return (
+        f"keyring mismatch: the record is sealed with key {kid!r}, which this keyring does not hold "
+        "(not an edit: this keyring cannot check it). Use the ledger's keyring: set EFFECTGATE_KEYRING "
+        "to it, or use the database's key file"
+    )

@@ -105,6 +105,18 @@ class AlreadyDecided(ApprovalError):
         super().__init__(approval_id, f"approval {approval_id} is {status}, not pending")
 
 
+class ForeignSeal(str):
+    """A `TamperedRecord` reason that is a keyring mismatch, not an edit: the record is sealed
+    under `key_id`, a key the keyring in use does not hold."""
+
+    key_id: str
+
+    def __new__(cls, key_id: str, text: str) -> ForeignSeal:
+        reason = super().__new__(cls, text)
+        reason.key_id = key_id
+        return reason
+
+
 class TamperedRecord(ApprovalError):
     """A stored approval or decision does not verify: its seal or its arguments hash no longer
     match (the row was edited outside effectgate). Nothing is decided or run on it; the audit
@@ -112,11 +124,17 @@ class TamperedRecord(ApprovalError):
 
     def __init__(self, approval_id: str, what: str) -> None:
         self.what = what
-        super().__init__(
-            approval_id,
-            f"approval {approval_id}: {what}; the row was changed outside effectgate. "
-            "Nothing was changed or run: run `effectgate audit` and propose the call again",
-        )
+        #: The key id the record names when this keyring does not hold it (`ForeignSeal`): a
+        #: keyring mismatch, not tampering.
+        self.foreign_key = what.key_id if isinstance(what, ForeignSeal) else None
+        if self.foreign_key is not None:
+            message = f"approval {approval_id}: {what}. Nothing was changed or run"
+        else:
+            message = (
+                f"approval {approval_id}: {what}; the row was changed outside effectgate. "
+                "Nothing was changed or run: run `effectgate audit` and propose the call again"
+            )
+        super().__init__(approval_id, message)
 
 
 TokenReason = Literal[

@@ -35,7 +35,19 @@ from ._render import (
     _write_json,
 )
 from ._report import _targets
-from ._store import UsageError, _gate, _make_gate, _open, _parse, _sqlite_file, keyring_for
+from ._store import (
+    NotFound,
+    StoreUnavailable,
+    UsageError,
+    _gate,
+    _make_gate,
+    _open,
+    _parse,
+    _sqlite_file,
+    check_listen,
+    keyring_for,
+    keyring_warnings,
+)
 
 
 def _cmd_setup(args: argparse.Namespace, out: Console) -> int:
@@ -81,7 +93,7 @@ def _setup_keys(url: str, parsed: Any, *, empty: bool) -> tuple[str | None, str]
 
 def _cmd_pending(args: argparse.Namespace, out: Console) -> int:
     with _gate(args) as gate:
-        cards = gate.pending(role=args.role, session_id=args.session)
+        cards = keyring_warnings(gate, list(gate.pending(role=args.role, session_id=args.session)))
         now = gate.clock.now()
     if args.json:
         _write_json([c.to_dict() for c in cards])
@@ -99,7 +111,7 @@ def _cmd_pending(args: argparse.Namespace, out: Console) -> int:
 
 def _cmd_show(args: argparse.Namespace, out: Console) -> int:
     with _gate(args) as gate:
-        card = gate.card(args.id)
+        [card] = keyring_warnings(gate, [gate.card(args.id)])
         now = gate.clock.now()
     if args.json:
         _write_json(card.to_dict())
@@ -181,13 +193,18 @@ def _cmd_export(args: argparse.Namespace, out: Console) -> int:
     if args.jsonl:
         if args.out:
             check_output(args.db, "--out", args.out)
-        with _open(args.db) as store:
-            lines = list(export_jsonl(store))
+        written = 0
+        with _open(args.db) as store:  # streamed: memory stays flat however large the ledger
+            if args.out:
+                with Path(args.out).open("w", encoding="utf-8") as f:
+                    for line in export_jsonl(store):
+                        f.write(line + "\n")
+                        written += 1
+            else:
+                for line in export_jsonl(store):
+                    sys.stdout.write(line + "\n")
         if args.out:
-            Path(args.out).write_text("".join(line + "\n" for line in lines))
-            out.print(_text(f"wrote {len(lines)} records to {args.out}"))
-        else:
-            sys.stdout.write("".join(line + "\n" for line in lines))
+            out.print(_text(f"wrote {written} records to {args.out}"))
         return EXIT_OK
     if not args.out:
         raise UsageError("export needs --out FILE (the signed manifest is written beside it)")
@@ -221,6 +238,9 @@ def _cmd_export(args: argparse.Namespace, out: Console) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace, out: Console) -> int:
+    for flag, path in (("", args.file), ("--after ", args.after)):
+        if path and not Path(path).is_file():
+            raise NotFound(f"verify {flag}{path}: no such file")
     after = Manifest.load(args.after) if args.after else None
     verdict = verify_export(args.file, keyring_for(args.db, create=False), after=after)
     args.verdict = EXIT_OK if verdict.ok else EXIT_FINDINGS
@@ -277,6 +297,7 @@ def _cmd_serve(args: argparse.Namespace, out: Console) -> int:
         raise UsageError(f"cannot read --approvers {args.approvers}: {exc}") from exc
     if not len(approvers):
         raise UsageError(f"{args.approvers} registers no approver")
+    check_listen(args.host, args.port)
     store = _open(args.db)
     gate = _make_gate(args, store, need_app=True)
 
@@ -296,7 +317,10 @@ def _cmd_serve(args: argparse.Namespace, out: Console) -> int:
     out.print(
         _text(f"effectgate inbox on http://{args.host}:{args.port}/ ({len(approvers)} approvers; {where})")
     )
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    try:
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    except SystemExit as exc:  # uvicorn's start-up failure (the port taken since `check_listen`)
+        raise StoreUnavailable(f"cannot listen on {args.host}:{args.port}; choose another --port") from exc
     return EXIT_OK
 
 

@@ -16,7 +16,7 @@ from rich.console import Console
 
 from ..mcp._config import ENV_AGENT, ENV_SESSION, ENV_USER  # the SDK-free part
 from ._render import EXIT_OK
-from ._store import UsageError, _make_gate, _open, keyring_for
+from ._store import StoreUnavailable, UsageError, _make_gate, _open, check_listen, keyring_for
 
 
 def arguments(p: argparse.ArgumentParser) -> None:
@@ -80,6 +80,8 @@ def run(args: argparse.Namespace, out: Console) -> int:
             f"--host {args.host!r}: mcp serve listens on a local address only "
             f"({', '.join(LOCAL_HOSTS)}); every client acts as --user"
         )
+    if args.transport == "http":
+        check_listen(args.host, args.port)
     identity = Identity(user_id=args.user, session_id=args.session or f"mcp-{args.user}", agent_id=args.agent)
     store = _open(args.db)
     try:
@@ -105,7 +107,12 @@ def run(args: argparse.Namespace, out: Console) -> int:
 
                 anyio.run(serve_stdio, server)
             else:
-                serve_http(server, host=args.host, port=args.port)
+                try:
+                    serve_http(server, host=args.host, port=args.port)
+                except SystemExit as exc:  # uvicorn's start-up failure: the port taken since the check
+                    raise StoreUnavailable(
+                        f"cannot listen on {args.host}:{args.port}; choose another --port"
+                    ) from exc
         finally:
             gate.close()
     finally:

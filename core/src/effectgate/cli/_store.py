@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import re
+import socket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import sqlalchemy as sa
 
+from .._seal import foreign_key, mismatch
 from ..effects import Policy
 from ..errors import (
     ApprovalError,
@@ -25,6 +28,7 @@ from ..errors import (
 )
 from ..export import ExportError
 from ..gate import EffectGate
+from ..outcomes import TAMPERED_WARNING, Card
 from ..redact import RedactionError
 from ..stores.sql import SQLStore, open_store
 from ..table import EffectTable
@@ -59,6 +63,47 @@ class StoreUnavailable(CommandError):
     """The database cannot be used: unparseable URL, unreachable server, unreadable file; exit 5."""
 
     exit_code = EXIT_UNAVAILABLE
+
+
+def check_listen(host: str, port: int) -> None:
+    """Refuse a port outside 1-65535 (a usage error) or an address this process cannot listen on
+    (in use, not permitted, not a local address: exit 5), before the server says it is serving.
+    The probe binds as uvicorn does (SO_REUSEADDR) and closes at once."""
+    if not 1 <= port <= 65535:
+        raise UsageError(f"--port {port}: a port is a number from 1 to 65535")
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except (socket.gaierror, UnicodeError) as exc:
+        raise UsageError(f"--host {host}: not an address this machine has ({exc})") from exc
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise StoreUnavailable(
+                f"cannot listen on {host}:{port}: {exc.strerror or exc}; choose another --port"
+            ) from exc
+
+
+def keyring_warnings(gate: EffectGate, cards: list[Card]) -> list[Card]:
+    """`cards` with the "does not verify" warning of a record sealed under a key this keyring does
+    not hold replaced by the keyring mismatch it is (the key id, and to use the ledger's keyring)."""
+    flagged = [c.approval_id for c in cards if TAMPERED_WARNING in c.warnings]
+    if not flagged:
+        return cards
+    with gate.store.reading() as conn:
+        seals = {i: gate.store.approval(conn, i) for i in flagged}
+    fixed = []
+    for card in cards:
+        row = seals.get(card.approval_id)
+        kid = foreign_key(gate.keyring, row.seal) if row is not None else None
+        if kid is not None:
+            warnings = tuple(mismatch(kid) if w == TAMPERED_WARNING else w for w in card.warnings)
+            card = dataclasses.replace(card, warnings=warnings)
+        fixed.append(card)
+    return fixed
 
 
 # -- text

@@ -5,6 +5,7 @@ Nothing outside this module may branch on the dialect.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NoReturn
@@ -15,6 +16,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import StaticPool
 
 from ..errors import MissingDependency, StoreError
+from .records import SCHEMA_VERSION, SchemaVersionRow
 
 READONLY = "effectgate_readonly"
 _PG_IDLE = 0  # psycopg.pq.TransactionStatus.IDLE: no transaction open
@@ -82,14 +84,25 @@ def _sqlite_engine(parsed: sa.engine.URL, pool_size: int | None) -> Engine:
         # take control of BEGIN (below) so the whole propose/approve/claim runs under one lock.
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()
-        if not memory:
-            # WAL: readers never block the writer; commits cost ~30 us instead of ~1.5 ms.
-            cur.execute("PRAGMA journal_mode=WAL")
+        if not memory and not _sqlite_wal(cur):
+            _record.info[_WAL_PENDING] = True  # not ours yet: `_on_checkin` tries again
         # FULL: a committed approval or claim survives power loss, not only a process crash.
         cur.execute("PRAGMA synchronous=FULL")
         # Writers queue for the lock instead of failing at once with "database is locked".
         cur.execute("PRAGMA busy_timeout=30000")
         cur.close()
+
+    @sa.event.listens_for(engine, "checkin")
+    def _on_checkin(dbapi_conn: Any, record: Any) -> None:
+        # A database `setup` just created (or upgraded) in this process becomes WAL when the
+        # connection that did it returns to the pool, outside any transaction. A dict lookup per
+        # checkin; a statement only for a connection opened on a database that was not ours.
+        if record.info.get(_WAL_PENDING) and dbapi_conn is not None and not dbapi_conn.in_transaction:
+            cur = dbapi_conn.cursor()
+            with contextlib.suppress(Exception):  # busy, read-only: the next checkin tries again
+                if _sqlite_wal(cur):
+                    del record.info[_WAL_PENDING]
+            cur.close()
 
     @sa.event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
@@ -101,6 +114,29 @@ def _sqlite_engine(parsed: sa.engine.URL, pool_size: int | None) -> Engine:
             run(conn, "BEGIN" if readonly else "BEGIN IMMEDIATE")
 
     return engine
+
+
+_WAL_PENDING = "effectgate_wal_pending"
+
+
+def _sqlite_wal(cur: Any) -> bool:
+    """Put a file database in WAL journal mode (readers never block the writer; commits cost
+    ~30 us instead of ~1.5 ms) if it is an effectgate database of this schema version, and say
+    whether it is now WAL. The mode is persistent, written in the file's header: a database that
+    is not ours (no schema, another version) is refused on open and must not be changed, so it is
+    only read here. One statement on a database already WAL (every effectgate one after the first
+    connection); run once per connection, never per transaction."""
+    if str(cur.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal":
+        return True
+    table = SchemaVersionRow.__tablename__
+    if (
+        cur.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)).fetchone()
+        is None
+    ):
+        return False
+    if cur.execute(f"SELECT 1 FROM {table} WHERE version = ?", (SCHEMA_VERSION,)).fetchone() is None:
+        return False
+    return str(cur.execute("PRAGMA journal_mode=WAL").fetchone()[0]).lower() == "wal"
 
 
 def observed(conn: Connection | Engine) -> bool:

@@ -226,10 +226,16 @@ def create_app(
         except UnknownApproval:
             return refused(request, 404, "Not found", "No such approval.")
         except StaleApproval as exc:
-            message = (
-                f"This card changed since you opened it: you saw version {exc.given}, it is now "
-                f"version {exc.current}. Nothing was changed; review it again."
-            )
+            if exc.given < exc.current:
+                message = (
+                    f"This card changed since you opened it: you saw version {exc.given}, it is now "
+                    f"version {exc.current}. Nothing was changed; review it again."
+                )
+            else:
+                message = (
+                    f"Version {exc.given} of this card does not exist yet: it is at version "
+                    f"{exc.current}. Nothing was changed; review the current version."
+                )
             return refused(request, 409, "Stale card", message, approval_id)
         except ApprovalExpired:
             return refused(request, 410, "Expired", "This approval expired; nothing changed.", approval_id)
