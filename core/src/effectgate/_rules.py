@@ -7,15 +7,41 @@ audit does for an approval made under an older table.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+
+def _main_module_name(obj: object) -> str:
+    """The name a module run as `__main__` has when imported, so a row's fingerprint does not
+    depend on how its file was started: `python -m pkg.mod` -> "pkg.mod" (its spec's name);
+    `python path/to/mod.py` -> "mod", the file's stem, which is what `--app mod:factory` imports
+    when run from that directory (the path is not made into a package name). Kept "__main__"
+    when there is no file (`python -c`, a REPL). A function names its own module through its
+    globals, so this holds after `runpy.run_path` has restored `sys.modules["__main__"]`; a class
+    (an exception type) is named through the running `sys.modules["__main__"]`."""
+    namespace = getattr(obj, "__globals__", None)
+    if not isinstance(namespace, dict):
+        main = sys.modules.get("__main__")
+        namespace = vars(main) if main is not None else {}
+    spec = namespace.get("__spec__")
+    name = getattr(spec, "name", None)
+    if isinstance(name, str) and name and name != "__main__":
+        return name
+    file = namespace.get("__file__")
+    if isinstance(file, str) and file:
+        return Path(file).stem
+    return "__main__"
 
 
 def _qualname(obj: object) -> str | None:
     if obj is None:
         return None
     module = getattr(obj, "__module__", None) or ""
+    if module == "__main__":
+        module = _main_module_name(obj)
     name = getattr(obj, "__qualname__", None) or type(obj).__qualname__
     return f"{module}.{name}"
 
