@@ -22,14 +22,14 @@ its own, `Ask` (the pause): one body serves the sync and the async node, driven 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import ToolCall
-from langgraph.config import get_config
-from langgraph.types import interrupt
+from langgraph.errors import GraphInterrupt
 
 from effectgate import Approver, CallContext, EffectGate, Grant, Outcome, Pending, flow
 from effectgate.adapter import DecisionMismatch, Paused, bind_decision, is_gated, rejecting_approver
@@ -37,7 +37,6 @@ from effectgate.canonical import args_hash, freeze
 from effectgate.errors import ApprovalError, ArgumentError, EffectGateError, PolicyViolation, TokenError
 
 from ._decisions import (
-    ApprovalPayload,
     Approve,
     Decision,
     DecisionRefused,
@@ -56,31 +55,9 @@ from ._hitl import (
     NO_APPROVER,
     in_proposal_order,
     is_hitl,
-    is_newest_answer,
     matched,
 )
-
-# LangGraph reads a resume dict whose keys all look like xxh3 digests (32 lowercase hex) as a
-# map from interrupt id to value. effectgate's default approval ids have that shape too, so a
-# plain `Command(resume={approval_id: decision})` lands in this config entry instead of reaching
-# `interrupt()`. Reading our own approval ids from it keeps that documented form working.
-_RESUME_MAP_KEY = "__pregel_resume_map"
-
-
-@dataclass(frozen=True)
-class Ask:
-    payload: ApprovalPayload
-    approval_ids: frozenset[str]
-
-
-@dataclass(frozen=True)
-class Answer:
-    """What an `Ask` got back; `newest`: brought by this resume, not replayed from an earlier one
-    (told apart for HITL answers only, see `_hitl.is_newest_answer`)."""
-
-    value: object
-    newest: bool = True
-
+from ._shown import Answer, Ask, Raised, asker, record, refusal, shown
 
 #: The application's approver for HITL decisions in this run (`effectgate.adapter.native_approver`).
 ApproverOf = Callable[[], Approver | None]
@@ -215,7 +192,8 @@ def settle_step(
         if not waiting:
             break
         ask = payload(gate, waiting, refused, ctx)
-        answer: Answer = yield Ask(ask, frozenset(w.pending.approval_id for w in waiting))
+        ids = frozenset(w.pending.approval_id for w in waiting)
+        answer: Answer = yield Ask(ask, ids, shown(waiting), ctx)
         refused = yield from _apply(
             gate, answer, waiting, slots, ctx, resume_identity, ask["signature"], keys, approver_of
         )
@@ -239,6 +217,9 @@ def _apply(
     value = answer.value
     if not isinstance(value, Mapping):
         return [{"approval_id": w.pending.approval_id, "reason": NOT_A_MAPPING} for w in waiting]
+    wrong = None if answer.interrupt_id is None else refusal(gate, answer.interrupt_id, shown(waiting))
+    if wrong is not None:  # given for an interrupt that showed other calls (`_shown`)
+        return [{"approval_id": w.pending.approval_id, "reason": wrong} for w in waiting]
     hitl = is_hitl(value)
     refused: list[RefusedDecision] = []
     try:
@@ -362,31 +343,24 @@ def _refresh(gate: EffectGate, slot: _Slot, w: Waiting, ctx: CallContext) -> Gen
 # -- drivers
 
 
-def _asker() -> Callable[[Ask], Answer]:
-    """`interrupt()`, except that a plain `{approval_id: decision}` resume is read once from the
-    run's resume map (see `_RESUME_MAP_KEY`)."""
-    used = False
-
-    def ask(op: Ask) -> Answer:
-        nonlocal used
-        if not used:
-            used = True
-            resume_map = get_config().get("configurable", {}).get(_RESUME_MAP_KEY)
-            if isinstance(resume_map, Mapping):
-                picked = {k: v for k, v in resume_map.items() if k in op.approval_ids}
-                if picked:
-                    return Answer(picked)
-        value = interrupt(op.payload)
-        return Answer(value, is_newest_answer(value) if is_hitl(value) else True)
-
-    return ask
-
-
 def drive(step: StepFlow, gate: EffectGate) -> dict[str, Settled]:
-    """Settle a step on this thread; an `Ask` is LangGraph's interrupt (it raises: the pause)."""
-    return flow.drive(step, other=_asker())
+    """Settle a step on this thread; an `Ask` is LangGraph's interrupt (it raises: the pause),
+    whose payload the gate's log records (`_shown`)."""
+    raised: list[Raised] = []
+    try:
+        return flow.drive(step, other=asker(raised))
+    except GraphInterrupt:
+        for r in raised:
+            record(gate, *r)
+        raise
 
 
 async def adrive(step: StepFlow, gate: EffectGate) -> dict[str, Settled]:
     """As `drive`: the store work and sync tools run in a worker thread, the pause on the loop."""
-    return await flow.adrive(step, other=_asker())
+    raised: list[Raised] = []
+    try:
+        return await flow.adrive(step, other=asker(raised))
+    except GraphInterrupt:
+        for r in raised:
+            await asyncio.to_thread(record, gate, *r)
+        raise
