@@ -835,3 +835,28 @@ class ApprovalStoreContract(_StoreContract):
         assert found["first"] < found["second"]
         assert store.first_proposed(("first", "first")) == {"first": found["first"]}
         assert store.first_proposed([]) == {}
+
+    def test_events_of_one_session(self, store: SQLStore, clock: FakeClock) -> None:
+        """`events` narrows by kind, approval and session together (what an adapter's lookup of
+        its own thread's records reads), in order."""
+
+        def event(kind: str, session: str, approval_id: str | None = None) -> dict[str, Any]:
+            return {"at": clock.now(), "kind": kind, "session_id": session, "approval_id": approval_id}
+
+        with store.transaction() as conn:
+            store.append_events(
+                conn,
+                [
+                    event("shown", "s1"),
+                    event("shown", "s2"),
+                    event("other", "s1"),
+                    event("shown", "s1", "a1"),
+                ],
+            )
+        assert [(e.kind, e.session_id) for e in store.events(kind="shown", session_id="s1")] == [
+            ("shown", "s1"),
+            ("shown", "s1"),
+        ]
+        assert [e.approval_id for e in store.events(session_id="s1", approval_id="a1")] == ["a1"]
+        assert [e.kind for e in store.events(session_id="s1")] == ["shown", "other", "shown"]
+        assert store.events(kind="shown", session_id="s3") == []

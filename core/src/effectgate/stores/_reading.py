@@ -63,12 +63,16 @@ class ReadingSQL:
         with self.reading() as conn:
             return [ExecutionRow(**r._mapping) for r in conn.execute(q.order_by(Q.T_EXECUTIONS.c.id))]
 
-    def events(self, *, kind: str | None = None, approval_id: str | None = None) -> list[EventRow]:
+    def events(
+        self, *, kind: str | None = None, approval_id: str | None = None, session_id: str | None = None
+    ) -> list[EventRow]:
         q = sa.select(Q.T_EVENTS)
         if kind is not None:
             q = q.where(Q.T_EVENTS.c.kind == kind, *(() if kind == "read" else (Q.NOT_READ,)))
         if approval_id is not None:
             q = q.where(Q.T_EVENTS.c.approval_id == approval_id)
+        if session_id is not None:
+            q = q.where(Q.T_EVENTS.c.session_id == session_id)
         with self.reading() as conn:
             return [EventRow(**r._mapping) for r in conn.execute(q.order_by(Q.T_EVENTS.c.id))]
 

@@ -191,8 +191,10 @@ class ApprovalLedger(Protocol):
     def executions(self, *, approval_id: str | None = None, tool: str | None = None) -> list[ExecutionRow]:
         """Execution rows, in order."""
 
-    def events(self, *, kind: str | None = None, approval_id: str | None = None) -> list[EventRow]:
-        """Event rows, in order."""
+    def events(
+        self, *, kind: str | None = None, approval_id: str | None = None, session_id: str | None = None
+    ) -> list[EventRow]:
+        """Event rows, in order; of one kind, approval and session when those are given."""
 
     def first_proposed(self, approval_ids: Collection[str]) -> dict[str, int]:
         """For each of `approval_ids` (a few: one model step's calls) with a "proposed" event,

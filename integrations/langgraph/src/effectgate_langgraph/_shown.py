@@ -100,9 +100,10 @@ def answered_interrupt(value: object) -> str | None:
     return _interrupt_id(ns, len(answers) - 1)
 
 
-def refusal(gate: EffectGate, interrupt_id: str, calls: Shown) -> str | None:
-    """Why a HITL answer to `interrupt_id` must not be applied to `calls` (None: it may)."""
-    details = [_detail(e.detail_json) for e in gate.store.events(kind=SHOWN)]
+def refusal(gate: EffectGate, interrupt_id: str, calls: Shown, session_id: str) -> str | None:
+    """Why a HITL answer to `interrupt_id` must not be applied to `calls` (None: it may). The
+    records are the session's (the thread's): one read of its pauses, not of every thread's."""
+    details = [_detail(e.detail_json) for e in gate.store.events(kind=SHOWN, session_id=session_id)]
     seen = [d.get("shown") for d in details if d.get("interrupt_id") == interrupt_id]
     if seen and all(s == calls for s in seen):
         return None

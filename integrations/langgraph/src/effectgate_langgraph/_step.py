@@ -217,7 +217,11 @@ def _apply(
     value = answer.value
     if not isinstance(value, Mapping):
         return [{"approval_id": w.pending.approval_id, "reason": NOT_A_MAPPING} for w in waiting]
-    wrong = None if answer.interrupt_id is None else refusal(gate, answer.interrupt_id, shown(waiting))
+    wrong = (
+        None
+        if answer.interrupt_id is None
+        else refusal(gate, answer.interrupt_id, shown(waiting), ctx.session_id)
+    )
     if wrong is not None:  # given for an interrupt that showed other calls (`_shown`)
         return [{"approval_id": w.pending.approval_id, "reason": wrong} for w in waiting]
     hitl = is_hitl(value)
