@@ -384,3 +384,36 @@ def test_a_member_may_be_built_from_native_tools(shop_gate: ShopGate, tmp_path: 
         assert isinstance(member.tools["transfer_funds"], GatedTool)
     finally:
         gate.close()
+
+
+def test_a_member_shared_by_nested_managers_serves_the_innermost_run(shop_gate: ShopGate) -> None:
+    """M manages A and B, and A manages B too (a team, all gated on one gate): when M's run calls
+    A and A calls B, B runs as a member of A's run (the innermost, which M's run contains), once,
+    through the gate; it is not refused as ambiguous."""
+    gate = shop_gate.gate
+    orders_script = Script([call("get_order", order_id="1042"), say("shipped")])
+    orders = GatedAgent(
+        agent("tool_calling", support_tools(shop_gate, "get_order"), orders_script, name="orders"),
+        gate,
+        agent_id="support",
+    )
+    helper_script = Script([call("orders", task="look up 1042"), say("A done")])
+    helper = GatedAgent(
+        agent("tool_calling", [], helper_script, name="helper", managed_agents=[orders.agent]),
+        gate,
+        agent_id="support",
+    )
+    manager_script = Script([call("helper", task="help"), say("ok")])
+    manager = GatedAgent(
+        agent("tool_calling", [], manager_script, managed_agents=[helper.agent, orders.agent]),
+        gate,
+        agent_id="support",
+    )
+    out = manager.run("Where is 1042?", **IDENTITY)
+    assert isinstance(out, Finished), out
+    assert out.output == "ok"
+    assert shop_gate.shop.reads["get_order"] == 1
+    gate.flush()
+    [read_event] = [e for e in shop_gate.store.events(kind="read") if e.tool == "get_order"]
+    assert read_event.session_id == "s-ada"
+    assert read_event.agent_id == "support"

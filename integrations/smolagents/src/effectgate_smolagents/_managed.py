@@ -148,10 +148,26 @@ def adopt(manager: GatedAgent, members: list[GatedAgent]) -> None:
             _MANAGERS.setdefault(member, weakref.WeakSet()).add(manager)
 
 
+def _manages(outer: GatedAgent, inner: GatedAgent) -> bool:
+    """Whether `inner` is a member of `outer`, at any depth (with `_LOCK` held)."""
+    todo, seen = [inner], set()
+    while todo:
+        for manager in _MANAGERS.get(todo.pop(), ()):
+            if manager is outer:
+                return True
+            if id(manager) not in seen:
+                seen.add(id(manager))
+                todo.append(manager)
+    return False
+
+
 def _running_manager(member: GatedAgent) -> GatedAgent:
-    """The one gated manager of `member` whose run is in progress; `MissingIdentity` if none."""
+    """The gated manager of `member` whose run is in progress and innermost: in a nested team
+    (M runs A, A calls B, and M manages B too) A's run, which M's run contains; `MissingIdentity`
+    if none runs, and ambiguous (it does not run) when two unrelated runs could be served."""
     with _LOCK:
         running = [m for m in _MANAGERS.get(member, ()) if m._current is not None]
+        running = [m for m in running if not any(o is not m and _manages(m, o) for o in running)]
     if not running:
         raise plain_run_refused()
     if len(running) > 1:
