@@ -9,7 +9,7 @@ columns only (the append-only triggers refuse anything else).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -143,6 +143,25 @@ def _in(column: sa.Column[Any], values: Iterable[str]) -> Any:
     return column.in_(listed) if listed else sa.false()
 
 
+#: Values per IN list: a user's or a rule's records can number hundreds of thousands, beyond
+#: SQLite's (32,766) and PostgreSQL's (65,535) bound parameters per statement.
+_BATCH = 500
+
+
+def _batches(values: Iterable[str]) -> Iterator[list[str]]:
+    listed = sorted(set(values))
+    for start in range(0, len(listed), _BATCH):
+        yield listed[start : start + _BATCH]
+
+
+def _select_in(
+    conn: Connection, table: str, column: sa.Column[Any], values: Iterable[str], extra: Sequence[str]
+) -> list[Target]:
+    """`_select` of the rows whose `column` is one of `values`, a batch of them per statement."""
+    found = [t for batch in _batches(values) for t in _select(conn, table, column.in_(batch), extra)]
+    return sorted(found, key=lambda t: (int(t.key) if t.key.isdigit() else 0, t.key))
+
+
 def targets(
     conn: Connection,
     *,
@@ -182,19 +201,20 @@ def targets(
         where_ev.append(ev.c.at < before)
     approvals = _select(conn, "eg_approvals", sa.and_(*where_a), _APPROVAL_EXTRA)
     ids = [t.key for t in approvals]
+    selected = sa.select(a.c.id).where(sa.and_(*where_a)).scalar_subquery()  # `ids`, in SQL
     # an event naming a selected approval and no user is that approval's user's
-    unnamed = [ev.c.user_id.is_(None), _in(ev.c.approval_id, ids)]
+    unnamed: list[Any] = [ev.c.user_id.is_(None), ev.c.approval_id.in_(selected)]
     if before is not None:
         unnamed.append(ev.c.at < before)
     events_where = sa.or_(sa.and_(*where_ev), sa.and_(*unnamed))
     if subject_keys:  # only what belongs to the subject's approvals
-        where_e.append(_in(e.c.approval_id, ids))
-        events_where = sa.and_(events_where, _in(ev.c.approval_id, ids))
+        where_e.append(e.c.approval_id.in_(selected))
+        events_where = sa.and_(events_where, ev.c.approval_id.in_(selected))
     executions = _select(conn, "eg_executions", sa.and_(*where_e), _EXECUTION_EXTRA)
     events = _select(conn, "eg_events", events_where, _EVENT_EXTRA)
-    decisions = _select(conn, "eg_decisions", _in(Q.T_DECISIONS.c.approval_id, ids), ("approval_id",))
+    decisions = _select_in(conn, "eg_decisions", Q.T_DECISIONS.c.approval_id, ids, ("approval_id",))
     keys = [t.idempotency_key for t in executions if t.idempotency_key]
-    records = _select(conn, "eg_idempotency", _in(Q.T_IDEMPOTENCY.c.key, keys), ("status",))
+    records = _select_in(conn, "eg_idempotency", Q.T_IDEMPOTENCY.c.key, keys, ("status",))
     return _with_calls(conn, [*approvals, *executions, *events, *decisions, *records])
 
 
@@ -223,26 +243,37 @@ def _with_calls(conn: Connection, rows: list[Target]) -> list[Target]:
     outside the selection: younger than a retention rule's age, or of another effect)."""
     e, i = Q.T_EXECUTIONS, Q.T_IDEMPOTENCY
     ids = {t.key for t in rows if t.table == "eg_approvals"} | {t.approval_id for t in rows if t.approval_id}
-    writes = {t.args_hash for t in rows if t.table == "eg_events" and not t.approval_id and t.args_hash}
+    # a read has no execution row: only the other events that name no approval are a write's
+    writes = {
+        t.args_hash
+        for t in rows
+        if t.table == "eg_events" and not t.approval_id and t.args_hash and t.effect != "read"
+    }
     keys_of: dict[str, set[str]] = {}  # approval id -> its idempotency keys
     write_key: dict[tuple[Any, ...], str] = {}
     approval_of: dict[str, str] = {}
     q = sa.select(
         e.c.approval_id, e.c.idempotency_key, e.c.tool, e.c.args_hash, e.c.session_id, e.c.origin_message_id
     )
-    for r in conn.execute(q.where(sa.or_(_in(e.c.approval_id, ids), _in(e.c.args_hash, writes)))):
+    found = [r for batch in _batches(ids) for r in conn.execute(q.where(e.c.approval_id.in_(batch)))]
+    found += [r for batch in _batches(writes) for r in conn.execute(q.where(e.c.args_hash.in_(batch)))]
+    for r in found:
         if r.approval_id:
             keys_of.setdefault(r.approval_id, set()).add(r.idempotency_key)
             approval_of[r.idempotency_key] = r.approval_id
         else:
             write_key[_origin(r)] = r.idempotency_key
     a = Q.T_APPROVALS
-    approvals = {t.key: t for t in _select(conn, "eg_approvals", _in(a.c.id, ids), _APPROVAL_EXTRA)}
+    approvals = {t.key: t for t in _select_in(conn, "eg_approvals", a.c.id, ids, _APPROVAL_EXTRA)}
     keys = {k for found in keys_of.values() for k in found} | set(write_key.values())
     keys |= {t.idempotency_key for t in rows if t.idempotency_key} | {
         t.key for t in rows if t.table == "eg_idempotency"
     }
-    status = {r.key: r.status for r in conn.execute(sa.select(i.c.key, i.c.status).where(_in(i.c.key, keys)))}
+    status = {
+        r.key: r.status
+        for batch in _batches(keys)
+        for r in conn.execute(sa.select(i.c.key, i.c.status).where(i.c.key.in_(batch)))
+    }
     out = []
     for t in rows:
         key = t.key if t.table == "eg_idempotency" else t.idempotency_key
