@@ -131,7 +131,8 @@ def broken(keyring: Keyring, row: ApprovalRow) -> str:
 def mismatch(kid: str) -> str:
     """What a record sealed under key `kid`, which this keyring does not hold, means and what to do."""
     return (
-        f"keyring mismatch: the record is sealed with key {kid!r}, which this keyring does not hold "
-        "(not an edit: this keyring cannot check it). Use the ledger's keyring: set EFFECTGATE_KEYRING "
-        "to it, or use the database's key file"
+        f"keyring mismatch: the record is sealed with key {kid!r}, which this keyring does not hold, "
+        "so it cannot be checked (most likely another keyring; a key id edited in the database "
+        "looks the same, and `effectgate audit` with the ledger's keyring tells them apart). Use "
+        "the ledger's keyring: set EFFECTGATE_KEYRING to it, or use the database's key file"
     )

@@ -106,8 +106,9 @@ class AlreadyDecided(ApprovalError):
 
 
 class ForeignSeal(str):
-    """A `TamperedRecord` reason that is a keyring mismatch, not an edit: the record is sealed
-    under `key_id`, a key the keyring in use does not hold."""
+    """A `TamperedRecord` reason that is most likely a keyring mismatch: the record is sealed
+    under `key_id`, a key the keyring in use does not hold (an edited key id looks the same;
+    the audit, with the ledger's keyring, tells them apart)."""
 
     key_id: str
 
@@ -124,8 +125,8 @@ class TamperedRecord(ApprovalError):
 
     def __init__(self, approval_id: str, what: str) -> None:
         self.what = what
-        #: The key id the record names when this keyring does not hold it (`ForeignSeal`): a
-        #: keyring mismatch, not tampering.
+        #: The key id the record names when this keyring does not hold it (`ForeignSeal`): most
+        #: likely a keyring mismatch (refused all the same: nothing runs on a record not checked).
         self.foreign_key = what.key_id if isinstance(what, ForeignSeal) else None
         if self.foreign_key is not None:
             message = f"approval {approval_id}: {what}. Nothing was changed or run"
