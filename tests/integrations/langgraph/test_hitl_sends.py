@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import langgraph.types
 from langchain.agents import create_agent
 from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
@@ -27,6 +28,9 @@ from .test_hitl_order import APPROVE, EFFECTS, FIONA, NO_CREDIT, finance_tools
 
 CFG: dict[str, Any] = {"configurable": {"thread_id": "t1"}}
 CONTEXT = {"user_id": "u1"}
+
+#: Newer LangGraph gives a re-raised interrupt a new id (its slot); 1.2.15 names each after its task.
+SLOT_IDS = hasattr(langgraph.types, "_interrupt_id")
 
 
 def agent_of(receiver: EffectRecorder, db: str, gates: list[EffectGate], *later: Any) -> tuple[Any, Any]:
@@ -97,13 +101,20 @@ def test_reversed_sends_do_not_move_a_hitl_decision(keyed_db: str, gates: list[E
     again = by_tool(out)
     assert set(again) == {"refund_order", "issue_credit"}
     for pause in again.values():
-        assert pause.id not in answers
+        assert (pause.id not in answers) if SLOT_IDS else (pause.id in answers)
         [refused] = pause.value["refused"]
         assert "the reviewer saw" in refused["reason"]
 
     # the payloads now shown are what their tasks hold: answering them is honest
     answers = {again["refund_order"].id: {"decisions": [APPROVE]}, again["issue_credit"].id: NO_CREDIT}
     done = invoke(agent, Command(resume=answers))
+    if not SLOT_IDS:
+        # Before slot ids every interrupt of a task keeps its namespace's id, whose records now
+        # disagree: a positional answer to it stays refused (closed), nothing runs; an answer by
+        # approval id still decides it.
+        assert receiver.count() == 0
+        assert status(gate) == {"refund_order": "pending", "issue_credit": "pending"}
+        return
     assert done.interrupts == ()
     assert receiver.count("credit") == 0
     assert receiver.count("refund", order_id="1042", amount=10) == 1

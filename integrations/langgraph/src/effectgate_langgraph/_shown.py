@@ -84,8 +84,6 @@ def answered_interrupt(value: object) -> str | None:
     """The id of the interrupt the newest answer `value` of this task was addressed to (the
     task's last slot); None for `Command(resume=value)`, addressed to no interrupt (LangGraph
     refuses it while several interrupts are pending; the node orders one task's calls itself)."""
-    from langgraph.types import _interrupt_id  # the id LangGraph gave that slot's interrupt
-
     conf = get_config().get("configurable", {})
     null_resume = getattr(conf.get(_SCRATCHPAD_KEY), "get_null_resume", None)
     if callable(null_resume) and null_resume(False) is value:
@@ -97,7 +95,20 @@ def answered_interrupt(value: object) -> str | None:
             "this LangGraph keeps no per-task answers where effectgate_langgraph reads them, so "
             f"the interrupt a HumanInTheLoopMiddleware answer was given for is unknown; {HOW_TO_ANSWER}"
         )
-    return _interrupt_id(ns, len(answers) - 1)
+    return _slot_interrupt_id(ns, len(answers) - 1)
+
+
+def _slot_interrupt_id(ns: str, answered: int) -> str:
+    """The id LangGraph gave the interrupt of a task's slot `answered` (its private rule: newer
+    releases suffix the slot, before that every interrupt of a task was named after its namespace,
+    which is also the first slot's id now)."""
+    try:
+        from langgraph.types import _interrupt_id
+    except ImportError:  # LangGraph before `_interrupt_id` (1.2.15, the lowest supported)
+        from xxhash import xxh3_128_hexdigest
+
+        return xxh3_128_hexdigest(ns.encode())
+    return _interrupt_id(ns, answered)
 
 
 def refusal(gate: EffectGate, interrupt_id: str, calls: Shown, session_id: str) -> str | None:
