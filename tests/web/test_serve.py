@@ -111,13 +111,9 @@ def _approvers(tmp_path: Path) -> Path:
     return approvers
 
 
-@pytest.mark.parametrize("port", ["0", "99999", "-1"])
-def test_serve_refuses_a_port_out_of_range(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], port: str
-) -> None:
-    """A port outside 1-65535 is a usage error in one line, before anything is opened or served."""
-    db = f"sqlite:///{tmp_path}/d.db"
-    argv = [
+def _serve(db: str, tmp_path: Path) -> list[str]:
+    """`effectgate serve` on `db` with the shop app and an approvers file (no --port)."""
+    return [
         "serve",
         "--db",
         db,
@@ -126,7 +122,14 @@ def test_serve_refuses_a_port_out_of_range(
         "--approvers",
         str(_approvers(tmp_path)),
     ]
-    assert main([*argv, "--port", port]) == 2
+
+
+@pytest.mark.parametrize("port", ["0", "99999", "-1"])
+def test_serve_refuses_a_port_out_of_range(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], port: str
+) -> None:
+    """A port outside 1-65535 is a usage error in one line, before anything is opened or served."""
+    assert main([*_serve(f"sqlite:///{tmp_path}/d.db", tmp_path), "--port", port]) == 2
     out, err = capsys.readouterr()
     assert "1 to 65535" in err
     assert "Traceback" not in err
@@ -146,16 +149,7 @@ def test_serve_refuses_a_port_in_use(tmp_path: Path, capsys: pytest.CaptureFixtu
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        argv = [
-            "serve",
-            "--db",
-            db,
-            "--app",
-            "effectgate.examples.shop:app",
-            "--approvers",
-            str(_approvers(tmp_path)),
-        ]
-        assert main([*argv, "--port", str(port)]) == 5
+        assert main([*_serve(db, tmp_path), "--port", str(port)]) == 5
     out, err = capsys.readouterr()
     assert f"cannot listen on 127.0.0.1:{port}" in err
     assert len(err.strip().splitlines()) == 1

@@ -34,7 +34,7 @@ from ._seal import approval_sealed, decision_intact
 from .canonical import ENCODE, canonical_json
 from .errors import EffectGateError, TokenError
 from .stores._chain import CHAINED, columns
-from .stores._dialect import REDACTED_PREFIX
+from .stores._dialect import is_redacted
 from .stores.protocol import Store
 from .stores.records import PERSONAL, ChainRow, RedactedRow
 from .tokens import Keyring
@@ -80,7 +80,7 @@ class _Links:
     def value(self, row_id: Any, column: str, text: Any) -> Any:
         if text is None:
             return None
-        if isinstance(text, str) and text.startswith(REDACTED_PREFIX):
+        if is_redacted(text):
             entry = self.erased.get((self.table, str(row_id), column))
             part = commitment_part(entry.commitment, self.kid) if entry is not None else None
             return part if part is not None else text  # a marker no redaction wrote: breaks the link

@@ -53,7 +53,7 @@ from .canonical import canonical_json, digest
 from .chain import ERASURE_LOCK, check_keyring
 from .effects import Effect
 from .errors import EffectGateError, TokenError
-from .stores._dialect import REDACTED_PREFIX
+from .stores._dialect import is_redacted
 from .stores._redaction import UNCLASSIFIED, Target, call_id, is_open, of_subject
 from .stores.protocol import Store
 from .stores.records import HoldRow, RedactedRow
@@ -91,11 +91,6 @@ class Redaction:
             "keep": list(self.keep),
             "held": list(self.held),
         }
-
-
-def is_redacted(text: Any) -> bool:
-    """Whether a stored value is a redaction marker."""
-    return isinstance(text, str) and text.startswith(REDACTED_PREFIX)
 
 
 def marker(redaction_id: str, facts: Mapping[str, Any] | None = None) -> str:
@@ -137,29 +132,6 @@ def entry_sealed(keyring: Keyring, entry: RedactedRow) -> bool:
     except TokenError:
         return False
     return True
-
-
-def redaction_problem(
-    redacted: Mapping[tuple[str, str, str], RedactedRow],
-    keyring: Keyring | None,
-    where: tuple[str, str],
-    args_json: str,
-    args_hash: str,
-) -> str | None:
-    """What is wrong with erased arguments (None: nothing): their sealed entry must name this row
-    (`where`: table and key), the args hash it had, the facts kept and the marker's redaction."""
-    entry = redacted.get((*where, "args_json"))
-    if entry is None:
-        return "the arguments were overwritten with a redaction marker that no redaction wrote"
-    if keyring is not None and not entry_sealed(keyring, entry):
-        return "the redaction entry's seal does not verify"
-    if entry.args_hash != args_hash:
-        return "the redaction entry names another args hash"
-    if json.loads(entry.kept_json or "{}") != facts_of(args_json, ()):
-        return "the facts kept by the redaction were changed"
-    if json.loads(args_json).get(MARK) != entry.redaction_id:
-        return "the marker names another redaction"
-    return None
 
 
 def subject_keys(subject: Mapping[str, Any]) -> list[str]:
@@ -381,7 +353,6 @@ __all__ = [
     "keyed_hash",
     "marker",
     "redact",
-    "redaction_problem",
     "release",
     "retain",
 ]

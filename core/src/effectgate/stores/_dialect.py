@@ -314,6 +314,11 @@ def lock_name(conn: Connection, name: str) -> None:
 REDACTED_PREFIX = '{"$redacted":'
 
 
+def is_redacted(text: Any) -> bool:
+    """Whether a stored value is a redaction marker (starts like one: only `redact` writes such)."""
+    return isinstance(text, str) and text.startswith(REDACTED_PREFIX)
+
+
 def append_only_ddl(
     conn: Connection, tables: tuple[str, ...], redactable: Mapping[str, tuple[str, ...]]
 ) -> None:
