@@ -39,6 +39,7 @@ from multiprocessing.connection import Connection as Pipe
 from typing import Any
 
 from . import _audit_rows as col
+from . import _pins
 from ._audit_scan import Finding, FindingKind, Scan
 from .chain import verify_chain
 from .effects import Policy
@@ -92,13 +93,16 @@ def audit(
     *,
     keyring: Keyring | None = None,
     chain: bool = False,
+    pinned: Mapping[str, Any] | None = None,
 ) -> AuditReport:
     """Scan the store (see the module docstring). With `table`, also compare every executed
     approval against the table as it is now (a reclassification shows). With `keyring` (the
     gate's), every seal is verified; without one, `seals_checked` is False. `policy` is accepted
     for compatibility: the scan uses the policy recorded with each approval and execution. With
     `chain` (and `keyring`), the ledger's own hash chain is recomputed too (`effectgate.chain`):
-    a checkpointed row deleted, inserted or edited is a `chain_broken` finding."""
+    a checkpointed row deleted, inserted or edited is a `chain_broken` finding. `pinned`: the chain
+    heads an export's manifest pinned (`Manifest.heads`, its signature checked by the caller); each
+    one no longer in the chain as pinned is a `chain_broken` finding too (`effectgate._pins`)."""
     del policy
     scan = Scan(store, table, keyring)
     half = _fork_half(store, scan)  # the upper half of a large ledger, in a second process
@@ -147,6 +151,8 @@ def audit(
     if chain and keyring is not None:
         for b in verify_chain(store, keyring, erased=scan.redacted):
             scan.add("chain_broken", b.table, f"ids {b.first_id}..{b.last_id}: {b.problem}")
+    for b in _pins.breaks(store, pinned):
+        scan.add("chain_broken", b.table, f"up to id {b.last_id}: {b.problem}")
     return AuditReport(scan.findings, metrics, seals_checked=keyring is not None)
 
 

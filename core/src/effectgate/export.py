@@ -31,9 +31,10 @@ What is exported is re-derived first: the export checkpoints the ledger's own ha
 (`effectgate.chain.seal_chain`), then runs `audit` over the whole ledger with the keyring (seals,
 hashes, roles, approver counts, and the chain: a row deleted or edited in the database since an
 earlier checkpoint) and refuses while it has findings, so a signature never vouches for an edited
-row. An incremental export starts after the previous manifest's last
-sequence (its signature verified first) and continues its chain. Records newer than `settle`
-seconds are left for the next export, so a row whose transaction commits late is not skipped.
+row. The manifest pins the ledger's chain heads (`_pins`). An incremental export starts after
+the previous manifest's last sequence (its signature verified first), continues its chain, and
+refuses while the ledger's chain is cut back below that manifest's pins. Records newer than
+`settle` seconds are left for the next export (a row whose transaction commits late is not skipped).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from . import _pins
 from ._commitments import commitment, commitment_holds, commitment_part
 from .audit import audit
 from .canonical import canonical_json
@@ -85,10 +87,14 @@ class Manifest:
     after_seq: int  # records with a greater sequence number are in this file or later ones
     created_at: float
     signature: str = ""
+    #: the ledger's chain heads at export time (`effectgate._pins`); None in older manifests
+    heads: dict[str, dict[str, Any]] | None = None
 
     def body(self) -> bytes:
         fields = asdict(self)
         fields.pop("signature")
+        if fields["heads"] is None:  # a manifest from before pins was signed without the field
+            fields.pop("heads")
         return canonical_json(fields)
 
     def dumps(self) -> str:
@@ -200,13 +206,14 @@ def export_chain(
     now: float | None = None,
 ) -> Manifest:
     """Write the decision records after `after` (all when None) to `path` as a hash chain, and its
-    signed manifest beside it (`manifest_path(path)`). Refused, writing nothing, when the audit
-    has findings or `after` is not signed by this keyring."""
+    signed manifest beside it (`manifest_path(path)`), which pins the ledger's chain heads.
+    Refused, writing nothing, when the audit has findings (the chain cut back below the heads
+    `after` pinned is one) or `after` is not signed by this keyring."""
     if after is not None:
         after.check(keyring)
     at = time.time() if now is None else now
     seal_chain(store, keyring, now=at, settle=settle)  # the ledger's own chain covers what is exported
-    report = audit(store, keyring=keyring, chain=True)
+    report = audit(store, keyring=keyring, chain=True, pinned=after.heads if after is not None else None)
     if not report.clean:
         kinds = sorted({f.kind for f in report.findings})
         raise ExportError(
@@ -241,6 +248,7 @@ def export_chain(
         head=head,
         after_seq=after_seq if last is None else last,
         created_at=at,
+        heads=_pins.heads(store),
     )
     signed = Manifest(**{**asdict(manifest), "signature": keyring.sign(PURPOSE, manifest.body())})
     partial.replace(target)

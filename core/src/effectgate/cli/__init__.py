@@ -147,6 +147,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--chain", action="store_true", help="also recompute the ledger's hash chain (every checkpointed row)"
     )
+    p.add_argument(
+        "--pinned",
+        metavar="MANIFEST",
+        help="also check the chain still holds the heads this export's manifest pinned (implies --chain)",
+    )
     p = sub.add_parser("export", parents=[common], help="the decision records as a signed hash chain")
     p.add_argument("--out", help="the export file; its signed manifest goes beside it (FILE.manifest.json)")
     p.add_argument(

@@ -18,7 +18,7 @@ from rich.text import Text
 from .._display import remaining, when
 from ..audit import audit, export_jsonl
 from ..context import Approver
-from ..export import Manifest, export_chain, manifest_path, verify_export
+from ..export import ExportError, Manifest, export_chain, manifest_path, verify_export
 from ..outcomes import Grant, PartialApproval, Recorded
 from ..replay import replay
 from ..stores.records import SCHEMA_VERSION
@@ -165,8 +165,21 @@ def _cmd_deny(args: argparse.Namespace, out: Console) -> int:
 
 
 def _cmd_audit(args: argparse.Namespace, out: Console) -> int:
+    if args.pinned and not Path(args.pinned).is_file():
+        raise NotFound(f"audit --pinned {args.pinned}: no such file")
+    pinned = Manifest.load(args.pinned) if args.pinned else None
     with _gate(args) as gate:
-        report = audit(gate.store, gate.table if args.app else None, keyring=gate.keyring, chain=args.chain)
+        if pinned is not None:  # the manifest's signature first: only then are its pins ours
+            pinned.check(gate.keyring)
+            if pinned.heads is None:
+                raise ExportError(f"{args.pinned} pins no chain heads (an export made before pins)")
+        report = audit(
+            gate.store,
+            gate.table if args.app else None,
+            keyring=gate.keyring,
+            chain=args.chain or pinned is not None,
+            pinned=pinned.heads if pinned is not None else None,
+        )
     args.verdict = EXIT_OK if report.clean else EXIT_FINDINGS  # kept if the reader goes away
     if args.json:
         _write_json(report.to_dict())
