@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import sqlalchemy as sa
 from markupsafe import escape
 from starlette.testclient import TestClient
 
 from effectgate import Effect, EffectGate, EffectTable, Keyring, Pending, ToolSpec
-from effectgate.examples.shop import context
+from effectgate._seal import mismatch
+from effectgate.examples.shop import app, context
 from effectgate.outcomes import TAMPERED_WARNING
 from effectgate.web import create_app
 
@@ -119,6 +121,91 @@ def test_a_record_that_does_not_verify_is_flagged_and_cannot_be_decided(inbox: I
     assert c.post(f"/approvals/{p.approval_id}/deny", data=form(p, csrf, reason="x")).status_code == 409
     assert snapshot(inbox) == before
     assert inbox.shop.receiver.count("refund") == 0
+
+
+def still_pending(inbox: Inbox, p: Pending) -> None:
+    """The approval is as proposed: pending at its version, no decision and no effect recorded."""
+    row = inbox.store.get_approval(p.approval_id)
+    assert row is not None
+    assert (row.status, row.version, row.token_hash) == ("pending", p.version, None)
+    assert [d for d in inbox.store.all_decisions() if d.approval_id == p.approval_id] == []
+    assert inbox.store.executions(approval_id=p.approval_id) == []
+    assert inbox.shop.receiver.count("refund") == 0
+
+
+def test_a_record_sealed_under_another_keyring_shows_the_keyring_mismatch(inbox: Inbox) -> None:
+    """An inbox served with another keyring than the ledger's shows a card sealed under a key it
+    lacks as the keyring mismatch it most likely is (the key id, and to use the ledger's keyring),
+    not as an edited record, in the list and on the card; it offers no forms, and approve and deny
+    are refused as a keyring mismatch: nothing changes, and the ledger's own keyring still finds
+    the record intact."""
+    p = propose(inbox)
+    kid = inbox.gate.keyring.current
+    explained = f'<li class="keyring-mismatch">{escape(mismatch(kid))}</li>'
+    other = app(inbox.store, keyring=Keyring.generate(), clock=inbox.clock, shop=inbox.shop)
+    try:
+        served = create_app(other, registry(), secret_key="k")
+        c = TestClient(served, base_url="http://127.0.0.1", follow_redirects=False)
+        csrf = login(c, "fiona")
+        listed = c.get("/").text
+        assert f'data-approval="{p.approval_id}"' in listed
+        assert explained in listed
+        assert str(escape(TAMPERED_WARNING)) not in listed
+        html = c.get(f"/approvals/{p.approval_id}").text
+        assert 'id="warnings" role="alert"' in html
+        assert explained in html
+        said = (
+            f'<p class="warn" id="keyring-mismatch" role="alert">This record is sealed with key <code>{kid}'
+        )
+        assert said in html
+        assert "EFFECTGATE_KEYRING" in html
+        assert str(escape(TAMPERED_WARNING)) not in html
+        assert 'id="does-not-verify"' not in html
+        assert f'action="/approvals/{p.approval_id}/' not in html
+        assert 'class="approve"' not in html
+        before = snapshot(inbox)
+        r = c.post(f"/approvals/{p.approval_id}/approve", data=form(p, csrf))
+        assert r.status_code == 409
+        assert "<h2>Keyring mismatch</h2>" in r.text
+        assert str(escape(mismatch(kid))) in r.text
+        assert "changed outside effectgate" not in r.text
+        r = c.post(f"/approvals/{p.approval_id}/deny", data=form(p, csrf, reason="x"))
+        assert r.status_code == 409
+        assert "<h2>Keyring mismatch</h2>" in r.text
+        assert snapshot(inbox) == before
+    finally:
+        other.close()
+    still_pending(inbox, p)
+    assert inbox.gate.card(p.approval_id).warnings == ()
+
+
+def test_an_edited_sealed_column_shows_the_tampering_warning_not_a_mismatch(inbox: Inbox) -> None:
+    """A sealed column edited in the database, under the inbox's own keyring, is an edit: the list
+    and the card show the does-not-verify warning (no keyring mismatch), no forms, and approve is
+    refused as a record that does not verify; nothing changes."""
+    p = propose(inbox)
+    with inbox.store.engine.begin() as conn:  # behind effectgate's back: the seal is left as it was
+        edited = sa.text("UPDATE eg_approvals SET user_id = 'mallory' WHERE id = :id")
+        assert conn.execute(edited, {"id": p.approval_id}).rowcount == 1
+    c = inbox.client()
+    csrf = login(c, "fiona")
+    listed = c.get("/").text
+    assert f"<li>{escape(TAMPERED_WARNING)}</li>" in listed
+    assert "keyring-mismatch" not in listed
+    html = c.get(f"/approvals/{p.approval_id}").text
+    assert f"<li>{escape(TAMPERED_WARNING)}</li>" in html
+    assert '<p class="warn" id="does-not-verify" role="alert">This record does not verify' in html
+    assert "keyring-mismatch" not in html
+    assert "keyring mismatch" not in html
+    assert f'action="/approvals/{p.approval_id}/' not in html
+    before = snapshot(inbox)
+    r = c.post(f"/approvals/{p.approval_id}/approve", data=form(p, csrf))
+    assert r.status_code == 409
+    assert "<h2>Record does not verify</h2>" in r.text
+    assert "changed outside effectgate" in r.text
+    assert "keyring mismatch" not in r.text
+    assert snapshot(inbox) == before
+    still_pending(inbox, p)
 
 
 def test_denied_card_shows_the_reason_escaped(inbox: Inbox) -> None:

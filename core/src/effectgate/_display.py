@@ -3,9 +3,14 @@ every surface prints the same arguments, times and countdowns."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
+
+from ._seal import foreign_key, mismatch
+from .errors import ForeignSeal
+from .outcomes import TAMPERED_WARNING, Card
 
 if TYPE_CHECKING:
     from .gate import EffectGate
@@ -52,16 +57,42 @@ def duration(seconds: float) -> str:
     return "0s" if seconds < 1 else remaining(seconds).removeprefix("in ")
 
 
+def keyring_warnings(gate: EffectGate, cards: list[Card]) -> list[Card]:
+    """`cards` with the "does not verify" warning of a record sealed under a key this keyring does
+    not hold replaced by the keyring mismatch it most likely is: a `ForeignSeal` (its `key_id`)
+    whose text names the key and says to use the ledger's keyring. The store is read only for
+    the flagged cards; any other card is returned as it was."""
+    flagged = [c.approval_id for c in cards if TAMPERED_WARNING in c.warnings]
+    if not flagged:
+        return cards
+    with gate.store.reading() as conn:
+        seals = {i: gate.store.approval(conn, i) for i in flagged}
+    fixed = []
+    for card in cards:
+        row = seals.get(card.approval_id)
+        kid = foreign_key(gate.keyring, row.seal) if row is not None else None
+        if kid is not None:
+            seal = ForeignSeal(kid, mismatch(kid))
+            warnings = tuple(seal if w == TAMPERED_WARNING else w for w in card.warnings)
+            card = dataclasses.replace(card, warnings=warnings)
+        fixed.append(card)
+    return fixed
+
+
 def card_view(gate: EffectGate, approval_id: str) -> dict[str, Any]:
     """Everything a reviewer's card shows, read from the store: the card, its arguments folded,
     the subject's history and balance, other decisions in flight on the subject, the decisions
-    taken, the result once executed, and the countdown. Raises UnknownApproval."""
-    card = gate.card(approval_id)
+    taken, the result once executed, and the countdown; `intact`, whether the record verifies (a
+    record sealed under a key this keyring lacks does not: its card shows the keyring mismatch, see
+    `keyring_warnings`). Raises UnknownApproval."""
+    checked = gate.card(approval_id)
+    [card] = keyring_warnings(gate, [checked])
     view = gate.subject_view(approval_id)
     decisions = [d for d in gate.store.all_decisions() if d.approval_id == approval_id]
     result = gate.result(approval_id) if card.status == "executed" else None
     return {
         "card": card,
+        "intact": TAMPERED_WARNING not in checked.warnings,
         "args": fold(dict(card.args)),
         "view": view,
         "in_flight": [e for e in view.history if e.status in ("pending", "approved")],

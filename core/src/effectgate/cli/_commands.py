@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from rich.console import Console
 from rich.text import Text
 
-from .._display import remaining, when
+from .._display import keyring_warnings, remaining, when
 from ..audit import audit, export_jsonl
 from ..context import Approver
 from ..export import ExportError, Manifest, export_chain, manifest_path, verify_export
@@ -46,7 +46,6 @@ from ._store import (
     _sqlite_file,
     check_listen,
     keyring_for,
-    keyring_warnings,
 )
 
 

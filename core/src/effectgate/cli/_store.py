@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib
 import re
 import socket
@@ -13,7 +12,6 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from .._seal import foreign_key, mismatch
 from ..effects import Policy
 from ..errors import (
     ApprovalError,
@@ -28,7 +26,6 @@ from ..errors import (
 )
 from ..export import ExportError
 from ..gate import EffectGate
-from ..outcomes import TAMPERED_WARNING, Card
 from ..redact import RedactionError
 from ..stores.sql import SQLStore, open_store
 from ..table import EffectTable
@@ -85,25 +82,6 @@ def check_listen(host: str, port: int) -> None:
             raise StoreUnavailable(
                 f"cannot listen on {host}:{port}: {exc.strerror or exc}; choose another --port"
             ) from exc
-
-
-def keyring_warnings(gate: EffectGate, cards: list[Card]) -> list[Card]:
-    """`cards` with the "does not verify" warning of a record sealed under a key this keyring does
-    not hold replaced by the keyring mismatch it is (the key id, and to use the ledger's keyring)."""
-    flagged = [c.approval_id for c in cards if TAMPERED_WARNING in c.warnings]
-    if not flagged:
-        return cards
-    with gate.store.reading() as conn:
-        seals = {i: gate.store.approval(conn, i) for i in flagged}
-    fixed = []
-    for card in cards:
-        row = seals.get(card.approval_id)
-        kid = foreign_key(gate.keyring, row.seal) if row is not None else None
-        if kid is not None:
-            warnings = tuple(mismatch(kid) if w == TAMPERED_WARNING else w for w in card.warnings)
-            card = dataclasses.replace(card, warnings=warnings)
-        fixed.append(card)
-    return fixed
 
 
 # -- text

@@ -1,16 +1,17 @@
 """The reviewer inbox: a small server-rendered Starlette app over one gate.
 
 Every card is built from the stored approval record (`gate.card`), never from model text, and
-shows the gate's warnings (text that is not what it looks like, a record that does not verify)
-beside the values. Model-written values are always escaped. The inbox lists what the signed-in
-approver's role may decide; `/?all=1` lists every pending card, read-only for the others. Forms
-to decide or reconcile appear only for an approver whose role may use them, and the gate refuses
-anyone else anyway. Nothing changes state on GET; every POST carries the session's CSRF token,
-and approve/deny carry the approval id, version and args hash the reviewer saw. A refusal (stale
-version, expired, wrong role, failed confirm check, the same approver twice, a record that does
-not verify) renders a clear message with status 4xx and changes nothing: the gate decides, the
-app only shows. Sign-in is throttled per approver id and per client address, and sessions are
-live server-side (see `_sessions`): signing out ends them.
+shows the gate's warnings (text that is not what it looks like, a record that does not verify or
+is sealed under a key the inbox's keyring lacks) beside the values. Model-written values are
+always escaped. The inbox lists what the signed-in approver's role may decide; `/?all=1` lists
+every pending card, read-only for the others. Forms to decide or reconcile appear only for an
+approver whose role may use them, and the gate refuses anyone else anyway. Nothing changes state
+on GET; every POST carries the session's CSRF token, and approve/deny carry the approval id,
+version and args hash the reviewer saw. A refusal (stale version, expired, wrong role, failed
+confirm check, the same approver twice, a record that does not verify) renders a clear message
+with status 4xx and changes nothing: the gate decides, the app only shows. Sign-in is throttled
+per approver id and per client address, and sessions are live server-side (see `_sessions`):
+signing out ends them.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .._display import card_view, pretty, when
+from .._display import card_view, keyring_warnings, pretty, when
 from .._execution import EXEC_PREFIX
 from .._textcheck import reveal
 from ..context import Approver
@@ -50,7 +51,7 @@ from ..errors import (
     WrongApprover,
 )
 from ..gate import EffectGate
-from ..outcomes import TAMPERED_WARNING, Card, Executed, Grant, PartialApproval, Recorded
+from ..outcomes import Card, Executed, Grant, PartialApproval, Recorded
 from ..report import figures
 from ..report._html import STYLE as REPORT_STYLE
 from ..report._html import body as report_body
@@ -172,7 +173,8 @@ def create_app(
         show_all = request.query_params.get("all") == "1"
         session = request.query_params.get("session") or None
         role = (request.query_params.get("role") or None) if show_all else me.role
-        cards = await run_in_threadpool(gate.pending, role=role, session_id=session)
+        pending = await run_in_threadpool(gate.pending, role=role, session_id=session)
+        cards = await run_in_threadpool(keyring_warnings, gate, pending)
         yours = {c.approval_id for c in cards if may_decide(me, c)}
         return page(
             request, "inbox.html", cards=cards, yours=yours, show_all=show_all, role=role, session=session
@@ -185,9 +187,8 @@ def create_app(
             return page(request, "message.html", 404, title="Not found", message="No such approval.")
         card: Card = context["card"]
         yours = may_decide(me, card)
-        intact = TAMPERED_WARNING not in card.warnings
-        decidable = card.status == "pending" and yours and intact
-        return page(request, "card.html", yours=yours, intact=intact, decidable=decidable, **context)
+        decidable = card.status == "pending" and yours and context["intact"]
+        return page(request, "card.html", yours=yours, decidable=decidable, **context)
 
     def refused(request: Request, status: int, title: str, message: str, link: str | None = None) -> Response:
         return page(request, "message.html", status, title=title, message=message, link=link)
@@ -241,10 +242,9 @@ def create_app(
             return refused(request, 410, "Expired", "This approval expired; nothing changed.", approval_id)
         except WrongApprover as exc:
             return refused(request, 403, "Not yours to decide", f"{exc}. Nothing was changed.", approval_id)
-        except TamperedRecord as exc:
-            return refused(
-                request, 409, "Record does not verify", f"{exc}. Nothing was changed.", approval_id
-            )
+        except TamperedRecord as exc:  # the message says nothing was changed, and what to do
+            title = "Keyring mismatch" if exc.foreign_key else "Record does not verify"
+            return refused(request, 409, title, f"{exc}.", approval_id)
         except (ConfirmFailed, AlreadyDecided, PolicyViolation) as exc:
             return refused(request, 409, "Refused", f"{exc}. Nothing was changed.", approval_id)
         shown: Any = None
