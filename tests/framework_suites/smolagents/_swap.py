@@ -3,7 +3,8 @@
 When a `ToolCallingAgent`, `CodeAgent` or other `MultiStepAgent` has been constructed (the
 outermost of the three `__init__`s returns), it is given to
 `GatedAgent(agent, gate, agent_id=AGENT)` over a table with a `read()` row per tool (every tool
-but `final_answer`, which the adapter leaves to smolagents), on the test's SQLite store. Its tools
+but smolagents' own `final_answer`, which the adapter leaves as it is; a test's custom
+`final_answer` gets a row too), on the test's SQLite store. Its tools
 become `GatedTool`s, in place, as a user's would.
 
 A tool step driven directly (`agent.execute_tool_call`, `process_tool_calls`, `step`) outside any

@@ -2,8 +2,8 @@
 
 smolagents has no pause primitive, so `GatedAgent` builds one from what it has:
 
-- Every tool of the agent (except `final_answer`) is replaced by a `GatedTool` with the same name,
-  description, inputs and output type. Its `forward` sends the call through the gate, with the
+- Every tool of the agent but smolagents' own `final_answer` is replaced by a `GatedTool` (same name,
+  description, inputs and output type). Its `forward` sends the call through the gate, with the
   identity of the current run (never anything the model wrote).
 - A read or a write runs through the gate and returns its result. A refusal returns the gate's
   message as the tool's result, so the model can correct itself. A bad argument (nothing runs)
@@ -61,7 +61,7 @@ from ._managed import adopt, check_team, check_tools, own, serve_as_member
 from ._outcomes import AwaitingApproval, Finished, RunOutcome, signed
 from ._result import run_result, wants_full_result
 from ._saving import mark_saved_agent
-from ._tools import GatedTool, StopGuard, is_wrapped, native_tools
+from ._tools import GatedTool, StopGuard, is_own_final_answer, is_wrapped, native_tools
 
 
 class GatedAgent:
@@ -71,7 +71,7 @@ class GatedAgent:
 
         GatedAgent(agent, effects={"get_order": read(), "refund_order": money("finance")})
 
-    which builds the gate from the agent's tools (`native_tools`, every tool but `final_answer`)
+    which builds the gate from the agent's tools (`native_tools`: all but smolagents' `final_answer`)
     with `effectgate.rows.gate_for` on the store at `db` (the embedded SQLite file
     `effectgate.db` by default, set up on first use). The table is deny-by-default: a tool with
     no row, or a row naming no tool, raises `TableError` and nothing is changed. `agent_id`
@@ -120,7 +120,7 @@ class GatedAgent:
             raise ValueError("GatedAgent needs the agent_id the effect table's allowlist names")
         members = check_team(agent, gate)  # before anything is changed, like every tool's row
         for name, tool in agent.tools.items():
-            if name != "final_answer" and not is_wrapped(tool):
+            if not is_wrapped(tool) and not is_own_final_answer(name, tool):
                 check_wrappable(gate, agent_id=agent_id, name=name, unknown=unknown)
         self.agent = agent
         self.gate = gate
@@ -139,7 +139,7 @@ class GatedAgent:
         for name, tool in list(agent.tools.items()):
             if is_wrapped(tool):
                 continue
-            if name == "final_answer":
+            if is_own_final_answer(name, tool):  # a final_answer of the user's is gated
                 if self.code:
                     agent.tools[name] = StopGuard(tool, self)
                 continue

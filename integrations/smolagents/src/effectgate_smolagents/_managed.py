@@ -39,7 +39,7 @@ from effectgate.adapter import UnknownTool
 
 from ._identity import model_id_of, plain_run_refused
 from ._outcomes import AwaitingApproval
-from ._tools import is_wrapped
+from ._tools import is_own_final_answer, is_wrapped
 
 if TYPE_CHECKING:
     from ._agent import GatedAgent
@@ -92,11 +92,12 @@ def check_executor(agent: MultiStepAgent, who: str) -> None:
 
 
 def check_tools(agent: MultiStepAgent, who: str) -> None:
-    """`UnknownTool` unless every tool of a wrapped agent but `final_answer` is a gated one,
+    """`UnknownTool` unless every tool of a wrapped agent but smolagents' own `final_answer`
+    (`is_own_final_answer`; a tool of the user's named `final_answer` is not) is a gated one,
     and its code (a CodeAgent's) can call nothing else (`check_executor`)."""
     check_executor(agent, who)
     for name, tool in list(agent.tools.items()):
-        if name != "final_answer" and not is_wrapped(tool):
+        if not is_wrapped(tool) and not is_own_final_answer(name, tool):
             raise UnknownTool(
                 f"{who} has tool {name!r}, added after it was wrapped: it would run without the "
                 "gate. Give an agent all its tools before wrapping it, or wrap a new agent"

@@ -7,11 +7,14 @@ so a `GatedTool` (and a CodeAgent's guarded `final_answer`, `StopGuard`) keeps i
 
 from __future__ import annotations
 
+import inspect
+import types
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from smolagents import Tool
 from smolagents.agents import MultiStepAgent
+from smolagents.default_tools import FinalAnswerTool
 
 from effectgate.rows import NativeTool
 
@@ -109,14 +112,51 @@ def is_wrapped(tool: Tool) -> bool:
     return isinstance(tool, GatedTool | StopGuard)
 
 
+def is_own_final_answer(name: str, tool: Tool) -> bool:
+    """Whether `tool` is smolagents' own `final_answer`, the one tool the gate does not wrap: it
+    only returns its argument. That is `FinalAnswerTool` exactly (what the agent installs when no
+    tool of the user's is named `final_answer`), or that class as `from_folder`, `from_dict` and
+    `from_hub` load it back from its saved code: same attributes, same `forward`, nothing added.
+    A tool of the user's named `final_answer` (smolagents lets one replace the default) is not:
+    it is gated like any other tool, so it needs a row."""
+    if name != "final_answer" or any(callable(v) for v in vars(tool).values()):
+        return False  # an instance attribute could stand in for `forward`
+    cls = type(tool)
+    if cls is FinalAnswerTool:
+        return True
+    return (
+        cls.__bases__ == (Tool,)
+        and vars(cls).keys() == vars(FinalAnswerTool).keys()
+        and all(getattr(cls, a) == getattr(FinalAnswerTool, a) for a in _DESCRIBED)
+        and _same_code(vars(cls)["forward"])
+    )
+
+
+_DESCRIBED = ("name", "description", "inputs", "output_type")
+_CODE = ("co_code", "co_consts", "co_names", "co_varnames", "co_argcount", "co_kwonlyargcount")
+# what kind of function it is (not its `__future__` flags: `Tool.from_code` compiles with others)
+_KIND = inspect.CO_VARARGS | inspect.CO_VARKEYWORDS | inspect.CO_GENERATOR | inspect.CO_COROUTINE
+
+
+def _same_code(fn: object) -> bool:
+    """Whether `fn` is a plain function compiled from the code of `FinalAnswerTool.forward`."""
+    if not isinstance(fn, types.FunctionType) or fn.__closure__ or fn.__defaults__ or fn.__kwdefaults__:
+        return False
+    code, own = fn.__code__, FinalAnswerTool.forward.__code__
+    return code.co_flags & _KIND == own.co_flags & _KIND and all(
+        getattr(code, a) == getattr(own, a) for a in _CODE
+    )
+
+
 def native_tools(agent: MultiStepAgent) -> list[NativeTool]:
-    """The gate's view (`native_tool`) of every tool of `agent` but `final_answer`: what
-    `GatedAgent(agent, effects=...)` builds its gate from. For gate options `GatedAgent` does not
-    take (`policy=`, `keyring=`, ...): `gate_for(native_tools(agent), effects, agent_id=..., ...)`,
-    then `GatedAgent(agent, gate, agent_id=...)`. An agent already gated is refused (TypeError)."""
+    """The gate's view (`native_tool`) of every tool of `agent` but smolagents' own `final_answer`
+    (`is_own_final_answer`): what `GatedAgent(agent, effects=...)` builds its gate from. For gate
+    options `GatedAgent` does not take (`policy=`, `keyring=`, ...): `gate_for(native_tools(agent),
+    effects, agent_id=..., ...)`, then `GatedAgent(agent, gate, agent_id=...)`. An agent already
+    gated is refused (TypeError)."""
     tools: list[NativeTool] = []
     for name, tool in agent.tools.items():
-        if name == "final_answer":
+        if is_own_final_answer(name, tool):
             continue
         if is_wrapped(tool):
             raise TypeError(f"tool {name!r} is already gated: this agent was given to a GatedAgent")
