@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -126,13 +126,21 @@ def _erased(store: Store, conn: Any) -> dict[tuple[str, str, str], RedactedRow]:
     return {(e.table_name, e.row_key, e.column_name): e for e in store.redacted(conn)}
 
 
-def check_keyring(store: Store, conn: Any, keyring: Keyring, *, every_checkpoint: bool = False) -> None:
+def check_keyring(
+    store: Store,
+    conn: Any,
+    keyring: Keyring,
+    *,
+    every_checkpoint: bool = False,
+    points: Sequence[ChainRow] | None = None,
+) -> None:
     """Raise TokenError("keyring_mismatch") unless `keyring` is the ledger's: of the newest
     signed records (each chained table's last checkpoint, the newest approvals' and decisions'
     seals) at least one must verify under it (a ledger with none passes). `every_checkpoint`
     (an erasure): it must also hold the key of every checkpoint, since an erased value enters the
-    chain as its commitment under the checkpoint's key. Reads only, in the caller's transaction."""
-    points = list(store.checkpoints(conn))
+    chain as its commitment under the checkpoint's key. `points`: the checkpoints, when the caller
+    read them in this same transaction (else read here). Reads only, in the caller's transaction."""
+    points = list(store.checkpoints(conn)) if points is None else points
     if every_checkpoint:
         missing = sorted({c.key_id for c in points if not keyring.holds(c.key_id)})
         if missing:
@@ -169,11 +177,10 @@ def seal_chain(
     made: list[ChainRow] = []
     with store.transaction() as conn:
         store.lock(conn, ERASURE_LOCK)  # no redaction commits between these reads (one moment)
-        check_keyring(store, conn, keyring)
+        points = list(store.checkpoints(conn))  # read once: only a seal appends, under this lock
+        check_keyring(store, conn, keyring, points=points)  # refused before anything is written
         erased = _erased(store, conn)
-        last: dict[str, ChainRow] = {}
-        for c in store.checkpoints(conn):
-            last[c.table_name] = c
+        last: dict[str, ChainRow] = {c.table_name: c for c in points}
         for table in CHAINED:
             before = last.get(table)
             if before is not None and not _signed(keyring, before):

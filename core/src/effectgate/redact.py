@@ -151,13 +151,16 @@ def _erase(
     rid: str,
     keep: Sequence[str],
     at: float,
+    erased: set[tuple[str, str, str]],
 ) -> tuple[int, int]:
+    """Erase the targets' values. `erased`: the (table, row key, column) of every entry, read
+    once per pass in its transaction (`_entered`); the entries written here join it when done."""
     rows = values_erased = 0
+    written: list[tuple[str, str, str]] = []
     # Erased already: a marker with its entry. Arguments and event details never start like one
     # (the gate refuses such arguments and writes details itself): a marker there that no
     # redaction wrote is tampering, left to the audit. Elsewhere (a tool result echoing model
     # text) it is a value like any other, and erased.
-    erased = {(e.table_name, e.row_key, e.column_name) for e in store.redacted(conn)}
     for t in targets:
         values: dict[str, str] = {}
         entries: list[dict[str, Any]] = []
@@ -186,9 +189,17 @@ def _erase(
         if values:
             store.overwrite_personal(conn, t.table, t.key, values)
             store.append_redacted(conn, entries)
+            written.extend((t.table, t.key, column) for column in values)
             rows += 1
             values_erased += len(values)
+    erased.update(written)  # as a fresh read would now find them (not before: same results)
     return rows, values_erased
+
+
+def _entered(store: Store, conn: Any) -> set[tuple[str, str, str]]:
+    """The (table, row key, column) of every redaction entry, read in the pass's transaction
+    (under `ERASURE_LOCK`): never kept across transactions, another process may add entries."""
+    return {(e.table_name, e.row_key, e.column_name) for e in store.redacted(conn)}
 
 
 def _event(kind: str, at: float, **detail: Any) -> dict[str, Any]:
@@ -235,7 +246,7 @@ def redact(
                 f"user {user_id!r} has {len(open_)} call(s) that may still run or are being decided "
                 f"({', '.join(open_[:5])}): deny, execute or reconcile them first; nothing was redacted"
             )
-        rows, values = _erase(store, conn, keyring, targets, rid, keep, at)
+        rows, values = _erase(store, conn, keyring, targets, rid, keep, at, _entered(store, conn))
         detail: dict[str, Any] = {"redaction_id": rid, "user_id": user_id, "by": by, "reason": reason}
         if keys:
             detail["subject_key"] = keys[0]
@@ -273,13 +284,14 @@ def retain(
         store.lock(conn, ERASURE_LOCK)
         check_keyring(store, conn, keyring, every_checkpoint=True)
         held = sorted({h.user_id for h in store.holds(conn)})
+        erased = _entered(store, conn) if rules else set()  # once per pass, kept current by `_erase`
         for effect, days in sorted(rules.items()):
             targets = [
                 t
                 for t in store.redaction_targets(conn, effect=effect, before=at - days * DAY, held=held)
                 if not is_open(t, at)
             ]
-            r, v = _erase(store, conn, keyring, targets, rid, keep, at)
+            r, v = _erase(store, conn, keyring, targets, rid, keep, at, erased)
             rows, values = rows + r, values + v
         store.append_events(
             conn,
