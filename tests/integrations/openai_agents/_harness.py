@@ -131,8 +131,13 @@ class OpenAIAgentsHarness:
         return asyncio.run(RunState.from_string(self.agent, self.snapshot))
 
     def _paused_in(self, state: RunState[Any, Any], paused: Paused) -> Any:
-        [found] = [p for p in pending_approvals(state) if p.approval_id == paused.approval_id]
-        return found
+        # an edited state lists the call unverified (no approval id): decide that entry, which
+        # the adapter must then refuse
+        listed = pending_approvals(state)
+        found = [p for p in listed if p.approval_id == paused.approval_id]
+        found = found or [p for p in listed if not p.verified and p.tool == paused.tool]
+        [entry] = found
+        return entry
 
     def resume(self, state: RunState[Any, Any]) -> Turn:
         return self._turn(Runner.run_sync(self.agent, state))

@@ -78,7 +78,7 @@ class Shop:
     def resume(self, state: RunState[Any, Any]) -> RunResult:
         return Runner.run_sync(self.agent, state)
 
-    def row(self, state: RunState[Any, Any]) -> Any:
+    def row(self, state: RunState[Any, Any] | RunResult) -> Any:
         [paused] = pending_approvals(state)
         row = self.gate.store.get_approval(paused.approval_id or "")
         assert row is not None
@@ -262,10 +262,12 @@ def test_a_native_decision_on_an_edited_snapshot_decides_nothing(shop: Any) -> N
     TamperedState before the gate decides anything; nothing runs."""
     s = shop([REFUND], native_approver=FINANCE)
     result = Runner.run_sync(s.agent, "Refund order 1042", context=context("m1"))
+    row = s.row(result)  # the run's own approval, listed before the edit
     snapshot = tamper_user(result.to_state().to_string(), "u2")
     for decide in ("approve", "reject"):
         state = asyncio.run(RunState.from_string(s.agent, snapshot))
-        row = s.row(state)
+        [listed] = pending_approvals(state)
+        assert (listed.verified, listed.approval_id) == (False, None)  # the edited identity
         item = state.get_interruptions()[0]
         state.approve(item) if decide == "approve" else state.reject(item)
         with pytest.raises(TamperedState):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,9 @@ from agents import Agent, Runner, RunState, function_tool
 from effectgate import CallContext, EffectGate, Grant, Keyring, Pending, destructive, money
 from effectgate.testing import EffectRecorder, Script, call, say, step
 from effectgate_openai_agents import (
+    DecisionMismatch,
     TamperedState,
+    approval_of,
     approve,
     approve_as,
     gate_agent,
@@ -78,20 +81,29 @@ def test_a_record_pointed_at_another_sessions_approval_decides_nothing(
     )
     state = _restore(h, json.dumps(data))
     [waiting] = pending_approvals(state)
-    assert waiting.approval_id == foreign.approval_id  # what the edited map claims
+    assert (waiting.verified, waiting.approval_id, waiting.version, waiting.args_hash) == (
+        False,
+        None,
+        None,
+        None,
+    )
+    # what the edited map claims, as a caller holding an entry built from it would pass it
+    claimed = replace(waiting, approval_id=foreign.approval_id, version=foreign.version, verified=True)
 
-    with pytest.raises(TamperedState):
-        approve_as(gate, state, waiting, FINANCE)
-    with pytest.raises(TamperedState):
-        reject(gate, state, waiting, approver=FINANCE, reason="no")
+    for entry in (waiting, claimed):
+        with pytest.raises(TamperedState):
+            approve_as(gate, state, entry, FINANCE)
+        with pytest.raises(TamperedState):
+            reject(gate, state, entry, approver=FINANCE, reason="no")
     assert _status(gate, foreign.approval_id) == "pending"
     assert _decisions(gate, foreign.approval_id) == []
     assert _status(gate, paused.approval_id) == "pending"
 
     bobs = gate.approve(foreign.approval_id, version=foreign.version, approver=FINANCE)  # his reviewer
     assert isinstance(bobs, Grant)
-    with pytest.raises(TamperedState):
-        approve(state, waiting, bobs)
+    for entry in (waiting, claimed):
+        with pytest.raises(TamperedState):
+            approve(state, entry, bobs)
     assert state._context is not None
     assert state._context.context["effectgate"]["grants"] == {}
     assert state._context.get_approval_status("refund_order", "c1") is None
@@ -180,9 +192,11 @@ def test_two_swapped_records_of_one_run_do_not_cross_approve_as(swap_shop: Shop)
     approval) is TamperedState: the deletion's approval gets no first approver."""
     state, real = swap_shop.swapped()
     refund = next(p for p in pending_approvals(state) if p.call_id == "c1")
-    assert refund.approval_id == real["c2"]  # what the swapped map claims
-    with pytest.raises(TamperedState):
-        approve_as(swap_shop.gate, state, refund, FINANCE)
+    assert (refund.verified, refund.approval_id) == (False, None)
+    claimed = replace(refund, approval_id=real["c2"], version=1)  # what the swapped map claims
+    for entry in (refund, claimed):
+        with pytest.raises(TamperedState):
+            approve_as(swap_shop.gate, state, entry, FINANCE)
     for approval_id in real.values():
         assert _status(swap_shop.gate, approval_id) == "pending"
         assert _decisions(swap_shop.gate, approval_id) == []
@@ -224,3 +238,96 @@ def test_a_grant_is_attached_only_to_the_call_it_was_registered_for(
     approve(state, waiting, grant(shop_gate.gate, paused))
     h.resume(state)
     assert shop_gate.shop.receiver.count("refund", order_id="1042") == 1
+
+
+def _shown(state: RunState[Any, Any], gate: EffectGate | None = None) -> dict[str, tuple[Any, ...]]:
+    """What a reviewer UI would show per call: verified, approval id, version, args hash, tool."""
+    return {
+        p.call_id: (p.verified, p.approval_id, p.version, p.args_hash, p.tool)
+        for p in pending_approvals(state, gate=gate)
+    }
+
+
+def _stored(gate: EffectGate, approval_id: str) -> tuple[Any, ...]:
+    row = gate.store.get_approval(approval_id)
+    assert row is not None
+    return (True, row.id, row.version, row.args_hash, row.tool)
+
+
+def test_pending_approvals_shows_an_untouched_snapshot_verified(swap_shop: Shop) -> None:
+    """Both calls of an unedited snapshot are listed verified, each with its own approval's id,
+    version, args hash and tool as the gate's store has them (gate found from the agent, or
+    given); `approval_of` agrees."""
+    result = Runner.run_sync(swap_shop.agent, "Refund 1042 and delete my account", context=context("m1"))
+    state = asyncio.run(RunState.from_string(swap_shop.agent, result.to_state().to_string()))
+    rows = {
+        r.tool: r.id
+        for r in (swap_shop.gate.store.get_approval(p.approval_id or "") for p in pending_approvals(result))
+        if r is not None
+    }
+    expected = {
+        "c1": _stored(swap_shop.gate, rows["refund_order"]),
+        "c2": _stored(swap_shop.gate, rows["delete_account"]),
+    }
+    assert _shown(state) == expected
+    assert _shown(state, swap_shop.gate) == expected
+    assert all(p.problem is None for p in pending_approvals(state))
+    item = next(i for i in state.get_interruptions() if i.call_id == "c2")
+    assert approval_of(state, item).approval_id == rows["delete_account"]
+
+
+def test_pending_approvals_does_not_show_swapped_records(swap_shop: Shop) -> None:
+    """The two records of one run swapped in the snapshot: neither call is shown with the other's
+    approval (nor with any approval id, version or args hash); each is flagged unverified, with
+    the reason, under the SDK item's own tool."""
+    state, real = swap_shop.swapped()
+    shown = {p.call_id: p for p in pending_approvals(state)}
+    assert {k: (p.verified, p.approval_id, p.version, p.args_hash, p.tool) for k, p in shown.items()} == {
+        "c1": (False, None, None, None, "refund_order"),
+        "c2": (False, None, None, None, "delete_account"),
+    }
+    assert all(p.problem for p in shown.values())
+    item = next(i for i in state.get_interruptions() if i.call_id == "c1")
+    assert approval_of(state, item).approval_id is None
+    for approval_id in real.values():
+        assert _status(swap_shop.gate, approval_id) == "pending"
+
+
+def test_pending_approvals_does_not_show_an_edited_args_hash(
+    oa_harness: MakeOpenAIHarness, shop_gate: ShopGate
+) -> None:
+    """A record whose args hash was edited is listed unverified, without the edited hash (or the
+    approval id it sits beside); the untouched snapshot lists the call verified."""
+    h = oa_harness(Script([call("refund_order", id="c1", **REFUND), say("Done.")]))
+    [paused] = h.send("Please refund order 1042", message_id="m3").paused
+    assert h.snapshot is not None
+    assert _shown(h.restore()) == {"c1": _stored(shop_gate.gate, paused.approval_id)}
+    data, records = _records(h.snapshot)
+    records["c1"]["args_hash"] = "0" * 64
+    assert _shown(_restore(h, json.dumps(data))) == {"c1": (False, None, None, None, "refund_order")}
+
+
+def test_pending_approvals_checks_with_the_gate_it_is_given(swap_shop: Shop, tmp_path: Path) -> None:
+    """Listed with another gate (another keyring, or the same keyring over a store without these
+    approvals), an untouched snapshot's records are not verified and are shown without their
+    details; an entry listed that way decides nothing
+    (`DecisionMismatch`: list it again with the right gate), and the approval stays pending."""
+    other = Shop(f"sqlite:///{tmp_path / 'other.db'}", [])
+    same_key = EffectGate(swap_shop.gate.table, other.gate.store, keyring=swap_shop.gate.keyring)
+    try:
+        result = Runner.run_sync(swap_shop.agent, "Refund 1042 and delete my account", context=context("m1"))
+        state = asyncio.run(RunState.from_string(swap_shop.agent, result.to_state().to_string()))
+        for wrong in (other.gate, same_key):  # another keyring; the keyring but another store
+            listed = {p.call_id: p for p in pending_approvals(state, gate=wrong)}
+            assert {k: (p.verified, p.approval_id, p.version, p.args_hash) for k, p in listed.items()} == {
+                "c1": (False, None, None, None),
+                "c2": (False, None, None, None),
+            }
+        with pytest.raises(DecisionMismatch):
+            approve_as(swap_shop.gate, state, listed["c1"], FINANCE)
+        [refund] = [p for p in pending_approvals(state) if p.call_id == "c1"]
+        assert refund.verified
+        assert _status(swap_shop.gate, refund.approval_id or "") == "pending"
+        assert _decisions(swap_shop.gate, refund.approval_id or "") == []
+    finally:
+        other.gate.close()

@@ -11,7 +11,7 @@
     context = {"session_id": "s-ada", "origin_message_id": "m3", "user_id": "u1"}
     result = await Runner.run(agent, "Please refund order 1042", context=context)
     state = result.to_state()                 # to_string() / from_string() across processes
-    [paused] = pending_approvals(state)       # approval id, version, args hash, the SDK item
+    [paused] = pending_approvals(state)       # verified approval id, version, args hash, SDK item
     approve_as(gate, state, paused, Approver("fiona", "finance"))
     result = await Runner.run(agent, state)   # the refund runs once, through the gate
 

@@ -2,7 +2,7 @@
 
     result = await Runner.run(agent, "Please refund order 1042", context=context)
     state = result.to_state()                      # or: await RunState.from_string(agent, stored)
-    [paused] = pending_approvals(state)            # approval id, version, args hash, the SDK item
+    [paused] = pending_approvals(state)            # verified: approval id, version, args hash
     grant = gate.approve(paused.approval_id, version=paused.version, approver=fiona)
     approve(state, paused, grant)                  # the token rides in the run context; SDK approves
     result = await Runner.run(agent, state)        # the refund runs once, through the gate
@@ -18,11 +18,14 @@ nothing for (its arguments did not parse, so the SDK forced approval without ask
 Every function here that is given a `RunState` marks it as a paused run being resumed: when it
 runs, its identity must verify against the signature effectgate wrote when it paused
 (`TamperedState` otherwise, nothing runs), even if the snapshot was edited to drop its decisions,
-its interruption or effectgate's entry. `pending_approvals` only reads the mapping (to show it);
-`approve`, `approve_as` and `reject` decide through it only after `_records.verified_approval`:
-the identity verifies, the call's record is the sealed one effectgate wrote for that call and
-run, the SDK item's tool and arguments are the approval's, and the gate's store shows the
-approval belongs to this run (`TamperedState` otherwise; nothing is decided or attached).
+its interruption or effectgate's entry. Nothing read from the mapping is shown or decided on
+before `_records.verified_approval` holds: the identity verifies, the call's record is the sealed
+one effectgate wrote for that call and run, the SDK item's tool and arguments are the approval's,
+and the gate's store shows the approval belongs to this run. `pending_approvals` lists a call
+whose record does not verify (or that no gate could check) with `verified=False`, the reason in
+`problem`, and no approval id, version or args hash, so a reviewer is never shown an edited
+record's details as effectgate's; `approve`, `approve_as` and `reject` raise `TamperedState`
+instead (nothing is decided, attached or denied).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from agents import RunResult, RunState
 from agents.items import ToolApprovalItem
 
 from effectgate import Approver, EffectGate, Grant, Refused
+from effectgate import adapter as _adapter
 from effectgate.adapter import DecisionMismatch, Paused, bind_token
 from effectgate.outcomes import Decision
 
@@ -45,7 +49,13 @@ from ._records import verified_approval
 
 @dataclass(frozen=True)
 class PendingApproval:
-    """One paused call: the SDK's item and the effectgate approval it registered."""
+    """One paused call: the SDK's item and the effectgate approval it registered.
+
+    `approval_id`, `version` and `args_hash` are set only when `verified`: the call's record in
+    the run state is the one effectgate sealed for this call and run, the SDK item's tool and
+    arguments are the approval's, and the gate's store shows the approval is this run's. When
+    it is not, they are None and `problem` says why (the state was edited, no gate to check it
+    with, or effectgate registered no approval for the call). `tool` is the SDK item's."""
 
     item: ToolApprovalItem
     call_id: str
@@ -53,6 +63,8 @@ class PendingApproval:
     approval_id: str | None
     version: int | None
     args_hash: str | None
+    verified: bool = False
+    problem: str | None = None
 
 
 def _context_of(source: RunResult | RunState[Any, Any]) -> Any:
@@ -72,40 +84,99 @@ def _items(source: RunResult | RunState[Any, Any]) -> list[ToolApprovalItem]:
     return list(source.get_interruptions() if isinstance(source, RunState) else source.interruptions)
 
 
-def pending_approvals(source: RunResult | RunState[Any, Any]) -> list[PendingApproval]:
-    """The paused calls of a result or state, each with its effectgate approval (if any). A state
-    is marked as resumed: whatever runs from it must carry the identity effectgate signed."""
+def _arguments(item: ToolApprovalItem) -> str:
+    return item.arguments if isinstance(item.arguments, str) else ""
+
+
+def _item_gate(item: ToolApprovalItem) -> EffectGate | None:
+    """The gate of the item's agent (made by `gate_agent`) or of its gated tool, if any."""
+    agent = getattr(item, "agent", None)
+    gate = agent_gate(agent)
+    for tool in getattr(agent, "tools", None) or ():
+        if gate is None and getattr(tool, "name", None) == item.name:
+            gate = tool_gate(tool)
+    return gate
+
+
+def _listed(
+    gate: EffectGate | None, context: Any, item: ToolApprovalItem, has_record: bool
+) -> PendingApproval:
+    call_id, tool = str(item.call_id or ""), str(item.name or "")
+
+    def unverified(problem: str) -> PendingApproval:
+        return PendingApproval(item, call_id, tool, None, None, None, verified=False, problem=problem)
+
+    if not has_record:
+        return unverified(f"effectgate registered no approval for call {call_id!r} ({tool}); reject it")
+    if gate is None:
+        return unverified(
+            f"call {call_id!r} ({tool}) is not paused on a tool effectgate gated, so its record "
+            "was not verified: pass the gate, pending_approvals(source, gate=gate)"
+        )
+    try:
+        record, row = verified_approval(gate, context, call_id, tool=tool, arguments=_arguments(item))
+    except (_adapter.TamperedState, _adapter.MissingIdentity) as exc:
+        return unverified(str(exc))
+    if row is None:
+        return unverified(
+            f"the gate's store has no approval for call {call_id!r} ({tool}): is this the gate "
+            "(and database) the run paused on?"
+        )
+    return PendingApproval(
+        item,
+        call_id,
+        tool,
+        str(record["approval_id"]),
+        int(record["version"]),
+        str(record["args_hash"]),
+        verified=True,
+    )
+
+
+def pending_approvals(
+    source: RunResult | RunState[Any, Any], *, gate: EffectGate | None = None
+) -> list[PendingApproval]:
+    """The paused calls of a result or state, each with its effectgate approval once verified.
+
+    Each call's record is verified before it is listed (`_records.verified_approval`, with the
+    gate's keyring and store): only then does its entry carry the approval id, version and args
+    hash, with `verified=True`. An entry whose record does not verify (the state was edited:
+    a record pointed at another approval, two records swapped, an edited identity, arguments or
+    tool; or the gate's store has no such approval) is listed with `verified=False`, its reason
+    in `problem`, and None for all three, so
+    what a reviewer is shown is always effectgate's own. `gate` defaults to the gate of each
+    paused call's agent or gated tool; a call with neither is listed unverified. Blocking (it
+    reads the store). A state is marked as resumed: whatever runs from it must carry the
+    identity effectgate signed."""
     _mark(source)
-    records = adapter_state(_context_of(source))["approvals"]
+    context = _context_of(source)
+    records = adapter_state(context)["approvals"]
     out = []
     for item in _items(source):
-        call_id = str(item.call_id or "")
-        record = records.get(call_id)
-        record = record if isinstance(record, Mapping) else {}
-        out.append(
-            PendingApproval(
-                item=item,
-                call_id=call_id,
-                tool=str(item.name or record.get("tool") or ""),
-                approval_id=record.get("approval_id"),
-                version=record.get("version"),
-                args_hash=record.get("args_hash"),
-            )
-        )
+        has_record = isinstance(records.get(str(item.call_id or "")), Mapping)
+        out.append(_listed(gate if gate is not None else _item_gate(item), context, item, has_record))
     return out
 
 
-def approval_of(source: RunResult | RunState[Any, Any], item: ToolApprovalItem) -> PendingApproval:
+def approval_of(
+    source: RunResult | RunState[Any, Any], item: ToolApprovalItem, *, gate: EffectGate | None = None
+) -> PendingApproval:
     """The effectgate approval behind one SDK item (matched by call id, since items compare by
-    identity and are copied on restore)."""
-    for paused in pending_approvals(source):
+    identity and are copied on restore), verified as `pending_approvals` verifies it."""
+    for paused in pending_approvals(source, gate=gate):
         if paused.call_id == item.call_id:
             return paused
     raise LookupError(f"no pending call {item.call_id!r} in this run state")
 
 
-def _registered(state: RunState[Any, Any], paused: PendingApproval) -> str:
-    if paused.approval_id is None:
+def _has_record(state: RunState[Any, Any], paused: PendingApproval) -> bool:
+    return isinstance(adapter_state(_context_of(state))["approvals"].get(paused.call_id), Mapping)
+
+
+def _registered(state: RunState[Any, Any], paused: PendingApproval) -> None:
+    """Whether there is an approval to decide: a call listed without one while the state holds a
+    record for it (an unverified entry) goes on to `_verified`, which refuses it."""
+    if paused.approval_id is None and not _has_record(state, paused):
         if not has_signed_identity(_context_of(state)):
             raise TamperedState(
                 f"the run state carries no effectgate record for call {paused.call_id!r} "
@@ -116,7 +187,6 @@ def _registered(state: RunState[Any, Any], paused: PendingApproval) -> str:
             f"effectgate registered no approval for call {paused.call_id!r} ({paused.tool}): its "
             f"arguments did not reach the gate; reject it"
         )
-    return paused.approval_id
 
 
 def _state_item(state: RunState[Any, Any], paused: PendingApproval) -> ToolApprovalItem:
@@ -128,12 +198,7 @@ def _state_item(state: RunState[Any, Any], paused: PendingApproval) -> ToolAppro
 
 def _gate_of(state: RunState[Any, Any], paused: PendingApproval) -> EffectGate:
     """The gate of the paused call's agent (made by `gate_agent`) or of its gated tool."""
-    item = _state_item(state, paused)
-    agent = getattr(item, "agent", None)
-    gate = agent_gate(agent)
-    for tool in getattr(agent, "tools", None) or ():
-        if gate is None and getattr(tool, "name", None) == item.name:
-            gate = tool_gate(tool)
+    gate = _item_gate(_state_item(state, paused))
     if gate is None:
         raise LookupError(
             f"call {paused.call_id!r} ({paused.tool}) is not paused on a tool effectgate gated; "
@@ -145,10 +210,15 @@ def _gate_of(state: RunState[Any, Any], paused: PendingApproval) -> EffectGate:
 def _verified(gate: EffectGate, state: RunState[Any, Any], paused: PendingApproval) -> Mapping[str, Any]:
     """The call's record, verified (`_records.verified_approval`), and `paused` must be its."""
     item = _state_item(state, paused)
-    arguments = item.arguments if isinstance(item.arguments, str) else ""
     record, _ = verified_approval(
-        gate, _context_of(state), paused.call_id, tool=str(item.name or ""), arguments=arguments
+        gate, _context_of(state), paused.call_id, tool=str(item.name or ""), arguments=_arguments(item)
     )
+    if paused.approval_id is None:
+        raise DecisionMismatch(
+            str(record["approval_id"]),
+            f"call {paused.call_id!r} was listed unverified ({paused.problem}); list it again "
+            "with pending_approvals(state, gate=gate) and decide the verified entry",
+        )
     if (paused.approval_id, paused.version) != (record["approval_id"], record["version"]):
         raise DecisionMismatch(
             str(record["approval_id"]),
@@ -215,13 +285,14 @@ def reject(
     _mark(state)
     refused: Refused | None = None
     message = f"Refused (denied): {paused.tool} was denied: {reason}"
-    if paused.approval_id is not None:
-        _verified(gate, state, paused)  # TamperedState: the state was edited, nothing is denied
-        row = gate.store.get_approval(paused.approval_id)
+    if paused.approval_id is not None or _has_record(state, paused):
+        record = _verified(gate, state, paused)  # TamperedState: the state was edited, nothing denied
+        approval_id, version = str(record["approval_id"]), int(record["version"])
+        row = gate.store.get_approval(approval_id)
         if row is not None and row.status == "denied":
             message = f"Refused (denied): {paused.tool} was denied: {row.reason}"
         else:
-            refused = gate.deny(paused.approval_id, approver=approver, reason=reason, version=paused.version)
+            refused = gate.deny(approval_id, approver=approver, reason=reason, version=version)
             message = refused.for_model()
     state.reject(_state_item(state, paused), rejection_message=message)
     return refused
