@@ -24,6 +24,10 @@ _MANAGED = (
     "(a) refused by design: a managed agent runs its own tools, so the gate accepts one only when it "
     "was wrapped first by a GatedAgent on the manager's gate; this test's managed agent is a mock"
 )
+_IMPORTS = (
+    "(a) refused by design: the CodeAgent authorizes additional imports (numpy, pandas), which model "
+    "code uses with no tool call, and the swap wraps it without allow_imports="
+)
 #: strict xfail: test -> reason (one test inspects a tool's identity, and no fidelity gap is left
 #: open: the nine once listed here pass, see the README section)
 EXPECTED: dict[str, str] = {
@@ -41,6 +45,18 @@ EXPECTED: dict[str, str] = {
     "test_agents.py::TestCodeAgent::test_local_python_executor_with_custom_functions": (
         "(a) refused by design: functions handed to the CodeAgent's executor (additional_functions) "
         "run from the model's code without the gate"
+    ),
+    **dict.fromkeys(
+        (
+            "test_agents.py::TestAgent::test_function_persistence_across_steps",
+            "test_agents.py::TestAgent::test_replay_shows_logs",
+            # skipped here first (NEEDS), refused the same way where pandas and ddgs are installed
+            "test_agents.py::TestCodeAgent::test_from_folder",
+            "test_agents.py::TestCodeAgent::test_from_dict",
+            "test_agents.py::TestMultiAgents::test_multiagents",
+            "test_agents.py::TestMultiAgents::test_multiagents_save",
+        ),
+        _IMPORTS,
     ),
 }
 

@@ -30,7 +30,8 @@ smolagents has no pause primitive, so `GatedAgent` builds one from what it has:
 A `ToolCallingAgent`'s step registers its gated calls together and has the gate validate their
 arguments (`_calling`); the tools put in place of the agent's own are in `_tools`. A manager is
 wrapped only when its managed agents (at every depth) are wrapped on the same gate; a run is
-refused when a tool or a managed agent was added after wrapping (`_managed`).
+refused when a tool or a managed agent was added after wrapping (`_managed`), or when a CodeAgent's
+code may import a module neither effect-free nor named in `allow_imports=` (`_imports`).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from smolagents import CodeAgent, ToolCallingAgent
@@ -57,6 +58,7 @@ from ._code import ApprovalRequired, keep_logs_at_a_stop
 from ._decisions import Decision, apply_decisions, continuation
 from ._errors import tool_failed
 from ._identity import Stop, model_id_of, outside_a_run, refuse_plain_runs, run_context
+from ._imports import acknowledged
 from ._managed import adopt, check_team, check_tools, own, serve_as_member
 from ._outcomes import AwaitingApproval, Finished, RunOutcome, signed
 from ._result import run_result, wants_full_result
@@ -86,7 +88,10 @@ class GatedAgent:
 
     A manager (`managed_agents=[...]`) is taken only with a gate, and only when each managed
     agent, at every depth, was wrapped on that gate first; otherwise `UnknownTool`, whatever
-    `unknown=` says (`_managed`). Everything is checked before anything is changed.
+    `unknown=` says (`_managed`). So is a CodeAgent whose code may import modules beyond a few
+    effect-free ones (`_imports`) that `allow_imports` (`["numpy"]`, or "*" for any) does not name:
+    each one named is your decision that model code may use it ungated, with no tool call. It is
+    not saved: give it again to wrap a loaded agent. Everything is checked before anything changes.
     """
 
     def __init__(
@@ -98,7 +103,9 @@ class GatedAgent:
         agent_id: str | None = None,
         db: str | None = None,
         unknown: Unknown = "raise",
+        allow_imports: Iterable[str] | None = None,
     ) -> None:
+        allowed = acknowledged(allow_imports)  # bad input raises here, before anything
         self._owns_gate = gate is None
         if gate is None:
             if effects is None:
@@ -109,7 +116,7 @@ class GatedAgent:
             agent_id = "agent" if agent_id is None else agent_id
             if not agent_id:
                 raise ValueError("agent_id must be a non-empty name")
-            check_team(agent, None)  # a managed agent cannot be on a gate not built yet
+            check_team(agent, None, allowed)  # a managed agent cannot be on a gate not built yet
             gate = gate_for(native_tools(agent), effects, agent_id=agent_id, db=db or DEFAULT_DB)
         elif effects is not None or db is not None:
             raise TypeError(
@@ -118,13 +125,14 @@ class GatedAgent:
             )
         if not agent_id:
             raise ValueError("GatedAgent needs the agent_id the effect table's allowlist names")
-        members = check_team(agent, gate)  # before anything is changed, like every tool's row
+        members = check_team(agent, gate, allowed)  # before anything is changed, like every tool's row
         for name, tool in agent.tools.items():
             if not is_wrapped(tool) and not is_own_final_answer(name, tool):
                 check_wrappable(gate, agent_id=agent_id, name=name, unknown=unknown)
         self.agent = agent
         self.gate = gate
         self.agent_id = agent_id
+        self.allow_imports = allowed  # the modules acknowledged, checked again at each run
         self.code = isinstance(agent, CodeAgent)
         self._lock = threading.Lock()
         self._pending: dict[str, Pending] = {}
@@ -282,10 +290,10 @@ class GatedAgent:
         return_full_result: bool | None,
         additional_args: Mapping[str, Any] | None = None,
     ) -> RunOutcome:
-        """One run as `ctx`; refused before the model is asked anything if a tool or a managed
-        agent was added after wrapping."""
-        check_tools(self.agent, "the agent")
-        adopt(self, check_team(self.agent, self.gate))
+        """One run as `ctx`; refused before the model is asked anything if a tool, a managed agent
+        or an import a CodeAgent's code may make was added after wrapping."""
+        check_tools(self.agent, "the agent", self.allow_imports)
+        adopt(self, check_team(self.agent, self.gate, self.allow_imports))
         with self._lock:  # one run at a time; a second one changes nothing of the first
             if self._current is not None:
                 raise RuntimeError("this GatedAgent is already running (smolagents agents are not reentrant)")
@@ -346,20 +354,6 @@ class GatedAgent:
         )
         return Finished(output=final, observations=tuple(observations), run_result=full)
 
-    # -- as a managed agent (`_managed`)
-
-    def _hold(self, member: str, pending: Sequence[Pending]) -> str:
-        """Managed agent `member` stopped at gated calls: they wait with this run's own, and this
-        run stops as at a gated call of its own."""
-        with self._lock:
-            for p in pending:
-                self._pending[p.approval_id] = p
-        self.agent.interrupt()
-        if self.code:
-            self._stopped = pending[0]
-            raise ApprovalRequired(pending[0])
-        return f"{member} stopped: " + " ".join(p.for_model() for p in pending)
-
     def decide(self, awaiting: AwaitingApproval, decisions: Mapping[str, Decision]) -> dict[str, Outcome]:
         """Apply decisions through the gate: execute approved calls (once), deny the rest named.
         Every decision is bound to its call first (`_decisions.bind`); denials are recorded before
@@ -393,7 +387,12 @@ class GatedAgent:
 
 
 def gate_agent(
-    agent: MultiStepAgent, gate: EffectGate, *, agent_id: str, unknown: Unknown = "raise"
+    agent: MultiStepAgent,
+    gate: EffectGate,
+    *,
+    agent_id: str,
+    unknown: Unknown = "raise",
+    allow_imports: Iterable[str] | None = None,
 ) -> GatedAgent:
     """Wrap the agent's whole tool list (in place) and return the `GatedAgent` that runs it."""
-    return GatedAgent(agent, gate, agent_id=agent_id, unknown=unknown)
+    return GatedAgent(agent, gate, agent_id=agent_id, unknown=unknown, allow_imports=allow_imports)

@@ -11,13 +11,15 @@ wrapped by a `GatedAgent` on the same gate (`check_team`): then every tool any o
 is a `GatedTool`. Anything else raises `UnknownTool` when the manager is wrapped, whatever
 `unknown=` says, and nothing is changed; a run checks again before the model is asked anything,
 so a tool or a managed agent added after wrapping is refused too. So is a CodeAgent whose
-executor has `additional_functions`: its code could call them, and they are not tools.
+executor has `additional_functions` (its code could call them, and they are not tools), or whose
+code may import a module that is neither effect-free nor acknowledged with `allow_imports=`
+(`_imports`): a member is checked against its own `GatedAgent`'s `allow_imports`.
 
 A gated agent's own `run` (what `agent(task)` calls) runs it as a team member
 (`serve_as_member`): through its `GatedAgent`, with the identity of the run of the gated
 manager that calls it (session, user message, user; its own `agent_id`), so each of its tools
 goes through the gate as the manager's own would. A gated call in it stops the manager's run as
-the manager's own gated call would (`GatedAgent._hold`; a CodeAgent manager's code stops at
+the manager's own gated call would (`hold`; a CodeAgent manager's code stops at
 the call), and the member's run ends there (its memory is reset when it is called next, as
 smolagents resets a managed agent for every call). The manager's run returns
 `AwaitingApproval` and `resume` on the manager decides it. Called when none of its gated
@@ -29,15 +31,17 @@ from __future__ import annotations
 import dataclasses
 import threading
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from smolagents.agents import MultiStepAgent
 
-from effectgate import EffectGate
+from effectgate import EffectGate, Pending
 from effectgate.adapter import UnknownTool
 
+from ._code import ApprovalRequired
 from ._identity import model_id_of, plain_run_refused
+from ._imports import check_imports
 from ._outcomes import AwaitingApproval
 from ._tools import is_own_final_answer, is_wrapped
 
@@ -80,9 +84,11 @@ def _members(agent: MultiStepAgent) -> list[tuple[str, Any]]:
     return list(managed.items())
 
 
-def check_executor(agent: MultiStepAgent, who: str) -> None:
+def check_executor(agent: MultiStepAgent, who: str, allowed: frozenset[str]) -> None:
     """`UnknownTool` if a CodeAgent's code can call functions that are not tools: the local
-    executor's `additional_functions` (`executor_kwargs`) run without the gate."""
+    executor's `additional_functions` (`executor_kwargs`) run without the gate; or import a module
+    beyond the effect-free ones that `allowed` (its `GatedAgent`'s `allow_imports`) does not name."""
+    check_imports(agent, who, allowed)
     extra = getattr(getattr(agent, "python_executor", None), "additional_functions", None)
     if extra:
         raise UnknownTool(
@@ -91,11 +97,11 @@ def check_executor(agent: MultiStepAgent, who: str) -> None:
         )
 
 
-def check_tools(agent: MultiStepAgent, who: str) -> None:
+def check_tools(agent: MultiStepAgent, who: str, allowed: frozenset[str]) -> None:
     """`UnknownTool` unless every tool of a wrapped agent but smolagents' own `final_answer`
     (`is_own_final_answer`; a tool of the user's named `final_answer` is not) is a gated one,
-    and its code (a CodeAgent's) can call nothing else (`check_executor`)."""
-    check_executor(agent, who)
+    and its code (a CodeAgent's) can call or import nothing else (`check_executor`)."""
+    check_executor(agent, who, allowed)
     for name, tool in list(agent.tools.items()):
         if not is_wrapped(tool) and not is_own_final_answer(name, tool):
             raise UnknownTool(
@@ -104,12 +110,14 @@ def check_tools(agent: MultiStepAgent, who: str) -> None:
             )
 
 
-def check_team(agent: MultiStepAgent, gate: EffectGate | None) -> list[GatedAgent]:
+def check_team(agent: MultiStepAgent, gate: EffectGate | None, allowed: frozenset[str]) -> list[GatedAgent]:
     """The GatedAgents of `agent`'s managed agents, after checking that every managed agent at
     every depth is wrapped by a GatedAgent on `gate` with no tool added since. `UnknownTool`
     otherwise; with `gate` None (the manager's gate is not built yet) every managed agent is.
-    `agent`'s own executor is checked too (`check_executor`); its tools are its `GatedAgent`'s."""
-    check_executor(agent, "the agent")
+    `agent`'s own executor is checked too (`check_executor`, with `allowed`, the `allow_imports`
+    it is wrapped with); its tools are its `GatedAgent`'s. A member's imports are checked against
+    its own `GatedAgent`'s `allow_imports`."""
+    check_executor(agent, "the agent", allowed)
     direct: list[GatedAgent] = []
     seen = {id(agent)}
     todo: list[tuple[MultiStepAgent, str]] = [(agent, "")]
@@ -137,7 +145,7 @@ def check_team(agent: MultiStepAgent, gate: EffectGate | None) -> list[GatedAgen
             if id(member) in seen:
                 continue
             seen.add(id(member))
-            check_tools(member, where)
+            check_tools(member, where, owner.allow_imports)
             todo.append((member, f"{path}{name}."))
     return direct
 
@@ -179,6 +187,19 @@ def _running_manager(member: GatedAgent) -> GatedAgent:
     return running[0]
 
 
+def hold(manager: GatedAgent, member: str, pending: Sequence[Pending]) -> str:
+    """Managed agent `member` stopped at gated calls: they wait with the manager's run's own, and
+    that run stops as at a gated call of its own (a CodeAgent manager's code at the call)."""
+    with manager._lock:
+        for p in pending:
+            manager._pending[p.approval_id] = p
+    manager.agent.interrupt()
+    if manager.code:
+        manager._stopped = pending[0]
+        raise ApprovalRequired(pending[0])
+    return f"{member} stopped: " + " ".join(p.for_model() for p in pending)
+
+
 def serve_as_member(member: GatedAgent) -> Callable[..., Any]:
     """What the wrapped agent's own `run` does (`refuse_plain_runs`): run as a team member of
     its gated manager's run in progress, and return what smolagents' `run` would (the output)."""
@@ -201,7 +222,7 @@ def serve_as_member(member: GatedAgent) -> Callable[..., Any]:
             task, ctx, reset=True, max_steps=None, return_full_result=False, additional_args=additional_args
         )
         if isinstance(outcome, AwaitingApproval):  # the manager's run stops too
-            return manager._hold(member.agent.name or "a managed agent", outcome.pending)
+            return hold(manager, member.agent.name or "a managed agent", outcome.pending)
         return outcome.output
 
     return run

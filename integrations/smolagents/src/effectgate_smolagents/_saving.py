@@ -12,7 +12,10 @@ smolagents saves it, and `final_answer` as it was) with a mark that says it ran 
 smolagents' loaders (`from_folder`, `from_dict`, `from_hub`) ignore the marks and give a plain
 agent: its tools run ungated until it is wrapped again,
 `GatedAgent(MultiStepAgent.from_folder(path), effects={...})` (or with the gate built from your
-effect table). The note says so wherever the saved agent is read.
+effect table). The note says so wherever the saved agent is read. A CodeAgent's authorized imports
+are saved (smolagents' `authorized_imports`) and load with it, but `allow_imports=` is the wrapping
+user's decision, never read from a file: a loaded agent that needs it is refused until it is given
+again (`_imports`).
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ TOOL_NOTE = (
 AGENT_NOTE = (
     "this agent's tools ran behind an effectgate gate when it was saved; the saved tools are the "
     "inner, ungated tools. Wrap the loaded agent again before running it: "
-    "GatedAgent(agent, effects={...}) or GatedAgent(agent, gate, agent_id=...)."
+    "GatedAgent(agent, effects={...}) or GatedAgent(agent, gate, agent_id=...). A CodeAgent's "
+    "acknowledged imports (allow_imports=) are not saved either: give them again, or it is refused."
 )
 
 
