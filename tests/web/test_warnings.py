@@ -4,7 +4,10 @@ model-written value escaped."""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
+import pickle
 from typing import Any
 
 import sqlalchemy as sa
@@ -12,7 +15,9 @@ from markupsafe import escape
 from starlette.testclient import TestClient
 
 from effectgate import Effect, EffectGate, EffectTable, Keyring, Pending, ToolSpec
+from effectgate._display import keyring_warnings
 from effectgate._seal import mismatch
+from effectgate.errors import ForeignSeal
 from effectgate.examples.shop import app, context
 from effectgate.outcomes import TAMPERED_WARNING
 from effectgate.web import create_app
@@ -206,6 +211,76 @@ def test_an_edited_sealed_column_shows_the_tampering_warning_not_a_mismatch(inbo
     assert "keyring mismatch" not in r.text
     assert snapshot(inbox) == before
     still_pending(inbox, p)
+
+
+def rekey(inbox: Inbox, p: Pending, kid: str, **columns: str) -> None:
+    """Behind effectgate's back: the seal's key id rewritten (and `columns` edited)."""
+    row = inbox.store.get_approval(p.approval_id)
+    assert row is not None
+    sets = ", ".join(["seal = :seal", *(f"{c} = :{c}" for c in columns)])
+    with inbox.store.engine.begin() as conn:
+        edit = sa.text(f"UPDATE eg_approvals SET {sets} WHERE id = :id")
+        seal = f"{kid}.{row.seal.partition('.')[2]}"
+        assert conn.execute(edit, {"id": p.approval_id, "seal": seal, **columns}).rowcount == 1
+
+
+def test_an_edit_that_renames_the_seals_key_is_still_shown_as_an_edit(inbox: Inbox) -> None:
+    """An owner who edits a record and writes an unknown key id into its seal, while the inbox runs
+    with the ledger's keyring, does not get the keyring-mismatch explanation (which would send the
+    reviewer after the wrong problem): the key id is the row's own text; the ledger's newest
+    seals verify under this keyring, so it is an edit."""
+    untouched = propose(inbox, {"order_id": "1043", "amount": 3500, "currency": "GBP"}, message="m1")
+    p = propose(inbox)
+    rekey(inbox, p, "k-rotated", user_id="mallory")
+    c = inbox.client()
+    csrf = login(c, "fiona")
+    for html in (c.get("/").text, c.get(f"/approvals/{p.approval_id}").text):
+        assert f"<li>{escape(TAMPERED_WARNING)}</li>" in html
+        assert "keyring-mismatch" not in html
+    before = snapshot(inbox)
+    r = c.post(f"/approvals/{p.approval_id}/approve", data=form(p, csrf))
+    assert r.status_code == 409
+    assert "<h2>Record does not verify</h2>" in r.text
+    assert "edited outside effectgate" in r.text
+    assert "k-rotated" not in r.text
+    assert snapshot(inbox) == before
+    still_pending(inbox, p)
+    assert inbox.gate.card(untouched.approval_id).warnings == ()
+
+
+def test_a_foreign_key_id_is_shown_with_its_hidden_characters_revealed(inbox: Inbox) -> None:
+    """The key id a card names is the row's text: under a foreign keyring it is shown, with a
+    bidirectional control written out, never rendered."""
+    p = propose(inbox)
+    rekey(inbox, p, "k\u202eevil")
+    other = app(inbox.store, keyring=Keyring.generate(), clock=inbox.clock, shop=inbox.shop)
+    try:
+        served = create_app(other, registry(), secret_key="k")
+        c = TestClient(served, base_url="http://127.0.0.1", follow_redirects=False)
+        login(c, "fiona")
+        html = c.get(f"/approvals/{p.approval_id}").text
+    finally:
+        other.close()
+    assert 'id="keyring-mismatch"' in html
+    assert "<code>k&lt;U+202E&gt;evil</code>" in html
+    assert "\u202e" not in html
+    still_pending(inbox, p)
+
+
+def test_a_card_with_a_keyring_mismatch_copies_and_pickles(inbox: Inbox) -> None:
+    """A card carrying the mismatch (a `ForeignSeal` warning) is a plain value like any card."""
+    p = propose(inbox)
+    other = app(inbox.store, keyring=Keyring.generate(), clock=inbox.clock, shop=inbox.shop)
+    try:
+        [card] = keyring_warnings(other, [other.card(p.approval_id)])
+    finally:
+        other.close()
+    [warning] = card.warnings
+    assert isinstance(warning, ForeignSeal)
+    for copied in (copy.deepcopy(card), pickle.loads(pickle.dumps(card))):
+        assert copied == card
+        assert copied.warnings[0].key_id == warning.key_id  # type: ignore[attr-defined]
+    assert dataclasses.asdict(card)["warnings"] == (str(warning),)
 
 
 def test_denied_card_shows_the_reason_escaped(inbox: Inbox) -> None:

@@ -9,7 +9,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ._seal import foreign_key, mismatch
-from .errors import ForeignSeal
+from .chain import check_keyring
+from .errors import ForeignSeal, TamperedRecord, TokenError
 from .outcomes import TAMPERED_WARNING, Card
 
 if TYPE_CHECKING:
@@ -59,13 +60,15 @@ def duration(seconds: float) -> str:
 
 def keyring_warnings(gate: EffectGate, cards: list[Card]) -> list[Card]:
     """`cards` with the "does not verify" warning of a record sealed under a key this keyring does
-    not hold replaced by the keyring mismatch it most likely is: a `ForeignSeal` (its `key_id`)
-    whose text names the key and says to use the ledger's keyring. The store is read only for
-    the flagged cards; any other card is returned as it was."""
+    not hold replaced by the keyring mismatch it most likely is, when this keyring is not the
+    ledger's (`_foreign_keyring`): a `ForeignSeal` (its `key_id`) whose text names the key and
+    says to use the ledger's keyring. The store is read only when a card is flagged."""
     flagged = [c.approval_id for c in cards if TAMPERED_WARNING in c.warnings]
     if not flagged:
         return cards
     with gate.store.reading() as conn:
+        if not _foreign_keyring(gate, conn):
+            return cards  # the ledger's newest seals verify: an unknown key id was written in
         seals = {i: gate.store.approval(conn, i) for i in flagged}
     fixed = []
     for card in cards:
@@ -77,6 +80,31 @@ def keyring_warnings(gate: EffectGate, cards: list[Card]) -> list[Card]:
             card = dataclasses.replace(card, warnings=warnings)
         fixed.append(card)
     return fixed
+
+
+def _foreign_keyring(gate: EffectGate, conn: Any) -> bool:
+    """Whether the gate's keyring is not the ledger's (`chain.check_keyring`: none of the newest
+    seals and checkpoints verifies under it). A key id is the row's own text: with the ledger's
+    keyring in use, a seal naming an unknown key is an edit, never shown as a mismatch."""
+    try:
+        check_keyring(gate.store, conn, gate.keyring)
+    except TokenError:
+        return True
+    return False
+
+
+def tampered_refusal(gate: EffectGate, exc: TamperedRecord) -> tuple[str, str]:
+    """The title and message of the inbox's refusal of a record that does not verify: a keyring
+    mismatch only when this keyring is not the ledger's (`_foreign_keyring`)."""
+    if exc.foreign_key:
+        with gate.store.reading() as conn:
+            if _foreign_keyring(gate, conn):
+                return "Keyring mismatch", f"{exc}."
+        return "Record does not verify", (
+            "Its seal names a key the ledger's keyring never held: it was edited outside effectgate. "
+            "Nothing was changed or run."
+        )
+    return "Record does not verify", f"{exc}."
 
 
 def card_view(gate: EffectGate, approval_id: str) -> dict[str, Any]:

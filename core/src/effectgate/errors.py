@@ -117,6 +117,9 @@ class ForeignSeal(str):
         reason.key_id = key_id
         return reason
 
+    def __reduce__(self) -> tuple[type[ForeignSeal], tuple[str, str]]:  # copy and pickle (in a Card)
+        return (ForeignSeal, (self.key_id, str(self)))
+
 
 class TamperedRecord(ApprovalError):
     """A stored approval or decision does not verify: its seal or its arguments hash no longer

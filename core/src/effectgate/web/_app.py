@@ -34,7 +34,7 @@ from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .._display import card_view, keyring_warnings, pretty, when
+from .._display import card_view, keyring_warnings, pretty, tampered_refusal, when
 from .._execution import EXEC_PREFIX
 from .._textcheck import reveal
 from ..context import Approver
@@ -243,8 +243,8 @@ def create_app(
         except WrongApprover as exc:
             return refused(request, 403, "Not yours to decide", f"{exc}. Nothing was changed.", approval_id)
         except TamperedRecord as exc:  # the message says nothing was changed, and what to do
-            title = "Keyring mismatch" if exc.foreign_key else "Record does not verify"
-            return refused(request, 409, title, f"{exc}.", approval_id)
+            title, message = await run_in_threadpool(tampered_refusal, gate, exc)
+            return refused(request, 409, title, message, approval_id)
         except (ConfirmFailed, AlreadyDecided, PolicyViolation) as exc:
             return refused(request, 409, "Refused", f"{exc}. Nothing was changed.", approval_id)
         shown: Any = None
