@@ -62,10 +62,53 @@ def test_a_chain_cut_back_below_the_pins_is_found_and_the_next_export_refused(
     assert audit(ledger.store, keyring=ledger.keyring, chain=True).clean
     findings = audit(ledger.store, keyring=ledger.keyring, chain=True, pinned=first.heads).findings
     assert [(f.kind, f.tool) for f in findings] == [("chain_broken", "eg_events")]
-    with pytest.raises(ExportError, match="chain_broken"):
+    with pytest.raises(ExportError, match="audit --pinned"):
         export_chain(ledger.store, ledger.keyring, tmp_path / "b.jsonl", after=first, now=clock.now() + 61)
     assert not (tmp_path / "b.jsonl").exists()
     assert not manifest_path(tmp_path / "b.jsonl").exists()
+
+
+def test_a_refused_export_writes_nothing_not_even_a_checkpoint(
+    ledger: EffectGate, clock: FakeClock, tmp_path: Path
+) -> None:
+    """Cut back without a seal after it: the refused export must not seal the edited rows into a
+    checkpoint continuing the shortened chain (the refusal comes before any write)."""
+    store = ledger.store
+    first = export_chain(store, ledger.keyring, tmp_path / "a.jsonl", now=clock.now() + 61)
+    unguard(store, "eg_events")
+    unguard(store, "eg_chain")
+    sql(
+        store,
+        "UPDATE eg_events SET user_id = 'someone-else' WHERE id = :id",
+        id=min(e.id for e in store.events() if e.id is not None),
+    )
+    sql(store, "DELETE FROM eg_chain WHERE table_name = 'eg_events'")
+    with store.reading() as conn:
+        before = [c.model_dump() for c in store.checkpoints(conn)]
+    with pytest.raises(ExportError, match="audit --pinned"):
+        export_chain(store, ledger.keyring, tmp_path / "b.jsonl", after=first, now=clock.now() + 61)
+    with store.reading() as conn:
+        assert [c.model_dump() for c in store.checkpoints(conn)] == before
+    assert not (tmp_path / "b.jsonl").exists()
+
+
+def test_pins_need_the_keyring_and_imply_the_chain(
+    ledger: EffectGate, clock: FakeClock, tmp_path: Path
+) -> None:
+    """A pin proves nothing about rows unless the chain up to it verifies: `pinned` implies
+    `chain`, and without a keyring it is refused rather than reported clean."""
+    store = ledger.store
+    first = export_chain(store, ledger.keyring, tmp_path / "a.jsonl", now=clock.now() + 61)
+    with pytest.raises(ValueError, match="keyring"):
+        audit(store, pinned=first.heads)
+    unguard(store, "eg_events")
+    sql(
+        store,
+        "UPDATE eg_events SET user_id = 'someone-else' WHERE id = :id",
+        id=min(e.id for e in store.events() if e.id is not None),
+    )  # under the pinned checkpoint: only the chain's recomputation finds it
+    findings = audit(store, keyring=ledger.keyring, pinned=first.heads).findings
+    assert [f.kind for f in findings] == ["chain_broken"]
 
 
 def test_an_incremental_export_of_an_untouched_ledger_pins_the_new_heads(

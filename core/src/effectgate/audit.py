@@ -102,8 +102,14 @@ def audit(
     `chain` (and `keyring`), the ledger's own hash chain is recomputed too (`effectgate.chain`):
     a checkpointed row deleted, inserted or edited is a `chain_broken` finding. `pinned`: the chain
     heads an export's manifest pinned (`Manifest.heads`, its signature checked by the caller); each
-    one no longer in the chain as pinned is a `chain_broken` finding too (`effectgate._pins`)."""
+    one no longer in the chain as pinned is a `chain_broken` finding too (`effectgate._pins`); pins
+    mean nothing without the chain verified up to them, so `pinned` implies `chain` and needs the
+    keyring (ValueError without one)."""
     del policy
+    if pinned is not None:
+        if keyring is None:
+            raise ValueError("audit(pinned=...) needs the keyring: pins hold only on a verified chain")
+        chain = True
     scan = Scan(store, table, keyring)
     half = _fork_half(store, scan)  # the upper half of a large ledger, in a second process
     if half is None:

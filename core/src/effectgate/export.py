@@ -50,78 +50,24 @@ from typing import Any
 
 from . import _pins
 from ._commitments import commitment, commitment_holds, commitment_part
+from ._manifest import (  # noqa: F401 - the manifest's names, as `effectgate.export` has always had them
+    FORMAT,
+    GENESIS,
+    PURPOSE,
+    READABLE,
+    ExportError,
+    Manifest,
+    manifest_path,
+)
 from .audit import audit
 from .canonical import canonical_json
 from .chain import seal_chain
-from .errors import EffectGateError, TokenError
 from .redact import FACTS, entries, facts_of, is_redacted
 from .stores.protocol import Store
 from .stores.records import RedactedRow
 from .tokens import Keyring
 
-FORMAT = "effectgate-export/2"
-#: Formats `verify_export` reads and an export may continue: /1 put the whole arguments inside the
-#: chain (no `personal`); its chain links the same way, so a /2 export continues a /1 chain.
-READABLE = ("effectgate-export/1", FORMAT)
-GENESIS = "0" * 64
-PURPOSE = "export-manifest"
 SETTLE_S = 60.0
-
-
-class ExportError(EffectGateError):
-    """The export was refused (the ledger has audit findings, or the previous manifest is not
-    this keyring's); nothing was written."""
-
-
-@dataclass(frozen=True)
-class Manifest:
-    """What one export file holds, signed: verify the signature before trusting any field."""
-
-    format: str
-    key_id: str
-    first_seq: int | None
-    last_seq: int | None
-    count: int
-    start: str  # the chain head this file continues (the previous export's, or GENESIS)
-    head: str  # the hash of the file's last line (== start when the file is empty)
-    after_seq: int  # records with a greater sequence number are in this file or later ones
-    created_at: float
-    signature: str = ""
-    #: the ledger's chain heads at export time (`effectgate._pins`); None in older manifests
-    heads: dict[str, dict[str, Any]] | None = None
-
-    def body(self) -> bytes:
-        fields = asdict(self)
-        fields.pop("signature")
-        if fields["heads"] is None:  # a manifest from before pins was signed without the field
-            fields.pop("heads")
-        return canonical_json(fields)
-
-    def dumps(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True, indent=2) + "\n"
-
-    @classmethod
-    def load(cls, path: str | Path) -> Manifest:
-        try:
-            data = json.loads(Path(path).read_text())
-            return cls(**data)
-        except (OSError, ValueError, TypeError) as exc:
-            raise ExportError(f"{path} is not an export manifest: {exc}") from exc
-
-    def check(self, keyring: Keyring) -> None:
-        """Raise ExportError unless this manifest was signed with a key of `keyring`."""
-        if self.format not in READABLE:
-            raise ExportError(f"unknown export format {self.format!r} (this reads {', '.join(READABLE)})")
-        try:
-            keyring.verify_signature(PURPOSE, self.body(), self.signature)
-        except TokenError as exc:
-            raise ExportError(f"the manifest's signature does not verify: {exc}") from exc
-        if not self.signature.startswith(f"{self.key_id}."):
-            raise ExportError("the manifest's key id is not the key that signed it")
-
-
-def manifest_path(path: str | Path) -> Path:
-    return Path(f"{path}.manifest.json")
 
 
 def link(prev: str, record: Mapping[str, Any]) -> str:
@@ -207,10 +153,15 @@ def export_chain(
 ) -> Manifest:
     """Write the decision records after `after` (all when None) to `path` as a hash chain, and its
     signed manifest beside it (`manifest_path(path)`), which pins the ledger's chain heads.
-    Refused, writing nothing, when the audit has findings (the chain cut back below the heads
-    `after` pinned is one) or `after` is not signed by this keyring."""
+    Refused, writing nothing, when `after` is not signed by this keyring or its pins no longer
+    hold (checked before the seal), or when the audit has findings."""
     if after is not None:
         after.check(keyring)
+        if cut := sorted({b.table for b in _pins.breaks(store, after.heads)}):  # before any write
+            raise ExportError(
+                f"the ledger's chain no longer holds what the previous export pinned ({', '.join(cut)}): "
+                "run `effectgate audit --pinned` with its manifest; nothing was exported or written"
+            )
     at = time.time() if now is None else now
     seal_chain(store, keyring, now=at, settle=settle)  # the ledger's own chain covers what is exported
     report = audit(store, keyring=keyring, chain=True, pinned=after.heads if after is not None else None)

@@ -1,0 +1,75 @@
+"""An export's manifest (`effectgate.export`): what one export file holds, signed with the keyring."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from .canonical import canonical_json
+from .errors import EffectGateError, TokenError
+from .tokens import Keyring
+
+FORMAT = "effectgate-export/2"
+#: Formats `verify_export` reads and an export may continue: /1 put the whole arguments inside the
+#: chain (no `personal`); its chain links the same way, so a /2 export continues a /1 chain.
+READABLE = ("effectgate-export/1", FORMAT)
+GENESIS = "0" * 64
+PURPOSE = "export-manifest"
+
+
+class ExportError(EffectGateError):
+    """The export was refused (the ledger has audit findings, or the previous manifest is not
+    this keyring's); nothing was written."""
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What one export file holds, signed: verify the signature before trusting any field."""
+
+    format: str
+    key_id: str
+    first_seq: int | None
+    last_seq: int | None
+    count: int
+    start: str  # the chain head this file continues (the previous export's, or GENESIS)
+    head: str  # the hash of the file's last line (== start when the file is empty)
+    after_seq: int  # records with a greater sequence number are in this file or later ones
+    created_at: float
+    signature: str = ""
+    #: the ledger's chain heads at export time (`effectgate._pins`); None in older manifests
+    heads: dict[str, dict[str, Any]] | None = None
+
+    def body(self) -> bytes:
+        fields = asdict(self)
+        fields.pop("signature")
+        if fields["heads"] is None:  # a manifest from before pins was signed without the field
+            fields.pop("heads")
+        return canonical_json(fields)
+
+    def dumps(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True, indent=2) + "\n"
+
+    @classmethod
+    def load(cls, path: str | Path) -> Manifest:
+        try:
+            data = json.loads(Path(path).read_text())
+            return cls(**data)
+        except (OSError, ValueError, TypeError) as exc:
+            raise ExportError(f"{path} is not an export manifest: {exc}") from exc
+
+    def check(self, keyring: Keyring) -> None:
+        """Raise ExportError unless this manifest was signed with a key of `keyring`."""
+        if self.format not in READABLE:
+            raise ExportError(f"unknown export format {self.format!r} (this reads {', '.join(READABLE)})")
+        try:
+            keyring.verify_signature(PURPOSE, self.body(), self.signature)
+        except TokenError as exc:
+            raise ExportError(f"the manifest's signature does not verify: {exc}") from exc
+        if not self.signature.startswith(f"{self.key_id}."):
+            raise ExportError("the manifest's key id is not the key that signed it")
+
+
+def manifest_path(path: str | Path) -> Path:
+    return Path(f"{path}.manifest.json")
