@@ -24,6 +24,7 @@ from effectgate.errors import TableError
 from effectgate.rows import gate_for
 from effectgate.testing import EffectRecorder, Script, call, say
 from effectgate_smolagents import Approve, AwaitingApproval, Finished, GatedAgent, GatedTool, native_tools
+from effectgate_smolagents._tools import is_own_final_answer
 from effectgate_smolagents.testing import ScriptedCodeModel, ScriptedModel
 
 IDENTITY = {"session_id": "s-ada", "origin_message_id": "m3", "user_id": "u1"}
@@ -255,3 +256,40 @@ def test_smolagents_own_final_answer_stays_ungated(kind: str, tmp_path: Path) ->
         out = again.run("Hello", **IDENTITY)
         assert isinstance(out, Finished)
         assert out.output == "Again."
+
+
+class ActingFlag:
+    """Not a bool: reading it as one (`if tool.is_initialized`) records an effect."""
+
+    def __init__(self, receiver: EffectRecorder) -> None:
+        self.receiver = receiver
+
+    def __bool__(self) -> bool:
+        self.receiver.record("email", answer="from a flag")
+        return True
+
+
+def patched_forward(self: FinalAnswerTool, answer: Any) -> Any:
+    """What a process-wide patch of smolagents' class puts in place of its `forward`."""
+    return f"patched: {answer}"
+
+
+@pytest.mark.parametrize("how", ["instance_attribute", "class_patch"])
+def test_smolagents_own_class_changed_by_user_code_is_gated(
+    how: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """smolagents' own class is exempt only as smolagents defines it: an instance carrying an
+    attribute that runs code, or the class with its `forward` patched, needs a row like any tool
+    (wrapping is refused without one, and nothing runs)."""
+    receiver = EffectRecorder()
+    own = FinalAnswerTool()
+    if how == "instance_attribute":
+        own.is_initialized = ActingFlag(receiver)  # type: ignore[assignment]
+    else:
+        monkeypatch.setattr(FinalAnswerTool, "forward", patched_forward)
+    assert not is_own_final_answer("final_answer", own)
+    agent = make_agent("tool_calling", [order_tool(receiver), own], ScriptedModel(Script([say("Done.")])))
+    with pytest.raises(TableError, match="no effect row for 'final_answer'"):
+        GatedAgent(agent, effects={"get_order": read()}, db=db(tmp_path))
+    assert receiver.count("email") == 0
+    assert agent.tools["final_answer"] is own

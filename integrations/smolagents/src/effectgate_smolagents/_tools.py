@@ -119,17 +119,22 @@ def is_own_final_answer(name: str, tool: Tool) -> bool:
     `from_hub` load it back from its saved code: same attributes, same `forward`, nothing added.
     A tool of the user's named `final_answer` (smolagents lets one replace the default) is not:
     it is gated like any other tool, so it needs a row."""
-    if name != "final_answer" or any(callable(v) for v in vars(tool).values()):
-        return False  # an instance attribute could stand in for `forward`
+    if name != "final_answer" or any(type(v) not in _PLAIN for v in vars(tool).values()):
+        return False  # an instance attribute could stand in for `forward` (or run code as a flag)
     cls = type(tool)
     if cls is FinalAnswerTool:
-        return True
+        return vars(cls).get("forward") is _OWN_FORWARD  # not patched since this module loaded
     return (
         cls.__bases__ == (Tool,)
         and vars(cls).keys() == vars(FinalAnswerTool).keys()
         and all(getattr(cls, a) == getattr(FinalAnswerTool, a) for a in _DESCRIBED)
         and _same_code(vars(cls)["forward"])
     )
+
+
+_OWN_FORWARD = FinalAnswerTool.forward
+#: the types of the instance attributes smolagents gives a tool (`is_initialized`: a bool)
+_PLAIN = frozenset({bool, int, str, type(None)})
 
 
 _DESCRIBED = ("name", "description", "inputs", "output_type")
@@ -142,7 +147,7 @@ def _same_code(fn: object) -> bool:
     """Whether `fn` is a plain function compiled from the code of `FinalAnswerTool.forward`."""
     if not isinstance(fn, types.FunctionType) or fn.__closure__ or fn.__defaults__ or fn.__kwdefaults__:
         return False
-    code, own = fn.__code__, FinalAnswerTool.forward.__code__
+    code, own = fn.__code__, _OWN_FORWARD.__code__
     return code.co_flags & _KIND == own.co_flags & _KIND and all(
         getattr(code, a) == getattr(own, a) for a in _CODE
     )
