@@ -154,7 +154,8 @@ def export_chain(
     """Write the decision records after `after` (all when None) to `path` as a hash chain, and its
     signed manifest beside it (`manifest_path(path)`), which pins the ledger's chain heads.
     Refused, writing nothing, when `after` is not signed by this keyring or its pins no longer
-    hold (checked before the seal), or when the audit has findings."""
+    hold (checked before the seal); refused with no export written when the audit that follows
+    the seal has findings (the ledger's new checkpoints stay: they cover the rows as they are)."""
     if after is not None:
         after.check(keyring)
         if cut := sorted({b.table for b in _pins.breaks(store, after.heads)}):  # before any write

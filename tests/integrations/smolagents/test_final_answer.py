@@ -274,7 +274,7 @@ def patched_forward(self: FinalAnswerTool, answer: Any) -> Any:
     return f"patched: {answer}"
 
 
-@pytest.mark.parametrize("how", ["instance_attribute", "class_patch"])
+@pytest.mark.parametrize("how", ["instance_attribute", "class_patch", "call_patch"])
 def test_smolagents_own_class_changed_by_user_code_is_gated(
     how: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -285,8 +285,10 @@ def test_smolagents_own_class_changed_by_user_code_is_gated(
     own = FinalAnswerTool()
     if how == "instance_attribute":
         own.is_initialized = ActingFlag(receiver)  # type: ignore[assignment]
-    else:
+    elif how == "class_patch":
         monkeypatch.setattr(FinalAnswerTool, "forward", patched_forward)
+    else:
+        monkeypatch.setattr(FinalAnswerTool, "__call__", patched_forward, raising=False)
     assert not is_own_final_answer("final_answer", own)
     agent = make_agent("tool_calling", [order_tool(receiver), own], ScriptedModel(Script([say("Done.")])))
     with pytest.raises(TableError, match="no effect row for 'final_answer'"):

@@ -58,7 +58,7 @@ from ._code import ApprovalRequired, keep_logs_at_a_stop
 from ._decisions import Decision, apply_decisions, continuation
 from ._errors import tool_failed
 from ._identity import Stop, model_id_of, outside_a_run, refuse_plain_runs, run_context
-from ._imports import acknowledged
+from ._imports import acknowledged, freeze
 from ._managed import adopt, check_team, check_tools, own, serve_as_member
 from ._outcomes import AwaitingApproval, Finished, RunOutcome, signed
 from ._result import run_result, wants_full_result
@@ -156,6 +156,7 @@ class GatedAgent:
             route_tool_calls(agent, call=self._call, start_step=self._register_step, end_step=self._end_step)
         if isinstance(agent, CodeAgent):
             keep_logs_at_a_stop(agent)  # the step keeps the snippet's output up to a gated call
+            freeze(agent)  # the checked import lists, as tuples
         # smolagents' own run has no identity: refused, unless a gated manager's run calls it
         self._plain_run = refuse_plain_runs(agent, serve_as_member(self))
         own(agent, self)

@@ -19,7 +19,7 @@ Modal, Blaxel) or any other executor runs the code as plain Python, which import
 that is not a `LocalPythonExecutor` counts as "*", and a list that is not a list is refused.
 
 An entry is accepted as it is only when it is exactly one of smolagents' defaults or of
-`EFFECT_FREE` ("json" is, "json.*" and "os.path" are not). It is acknowledged when
+`EFFECT_FREE` ("heapq" is, "heapq.*" and "os.path" are not). It is acknowledged when
 `allow_imports` names it exactly, or names its top-level module ("numpy" acknowledges "numpy",
 "numpy.linalg" and "numpy.*"), or is "*" (every module, acknowledged).
 """
@@ -35,25 +35,12 @@ from smolagents.utils import BASE_BUILTIN_MODULES
 
 from effectgate.adapter import UnknownTool
 
-#: standard-library modules that only compute: no file, process, thread, socket, import or
-#: interpreter access among their functions, and no command-line `main` (base64's and
-#: calendar's read `sys.argv` and files, so they are not here); `operator` is not either, as
-#: `attrgetter("__globals__")` reads the dunders smolagents' interpreter refuses to
-EFFECT_FREE: frozenset[str] = frozenset(
-    {
-        "bisect",
-        "cmath",
-        "decimal",
-        "fractions",
-        "hashlib",
-        "heapq",
-        "html",
-        "json",
-        "numbers",
-        "string",
-        "textwrap",
-    }
-)
+#: standard-library modules that only compute, written in C: functions and immutable types only.
+#: Left out: any module with a pure-Python class the process itself uses (smolagents' interpreter
+#: hands model code the real `setattr` and classes are shared: `json.JSONEncoder.encode` patched
+#: from model code changed what every card printed), `string` (`Formatter().get_field` follows
+#: dunder attributes: `open`), `operator` (`attrgetter`), and modules with a command-line `main`.
+EFFECT_FREE: frozenset[str] = frozenset({"bisect", "cmath", "decimal", "hashlib", "heapq"})
 ACCEPTED: frozenset[str] = frozenset(BASE_BUILTIN_MODULES) | EFFECT_FREE
 _NAME = re.compile(r"\*|[A-Za-z_]\w*(\.[A-Za-z_]\w*)*(\.\*)?")
 
@@ -110,6 +97,16 @@ def _entries(agent: MultiStepAgent, who: str) -> list[object]:
             )
         entries.extend(value)
     return entries
+
+
+def freeze(agent: MultiStepAgent) -> None:
+    """Make the local executor's import lists tuples once they are checked: code that reaches
+    the list object (a generator's frame reads the interpreter's locals) cannot append to it. A
+    hardening only: smolagents' local interpreter is not a security boundary (see the README)."""
+    executor = getattr(agent, "python_executor", None)
+    if isinstance(executor, LocalPythonExecutor):
+        executor.authorized_imports = tuple(executor.authorized_imports)
+        executor.additional_authorized_imports = tuple(executor.additional_authorized_imports)
 
 
 def check_imports(agent: MultiStepAgent, who: str, allowed: frozenset[str]) -> None:

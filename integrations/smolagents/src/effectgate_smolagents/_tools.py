@@ -123,7 +123,7 @@ def is_own_final_answer(name: str, tool: Tool) -> bool:
         return False  # an instance attribute could stand in for `forward` (or run code as a flag)
     cls = type(tool)
     if cls is FinalAnswerTool:
-        return vars(cls).get("forward") is _OWN_FORWARD  # not patched since this module loaded
+        return dict(vars(cls)) == _OWN  # nothing patched (`forward`, `__call__`, `setup`) since loaded
     return (
         cls.__bases__ == (Tool,)
         and vars(cls).keys() == vars(FinalAnswerTool).keys()
@@ -132,6 +132,7 @@ def is_own_final_answer(name: str, tool: Tool) -> bool:
     )
 
 
+_OWN = dict(vars(FinalAnswerTool))  # the class as smolagents defines it
 _OWN_FORWARD = FinalAnswerTool.forward
 #: the types of the instance attributes smolagents gives a tool (`is_initialized`: a bool)
 _PLAIN = frozenset({bool, int, str, type(None)})
