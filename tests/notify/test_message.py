@@ -19,8 +19,9 @@ from .conftest import INBOX, URL, Rig, hand_card, propose
 
 HOSTILE = "*bold* <https://evil.example|click> @channel evil.example _x_ `y`"
 RLO = "ad\u202egpj.exe@example.test"  # shows as "ad" + "tset.elpmaxe@exe.jpg"
-# What must never be Slack formatting: each is only ever inside a plain_text object.
-MARKERS = ("*bold*", "evil.example", "@channel", "_x_", "`y`", "\u202e", "\u200b")
+# What must never be Slack formatting: each is only ever inside a plain_text object (the bidi
+# override and the zero-width space written out, as `reveal` writes them).
+MARKERS = ("*bold*", "evil.example", "@channel", "_x_", "`y`", "&lt;U+202E&gt;", "&lt;U+200B&gt;")
 
 
 def text_objects(node: Any) -> Iterator[dict[str, Any]]:
@@ -72,6 +73,8 @@ def test_model_written_values_reach_slack_only_as_plain_text(
     body = json.loads(route.calls[0].request.content)
     plain = assert_only_plain(body, MARKERS)
     raw = json.dumps(body, ensure_ascii=False)
+    assert "\u202e" not in raw
+    assert "\u200b" not in raw
     assert "<https://evil.example" not in raw
     assert any("&lt;https://evil.example|click&gt;" in p for p in plain)
     text, mrkdwn, _ = rendered(body)
@@ -145,21 +148,22 @@ def test_many_warnings_are_counted_and_folded(clock: FakeClock) -> None:
     assert "and 4 more on the card" in listed
 
 
-def test_values_are_clipped_escaped_and_isolated(clock: FakeClock) -> None:
-    """A long value is clipped with an ellipsis, never inside an entity; a non-ASCII value is wrapped
-    in a Unicode isolate so its override cannot reorder the text after it; ASCII is left as is."""
+def test_values_are_clipped_escaped_and_revealed(clock: FakeClock) -> None:
+    """A long value is clipped with an ellipsis, never inside an entity; a bidi override is written
+    out, not passed on; right-to-left letters are wrapped in a Unicode isolate; ASCII is left as is."""
     n = Notification(
         kind="pending",
         tool="send_email",
         approver_role="support_lead",
         at=clock.now(),
-        card=hand_card({"a": "x" + "&" * 1000, "b": RLO, "c": "plain"}, clock),
+        card=hand_card({"a": "x" + "&" * 1000, "b": RLO, "c": "plain", "d": "\u05d0\u05d1 1"}, clock),
     )
     body = message(n, inbox_url=INBOX, now=clock.now())
     [subject] = [p for p in rendered(body)[2] if p.startswith("Subject\n")]
-    first, second, third = subject.removeprefix("Subject\n").split(", ")
+    first, second, third, fourth = subject.removeprefix("Subject\n").split(", ")
     assert first.startswith("a=x&amp;")
     assert first.endswith("&amp;…")
     assert len(first) < 250
-    assert second == "b=\u2068ad\u202egpj.exe@example.test\u2069"
+    assert second == "b=ad&lt;U+202E&gt;gpj.exe@example.test"
     assert third == "c=plain"
+    assert fourth == "d=\u2068\u05d0\u05d1 1\u2069"

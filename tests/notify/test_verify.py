@@ -17,6 +17,7 @@ from effectgate import Keyring
 from effectgate.errors import WebhookSignatureError
 from effectgate.notify import (
     DELIVERY,
+    EVENT,
     KEY_ID,
     SIGNATURE,
     TIMESTAMP,
@@ -262,3 +263,23 @@ def test_a_gate_delivery_verifies_once(
     verify_webhook(ring, request.content, request.headers, now=now, seen=seen)
     assert request.headers[DELIVERY] in seen
     assert refusal(ring, request.content, dict(request.headers), now, seen=seen) == "replayed"
+
+
+def test_the_signed_event_kind_counts_not_the_header(send: Send, ring: Keyring, clock: FakeClock) -> None:
+    """An event header naming another kind is forged (with or without `seen`, and then nothing is
+    remembered); without the header the request verifies; a signed body with no kind refuses any
+    event header."""
+    body, headers = send()
+    assert headers[EVENT.lower()] == "pending"
+    for kind in ("needs_reconciliation", "expiring", "Pending", "pending ", ""):
+        assert refusal(ring, body, replace(headers, EVENT, kind), clock.now()) == "forged", kind
+    seen = SeenDeliveries()
+    assert refusal(ring, body, replace(headers, EVENT, "expiring"), clock.now(), seen=seen) == "forged"
+    assert len(seen) == 0
+    bare = {k: v for k, v in headers.items() if k.lower() != EVENT.lower()}
+    verify_webhook(ring, body, bare, now=clock.now(), seen=seen)
+    verify_webhook(ring, body, headers, now=clock.now())
+    kindless = b'{"metadata": {"event_payload": {"delivery": "d1"}}}'
+    signed = sign(ring, kindless, int(clock.now()))
+    verify_webhook(ring, kindless, signed, now=clock.now())
+    assert refusal(ring, kindless, {**signed, EVENT: "pending"}, clock.now()) == "forged"

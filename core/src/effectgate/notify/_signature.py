@@ -3,8 +3,9 @@
 Signature: `X-Effectgate-Signature: v1=<hex HMAC-SHA256(key, "v1:" + timestamp + ":" + body)>`,
 with `X-Effectgate-Timestamp` (Unix seconds, ASCII digits) and `X-Effectgate-Key-Id`. Each notice
 also carries a delivery id, in `X-Effectgate-Delivery` and inside the signed body
-(`metadata.event_payload.delivery`); only the signed one counts, and a header that disagrees
-with it is refused. A receiver checks each request with `verify_webhook`, passing a
+(`metadata.event_payload.delivery`), and its kind, in `X-Effectgate-Event` and inside the signed
+body (`metadata.event_payload.kind`); only the signed ones count, and a header that disagrees
+with them is refused. A receiver checks each request with `verify_webhook`, passing a
 `SeenDeliveries` to refuse a delivery it has already accepted.
 """
 
@@ -108,17 +109,20 @@ def _header(headers: Mapping[Any, Any], name: str) -> str | None:
     return value
 
 
-def _signed_delivery(body: bytes) -> str | None:
-    """The delivery id inside a verified body, or None if it carries none."""
+def _signed_payload(body: bytes) -> dict[str, Any]:
+    """The event payload inside a verified body, or {} if it carries none."""
     try:
         parsed: Any = json.loads(body)
     except (ValueError, RecursionError):
-        return None
-    if not isinstance(parsed, dict):
-        return None
-    metadata = parsed.get("metadata")
+        return {}
+    metadata = parsed.get("metadata") if isinstance(parsed, dict) else None
     payload = metadata.get("event_payload") if isinstance(metadata, dict) else None
-    delivery = payload.get("delivery") if isinstance(payload, dict) else None
+    return payload if isinstance(payload, dict) else {}
+
+
+def _signed_delivery(payload: dict[str, Any]) -> str | None:
+    """The delivery id inside a verified payload, or None if it carries none."""
+    delivery = payload.get("delivery")
     if isinstance(delivery, str) and _DELIVERY_ID.fullmatch(delivery):
         return delivery
     return None
@@ -140,7 +144,7 @@ def verify_webhook(
     - the key id is in `keyring` ("unknown_key");
     - the MAC matches the raw body, compared in constant time ("forged");
     - an `X-Effectgate-Delivery` header, if sent, equals the delivery id in the signed body
-      ("forged");
+      ("forged"), and an `X-Effectgate-Event` header, if sent, equals its kind ("forged");
     - with `seen`: the signed body carries a delivery id ("missing") that `seen` has not accepted
       within the window ("replayed"); it is remembered once everything else has passed.
 
@@ -168,11 +172,16 @@ def verify_webhook(
     ):
         raise WebhookSignatureError("forged", "the signature does not match the body")
     claimed = _header(headers, DELIVERY)
-    if claimed is None and seen is None:
+    event = _header(headers, EVENT)
+    if claimed is None and event is None and seen is None:
         return
-    delivery = _signed_delivery(body)
-    if claimed is not None and claimed != delivery:  # an id, not a secret: no constant time needed
+    payload = _signed_payload(body)
+    delivery = _signed_delivery(payload)
+    # ids and kinds, not secrets: no constant-time comparison needed
+    if claimed is not None and claimed != delivery:
         raise WebhookSignatureError("forged", "the delivery header is not the signed delivery id")
+    if event is not None and event != payload.get("kind"):
+        raise WebhookSignatureError("forged", "the event header is not the signed event kind")
     if seen is None:
         return
     if delivery is None:

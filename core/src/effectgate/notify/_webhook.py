@@ -4,7 +4,8 @@ The gate calls the notifier after its transaction commits; the notifier only que
 (a full queue drops it and records that), and one worker thread posts it. A failing or hanging
 webhook therefore never blocks or breaks a call. Each notice ends as one event in the gate's log:
 `webhook_delivered`, `webhook_failed` (with every attempt's status or error) or `webhook_dropped`.
-Only the webhook's host is recorded: a Slack webhook URL is itself a secret.
+Only the webhook's host is recorded: a Slack webhook URL is itself a secret, so an error text
+that quotes the URL (or its path) is recorded and logged with the host in its place.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 import logging
 import queue
 import random
+import re
 import threading
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -31,6 +33,9 @@ log = logging.getLogger("effectgate.notify")
 
 ALL_KINDS: tuple[NotificationKind, ...] = ("pending", "expiring", "needs_reconciliation")
 RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
+# Retry-After in seconds, ASCII digits only: `str.isdigit` accepts "²" (which `float` refuses)
+# and "١٢٣" (which it reads); an HTTP-date or anything else is ignored.
+_RETRY_AFTER = re.compile(r"[0-9]{1,6}")
 _STOP = object()
 
 
@@ -82,6 +87,13 @@ class WebhookNotifier:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"a webhook URL is http(s)://host/...; got scheme {parts.scheme!r}")
+        try:  # refused now, not at every delivery; the message never quotes the URL (a secret)
+            parts.port  # noqa: B018 - raises for a port out of range
+            httpx.URL(url)
+        except (ValueError, httpx.InvalidURL):
+            raise ValueError(
+                "the webhook URL is not a valid http(s) URL (a bad port, or a control character)"
+            ) from None
         unknown = set(kinds) - set(ALL_KINDS)
         if unknown:
             raise ValueError(f"unknown notification kinds {sorted(unknown)}; known: {list(ALL_KINDS)}")
@@ -89,6 +101,14 @@ class WebhookNotifier:
             raise ValueError("attempts must be at least 1")
         self.url = url
         self.target = parts.hostname
+        # What an error text may quote of the URL: the whole URL (as given or as httpx spells
+        # it), replaced by the host; then its secret parts alone, replaced by "…".
+        parsed = httpx.URL(url)
+        whole = {url, str(parsed), url.split("#")[0]}
+        pieces = {parsed.raw_path.decode("ascii"), parts.path, parts.query, parts.password or ""}
+        self._secrets = [(x, self.target) for x in sorted(whole, key=len, reverse=True)] + [
+            (x, "…") for x in sorted(pieces, key=len, reverse=True) if len(x) > 1
+        ]
         self.keyring = keyring
         self.inbox_url = inbox_url
         self.kinds = frozenset(kinds)
@@ -143,35 +163,38 @@ class WebhookNotifier:
             body = json.dumps(msg, separators=(",", ":"), ensure_ascii=False).encode()
         except Exception as exc:  # a notice that cannot be rendered is recorded, not raised
             return self._finish(n, Delivery(False, did, 0, error=f"render: {exc!r}"))
-        for attempt in range(1, self.attempts + 1):
-            retry_after: str | None = None
-            headers = {
-                "Content-Type": "application/json",
-                DELIVERY: did,
-                EVENT: n.kind,
-                **sign(self.keyring, body, int(self.clock.now())),
-            }
-            try:
-                response = self._client.post(self.url, content=body, headers=headers)
-            except Exception as exc:
-                statuses.append(None)
-                error = f"{type(exc).__name__}: {exc}"
-                # Connection, timeout, protocol: worth another try; anything else (an invalid
-                # URL, a broken client) is final.
-                retryable = isinstance(exc, httpx.HTTPError)
-            else:
-                statuses.append(response.status_code)
-                if response.is_success:
-                    delivered, error = True, None
+        try:
+            for attempt in range(1, self.attempts + 1):
+                retry_after: str | None = None
+                headers = {
+                    "Content-Type": "application/json",
+                    DELIVERY: did,
+                    EVENT: n.kind,
+                    **sign(self.keyring, body, int(self.clock.now())),
+                }
+                try:
+                    response = self._client.post(self.url, content=body, headers=headers)
+                except Exception as exc:
+                    statuses.append(None)
+                    error = self._redacted(f"{type(exc).__name__}: {exc}")
+                    # Connection, timeout, protocol: worth another try; anything else (an invalid
+                    # URL, a broken client) is final.
+                    retryable = isinstance(exc, httpx.HTTPError)
+                else:
+                    statuses.append(response.status_code)
+                    if response.is_success:
+                        delivered, error = True, None
+                        break
+                    error = f"HTTP {response.status_code}"
+                    retryable = response.status_code in RETRY_STATUS
+                    retry_after = response.headers.get("retry-after")
+                if not retryable or attempt == self.attempts:
                     break
-                error = f"HTTP {response.status_code}"
-                retryable = response.status_code in RETRY_STATUS
-                retry_after = response.headers.get("retry-after")
-            if not retryable or attempt == self.attempts:
-                break
-            wait = self._wait(attempt, retry_after)
-            waits.append(wait)
-            self.clock.sleep(wait)
+                wait = self._wait(attempt, retry_after)
+                waits.append(wait)
+                self.clock.sleep(wait)
+        except Exception as exc:  # a bug here still ends as one recorded failure, never a raise
+            delivered, error = False, self._redacted(f"internal: {type(exc).__name__}: {exc}")
         outcome = Delivery(delivered, did, len(statuses), tuple(statuses), error, tuple(waits))
         return self._finish(n, outcome)
 
@@ -179,9 +202,15 @@ class WebhookNotifier:
         wait: float = min(self.max_backoff, self.backoff * 2.0 ** (attempt - 1))
         if self.jitter:
             wait *= self._random.uniform(0.5, 1.0)
-        if retry_after is not None and retry_after.strip().isdigit():
+        if retry_after is not None and _RETRY_AFTER.fullmatch(retry_after.strip(" \t")):
             wait = max(wait, min(self.max_backoff, float(retry_after)))
         return wait
+
+    def _redacted(self, text: str) -> str:
+        """`text` with the webhook URL replaced by its host, and any secret part left by "…"."""
+        for secret, shown in self._secrets:
+            text = text.replace(secret, shown)
+        return text
 
     def _finish(self, n: Notification, d: Delivery) -> Delivery:
         detail = {
