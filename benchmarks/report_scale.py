@@ -23,11 +23,12 @@ TARGET_MB = 300.0
 
 _CHILD = """
 import json, sys, time
-from effectgate import open_store
+from effectgate import Keyring, open_store
 from effectgate.report import figures, write_html
 store = open_store(sys.argv[1])
+keyring = Keyring.parse(sys.argv[3])  # the seals are checked, as `effectgate report` does
 w, c = time.perf_counter(), time.process_time()
-report = figures(store, targets={"finance": 300})
+report = figures(store, targets={"finance": 300}, keyring=keyring)
 w, c = time.perf_counter() - w, time.process_time() - c
 w2, c2 = time.perf_counter(), time.process_time()
 write_html(report, sys.argv[2])
@@ -61,7 +62,14 @@ class ReportResult:
 def measure(ledger: audit_scale.Ledger) -> ReportResult:
     """One report in a child process (its own peak memory)."""
     out = subprocess.run(
-        [sys.executable, "-c", _CHILD, f"sqlite:///{ledger.path}", str(ledger.path.with_suffix(".html"))],
+        [
+            sys.executable,
+            "-c",
+            _CHILD,
+            f"sqlite:///{ledger.path}",
+            str(ledger.path.with_suffix(".html")),
+            ledger.keyring,
+        ],
         capture_output=True,
         text=True,
         check=True,

@@ -145,3 +145,27 @@ def test_without_matplotlib_the_html_report_names_the_extra(
     assert main(["report", "--db", store_url, "--html", str(out)]) == 2
     assert not out.exists()
     assert main(["report", "--db", store_url]) == 0
+
+
+def test_every_model_has_a_legend_entry(store: SQLStore, clock: FakeClock) -> None:
+    """matplotlib leaves out of a legend any label that starts with "_": a model id such as
+    "_nolegend_" or "_canary" still gets its entry in the per-model chart (the line would
+    otherwise be one no reader can name)."""
+
+    def pay(amount: int) -> dict[str, Any]:
+        return {"paid": amount}
+
+    table = EffectTable([ToolSpec(name="pay", effect=Effect.MONEY, fn=pay, approver_role="finance")])
+    table.allow("agent", ["pay"])
+    models = ("_nolegend_", "_canary", "gpt-a")
+    with EffectGate(table, store, keyring=Keyring.generate(), clock=clock) as gate:
+        for n, model in enumerate(models):
+            c = CallContext(session_id=f"s{n}", origin_message_id=f"m{n}", user_id="u1", agent_id="agent")
+            assert isinstance(
+                gate.call("pay", {"amount": n}, dataclasses.replace(c, model_id=model)), Pending
+            )
+        gate.flush()
+    page = render_html(figures(store))
+    [chart] = re.findall(r'<figure data-chart="gated_by_model">(.*?)</figure>', page, flags=re.DOTALL)
+    [legend] = re.findall(r'<g id="legend_1">(.*?)\n  </g>\n', chart, flags=re.DOTALL)
+    assert [m for m in models if m in legend] == list(models)

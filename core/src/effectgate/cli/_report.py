@@ -10,8 +10,9 @@ from rich.console import Console
 from rich.table import Table
 
 from .._display import duration
-from ..errors import MissingDependency
+from ..errors import MissingDependency, MissingKeyring
 from ..report import Metrics, check_charts, figures, write_html
+from ..tokens import Keyring, keyring_for
 from ._args import check_output
 from ._render import EXIT_OK, _text, _write_json
 from ._store import UsageError, _open
@@ -31,8 +32,12 @@ def _cmd_report(args: argparse.Namespace, out: Console) -> int:
             check_charts()  # before the ledger is read: a missing extra fails at once
         except MissingDependency as exc:
             raise UsageError(f"--html draws charts: {exc}") from exc
+    try:  # the seals are checked with the ledger's keyring; without one the report says so
+        keyring: Keyring | None = keyring_for(args.db, create=False)
+    except MissingKeyring:
+        keyring = None
     with _open(args.db) as store:
-        report = figures(store, since=since, until=until, targets=targets)
+        report = figures(store, since=since, until=until, targets=targets, keyring=keyring)
         now = store.clock.now()
     if args.html:
         written = write_html(report, args.html, generated_at=now)
@@ -43,6 +48,8 @@ def _cmd_report(args: argparse.Namespace, out: Console) -> int:
         return EXIT_OK
     if args.html:
         return EXIT_OK
+    if report.note:
+        out.print(_text(report.note), style="bold red")
     for by, rates in (("tool", report.by_tool), ("role", report.by_role)):
         grid = Table(title=f"disagreement by {by} (denied or edited over decided)", title_justify="left")
         columns = (

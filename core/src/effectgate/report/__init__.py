@@ -3,8 +3,8 @@ and the rollout figures (`metrics`): p95 approval latency per role against a tar
 rates per tool, replays absorbed, gated proposals per 1,000 sessions per day (in all and per model
 identifier), the reconciliation backlog. `figures` computes all of it; `render_html` draws it.
 
-    rates = disagreement(store, by="tool", since=..., until=...)
-    report = figures(store, since=..., until=..., targets={"finance": 300})
+    rates = disagreement(store, by="tool", since=..., until=..., keyring=keyring)
+    report = figures(store, since=..., until=..., targets={"finance": 300}, keyring=keyring)
     write_html(report, "report.html")            # needs the report extra (matplotlib)
 
 Over the gated calls proposed in a window (`created_at` in [since, until)), for each tool (or
@@ -19,8 +19,12 @@ approver role) and mode (shadow or live):
 
 The mode of a call is re-derived, not read from a mutable column: an approval's sealed row
 fingerprint names the recorded table row, whose body must hash to that fingerprint; a row whose
-body says `shadow` was proposed in shadow mode. A call whose recorded row cannot be verified is
-counted under mode "unverified".
+body says `shadow` was proposed in shadow mode. The fingerprint is trusted only as far as the
+approval's seal: given the ledger's keyring (`figures(store, keyring=...)`), the report checks every
+approval's seal, and a call whose seal does not verify, or whose recorded row cannot be verified,
+is counted under mode "unverified", never shadow or live (`Figures.unverified` counts the first).
+Without a keyring no seal is checked: the report says its figures are unverified (`Figures.note`,
+in the JSON and the page) and points to `effectgate audit`.
 
 The rollout figures (`Metrics`), over the same window (events by their time):
 
@@ -40,7 +44,8 @@ The rollout figures (`Metrics`), over the same window (events by their time):
   `backlog_by_day` the same records by the day each began waiting.
 
 Every figure is an aggregate the database computes (`Store.report_rows`), streamed as a few grouped
-rows, so the report runs over millions of records within the audit's budget.
+rows, so the report runs over millions of records within the audit's budget; checking the seals
+streams the approvals' sealed fields once more (one HMAC each, `_seal.seal_checker`).
 """
 
 from __future__ import annotations

@@ -195,7 +195,9 @@ def _gated_by_model(m: Metrics) -> Chart:
         _empty(ax, "no gated proposal in a day with sessions")
         return _svg("gated_by_model", title, fig)
     for model, points in sorted(lines.items()):
-        name = label(model) if model else "(no model id)"
+        # "model " first: matplotlib leaves out of the legend a label that starts with "_", and a
+        # model id may (an unnamed series would be a line no one can tell apart)
+        name = f"model {label(model)}" if model else "(no model id)"
         ax.plot(_dates([d for d, _ in points]), [r for _, r in points], marker="o", label=name)
     _date_axis(ax, _dates([d for d, _, _, _ in m.gated_by_model]))
     ax.set_ylim(bottom=0)

@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 from ..canonical import digest
 from ..stores.protocol import Store
+from ..tokens import Keyring
+from ._verify import NOT_CHECKED, Unsealed, set_apart, unsealed
 
 Mode = Literal["shadow", "live", "unverified"]
 APPROVED = frozenset({"approved", "executing", "executed", "failed", "needs_reconciliation"})
@@ -141,18 +143,41 @@ class Metrics:
 @dataclass
 class Figures:
     """Everything `effectgate report` shows: the disagreement rates by tool and by role, and the
-    rollout figures. `to_dict()` is the `--json` output."""
+    rollout figures. `to_dict()` is the `--json` output. `unverified`: the approvals in the window
+    whose seal does not verify under the keyring given (counted under mode "unverified"), or None
+    when no keyring was given and no seal was checked; `note` says what either means."""
 
     since: float | None
     until: float | None
     by_tool: list[Rate]
     by_role: list[Rate]
     metrics: Metrics
+    unverified: int | None = None
+
+    @property
+    def seals_checked(self) -> bool:
+        return self.unverified is not None
+
+    @property
+    def note(self) -> str | None:
+        """What the reader must know before trusting the mode split, or None."""
+        if self.unverified is None:
+            return NOT_CHECKED
+        if self.unverified:
+            return (
+                f"{self.unverified} approval(s) in this window carry a seal that does not verify under "
+                "this keyring (edited in the database, or sealed with another keyring): counted under "
+                'mode "unverified", never shadow or live; `effectgate audit` names them'
+            )
+        return None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "since": self.since,
             "until": self.until,
+            "seals_checked": self.seals_checked,
+            "unverified": self.unverified,
+            "note": self.note,
             "by_tool": [r.to_dict() for r in self.by_tool],
             "by_role": [r.to_dict() for r in self.by_role],
             "metrics": self.metrics.to_dict(),
@@ -200,7 +225,8 @@ def p95(values: list[float]) -> float | None:
 def _rates(rows: Sequence[tuple[Any, ...]], mode_of: Mapping[str, Mode], by: str) -> list[Rate]:
     groups: dict[tuple[str, Mode], Rate] = {}
     for tool, role, fingerprint, status, edited, _decided_at, n in rows:
-        mode = mode_of.get(fingerprint, "unverified")
+        # None: an approval whose seal does not verify (`_verify.set_apart`)
+        mode = "unverified" if fingerprint is None else mode_of.get(fingerprint, "unverified")
         key = tool if by == "tool" else role
         groups.setdefault((key, mode), Rate(key, mode)).add(tool, status, bool(edited), int(n))
     return [groups[k] for k in sorted(groups)]
@@ -220,6 +246,19 @@ def _tool_rates(rates: list[Rate]) -> list[ToolRates]:
     return [out[k] for k in sorted(out)]
 
 
+def _checked(
+    store: Store, rows: Sequence[tuple[Any, ...]], broken: list[Unsealed] | None
+) -> tuple[list[tuple[Any, ...]], int | None]:
+    """The "decisions" aggregate with the approvals whose seal does not verify set apart, and how
+    many were (None: `broken` is None, no seal was checked)."""
+    if broken is None:
+        return list(rows), None
+    if not broken:
+        return list(rows), 0
+    moved = set_apart(rows, broken, edited_approvals(store))
+    return moved, sum(int(r[-1]) for r in moved if r[2] is None)
+
+
 def _day(number: int) -> str:
     """A UTC day number (whole days since 1970-01-01) as an ISO date."""
     return (_EPOCH + timedelta(days=int(number))).isoformat()
@@ -231,12 +270,15 @@ def disagreement(
     by: Literal["tool", "role"] = "tool",
     since: float | None = None,
     until: float | None = None,
+    keyring: Keyring | None = None,
 ) -> list[Rate]:
-    """The rates per tool (or approver role) and mode, sorted by key then mode."""
+    """The rates per tool (or approver role) and mode, sorted by key then mode. With the ledger's
+    `keyring`, an approval whose seal does not verify counts under mode "unverified"."""
     mode_of = modes(store)
     with store.reading() as conn:
         rows = store.report_rows(conn, "decisions", since=since, until=until)
-    return _rates(rows, mode_of, by)
+        broken = None if keyring is None else unsealed(store, conn, keyring, since=since, until=until)
+    return _rates(_checked(store, rows, broken)[0], mode_of, by)
 
 
 def metrics(
@@ -245,11 +287,12 @@ def metrics(
     since: float | None = None,
     until: float | None = None,
     targets: Mapping[str, float] | None = None,
+    keyring: Keyring | None = None,
 ) -> Metrics:
     """p95 approval latency per role (against `targets`, seconds per role), replays absorbed,
     gated proposals per day against the sessions active that day (in all and per model), the
     decision rates per tool, and the reconciliation backlog."""
-    return figures(store, since=since, until=until, targets=targets).metrics
+    return figures(store, since=since, until=until, targets=targets, keyring=keyring).metrics
 
 
 def figures(
@@ -258,13 +301,17 @@ def figures(
     since: float | None = None,
     until: float | None = None,
     targets: Mapping[str, float] | None = None,
+    keyring: Keyring | None = None,
 ) -> Figures:
     """Every figure of the report over calls proposed (events recorded) in [since, until), read in
-    one read transaction: the disagreement rates by tool and role, and `metrics`."""
+    one read transaction: the disagreement rates by tool and role, and `metrics`. With the ledger's
+    `keyring` every approval's seal is checked: one that does not verify counts under mode
+    "unverified" (`Figures.unverified`); without it the figures say that no seal was checked."""
     mode_of = modes(store)
     window = {"since": since, "until": until}
     with store.reading() as conn:
         decisions = store.report_rows(conn, "decisions", **window)
+        broken = None if keyring is None else unsealed(store, conn, keyring, **window)
         latencies: dict[str, int] = {}  # per role of any call not rejected: decided calls with a time
         proposals = 0
         for _tool, role, _fp, status, _edited, decided_at, n in decisions:
@@ -289,13 +336,14 @@ def figures(
     for d, model, n in gated:
         by_day[_day(d)] += int(n)
         by_model.append((_day(d), str(model), int(n), of_model.get((_day(d), str(model)), 0)))
-    by_tool = _rates(decisions, mode_of, "tool")
+    checked, unverified = _checked(store, decisions, broken)
+    by_tool = _rates(checked, mode_of, "tool")
     days = sorted(set(by_day) | set(sessions))
     return Figures(
         since=since,
         until=until,
         by_tool=by_tool,
-        by_role=_rates(decisions, mode_of, "role"),
+        by_role=_rates(checked, mode_of, "role"),
         metrics=Metrics(
             since=since,
             until=until,
@@ -310,4 +358,5 @@ def figures(
             backlog_by_day=backlog,
             decision_rates=_tool_rates(by_tool),
         ),
+        unverified=unverified,
     )

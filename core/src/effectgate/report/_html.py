@@ -80,6 +80,8 @@ def body(figures: Figures) -> str:
     start = "the start" if figures.since is None else when(figures.since)
     end = "now" if figures.until is None else when(figures.until)
     parts.append(f"<p>{escape(f'calls proposed from {start} until {end}')}</p>")
+    if figures.note is not None:  # no seal checked, or some that do not verify: said before any figure
+        parts.append(f'<p class="missed" data-note="seals">{escape(figures.note)}</p>')
     parts.append(
         f"<p>{m.proposals} gated proposals, {m.replays_absorbed} replays absorbed ({_rate(m.replay_rate)}); "
         f"needs_reconciliation backlog: {m.needs_reconciliation}</p>"

@@ -306,7 +306,7 @@ def create_app(
         """The report's figures and charts over the last `days` (all time without), or None
         without the report extra."""
         since = None if days is None else gate.clock.now() - days * 86400
-        report = figures(gate.store, since=since, targets=latency_targets)
+        report = figures(gate.store, since=since, targets=latency_targets, keyring=gate.keyring)
         try:
             drawn = report_body(report)
         except MissingDependency:

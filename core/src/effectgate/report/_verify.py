@@ -1,0 +1,69 @@
+"""The seals behind the report's mode split. The "decisions" aggregate groups approvals by their
+row fingerprint as stored; a column anyone with write access to the database could edit. With the
+ledger's keyring, the report streams every approval's sealed fields (`Store.audit_rows`, the
+audit's stream) and checks each seal (`_seal.seal_checker`, built for streaming: one HMAC per
+row); an approval whose seal does not verify is moved out of its group into mode "unverified"
+(its fingerprint given as None), so it never counts as shadow or live. Without the keyring no
+seal is checked, and the report says so (`NOT_CHECKED`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Sequence
+from typing import Any
+
+from .._audit_rows import A_CREATED, A_DECIDED, A_ID, A_ROLE, A_ROW_FP, A_SEAL, A_STATUS, A_TOOL
+from .._seal import seal_checker
+from ..stores.protocol import Store
+from ..tokens import Keyring
+
+NOT_CHECKED = (
+    "figures unverified: no keyring was given, so no approval's seal was checked and the shadow/live "
+    "split trusts the row fingerprints as stored; run `effectgate audit` (with the ledger's keyring) "
+    "to verify the records"
+)
+
+#: (approval id, tool, approver role, row fingerprint, status, decided_at set 0/1): the columns of
+#: the "decisions" aggregate an approval whose seal does not verify was counted under.
+Unsealed = tuple[str, Any, Any, Any, Any, int]
+
+
+def unsealed(
+    store: Store, conn: Any, keyring: Keyring, *, since: float | None, until: float | None
+) -> list[Unsealed]:
+    """The approvals proposed in [since, until) whose seal does not verify under `keyring`."""
+    sealed = seal_checker(keyring, "approval")
+    low = -math.inf if since is None else since
+    high = math.inf if until is None else until
+    out: list[Unsealed] = []
+    for a in store.audit_rows(conn, "approvals"):
+        created = a[A_CREATED]  # the window first: an approval outside it costs no HMAC
+        if not (isinstance(created, int | float) and low <= created < high) or sealed(a[:A_SEAL], a[A_SEAL]):
+            continue
+        decided = 0 if a[A_DECIDED] is None else 1
+        out.append((a[A_ID], a[A_TOOL], a[A_ROLE], a[A_ROW_FP], a[A_STATUS], decided))
+    return out
+
+
+def set_apart(
+    rows: Sequence[tuple[Any, ...]], broken: Sequence[Unsealed], edited: Collection[str]
+) -> list[tuple[Any, ...]]:
+    """The "decisions" aggregate `rows` with each of the `broken` approvals moved out of the group
+    it was counted in into one whose row fingerprint is None (mode "unverified"). `edited`: the
+    approvals a reviewer edited, read after the aggregate; when an edit landed in between, the
+    approval is taken from its group with the other flag. An approval the aggregate did not count
+    (a window column the database compares otherwise) moves nothing: no count ever goes below 0."""
+    counts: dict[tuple[Any, ...], int] = {}
+    for tool, role, fingerprint, status, was_edited, decided, n in rows:
+        key = (tool, role, fingerprint, status, int(was_edited), int(decided))
+        counts[key] = counts.get(key, 0) + int(n)
+    for approval_id, tool, role, fingerprint, status, decided in broken:
+        flag = 1 if approval_id in edited else 0
+        for e in (flag, 1 - flag):
+            key = (tool, role, fingerprint, status, e, decided)
+            if counts.get(key, 0) > 0:
+                counts[key] -= 1
+                moved = (tool, role, None, status, e, decided)
+                counts[moved] = counts.get(moved, 0) + 1
+                break
+    return [(*key, n) for key, n in counts.items() if n]
