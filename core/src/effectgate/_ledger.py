@@ -9,16 +9,18 @@ the policy. Decisions count only when their seal verifies (`approvers`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from typing import Any
 
+from ._answers import SHADOW_NOTE
 from ._deps import Deps, Events
 from ._json import parse
 from ._seal import approval_intact, approval_sealed, decision_intact
 from .context import CallContext, Confirmation, SubjectEntry
 from .errors import PolicyViolation, TamperedRecord, UnknownApproval
-from .outcomes import Card, SubjectView
+from .outcomes import UNSEALED_WARNING, Card, SubjectView
 from .stores._dialect import REDACTED_PREFIX
 from .stores.records import ApprovalRow, DecisionRow
 from .table import ToolSpec
@@ -150,7 +152,41 @@ class Ledger:
         given = self.approvers(conn, row, round_=row.grants) if intact else []
         if not given and row.grants > 0 and intact:  # a granted row shows the round that granted it
             given = self.approvers(conn, row, round_=row.grants - 1)
-        return Card.from_record(row, approvals_given=len(given), intact=intact)
+        shown = self.as_derived(row) if intact and not redacted else None
+        extra: tuple[str, ...] = () if shown is None else (UNSEALED_WARNING,)
+        return Card.from_record(shown or row, approvals_given=len(given), intact=intact, extra=extra)
+
+    def as_derived(self, row: ApprovalRow) -> ApprovalRow | None:
+        """`row` with the unsealed fields a card shows (subject, notes, reversibility, owner) as the
+        table row its seal names derives them from its verified arguments, when any stored one
+        differs (it was edited in the database); None when all match, or when the table row
+        changed since (the call needs a fresh proposal, and the stored values are all there is)."""
+        spec = self.table.get(row.tool)
+        if spec is None or spec.fingerprint != row.row_fingerprint:
+            return None
+        try:
+            args = parse(row.args_json)
+            subject, (_, notes) = spec.subject_of(args), spec.role_for(args)
+        except Exception:  # a callable of the table's that cannot decide: nothing to compare with
+            return None
+        notes = [*notes, SHADOW_NOTE] if spec.shadow else list(notes)
+        stored_subject = parse(row.subject_json) if row.subject_json else None
+        subject = parse(json.dumps(subject)) if subject is not None else None  # as stored: lists
+        reversibility = str(spec.reversibility)
+        if (stored_subject, parse(row.notes_json), row.reversibility, row.owner) == (
+            subject,
+            notes,
+            reversibility,
+            spec.owner,
+        ):
+            return None
+        return dataclasses.replace(
+            row,
+            subject_json=json.dumps(subject) if subject is not None else None,
+            notes_json=json.dumps(notes),
+            reversibility=reversibility,
+            owner=spec.owner,
+        )
 
     def card(self, approval_id: str) -> Card:
         with self.store.reading() as conn:

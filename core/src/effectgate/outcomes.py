@@ -21,6 +21,10 @@ from .table import SchemaError
 #: The warning a card carries when its stored record does not verify.
 TAMPERED_WARNING = "the stored record does not verify (edited outside effectgate): do not approve"
 REDACTED_NOTE = "personal data erased by a redaction: the arguments show only the facts kept"
+UNSEALED_WARNING = (
+    "the stored subject, notes, reversibility or owner were changed outside effectgate: the card "
+    "shows them as the table derives them from the verified arguments"
+)
 
 RefusalCode = Literal[
     "unknown_tool",
@@ -66,7 +70,9 @@ class Card:
     warnings: Sequence[str] = ()
 
     @classmethod
-    def from_record(cls, row: ApprovalRow, *, approvals_given: int = 0, intact: bool = True) -> Card:
+    def from_record(
+        cls, row: ApprovalRow, *, approvals_given: int = 0, intact: bool = True, extra: Sequence[str] = ()
+    ) -> Card:
         """The card of a stored row. `warnings` flags text that is not what it looks like
         (bidirectional controls, invisible characters, mixed-script words) in the arguments and
         subject, and a record that does not verify (`intact=False`)."""
@@ -82,6 +88,7 @@ class Card:
         )
         if row.args_json.startswith(REDACTED_PREFIX):
             warnings += (REDACTED_NOTE,)
+        warnings += tuple(extra)
         return cls(
             approval_id=row.id,
             version=row.version,
@@ -286,7 +293,7 @@ class Grant:
 
     approval_id: str
     version: int
-    token: str
+    token: str = field(repr=False)  # a live credential: never in a repr (a notebook cell's output)
     expires_at: float
 
 

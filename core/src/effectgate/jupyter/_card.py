@@ -1,11 +1,16 @@
 """The approval card for notebooks: the web card's stored fields, with Approve and Deny buttons.
 
 Everything shown is read from the store (`card_view`), never from the model's text, and every
-value is HTML-escaped. The card's warnings (text that is not what it looks like: bidirectional
-overrides, invisible characters, lookalike scripts; a record that does not verify) come first,
-above everything else, and a failed or denied card says why. The buttons call the same gate
-methods as the inbox with the version the card shows, so a card left open while the call was
-amended refuses with "stale" and changes nothing. Without ipywidgets the card is plain text, and
+value is shown as text, never as markup: HTML-escaped in the HTML card, and in the text card with
+every character that drives a terminal, breaks the line or renders as nothing written out
+(`<U+202E>`). The HTML card shows the stored arguments and subject as they are and, where they
+hold hidden characters (bidirectional controls, zero-width), a copy with them written out; every
+other value (ids, reasons, decisions, warnings, messages) has them written out. The card's
+warnings (text that is not what it looks like: bidirectional overrides, invisible characters,
+lookalike scripts; a record that does not verify) come first, above everything else, and a failed
+or denied card says why. The buttons call the same gate methods as the inbox with the version the
+card shows, so a card left open while the call was amended refuses with "stale" and changes
+nothing. A grant's token is never shown. Without ipywidgets the card is plain text, and
 `approve()` / `deny()` still work.
 """
 
@@ -14,10 +19,12 @@ from __future__ import annotations
 import dataclasses
 import html
 import json
+import unicodedata
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._display import card_view, pretty, when
+from .._textcheck import reveal
 from ..context import Approver
 from ..errors import EffectGateError, StaleApproval
 from ..gate import EffectGate
@@ -34,7 +41,51 @@ def widgets_available() -> bool:
 
 
 def _e(value: Any) -> str:
-    return html.escape(value if isinstance(value, str) else pretty(value))
+    """`value` for the HTML card: as text, its hidden characters written out (`reveal`)."""
+    return html.escape(reveal(value if isinstance(value, str) else pretty(value)))
+
+
+def _plain(value: Any) -> str:
+    """`value` as one line of the text card: hidden characters written out (`reveal`), and every
+    control character (C0 but tab, DEL, C1; so ESC and CR) and line break written out the same
+    way, so a stored value cannot drive the terminal or pass for another line of the card."""
+    text = str(value)
+    if text.isascii() and text.isprintable():
+        return text
+    return "".join(
+        f"<U+{ord(c):04X}>" if (unicodedata.category(c) in ("Cc", "Zl", "Zp") and c != "\t") else c
+        for c in reveal(text)
+    )
+
+
+def _revealed(text: str, label: str = "") -> str:
+    """The copy of a stored value with its hidden characters written out, when it has any."""
+    shown = reveal(text)
+    if shown == text:
+        return ""
+    return (
+        f"<div class='effectgate-revealed'>{label}with hidden characters shown"
+        f"<pre>{html.escape(shown)}</pre></div>"
+    )
+
+
+def _stored_card(card: Card, outcome: str | None) -> Card:
+    """`card` for `Card.render` in the text card: its text fields one plain line each (the
+    arguments and subject are printed as ASCII JSON), without the warnings and the reason that
+    the text card shows above it."""
+    return dataclasses.replace(
+        card,
+        warnings=(),
+        reason=None if outcome or card.reason is None else _plain(card.reason),
+        approval_id=_plain(card.approval_id),
+        status=_plain(card.status),
+        tool=_plain(card.tool),
+        effect=_plain(card.effect),
+        reversibility=_plain(card.reversibility),
+        approver_role=_plain(card.approver_role),
+        args_hash=_plain(card.args_hash),
+        notes=tuple(_plain(n) for n in card.notes),
+    )
 
 
 def _warning_heading(warnings: Sequence[str]) -> str:
@@ -98,14 +149,18 @@ class ApprovalCard:
         v, card = self._view, self.card
         lines: list[str] = []
         if card.warnings:
-            lines += [f"!! {_warning_heading(card.warnings)}", *(f"WARNING: {w}" for w in card.warnings)]
+            lines += [
+                f"!! {_warning_heading(card.warnings)}",
+                *(f"WARNING: {_plain(w)}" for w in card.warnings),
+            ]
         outcome = _outcome(card)
         if outcome is not None:
-            lines.append(f"!! {outcome}")
+            lines.append(f"!! {_plain(outcome)}")
         # The warnings, and the reason of a failed or denied card, are shown above instead.
         lines += [
-            dataclasses.replace(card, warnings=(), reason=None if outcome else card.reason).render(),
-            f"owner: {card.owner or '-'}   session/user: {card.session_id} / {card.user_id}",
+            _stored_card(card, outcome).render(),
+            f"owner: {_plain(card.owner or '-')}   "
+            f"session/user: {_plain(card.session_id)} / {_plain(card.user_id)}",
             f"expires: {when(card.expires_at)} ({v['expires']})",
         ]
         if v["view"].balance is not None:
@@ -117,14 +172,15 @@ class ApprovalCard:
             )
         for d in v["decisions"]:
             lines.append(
-                f"decision: v{d.version} {d.decision} by {d.approver_id} ({d.role}) {d.reason or ''}"
+                f"decision: v{d.version} {_plain(d.decision)} by {_plain(d.approver_id)} "
+                f"({_plain(d.role)}) {_plain(d.reason or '')}"
             )
         if self.version != card.version:
             lines.append(
                 f"! this card asked about version {self.version}; the record is now version {card.version}"
             )
         if self.message:
-            lines.append(f"> {self.message}")
+            lines.append(f"> {_plain(self.message)}")
         return "\n".join(lines)
 
     def html(self) -> str:
@@ -135,7 +191,7 @@ class ApprovalCard:
             *([("reason", _e(card.reason))] if card.reason and _outcome(card) is None else []),
             ("approver role", _e(card.approver_role)),
             ("approvals", f"{card.approvals_given} of {card.approvals_required}"),
-            ("subject", f"<pre>{_e(card.subject)}</pre>" if card.subject else "-"),
+            ("subject", self._subject(card.subject) if card.subject else "-"),
             ("arguments (stored)", "".join(self._arg(a) for a in v["args"])),
             ("args sha256", f"<code>{_e(card.args_hash)}</code>"),
             ("session / user", f"{_e(card.session_id)} / {_e(card.user_id)}"),
@@ -186,12 +242,22 @@ class ApprovalCard:
         return "".join(out)
 
     @staticmethod
+    def _subject(subject: Any) -> str:
+        """The stored subject as it is, and a copy with its hidden characters written out."""
+        text = pretty(subject)
+        return f"<pre>{html.escape(text)}</pre>{_revealed(text)}"
+
+    @staticmethod
     def _arg(a: dict[str, Any]) -> str:
+        """One stored argument as it is and, when it holds hidden characters, a copy with them
+        written out (inside the fold when the value is folded, which the summary then says)."""
+        revealed = _revealed(a["text"], f"{_e(a['name'])} " if not a["folded"] else "")
         body = f"<pre>{html.escape(a['text'])}</pre>"
         if a["folded"]:
-            label = f"{_e(a['name'])}: {a['size']} characters (folded; open to read all)"
-            return f"<details><summary>{label}</summary>{body}</details>"
-        return f"<div>{_e(a['name'])}{body}</div>"
+            hint = "; has hidden characters" if revealed else ""
+            label = f"{_e(a['name'])}: {a['size']} characters (folded; open to read all){hint}"
+            return f"<details><summary>{label}</summary>{body}{revealed}</details>"
+        return f"<div>{_e(a['name'])}{body}</div>{revealed}"
 
     # -- decisions (what the buttons call)
 
@@ -254,6 +320,8 @@ class ApprovalCard:
         return outcome
 
     def _say(self, message: str) -> None:
+        if self.grant is not None:  # e.g. an on_grant that returns the token: it is never shown
+            message = message.replace(self.grant.token, "<grant token>")
         self.message = message
         self._update()
 
@@ -279,7 +347,7 @@ class ApprovalCard:
         if self.widget is None:
             return
         self._body.value = self.html()
-        self._status.value = f"<b>{html.escape(self.message)}</b>" if self.message else ""
+        self._status.value = f"<b>{_e(self.message)}</b>" if self.message else ""
         open_ = self.card.status == "pending" and self.card.version == self.version
         self.approve_button.disabled = self.deny_button.disabled = not open_
 
