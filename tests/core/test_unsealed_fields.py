@@ -74,3 +74,43 @@ def test_one_edited_field_is_enough(shop_gate: ShopGate) -> None:
     card = gate.card(p.approval_id)
     assert card.reversibility == "compensable"
     assert UNSEALED_WARNING in card.warnings
+
+
+def test_forged_decision_and_history_rows_are_not_the_cards(shop_gate: ShopGate) -> None:
+    """A decision row and an "executed" approval of the same subject inserted in the database
+    (no valid seal) are neither shown beside the card nor history for the subject."""
+    from effectgate._display import card_view
+
+    gate = shop_gate.gate
+    p = propose(gate)
+    with gate.store.engine.begin() as conn:  # behind effectgate's back
+        conn.execute(
+            sa.text(
+                "INSERT INTO eg_decisions (approval_id, version, grant_round, approver_id, role, "
+                "decision, reason, at, seal) VALUES (:id, 1, 0, 'ceo', 'finance', 'approve', "
+                "'verified by phone', 0, 'forged')"
+            ),
+            {"id": p.approval_id},
+        )
+        row = (
+            conn.execute(sa.text("SELECT * FROM eg_approvals WHERE id = :id"), {"id": p.approval_id})
+            .mappings()
+            .one()
+        )
+        forged = {**row, "id": "f" * 32, "status": "executed", "session_id": "s-other", "seal": "k.forged"}
+        columns = ", ".join(forged)
+        conn.execute(
+            sa.text(f"INSERT INTO eg_approvals ({columns}) VALUES ({', '.join(':' + c for c in forged)})"),
+            forged,
+        )
+    view = card_view(gate, p.approval_id)
+    assert view["decisions"] == []
+    assert [e.approval_id for e in view["view"].history] == []
+    assert gate.subject_view(p.approval_id).history == ()
+
+
+def test_a_stored_time_no_calendar_holds_is_shown_not_raised() -> None:
+    from effectgate._display import pretty, when
+
+    assert when(1e20).endswith("(not a date)")
+    assert '"1.5"' in pretty({"balance": __import__("decimal").Decimal("1.5")})

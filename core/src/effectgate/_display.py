@@ -8,7 +8,7 @@ import json
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from ._seal import foreign_key, mismatch
+from ._seal import decision_intact, foreign_key, mismatch
 from .chain import check_keyring
 from .errors import ForeignSeal, TamperedRecord, TokenError
 from .outcomes import TAMPERED_WARNING, Card
@@ -20,7 +20,7 @@ FOLD = 2000  # characters of one value shown before folding (the rest is one cli
 
 
 def pretty(value: Any) -> str:
-    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
 
 
 def fold(value: Any) -> list[dict[str, Any]]:
@@ -36,7 +36,10 @@ def fold(value: Any) -> list[dict[str, Any]]:
 def when(epoch: float | None) -> str:
     if epoch is None:
         return "-"
-    return datetime.fromtimestamp(epoch, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    try:
+        return datetime.fromtimestamp(epoch, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (OverflowError, OSError, ValueError):  # a stored time no calendar holds (edited)
+        return f"{epoch!r} (not a date)"
 
 
 def remaining(seconds: float) -> str:
@@ -116,7 +119,8 @@ def card_view(gate: EffectGate, approval_id: str) -> dict[str, Any]:
     checked = gate.card(approval_id)
     [card] = keyring_warnings(gate, [checked])
     view = gate.subject_view(approval_id)
-    decisions = [d for d in gate.store.all_decisions() if d.approval_id == approval_id]
+    with gate.store.reading() as conn:  # only the decisions whose seal verifies are the card's
+        decisions = [d for d in gate.store.decisions(conn, approval_id) if decision_intact(gate.keyring, d)]
     result = gate.result(approval_id) if card.status == "executed" else None
     return {
         "card": card,

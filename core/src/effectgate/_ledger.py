@@ -83,7 +83,9 @@ class Ledger:
     def history(
         self, conn: Any, tool: str, subject_key: str, exclude: str | None
     ) -> tuple[SubjectEntry, ...]:
-        """The subject's other approvals of `tool`, oldest first, each marked whether it is in effect."""
+        """The subject's other approvals of `tool`, oldest first, each marked whether it is in effect;
+        only rows whose seal verifies (a row inserted or edited in the database is no history: a
+        forged "executed" row must not make a `confirm` check refuse, nor show on a card)."""
         now = self.clock.now()
         return tuple(
             SubjectEntry(
@@ -99,6 +101,9 @@ class Ledger:
                 ),
             )
             for r in self.store.subject_history(conn, tool, subject_key, exclude)
+            if (approval_sealed if r.args_json.startswith(REDACTED_PREFIX) else approval_intact)(
+                self.keyring, r
+            )
         )
 
     def subject_view(self, approval_id: str) -> SubjectView:
