@@ -128,6 +128,16 @@ def test_a_record_that_does_not_verify_is_flagged_and_cannot_be_decided(inbox: I
     assert inbox.shop.receiver.count("refund") == 0
 
 
+def approve_refused(inbox: Inbox, c: TestClient, p: Pending, csrf: str, title: str) -> str:
+    """A forged approve is refused (409, under `title`) and changes nothing; the page's text."""
+    before = snapshot(inbox)
+    r = c.post(f"/approvals/{p.approval_id}/approve", data=form(p, csrf))
+    assert r.status_code == 409
+    assert f"<h2>{title}</h2>" in r.text
+    assert snapshot(inbox) == before
+    return r.text
+
+
 def still_pending(inbox: Inbox, p: Pending) -> None:
     """The approval is as proposed: pending at its version, no decision and no effect recorded."""
     row = inbox.store.get_approval(p.approval_id)
@@ -189,9 +199,7 @@ def test_an_edited_sealed_column_shows_the_tampering_warning_not_a_mismatch(inbo
     and the card show the does-not-verify warning (no keyring mismatch), no forms, and approve is
     refused as a record that does not verify; nothing changes."""
     p = propose(inbox)
-    with inbox.store.engine.begin() as conn:  # behind effectgate's back: the seal is left as it was
-        edited = sa.text("UPDATE eg_approvals SET user_id = 'mallory' WHERE id = :id")
-        assert conn.execute(edited, {"id": p.approval_id}).rowcount == 1
+    edit(inbox, p, user_id="mallory")  # the seal is left as it was
     c = inbox.client()
     csrf = login(c, "fiona")
     listed = c.get("/").text
@@ -203,25 +211,24 @@ def test_an_edited_sealed_column_shows_the_tampering_warning_not_a_mismatch(inbo
     assert "keyring-mismatch" not in html
     assert "keyring mismatch" not in html
     assert f'action="/approvals/{p.approval_id}/' not in html
-    before = snapshot(inbox)
-    r = c.post(f"/approvals/{p.approval_id}/approve", data=form(p, csrf))
-    assert r.status_code == 409
-    assert "<h2>Record does not verify</h2>" in r.text
-    assert "changed outside effectgate" in r.text
-    assert "keyring mismatch" not in r.text
-    assert snapshot(inbox) == before
+    text = approve_refused(inbox, c, p, csrf, "Record does not verify")
+    assert "changed outside effectgate" in text
+    assert "keyring mismatch" not in text
     still_pending(inbox, p)
 
 
-def rekey(inbox: Inbox, p: Pending, kid: str, **columns: str) -> None:
-    """Behind effectgate's back: the seal's key id rewritten (and `columns` edited)."""
-    row = inbox.store.get_approval(p.approval_id)
-    assert row is not None
-    sets = ", ".join(["seal = :seal", *(f"{c} = :{c}" for c in columns)])
+def edit(inbox: Inbox, p: Pending, kid: str | None = None, **columns: str) -> None:
+    """Behind effectgate's back: `columns` edited, and the seal's key id rewritten to `kid`."""
+    if kid is not None:
+        row = inbox.store.get_approval(p.approval_id)
+        assert row is not None
+        columns["seal"] = f"{kid}.{row.seal.partition('.')[2]}"
+    sets = ", ".join(f"{c} = :{c}" for c in columns)
     with inbox.store.engine.begin() as conn:
-        edit = sa.text(f"UPDATE eg_approvals SET {sets} WHERE id = :id")
-        seal = f"{kid}.{row.seal.partition('.')[2]}"
-        assert conn.execute(edit, {"id": p.approval_id, "seal": seal, **columns}).rowcount == 1
+        done = conn.execute(
+            sa.text(f"UPDATE eg_approvals SET {sets} WHERE id = :id"), {"id": p.approval_id, **columns}
+        )
+        assert done.rowcount == 1
 
 
 def test_an_edit_that_renames_the_seals_key_is_still_shown_as_an_edit(inbox: Inbox) -> None:
@@ -231,19 +238,15 @@ def test_an_edit_that_renames_the_seals_key_is_still_shown_as_an_edit(inbox: Inb
     seals verify under this keyring, so it is an edit."""
     untouched = propose(inbox, {"order_id": "1043", "amount": 3500, "currency": "GBP"}, message="m1")
     p = propose(inbox)
-    rekey(inbox, p, "k-rotated", user_id="mallory")
+    edit(inbox, p, "k-rotated", user_id="mallory")
     c = inbox.client()
     csrf = login(c, "fiona")
     for html in (c.get("/").text, c.get(f"/approvals/{p.approval_id}").text):
         assert f"<li>{escape(TAMPERED_WARNING)}</li>" in html
         assert "keyring-mismatch" not in html
-    before = snapshot(inbox)
-    r = c.post(f"/approvals/{p.approval_id}/approve", data=form(p, csrf))
-    assert r.status_code == 409
-    assert "<h2>Record does not verify</h2>" in r.text
-    assert "edited outside effectgate" in r.text
-    assert "k-rotated" not in r.text
-    assert snapshot(inbox) == before
+    text = approve_refused(inbox, c, p, csrf, "Record does not verify")
+    assert "edited outside effectgate" in text
+    assert "k-rotated" not in text
     still_pending(inbox, p)
     assert inbox.gate.card(untouched.approval_id).warnings == ()
 
@@ -252,7 +255,7 @@ def test_a_foreign_key_id_is_shown_with_its_hidden_characters_revealed(inbox: In
     """The key id a card names is the row's text: under a foreign keyring it is shown, with a
     bidirectional control written out, never rendered."""
     p = propose(inbox)
-    rekey(inbox, p, "k\u202eevil")
+    edit(inbox, p, "k\u202eevil")
     other = app(inbox.store, keyring=Keyring.generate(), clock=inbox.clock, shop=inbox.shop)
     try:
         served = create_app(other, registry(), secret_key="k")
@@ -279,7 +282,9 @@ def test_a_card_with_a_keyring_mismatch_copies_and_pickles(inbox: Inbox) -> None
     assert isinstance(warning, ForeignSeal)
     for copied in (copy.deepcopy(card), pickle.loads(pickle.dumps(card))):
         assert copied == card
-        assert copied.warnings[0].key_id == warning.key_id  # type: ignore[attr-defined]
+        [copied_warning] = copied.warnings
+        assert isinstance(copied_warning, ForeignSeal)
+        assert copied_warning.key_id == warning.key_id
     assert dataclasses.asdict(card)["warnings"] == (str(warning),)
 
 
