@@ -33,10 +33,22 @@ def parse(text: Any) -> Any:
     return value
 
 
+#: json's C encoder as `_DETAIL.encode` makes it, made once: without the check for cycles (its
+#: `markers` dict is per value), so it keeps no state between values and threads can share it
+_ENCODE: Any = (
+    None
+    if _MAKE is None
+    else _MAKE(None, str, json.encoder.encode_basestring_ascii, None, ": ", ", ", False, False, True)
+)
+
+
 def detail_json(detail: Any) -> str:
-    """`json.dumps(detail, default=str)`: json's C encoder made as `_DETAIL.encode` makes it (a
-    new one per value, with the check for cycles), without the encoder and layers dumps adds."""
-    if _MAKE is None or type(detail) is str:
+    """`json.dumps(detail, default=str)`, without the encoder and layers dumps adds. A value that
+    refers to itself recurses until Python stops it; `_DETAIL.encode` then raises its own error
+    for it (ValueError: Circular reference detected)."""
+    if _ENCODE is None or type(detail) is str:
         return _DETAIL.encode(detail)
-    encoder = _MAKE({}, str, json.encoder.encode_basestring_ascii, None, ": ", ", ", False, False, True)
-    return "".join(encoder(detail, 0))
+    try:
+        return "".join(_ENCODE(detail, 0))
+    except RecursionError:
+        return _DETAIL.encode(detail)
