@@ -107,15 +107,18 @@ def _fill(store: SQLStore) -> None:
         store.add_hold(conn, HoldRow(id="h-s", user_id="u", reason="r", placed_by="b", at=now))
 
 
-def _append_execution(store: SQLStore, conn: sa.Connection) -> None:
+def _append_execution(
+    store: SQLStore, conn: sa.Connection, *, approval_id: str | None = None, status: str = "succeeded"
+) -> None:
     store.append_execution(
         conn,
+        approval_id=approval_id,
         tool="refund",
         effect="money",
         args_hash="sha256:args",
         args_json="{}",
         idempotency_key="sentinel",
-        status="succeeded",
+        status=status,
         session_id="s1",
         origin_message_id="m1",
         user_id="u1",
@@ -808,6 +811,30 @@ class ApprovalStoreContract(_StoreContract):
                 "second",
             ]
             assert store.subject_history(conn, "refund", "order:9", None) == []
+
+    def test_execution_outcomes(self, store: SQLStore) -> None:
+        """Per listed approval: "succeeded" once any execution succeeded, else its latest
+        execution's status; an approval with none, or not listed, is absent."""
+        with store.transaction() as conn:
+            for approval_id, status in [
+                ("ran", "succeeded"),
+                ("unknown", "needs_reconciliation"),
+                ("settled", "needs_reconciliation"),
+                ("settled", "failed"),
+                ("retried", "needs_reconciliation"),
+                ("retried", "succeeded"),
+                ("not-listed", "succeeded"),
+            ]:
+                _append_execution(store, conn, approval_id=approval_id, status=status)
+        with store.reading() as conn:
+            listed = ["ran", "unknown", "settled", "retried", "none"]
+            assert store.execution_outcomes(conn, listed) == {
+                "ran": "succeeded",
+                "unknown": "needs_reconciliation",
+                "settled": "failed",
+                "retried": "succeeded",
+            }
+            assert store.execution_outcomes(conn, []) == {}
 
     def test_first_proposed(self, store: SQLStore, clock: FakeClock) -> None:
         """Each approval's first "proposed" event id orders the approvals by when they were first

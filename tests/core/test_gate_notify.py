@@ -9,11 +9,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from effectgate import Approver, EffectGate, Grant, Keyring, Pending, ReconciliationNotice
 from effectgate.errors import NeedsReconciliation
 from effectgate.examples.shop import Shop, app, context
-from effectgate.notify import Notification
+from effectgate.notify import Notification, message
 from effectgate.stores import SQLStore
 from effectgate.testing import FakeClock
 
@@ -246,3 +247,87 @@ def test_needs_reconciliation_pages_the_approver_role(
     )
     assert [n.key for n in older] == [notice.key]
     assert shop.receiver.count("refund") == 1
+
+
+def crashed_email(gate: EffectGate, store: SQLStore, clock: FakeClock) -> str:
+    """An approved email whose worker claimed the key and died (no reconcile hook): its approval id."""
+    out = gate.call("send_email", {"to": ["ada@example.com"], "subject": "Hi", "body": "x"}, context("m1"))
+    assert isinstance(out, Pending)
+    grant = gate.approve(out.approval_id, version=1, approver=Approver("sam", "support_lead"))
+    assert isinstance(grant, Grant)
+    row = store.get_approval(out.approval_id)
+    assert row is not None
+    store.claim(f"eg_{out.approval_id}_v1", row.args_hash, lease_seconds=gate.policy.lease_seconds)
+    clock.advance(gate.policy.lease_seconds + 1)
+    return out.approval_id
+
+
+def recovered_notice(gate: EffectGate, hook: Hook, older: list[ReconciliationNotice]) -> Notification:
+    """The needs_reconciliation notice `recover` sent (the older hook got one too)."""
+    assert len(gate.recover()) == 1
+    notice = hook.seen[-1]
+    assert notice.kind == "needs_reconciliation"
+    assert [n.approval_id for n in older] == [notice.approval_id]
+    return notice
+
+
+def test_a_recovered_intact_record_is_announced_as_intact(
+    store: SQLStore, clock: FakeClock, shop: Shop, hook: Hook
+) -> None:
+    """recover() verifies the approval row it read back: an untouched one is announced intact,
+    under the usual needs-reconciliation headline."""
+    older: list[ReconciliationNotice] = []
+    gate = app(
+        store,
+        keyring=Keyring.generate(),
+        clock=clock,
+        shop=shop,
+        notify=hook,
+        on_needs_reconciliation=older.append,
+    )
+    try:
+        crashed_email(gate, store, clock)
+        notice = recovered_notice(gate, hook, older)
+    finally:
+        gate.close()
+    body = message(notice, inbox_url=None, now=clock.now())
+    assert body["metadata"]["event_payload"]["intact"] is True
+    assert "Needs reconciliation" in body["blocks"][0]["text"]["text"]
+    assert notice.intact is True
+    assert older[0].intact is True
+
+
+def test_a_recovered_tampered_record_is_announced_as_unverified(
+    store: SQLStore, clock: FakeClock, shop: Shop, hook: Hook
+) -> None:
+    """An approval row edited in the database (its sealed role changed) while its execution was in
+    flight is announced by recover() as a record that does not verify: `intact` false and the
+    fixed headline, with no name from the record in it."""
+    older: list[ReconciliationNotice] = []
+    gate = app(
+        store,
+        keyring=Keyring.generate(),
+        clock=clock,
+        shop=shop,
+        notify=hook,
+        on_needs_reconciliation=older.append,
+    )
+    try:
+        approval_id = crashed_email(gate, store, clock)
+        with store.transaction() as conn:  # behind effectgate's back
+            conn.execute(
+                sa.text("UPDATE eg_approvals SET approver_role = 'intern' WHERE id = :id"),
+                {"id": approval_id},
+            )
+        notice = recovered_notice(gate, hook, older)
+    finally:
+        gate.close()
+    body = message(notice, inbox_url=None, now=clock.now())
+    assert body["metadata"]["event_payload"]["intact"] is False
+    headline = body["blocks"][0]["text"]["text"]
+    assert "does not verify; do not act on it" in headline
+    for name in ("intern", "send_email"):
+        assert name not in headline
+        assert name not in body["text"]
+    assert notice.intact is False
+    assert older[0].intact is False

@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from effectgate import EffectGate, Executed
-from effectgate.audit import audit
+from effectgate import EffectGate, Executed, Keyring
+from effectgate.audit import PINNED_NOTHING, audit
 from effectgate.chain import seal_chain, verify_chain
 from effectgate.cli import main
 from effectgate.export import PURPOSE, ExportError, Manifest, export_chain, manifest_path
+from effectgate.stores import SQLStore
 from effectgate.testing import FakeClock
 
 from .test_chain import ledger, sql, unguard
@@ -184,6 +185,7 @@ def test_the_audit_command_checks_a_manifests_pins(
     pinned = str(manifest_path(tmp_path / "a.jsonl"))
     code, out, err = cli("audit", "--db", url, "--pinned", pinned)
     assert code == 0, err
+    assert "pins no chain heads" not in out
     cut_back(ledger, clock)
     assert cli("audit", "--db", url, "--chain")[0] == 0  # the hole, without the pins
     code, out, _ = cli("audit", "--db", url, "--pinned", pinned, "--json")
@@ -192,3 +194,29 @@ def test_the_audit_command_checks_a_manifests_pins(
     code, _, err = cli("audit", "--db", url, "--pinned", str(tmp_path / "missing.json"))
     assert code != 0
     assert "no such file" in err
+
+
+def test_pins_of_an_empty_ledger_are_said_to_pin_nothing(
+    store: SQLStore,
+    clock: FakeClock,
+    tmp_path: Path,
+    cli: Callable[..., tuple[int, str, str]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A manifest exported from an empty ledger pins no chain heads: its audit is clean (exit 0),
+    and the report, its JSON and the terminal say that nothing was checked against the pins."""
+    keyring = Keyring.generate()
+    manifest = export_chain(store, keyring, tmp_path / "e.jsonl", now=clock.now() + 61)
+    assert manifest.heads == {}
+    monkeypatch.setenv("EFFECTGATE_KEYRING", keyring.dumps())
+    pinned = str(manifest_path(tmp_path / "e.jsonl"))
+    code, out, err = cli("audit", "--db", store.url, "--pinned", pinned)
+    assert code == 0, err
+    assert "note: the manifest pins no chain heads" in " ".join(out.split())
+    code, out, _ = cli("audit", "--db", store.url, "--pinned", pinned, "--json")
+    assert code == 0
+    assert json.loads(out)["notes"] == [PINNED_NOTHING]
+    report = audit(store, keyring=keyring, pinned=manifest.heads)
+    assert report.clean
+    assert report.notes == (PINNED_NOTHING,)
+    assert audit(store, keyring=keyring, chain=True).notes == ()

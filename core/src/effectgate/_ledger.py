@@ -85,26 +85,39 @@ class Ledger:
     ) -> tuple[SubjectEntry, ...]:
         """The subject's other approvals of `tool`, oldest first, each marked whether it is in effect;
         only rows whose seal verifies (a row inserted or edited in the database is no history: a
-        forged "executed" row must not make a `confirm` check refuse, nor show on a card)."""
+        forged "executed" row must not make a `confirm` check refuse, nor show on a card).
+
+        The status column is not sealed, so what ran is read from the append-only executions too
+        (one query for the whole history): an approval whose grant ran (an execution succeeded) is
+        in effect and shown as executed, and one whose outcome is unknown (its latest execution
+        needs reconciliation) is in effect and shown as approved, whatever its status says: a
+        refund edited from 'executed' to 'denied' in the database still counts."""
         now = self.clock.now()
-        return tuple(
-            SubjectEntry(
-                approval_id=r.id,
-                status=r.status,
-                version=r.version,
-                args=json.loads(r.args_json),
-                created_at=r.created_at,
-                in_effect=r.status == "executed"
-                or (
-                    r.status == "approved"
-                    and (r.token_used_at is not None or (r.token_expires_at or 0) > now)
-                ),
-            )
-            for r in self.store.subject_history(conn, tool, subject_key, exclude)
-            if (approval_sealed if r.args_json.startswith(REDACTED_PREFIX) else approval_intact)(
-                self.keyring, r
-            )
+        rows = [r for r in self.store.subject_history(conn, tool, subject_key, exclude) if self.verifies(r)]
+        ran = self.store.execution_outcomes(conn, [r.id for r in rows]) if rows else {}
+        return tuple(self._entry(r, ran.get(r.id), now) for r in rows)
+
+    @staticmethod
+    def _entry(r: ApprovalRow, ran: str | None, now: float) -> SubjectEntry:
+        """One history entry: what the executions say (`ran`) overrides the stored status."""
+        status = {"succeeded": "executed", "needs_reconciliation": "approved"}.get(ran or "", r.status)
+        return SubjectEntry(
+            approval_id=r.id,
+            status=status,
+            version=r.version,
+            args=json.loads(r.args_json),
+            created_at=r.created_at,
+            in_effect=ran in ("succeeded", "needs_reconciliation")
+            or r.status == "executed"
+            or (r.status == "approved" and (r.token_used_at is not None or (r.token_expires_at or 0) > now)),
         )
+
+    def verifies(self, row: ApprovalRow) -> bool:
+        """Whether the row's seal verifies and, unless `redact` erased them (they cannot be hashed
+        again; the audit checks the redaction's own sealed entry), its arguments hash to it."""
+        if row.args_json.startswith(REDACTED_PREFIX):
+            return approval_sealed(self.keyring, row)
+        return approval_intact(self.keyring, row)
 
     def subject_view(self, approval_id: str) -> SubjectView:
         """What a reviewer sees beside a card: the subject's other approvals of this tool (newest
@@ -150,10 +163,8 @@ class Ledger:
     # -- cards
 
     def card_of(self, conn: Any, row: ApprovalRow) -> Card:
-        # erased arguments cannot be hashed again: the seal (over the args hash) still must verify,
-        # and the audit checks the redaction's own sealed entry
         redacted = row.args_json.startswith(REDACTED_PREFIX)
-        intact = approval_sealed(self.keyring, row) if redacted else approval_intact(self.keyring, row)
+        intact = self.verifies(row)
         given = self.approvers(conn, row, round_=row.grants) if intact else []
         if not given and row.grants > 0 and intact:  # a granted row shows the round that granted it
             given = self.approvers(conn, row, round_=row.grants - 1)

@@ -32,8 +32,10 @@ class Notification:
     `kind`: "pending" (a new approval or a new version of one), "expiring" (a pending approval
     whose deadline is near; sent once per version), "needs_reconciliation" (the provider's
     outcome is unknown: page the role). `approver_role` is who should look: the approval's role
-    after escalation, or the tool's owner for a write. `record(kind, detail)` appends an event
-    about this notice to the gate's log (how a notifier records its deliveries)."""
+    after escalation, or the tool's owner for a write. `intact`: whether the approval record
+    behind a notice without a card verifies (None: there is none, a write's unknown outcome); a
+    card says it itself (`Card.warnings`). `record(kind, detail)` appends an event about this
+    notice to the gate's log (how a notifier records its deliveries)."""
 
     kind: NotificationKind
     tool: str
@@ -45,6 +47,7 @@ class Notification:
     reason: str | None = None
     key: str | None = None
     provider_ref: str | None = None
+    intact: bool | None = None
     record: Callable[[str, Mapping[str, Any]], None] = field(default=_no_record, repr=False, compare=False)
 
 
@@ -143,7 +146,10 @@ class Notices:
         self, row: ApprovalRow | None, key: str, reason: str, ref: str | None, *, tool: str | None = None
     ) -> None:
         """Page the approver role (or the tool's owner, for a write) about an unknown outcome; a
-        failing hook is recorded and never breaks the gate."""
+        failing hook is recorded and never breaks the gate. The approval row is verified first
+        (it may have been read back raw, as `recover` does): a notice of a row that does not
+        verify says so (`intact` False), and a notifier never presents it as effectgate's."""
+        intact = self.ledger.verifies(row) if row is not None else None
         notice = ReconciliationNotice(
             key=key,
             tool=row.tool if row else (tool or ""),
@@ -151,6 +157,7 @@ class Notices:
             approval_id=row.id if row else None,
             approver_role=row.approver_role if row else None,
             provider_ref=ref,
+            intact=intact,
         )
         role = notice.approver_role
         if role is None and (spec := self.table.get(notice.tool)) is not None:
@@ -164,6 +171,7 @@ class Notices:
             reason=reason,
             key=key,
             provider_ref=ref,
+            intact=intact,
         )
         hook = self.on_needs_reconciliation
         if hook is None:

@@ -171,22 +171,14 @@ class Reconciliation:
         with self.store.transaction() as conn:
             record = self.store.resolve(key, result, provider_ref=ref, conn=conn)
             self.settlement.mark_executed(conn, row)
-            self.store.append_execution(
+            self.append_settled(
                 conn,
-                approval_id=row.id,
-                version=row.version,
-                tool=row.tool,
-                effect=row.effect,
-                args_hash=row.args_hash,
-                args_json=row.args_json,
-                idempotency_key=key,
-                status="succeeded",
-                table_fingerprint=self.table.fingerprint,
-                row_fingerprint=spec.fingerprint,
-                policy_fingerprint=self.policy.fingerprint,
-                result_json=to_json(result),
+                row,
+                key,
+                "succeeded",
+                spec.fingerprint,
                 error=f"settled by {by}",
-                **{k: v for k, v in context_of(row).as_record().items() if k != "tool_call_id"},
+                result_json=to_json(result),
             )
             self.store.append_events(
                 conn, [self.events.event("reconciled", row=row, key=key, by=by, provider_ref=ref)]
@@ -203,6 +195,28 @@ class Reconciliation:
             tool=row.tool, result=record.result, approval_id=row.id, version=row.version, idempotency_key=key
         )
 
+    def append_settled(
+        self, conn: Any, row: ApprovalRow, key: str, status: str, row_fingerprint: str, **values: Any
+    ) -> None:
+        """Record a settlement of the row's grant in the append-only executions (what the history
+        of a subject reads: `Ledger.history`)."""
+        self.store.append_execution(
+            conn,
+            approval_id=row.id,
+            version=row.version,
+            tool=row.tool,
+            effect=row.effect,
+            args_hash=row.args_hash,
+            args_json=row.args_json,
+            idempotency_key=key,
+            status=status,
+            table_fingerprint=self.table.fingerprint,
+            row_fingerprint=row_fingerprint,
+            policy_fingerprint=self.policy.fingerprint,
+            **{k: v for k, v in context_of(row).as_record().items() if k != "tool_call_id"},
+            **values,
+        )
+
     def settle(
         self,
         approval_id: str,
@@ -213,8 +227,9 @@ class Reconciliation:
         provider_ref: str | None = None,
     ) -> Executed | None:
         """A person settles a reconciliation: the effect happened (with its result), or it did not:
-        a definite failure, so the record and the approval end `failed` (the subject is free and
-        a new attempt is a new proposal; the spent grant never runs it again)."""
+        a definite failure, so the record and the approval end `failed` and a `failed` execution
+        is recorded (the subject is free and a new attempt is a new proposal; the spent grant
+        never runs it again)."""
         row = self.settled_row(approval_id, None)
         key = exec_key(row)
         if happened:
@@ -223,6 +238,9 @@ class Reconciliation:
         with self.store.transaction() as conn:
             self.store.release(key, error, conn=conn)
             self.settlement.fail_approval(conn, row, error)
+            spec = self.table.get(row.tool)
+            fingerprint = spec.fingerprint if spec is not None else row.row_fingerprint
+            self.append_settled(conn, row, key, "failed", fingerprint, error=error)
             self.store.append_events(conn, [self.events.event("released", row=row, key=key, by=by)])
         log.info(
             "settled (it did not happen): approval=%s version=%d key=%s by=%r", row.id, row.version, key, by

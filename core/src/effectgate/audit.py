@@ -67,11 +67,22 @@ class Metrics:
     executions: int
 
 
+#: The note of an audit given pins that pin nothing (`audit(pinned={})`).
+PINNED_NOTHING = (
+    "the manifest pins no chain heads (it was exported from a ledger with no checkpoints): "
+    "nothing was checked against its pins"
+)
+
+
 @dataclass(frozen=True)
 class AuditReport:
+    """`notes`: what the reader must know about what was checked, which is not a finding (a clean
+    audit with a note is still clean)."""
+
     findings: list[Finding] = field(default_factory=list[Finding])
     metrics: Metrics | None = None
     seals_checked: bool = True
+    notes: tuple[str, ...] = ()
 
     @property
     def clean(self) -> bool:
@@ -81,6 +92,7 @@ class AuditReport:
         return {
             "clean": self.clean,
             "seals_checked": self.seals_checked,
+            "notes": list(self.notes),
             "findings": [asdict(f) for f in self.findings],
             "metrics": asdict(self.metrics) if self.metrics else None,
         }
@@ -104,7 +116,8 @@ def audit(
     heads an export's manifest pinned (`Manifest.heads`, its signature checked by the caller); each
     one no longer in the chain as pinned is a `chain_broken` finding too (`effectgate._pins`); pins
     mean nothing without the chain verified up to them, so `pinned` implies `chain` and needs the
-    keyring (ValueError without one)."""
+    keyring (ValueError without one). Pins that pin nothing (`{}`: a manifest exported from a
+    ledger with no checkpoints) are no finding, but the report says so in its `notes`."""
     del policy
     if pinned is not None:
         if keyring is None:
@@ -159,7 +172,8 @@ def audit(
             scan.add("chain_broken", b.table, f"ids {b.first_id}..{b.last_id}: {b.problem}")
     for b in _pins.breaks(store, pinned):
         scan.add("chain_broken", b.table, f"up to id {b.last_id}: {b.problem}")
-    return AuditReport(scan.findings, metrics, seals_checked=keyring is not None)
+    notes = (PINNED_NOTHING,) if pinned is not None and not pinned else ()
+    return AuditReport(scan.findings, metrics, seals_checked=keyring is not None, notes=notes)
 
 
 def _scan_range(

@@ -317,7 +317,9 @@ Decision = Grant | PartialApproval | Recorded
 
 @dataclass(frozen=True, kw_only=True)
 class ReconciliationNotice:
-    """Sent to `on_needs_reconciliation`: who must look at which operation, and why."""
+    """Sent to `on_needs_reconciliation`: who must look at which operation, and why. `intact`:
+    whether the approval record it names verifies (its seal and arguments); False means what it
+    says came from a record edited outside effectgate; None: a write, which has no approval."""
 
     key: str
     tool: str
@@ -325,6 +327,7 @@ class ReconciliationNotice:
     approval_id: str | None = None
     approver_role: str | None = None
     provider_ref: str | None = None
+    intact: bool | None = None
 
 
 @dataclass(frozen=True)

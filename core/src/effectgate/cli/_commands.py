@@ -186,6 +186,8 @@ def _cmd_audit(args: argparse.Namespace, out: Console) -> int:
     for f in report.findings:
         where = f"approval={f.approval_id} execution={f.execution_id}"
         out.print(Text.assemble((_escape(f.kind), "bold red"), " ", _text(f"{f.tool} {where}: {f.detail}")))
+    for note in report.notes:  # not a finding, but the reader must see what was not checked
+        out.print(_text(f"note: {note}"), style="bold yellow")
     m = report.metrics
     assert m is not None
     p95 = "-" if m.approval_latency_p95_s is None else f"{m.approval_latency_p95_s:.1f}s"

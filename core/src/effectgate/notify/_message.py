@@ -21,9 +21,10 @@ Two kinds of text, kept apart:
   escaped for &, < and >, clipped to a bounded length (the card shows all of it), and when it
   still holds non-ASCII text (a right-to-left script, say) it is wrapped in a Unicode isolate,
   which nothing inside it can close.
-A record that does not verify (its card carries TAMPERED_WARNING) is never presented as
-effectgate's: its headline is a fixed "does not verify; do not act on it", with no name from the
-record in it, and the payload says `"intact": false`.
+A record that does not verify (its card carries TAMPERED_WARNING, or an unknown outcome's notice
+says `intact=False`) is never presented as effectgate's: its headline is a fixed "does not
+verify; do not act on it", with no name from the record in it, and the payload says
+`"intact": false`.
 The top-level `text` (what a phone notification shows) holds trusted text only.
 """
 
@@ -95,9 +96,10 @@ def trusted(text: str) -> dict[str, Any]:
 
 def intact(n: Notification) -> bool | None:
     """Whether the approval record behind `n` verifies: False when its card carries the
-    tampered warning, None when the notice carries no card (an unknown outcome)."""
+    tampered warning; without a card (an unknown outcome), what the gate found when it verified
+    the row (`Notification.intact`), None when there is no approval (a write)."""
     if n.card is None:
-        return None
+        return n.intact
     return TAMPERED_WARNING not in n.card.warnings
 
 

@@ -106,6 +106,20 @@ def first_proposed() -> Any:
     )
 
 
+def execution_outcomes() -> Any:
+    """The executions of the listed approvals (`p_ids`, an expanding list) that say what became
+    of a grant, in the order they were recorded: (approval id, status). A walk of the executions'
+    approval index (`eg_executions.approval_id`), a few rows per approval."""
+    return (
+        sa.select(T_EXECUTIONS.c.approval_id, T_EXECUTIONS.c.status)
+        .where(
+            T_EXECUTIONS.c.approval_id.in_(sa.bindparam("p_ids", expanding=True)),
+            T_EXECUTIONS.c.status.in_(("succeeded", "needs_reconciliation", "failed")),
+        )
+        .order_by(T_EXECUTIONS.c.id)
+    )
+
+
 AuditTable = Literal["approvals", "decisions", "gated_executions", "other_executions"]
 
 _EXECUTION_COLUMNS = (

@@ -1,6 +1,7 @@
 """The store's reading for the CLI, the audit and the export: whole lists of rows, each in a
-read-only transaction of its own (`SQLStore.reading`); mixed into `SQLStore`
-(`protocol.ApprovalLedger` documents them)."""
+read-only transaction of its own (`SQLStore.reading`), and a few reads inside the caller's
+transaction (`execution_outcomes`); mixed into `SQLStore` (`protocol.ApprovalLedger` documents
+them)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from .records import PERSONAL, ApprovalRow, DecisionRow, EventRow, ExecutionRow
 
 #: Built once: the statement's shape never changes (the id list is one expanding parameter).
 _FIRST_PROPOSED = Q.first_proposed()
+_EXECUTION_OUTCOMES = Q.execution_outcomes()
 
 
 class ReadingSQL:
@@ -82,6 +84,16 @@ class ReadingSQL:
             return {}
         with self.reading() as conn:
             return {str(a): int(i) for a, i in conn.execute(_FIRST_PROPOSED, {"p_ids": ids})}
+
+    def execution_outcomes(self, conn: Connection, approval_ids: Collection[str]) -> dict[str, str]:
+        ids = sorted(set(approval_ids))
+        if not ids:
+            return {}
+        out: dict[str, str] = {}
+        for approval_id, status in conn.execute(_EXECUTION_OUTCOMES, {"p_ids": ids}):
+            if out.get(approval_id) != "succeeded":  # a success stands; otherwise the latest says
+                out[str(approval_id)] = str(status)
+        return out
 
     def all_decisions(self) -> list[DecisionRow]:
         with self.reading() as conn:

@@ -140,6 +140,13 @@ class ApprovalLedger(Protocol):
     ) -> list[ApprovalRow]:
         """The subject's approvals of `tool`, oldest first (without `exclude`)."""
 
+    def execution_outcomes(self, conn: Any, approval_ids: Collection[str]) -> dict[str, str]:
+        """What the append-only executions say became of each listed approval's grant:
+        "succeeded" when any of its executions succeeded, else the status of its latest
+        ("needs_reconciliation": the outcome is unknown; "failed"). An approval with no such
+        execution is absent. Unlike the approval's `status` column (not sealed), this cannot be
+        edited without breaking the executions' chain."""
+
     def insert_approval(self, conn: Any, row: ApprovalRow) -> None:
         """Insert a new approval row."""
 
