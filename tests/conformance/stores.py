@@ -814,8 +814,21 @@ class ApprovalStoreContract(_StoreContract):
 
     def test_execution_outcomes(self, store: SQLStore) -> None:
         """Per listed approval: "succeeded" once any execution succeeded, else its latest
-        execution's status; an approval with none, or not listed, is absent."""
+        execution's status, else "presented" when its grant was presented (a token_used event);
+        an approval with none of these, or not listed, is absent."""
         with store.transaction() as conn:
+            store.append_events(
+                conn,
+                [
+                    {"at": 1.0, "kind": kind, "approval_id": approval_id, "version": 1}
+                    for kind, approval_id in [
+                        ("token_used", "presented"),
+                        ("token_used", "ran"),
+                        ("token_minted", "minted"),
+                        ("token_used", "not-listed"),
+                    ]
+                ],
+            )
             for approval_id, status in [
                 ("ran", "succeeded"),
                 ("unknown", "needs_reconciliation"),
@@ -827,8 +840,9 @@ class ApprovalStoreContract(_StoreContract):
             ]:
                 _append_execution(store, conn, approval_id=approval_id, status=status)
         with store.reading() as conn:
-            listed = ["ran", "unknown", "settled", "retried", "none"]
+            listed = ["ran", "unknown", "settled", "retried", "presented", "minted", "none"]
             assert store.execution_outcomes(conn, listed) == {
+                "presented": "presented",
                 "ran": "succeeded",
                 "unknown": "needs_reconciliation",
                 "settled": "failed",

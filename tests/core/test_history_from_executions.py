@@ -114,3 +114,33 @@ def test_an_untouched_history_is_unchanged(shop_gate: ShopGate) -> None:
     pending = gate.call("refund_order", {"order_id": "1043", "amount": 1, "currency": "GBP"}, context("m3"))
     assert isinstance(pending, Pending), pending
     assert gate.subject_view(pending.approval_id).history == ()
+
+
+class WorkerDied(BaseException):
+    """The worker's process ends mid-call: nothing after the tool call runs (no settlement)."""
+
+
+def test_a_presented_grant_whose_worker_died_still_refuses_a_second(
+    shop_gate: ShopGate, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A grant presented whose worker died before anything was settled (no execution recorded
+    yet, the money may have moved) stays in effect when its status is edited to 'denied' and its
+    token_used_at cleared: the grant's "token_used" event is in the chained log."""
+    shop, gate = shop_gate
+    first = granted(gate, "m1")
+
+    def dies(**_: Any) -> Any:
+        raise WorkerDied
+
+    monkeypatch.setattr(shop.provider, "refund", dies)
+    with pytest.raises(WorkerDied):
+        gate.execute(first.token)
+    assert gate.store.executions(approval_id=first.approval_id) == []
+    edit_status(gate, first.approval_id, "denied")
+    with gate.store.engine.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE eg_approvals SET token_used_at = NULL WHERE id = :id"), {"id": first.approval_id}
+        )
+    out = second_refund(gate)
+    assert isinstance(out, Refused), out
+    assert out.code == "confirm_failed"

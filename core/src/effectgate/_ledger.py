@@ -88,10 +88,12 @@ class Ledger:
         forged "executed" row must not make a `confirm` check refuse, nor show on a card).
 
         The status column is not sealed, so what ran is read from the append-only executions too
-        (one query for the whole history): an approval whose grant ran (an execution succeeded) is
-        in effect and shown as executed, and one whose outcome is unknown (its latest execution
-        needs reconciliation) is in effect and shown as approved, whatever its status says: a
-        refund edited from 'executed' to 'denied' in the database still counts."""
+        and from the grants presented (`store.execution_outcomes`, one query each for the whole
+        history): an approval whose grant ran (an execution succeeded) is in effect and shown as
+        executed, and one whose outcome is unknown (its latest execution needs reconciliation, or
+        its grant was presented and nothing was recorded since: running, or its worker died) is
+        in effect and shown as approved, whatever its status says: a refund edited from
+        'executed' to 'denied' in the database still counts."""
         now = self.clock.now()
         rows = [r for r in self.store.subject_history(conn, tool, subject_key, exclude) if self.verifies(r)]
         ran = self.store.execution_outcomes(conn, [r.id for r in rows]) if rows else {}
@@ -100,14 +102,16 @@ class Ledger:
     @staticmethod
     def _entry(r: ApprovalRow, ran: str | None, now: float) -> SubjectEntry:
         """One history entry: what the executions say (`ran`) overrides the stored status."""
-        status = {"succeeded": "executed", "needs_reconciliation": "approved"}.get(ran or "", r.status)
+        status = {"succeeded": "executed", "needs_reconciliation": "approved", "presented": "approved"}.get(
+            ran or "", r.status
+        )
         return SubjectEntry(
             approval_id=r.id,
             status=status,
             version=r.version,
             args=json.loads(r.args_json),
             created_at=r.created_at,
-            in_effect=ran in ("succeeded", "needs_reconciliation")
+            in_effect=ran in ("succeeded", "needs_reconciliation", "presented")
             or r.status == "executed"
             or (r.status == "approved" and (r.token_used_at is not None or (r.token_expires_at or 0) > now)),
         )

@@ -120,6 +120,18 @@ def execution_outcomes() -> Any:
     )
 
 
+def grants_presented() -> Any:
+    """Which of the listed approvals (`p_ids`, an expanding list) had a grant presented: their
+    "token_used" events (appended, chained), through the approvals' event index."""
+    return (
+        sa.select(T_EVENTS.c.approval_id)
+        .where(
+            T_EVENTS.c.approval_id.in_(sa.bindparam("p_ids", expanding=True)), T_EVENTS.c.kind == "token_used"
+        )
+        .distinct()
+    )
+
+
 AuditTable = Literal["approvals", "decisions", "gated_executions", "other_executions"]
 
 _EXECUTION_COLUMNS = (

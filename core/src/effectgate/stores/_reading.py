@@ -19,6 +19,7 @@ from .records import PERSONAL, ApprovalRow, DecisionRow, EventRow, ExecutionRow
 #: Built once: the statement's shape never changes (the id list is one expanding parameter).
 _FIRST_PROPOSED = Q.first_proposed()
 _EXECUTION_OUTCOMES = Q.execution_outcomes()
+_GRANTS_PRESENTED = Q.grants_presented()
 
 
 class ReadingSQL:
@@ -93,6 +94,8 @@ class ReadingSQL:
         for approval_id, status in conn.execute(_EXECUTION_OUTCOMES, {"p_ids": ids}):
             if out.get(approval_id) != "succeeded":  # a success stands; otherwise the latest says
                 out[str(approval_id)] = str(status)
+        for (approval_id,) in conn.execute(_GRANTS_PRESENTED, {"p_ids": ids}):
+            out.setdefault(str(approval_id), "presented")  # running, or died with its outcome unknown
         return out
 
     def all_decisions(self) -> list[DecisionRow]:

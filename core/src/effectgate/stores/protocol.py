@@ -143,9 +143,11 @@ class ApprovalLedger(Protocol):
     def execution_outcomes(self, conn: Any, approval_ids: Collection[str]) -> dict[str, str]:
         """What the append-only executions say became of each listed approval's grant:
         "succeeded" when any of its executions succeeded, else the status of its latest
-        ("needs_reconciliation": the outcome is unknown; "failed"). An approval with no such
-        execution is absent. Unlike the approval's `status` column (not sealed), this cannot be
-        edited without breaking the executions' chain."""
+        ("needs_reconciliation": the outcome is unknown; "failed"); with no execution yet but a
+        grant presented (its "token_used" event: running now, or its worker died and its outcome
+        is unknown), "presented". An approval with none of these is absent. Unlike the
+        approval's `status` column (not sealed), these cannot be edited without breaking the
+        executions' and events' chains."""
 
     def insert_approval(self, conn: Any, row: ApprovalRow) -> None:
         """Insert a new approval row."""
