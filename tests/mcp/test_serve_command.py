@@ -116,7 +116,7 @@ def test_the_command_serves_streamable_http_on_loopback(store_url: str, tmp_path
         assert text(waiting).startswith("NOT EXECUTED")
         assert store.executions(tool="refund_order") == []
         [approval] = store.approvals()
-        assert (approval.user_id, approval.session_id) == ("u1", "mcp-u1")
+        assert (approval.user_id, approval.session_id) == ("u1", f"mcp:{SUPPORT_AGENT}:u1")
     finally:
         proc.terminate()
         proc.wait(timeout=30)

@@ -14,6 +14,10 @@ subprocess needs no import path. Its tools, and the annotations they claim:
 - bounce(to): sends, and always answers with an error result.
 - rotate(path): a write that takes effect and then fails in protocol (its reply is lost).
 - shred(path): destructive; the proxy's table has no row for it.
+
+`listing_server` is a low-level upstream whose `tools/list` pages a test scripts (a listing that
+fails, pages forever or names tools as it likes). As a subprocess, $UPSTREAM_VARIANT_FILE (read
+at start) overrides $UPSTREAM_VARIANT: an upgrade between two starts under one configuration.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
+import mcp.types as types
+from mcp.server import Server
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
@@ -131,6 +137,23 @@ def reword_send_mail(server: MCPServer, record: Callable[[Effect], None]) -> Non
     server.add_tool(tool.fn, name="send_mail", description=tool.description)
 
 
+def listing_server(
+    name: str, listing: Callable[[str | None], types.ListToolsResult], calls: list[str]
+) -> Server[Any]:
+    """An upstream whose `tools/list` page for a cursor is `listing(cursor)` (which may raise
+    `MCPError`: the client receives its message); each call's tool name is appended to `calls`,
+    and the call answers "ok"."""
+
+    async def on_list(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        return listing(params.cursor if params is not None else None)
+
+    async def on_call(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        calls.append(params.name)
+        return types.CallToolResult(content=[types.TextContent(text="ok")])
+
+    return Server(name, on_list_tools=on_list, on_call_tool=on_call)
+
+
 def _append_to_log(effect: Effect) -> None:
     with open(os.environ["EFFECTS_LOG"], "a", encoding="utf-8") as log:
         log.write(json.dumps({"tool": effect.tool, "args": effect.args, "key": effect.key}) + "\n")
@@ -139,7 +162,11 @@ def _append_to_log(effect: Effect) -> None:
 def main(argv: list[str]) -> None:
     # What the process was started with that it must not have: the proxy's grant keyring.
     _append_to_log(Effect("_started", {"keyring": "EFFECTGATE_KEYRING" in os.environ}, None))
-    server = files_server(_append_to_log, variant=int(os.environ.get("UPSTREAM_VARIANT", "1")))
+    variant = os.environ.get("UPSTREAM_VARIANT", "1")
+    if "UPSTREAM_VARIANT_FILE" in os.environ:
+        with open(os.environ["UPSTREAM_VARIANT_FILE"], encoding="utf-8") as f:
+            variant = f.read().strip()
+    server = files_server(_append_to_log, variant=int(variant))
     if argv[1] == "stdio":
         server.run("stdio")
     else:

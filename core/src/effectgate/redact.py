@@ -225,9 +225,15 @@ def redact(
 ) -> Redaction:
     """Erase the personal values of every record of `user_id` (of one `subject` of theirs, when
     given), keeping the facts named in `keep`. Refused, changing nothing, while the user is held
-    or has a call that may still run (module docstring)."""
+    or has a call that may still run (module docstring), and for an empty `subject` (`{}` would
+    match every write of the user: leave `subject` out to erase them all)."""
     for name, value in (("user_id", user_id), ("by", by), ("reason", reason)):
         _text(name, value)
+    if subject is not None and not subject:  # it would match every write of the user
+        raise RedactionError(
+            "subject must name at least one field (e.g. {'order_id': '1042'}); to erase all of the "
+            "user's records, give no subject: nothing was redacted"
+        )
     keep = tuple(keep)
     at = time.time() if now is None else now
     rid = f"r-{secrets.token_hex(8)}"

@@ -65,8 +65,11 @@ def _cmd_redact(args: argparse.Namespace, out: Console) -> int:
             subject = json.loads(args.subject, parse_constant=_no_constant)
         except ValueError as exc:
             raise UsageError(f"--subject must be a JSON object: {exc}") from exc
-        if not isinstance(subject, dict):
-            raise UsageError('--subject must be a JSON object, e.g. \'{"order_id": "1042"}\'')
+        if not isinstance(subject, dict) or not subject:  # {} would match every write of the user
+            raise UsageError(
+                '--subject must be a JSON object naming at least one field, e.g. \'{"order_id": "1042"}\' '
+                "(leave --subject out to erase all of the user's records)"
+            )
     for path in args.export:  # every export file checked before anything is erased
         check_export_file(args.db, path)
     keyring = keyring_for(args.db, create=False)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from ..mcp._config import ENV_AGENT, ENV_CONFIG, ENV_SESSION, ENV_USER  # the SDK-free part
+from ..mcp._config import ENV_AGENT, ENV_CONFIG, ENV_SESSION, ENV_USER, default_session  # SDK-free
 from ._render import EXIT_OK, _text
 from ._store import UsageError, _open, keyring_for
 
@@ -58,8 +58,8 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--session",
         default=os.environ.get(ENV_SESSION),
-        help=f"the session id (default ${ENV_SESSION}, else the config's, else mcp-USER); the same "
-        "call in the same session is the same request: it finds its approval, or its stored result",
+        help=f"the session id (default ${ENV_SESSION}, else the config's, else mcp:AGENT:USER); the "
+        "same call in the same session is the same request: it finds its approval, or its stored result",
     )
     p.add_argument(
         "--transport",
@@ -91,7 +91,8 @@ def _identity(args: argparse.Namespace, config: ProxyConfig) -> Identity:
             f"mcp proxy needs --{flag} (or ${env}, or {flag} in the config's [identity]): "
             "identity is configured, never model-written"
         )
-    return Identity(user_id=user, session_id=args.session or config.session or f"mcp-{user}", agent_id=agent)
+    session = args.session or config.session or default_session(agent, user)
+    return Identity(user_id=user, session_id=session, agent_id=agent)
 
 
 async def _serve(proxy: GatedProxy, args: argparse.Namespace, identity: Identity) -> None:

@@ -11,12 +11,16 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from ..mcp._config import ENV_AGENT, ENV_SESSION, ENV_USER  # the SDK-free part
+from ..mcp._config import ENV_AGENT, ENV_SESSION, ENV_USER, default_session  # the SDK-free part
 from ._render import EXIT_OK
 from ._store import StoreUnavailable, UsageError, _make_gate, _open, check_listen, keyring_for
+
+if TYPE_CHECKING:  # the MCP SDK is imported only when the command runs
+    from ..mcp._common import Identity
 
 
 def arguments(p: argparse.ArgumentParser) -> None:
@@ -42,8 +46,8 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--session",
         default=os.environ.get(ENV_SESSION),
-        help=f"the session id (default ${ENV_SESSION}, else mcp-USER); the same call in the same "
-        "session is the same request: it finds its approval, or its stored result",
+        help=f"the session id (default ${ENV_SESSION}, else mcp:AGENT:USER); the same call in the "
+        "same session is the same request: it finds its approval, or its stored result",
     )
     p.add_argument(
         "--transport",
@@ -64,8 +68,16 @@ def arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args: argparse.Namespace, out: Console) -> int:
+def identity_of(args: argparse.Namespace) -> Identity:
+    """Who every call is made as: --agent and --user, and --session (else one session per agent
+    and user, so two agents of one user never share a request or its stored result)."""
     from ..mcp._common import Identity
+
+    session = args.session or default_session(args.agent, args.user)
+    return Identity(user_id=args.user, session_id=session, agent_id=args.agent)
+
+
+def run(args: argparse.Namespace, out: Console) -> int:
     from ..mcp._serve import LOCAL_HOSTS, gated_server, serve_http, serve_stdio
 
     if not args.app:
@@ -82,7 +94,7 @@ def run(args: argparse.Namespace, out: Console) -> int:
         )
     if args.transport == "http":
         check_listen(args.host, args.port)
-    identity = Identity(user_id=args.user, session_id=args.session or f"mcp-{args.user}", agent_id=args.agent)
+    identity = identity_of(args)
     store = _open(args.db)
     try:
         # The server is the application: a fresh SQLite database gets its development key file,

@@ -13,11 +13,12 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ._approving import proxy_app
     from ._common import Grants, Identity, annotations_for, context_for, describe, result_for
     from ._config import ProxyConfig, ProxyConfigError, load_config
     from ._proxy import GatedProxy
     from ._serve import gated_server, serve_http, serve_stdio
-    from ._upstream import UpstreamToolError, UpstreamUnreachable, proxy_app
+    from ._upstream import UpstreamListingError, UpstreamToolError, UpstreamUnreachable
 
 # Imported on first use, so `effectgate.mcp:proxy_app` and the CLI's help work without the SDK
 # until something that needs it is touched.
@@ -35,9 +36,10 @@ _WHERE = {
     "gated_server": "_serve",
     "serve_http": "_serve",
     "serve_stdio": "_serve",
+    "UpstreamListingError": "_upstream",
     "UpstreamToolError": "_upstream",
     "UpstreamUnreachable": "_upstream",
-    "proxy_app": "_upstream",
+    "proxy_app": "_approving",
 }
 
 
@@ -53,6 +55,7 @@ __all__ = [
     "Identity",
     "ProxyConfig",
     "ProxyConfigError",
+    "UpstreamListingError",
     "UpstreamToolError",
     "UpstreamUnreachable",
     "annotations_for",

@@ -5,7 +5,7 @@ is calling. Read from TOML (`load_config`), strictly: an unknown key is an error
 [identity]                     # who is calling: the application's configuration, never the model
 agent = "desktop"
 user = "u-42"
-session = "desktop-u-42"       # optional (default "mcp:AGENT:USER")
+session = "desktop-u-42"       # optional (default "mcp:AGENT:USER", `default_session`)
 
 [servers.files]                # one upstream: stdio (command) or streamable HTTP (url)
 command = ["python", "-m", "files_server"]
@@ -24,6 +24,13 @@ A tool row takes `effect` (or a label from another taxonomy), `approver_role`, `
 `subject`, `reversibility` and `tool_errors` ("definite" or "unknown": what an upstream error
 result means; unset keeps the gate's rule for the class, see `_upstream`). A server's `default`
 is a row too (a string is its effect): without one, a tool the table does not name is refused.
+
+**A served name routes to one server.** A served name is split at its first `__`: the part before
+names the server by its prefix, the rest is the upstream tool (`split_served`); a name without
+`__` belongs to the server whose prefix is "". So a prefix may not contain `__` or end with `_`
+(its tools' names would split elsewhere), and a tool is served only if its served name splits back
+into its own server's prefix and its own name (`Upstream.routes_back`): the "" prefix server's
+tools may not contain `__`, so no upstream can list a name that routes as another server's tool.
 """
 
 from __future__ import annotations
@@ -98,6 +105,34 @@ class Upstream:
     def served_name(self, tool: str) -> str:
         return f"{self.prefix}{SEPARATOR}{tool}" if self.prefix else tool
 
+    def routes_back(self, tool: str) -> bool:
+        """Whether `tool`, served, splits back into this server's prefix and `tool` (only such a
+        tool is served: see the module docstring)."""
+        return split_served(self.served_name(tool)) == (self.prefix, tool)
+
+
+def split_served(name: str) -> tuple[str, str]:
+    """The (prefix, upstream tool) a served name routes to: split at the first separator; a name
+    without one belongs to the "" prefix."""
+    prefix, separator, tool = name.partition(SEPARATOR)
+    return (prefix, tool) if separator else ("", name)
+
+
+def default_session(agent: str, user: str) -> str:
+    """The session of an MCP process given none: one per agent and user, so two agents of one
+    user never share a request (or its stored result)."""
+    return f"mcp:{agent}:{user}"
+
+
+def check_prefix(where: str, prefix: object) -> str:
+    """A usable prefix (see the module docstring), else `ProxyConfigError` naming `where`."""
+    if not isinstance(prefix, str) or SEPARATOR in prefix or prefix.endswith("_"):
+        raise ProxyConfigError(
+            f"{where} must be a string without {SEPARATOR!r} that does not end with '_' "
+            "(a served name is split at its first separator)"
+        )
+    return prefix
+
 
 @dataclass(frozen=True, kw_only=True)
 class ProxyConfig:
@@ -113,6 +148,7 @@ class ProxyConfig:
             raise ProxyConfigError("the proxy needs at least one [servers.NAME] table")
         prefixes: dict[str, str] = {}
         for server in self.servers:
+            check_prefix(f"[servers.{server.name}].prefix", server.prefix)
             if server.prefix in prefixes:
                 other = prefixes[server.prefix]
                 raise ProxyConfigError(
@@ -196,9 +232,7 @@ def _server(name: str, server: Any) -> Upstream:
     if not isinstance(server, Mapping):
         raise ProxyConfigError(f"{where} must be a table")
     _unknown(where, server, {"command", "url", "env", "cwd", "prefix", "tools", "default", "approver_role"})
-    prefix = server.get("prefix", name)
-    if not isinstance(prefix, str) or SEPARATOR in prefix:
-        raise ProxyConfigError(f"{where}.prefix must be a string without {SEPARATOR!r}")
+    prefix = check_prefix(f"{where}.prefix", server.get("prefix", name))
     tools = server.get("tools", {})
     if not isinstance(tools, Mapping):
         raise ProxyConfigError(f"{where}.tools must be a table of [servers.{name}.tools.TOOL] rows")
@@ -251,6 +285,9 @@ __all__ = [
     "Row",
     "Stdio",
     "Upstream",
+    "check_prefix",
+    "default_session",
     "load_config",
     "parse_config",
+    "split_served",
 ]

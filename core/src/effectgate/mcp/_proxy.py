@@ -68,7 +68,7 @@ from ._common import (
     result_for,
     run_approved,
 )
-from ._config import SEPARATOR, ProxyConfig, Upstream
+from ._config import ProxyConfig, Upstream, split_served
 from ._serve import card_link
 from ._upstream import Connection, UpstreamToolError, specs_for, table_of
 
@@ -102,7 +102,10 @@ class GatedProxy:
         inbox_url: str | None = None,
         name: str = "effectgate-proxy",
     ) -> None:
-        upstreams = config.servers if isinstance(config, ProxyConfig) else tuple(config)
+        # A sequence of upstreams is checked as a configuration file is (prefixes).
+        upstreams = (
+            config if isinstance(config, ProxyConfig) else ProxyConfig(servers=tuple(config))
+        ).servers
         self.upstreams = upstreams
         self.identity = identity
         self.store = store
@@ -155,21 +158,21 @@ class GatedProxy:
 
     async def refresh(self, server: str | None = None) -> EffectGate:
         """Read the tools of one upstream (or all) again; rebuild the table and the gate when the
-        rows changed. A listing that fails raises (nothing is served from a stale listing)."""
+        rows changed. A listing that fails raises (nothing is served from a stale listing), and
+        then the pass keeps nothing it read: listings are kept only with the table and gate built
+        from them (all or nothing), so the next pass sees their changes again."""
         names = [server] if server is not None else list(self._connections)
         async with self._lock:
-            changed = False
+            fresh: dict[str, tuple[str, list[ToolSpec]]] = {}
             for name in names:
                 connection = self._connections[name]
                 tools = await connection.list_tools()
                 listing = digest([t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in tools])
                 if name in self._listed and self._listed[name][0] == listing:
                     continue
-                specs = specs_for(connection.upstream, connection, tools, self.policy)
-                self._listed[name] = (listing, specs)
-                changed = True
-            if changed or self._gate is None:
-                table = self._table()
+                fresh[name] = (listing, specs_for(connection.upstream, connection, tools, self.policy))
+            if fresh or self._gate is None:
+                table = self._table({**self._listed, **fresh})
                 if self._gate is None or table.fingerprint != self._gate.table.fingerprint:
                     gate = await asyncio.to_thread(
                         EffectGate,
@@ -183,20 +186,19 @@ class GatedProxy:
                         self._retired.append(self._gate)
                         log.info("the upstream tools changed: the table is now %s", table.fingerprint[:12])
                     self._gate = gate
+            self._listed.update(fresh)  # committed with the gate built from it, never before
             return self.gate
 
-    def _table(self) -> EffectTable:
-        rows = (self._listed.get(name, ("", []))[1] for name in self._connections)
+    def _table(self, listed: dict[str, tuple[str, list[ToolSpec]]]) -> EffectTable:
+        rows = (listed.get(name, ("", []))[1] for name in self._connections)
         return table_of(rows, self.identity.agent_id)
 
     def upstream_of(self, name: str) -> Upstream | None:
-        """The upstream a served name belongs to: the one that lists it, else the one its prefix
-        names (a tool that appeared since the last listing), if any."""
-        for server, (_, specs) in self._listed.items():
-            if any(spec.name == name for spec in specs):
-                return self._connections[server].upstream
-        prefix, sep, _ = name.partition(SEPARATOR)
-        return self._by_prefix.get(prefix if sep else "", self._by_prefix.get(""))
+        """The upstream a served name routes to: the one whose prefix it starts with (a name
+        without the separator: the "" prefix's), if any. Only tools whose served name routes back
+        to their own server are served (`Upstream.routes_back`), so this is the one that lists it."""
+        prefix, _ = split_served(name)
+        return self._by_prefix.get(prefix)
 
     # -- serving
 
@@ -205,7 +207,7 @@ class GatedProxy:
         try:
             gate = await self.refresh()
         except Exception as exc:  # one upstream down: serve what the others (and the last listing) have
-            log.warning("listing the upstream tools failed: %s: %s", type(exc).__name__, exc)
+            log.warning("listing the upstream tools failed: %s: %r", type(exc).__name__, str(exc))
             gate = self.gate
         return [
             types.Tool(
@@ -245,7 +247,9 @@ class GatedProxy:
         try:
             gate = await self.refresh(upstream.name) if upstream is not None else self.gate
         except Exception as exc:  # the listing could not be read: nothing is called on a stale one
-            log.warning("call of %s not made: listing %s failed: %s", name, upstream and upstream.name, exc)
+            log.warning(
+                "call of %r not made: listing %r failed: %r", name, upstream and upstream.name, str(exc)
+            )
             return error_result(name, exc)
         spec = gate.table.get(name)
         ctx = context_for(self.identity, name, arguments, spec=spec, call_id=call_id)

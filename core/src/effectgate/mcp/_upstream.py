@@ -32,10 +32,15 @@ errors mean nothing happened); for a write it is a definite failure unless the r
 **The idempotency key travels upstream**: a write's or gated call's key is sent in the call's
 `_meta` as "effectgate/idempotency_key", for an upstream that can refuse a second effect itself.
 
-**The approving side builds the same table** (`proxy_app`, for `--app` of `effectgate approve`,
-`deny`, `serve` and `audit`): from the same configuration and the upstreams' listings read when
-it starts, so a decision re-derives its bar from the tool as the upstream describes it. Its rows'
-upstream sessions are opened per request (the proxy holds one open per upstream).
+**The approving side builds the same table** (`_approving.proxy_app`, for `--app` of `effectgate
+approve`, `deny`, `serve` and `audit`): from the same configuration and the upstreams' listings
+read when it starts, and it re-lists an approval's upstream before approving or executing it, so
+a decision re-derives its bar from the tool as the upstream describes it then. Its rows' upstream
+sessions are opened per request (the proxy holds one open per upstream).
+
+**Listings are bounded** (`MAX_PAGES` pages, `MAX_TOOLS` tools, no repeated cursor), and a
+failure to connect or list raises an error naming the server (`UpstreamListingError`,
+`UpstreamUnreachable`), never the SDK's exception group.
 
 An upstream process sees the configured `env` and the SDK's minimal safe environment (PATH,
 HOME, ...), never the proxy's own environment, so never $EFFECTGATE_KEYRING.
@@ -43,9 +48,7 @@ HOME, ...), never the proxy's own environment, so never $EFFECTGATE_KEYRING.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, cast
@@ -56,11 +59,8 @@ from mcp import Client, StdioServerParameters
 from ..context import ToolContext
 from ..effects import Effect, Policy
 from ..errors import EffectGateError, OutcomeUnknown, TableError
-from ..gate import EffectGate
-from ..stores.protocol import Store
 from ..table import EffectTable, ToolSpec
-from ..tokens import Keyring
-from ._config import ENV_AGENT, ENV_CONFIG, Http, ProxyConfigError, Row, Stdio, Upstream, load_config
+from ._config import SEPARATOR, Http, Row, Stdio, Upstream
 
 log = logging.getLogger(__name__)
 
@@ -80,11 +80,42 @@ class UpstreamToolError(EffectGateError):
         self.tool = tool
         self.result = result
         texts = [b.get("text", "") for b in result.get("content", []) if isinstance(b, dict)]
-        super().__init__(f"{server}: {tool} answered with an error: {' '.join(texts)[:200]}")
+        # The upstream's words as repr: the message is logged, and may hold control characters.
+        super().__init__(f"{server}: {tool!r} answered with an error: {' '.join(texts)[:200]!r}")
 
 
 class UpstreamUnreachable(OutcomeUnknown):
-    """The call to the upstream failed in transport: whether it took effect is unknown."""
+    """The upstream could not be reached (started, connected to, or answered in transport): for a
+    call, whether it took effect is unknown. The message names the server."""
+
+
+class UpstreamListingError(EffectGateError):
+    """An upstream's tool listing is out of bounds (more than `MAX_PAGES` pages or `MAX_TOOLS`
+    tools, or a page cursor that repeats): none of it is used. The message names the server."""
+
+    def __init__(self, server: str, problem: str) -> None:
+        self.server = server
+        super().__init__(f"upstream {server!r}: {problem}; its listing was not used")
+
+
+#: Bounds on one upstream's `tools/list`: a listing is read while the proxy's table is locked,
+#: so an upstream that pages forever must not hold every other server's calls.
+MAX_PAGES = 100
+MAX_TOOLS = 10_000
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    """The first exception inside the SDK's (nested) exception groups: what actually failed."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def unreachable(server: str, doing: str, exc: BaseException) -> UpstreamUnreachable:
+    """`UpstreamUnreachable` naming the server and what failed (the upstream's text as repr:
+    it may hold control characters)."""
+    leaf = _leaf(exc)
+    return UpstreamUnreachable(f"upstream {server!r}: {doing} failed: {type(leaf).__name__}: {str(leaf)!r}")
 
 
 def client_for(target: Any) -> Client:
@@ -125,7 +156,12 @@ class Connection:
         return self.upstream.name
 
     async def open(self, stack: AsyncExitStack) -> None:
-        self._client = await stack.enter_async_context(client_for(self.upstream.target))
+        """Connect (start the process, or reach the URL); `UpstreamUnreachable` naming the server
+        if it cannot."""
+        try:
+            self._client = await stack.enter_async_context(client_for(self.upstream.target))
+        except Exception as exc:  # the SDK raises an ExceptionGroup, or OSError for a bad command
+            raise unreachable(self.name, "connecting", exc) from exc
 
     @asynccontextmanager
     async def _session(self) -> AsyncIterator[Client]:
@@ -136,16 +172,19 @@ class Connection:
             yield client
 
     async def list_tools(self) -> list[types.Tool]:
-        """Every tool the upstream lists now (all pages)."""
-        tools: list[types.Tool] = []
-        cursor: str | None = None
-        async with self._session() as client:
-            while True:
-                page = await client.list_tools(cursor=cursor)
-                tools.extend(page.tools)
-                cursor = page.next_cursor
-                if not cursor:
-                    return tools
+        """Every tool the upstream lists now (all pages). Raises `UpstreamListingError` past the
+        bounds (`MAX_PAGES`, `MAX_TOOLS`, a repeated cursor) and `UpstreamUnreachable` when the
+        listing fails; both name the server."""
+        try:
+            async with self._session() as client:
+                return await _pages(self.name, client)
+        except UpstreamListingError:
+            raise
+        except Exception as exc:
+            leaf = _leaf(exc)
+            if isinstance(leaf, UpstreamListingError):  # ours, wrapped by the session's task group
+                raise leaf from None
+            raise unreachable(self.name, "listing its tools", exc) from exc
 
     async def call(self, tool: str, arguments: dict[str, Any], *, key: str | None) -> dict[str, Any]:
         """Call one upstream tool; with `key` (a write or gated call), an error result raises
@@ -155,11 +194,30 @@ class Connection:
             async with self._session() as client:
                 result = await client.call_tool(tool, arguments, meta=meta)
         except Exception as exc:  # anything between here and the upstream: the outcome is unknown
-            raise UpstreamUnreachable(f"{self.name}: {tool}: {type(exc).__name__}: {exc}") from exc
+            raise unreachable(self.name, f"calling {tool!r}", exc) from exc
         payload = _payload(result)
         if result.is_error and key is not None:
             raise UpstreamToolError(self.name, tool, payload)
         return payload
+
+
+async def _pages(server: str, client: Client) -> list[types.Tool]:
+    """Follow `tools/list` pages within the bounds (see `Connection.list_tools`)."""
+    tools: list[types.Tool] = []
+    cursors: set[str] = set()
+    cursor: str | None = None
+    for _ in range(MAX_PAGES):
+        page = await client.list_tools(cursor=cursor)
+        tools.extend(page.tools)
+        if len(tools) > MAX_TOOLS:
+            raise UpstreamListingError(server, f"it lists more than {MAX_TOOLS} tools")
+        cursor = page.next_cursor
+        if not cursor:
+            return tools
+        if cursor in cursors:
+            raise UpstreamListingError(server, f"its tools/list cursor {cursor[:40]!r} repeats")
+        cursors.add(cursor)
+    raise UpstreamListingError(server, f"its tools/list has more than {MAX_PAGES} pages")
 
 
 #: What a read's caller gets for its ToolContext: none (reads carry no idempotency key).
@@ -192,9 +250,16 @@ def spec_for(upstream: Upstream, connection: Connection, tool: types.Tool, polic
     """The table row of one upstream tool the configuration classifies (raises `TableError`,
     naming why, for a tool that cannot be served)."""
     name = upstream.served_name(tool.name)
+    if not upstream.routes_back(tool.name):
+        raise TableError(
+            name,
+            "name",
+            f"{upstream.name}'s {tool.name!r} would route as another server's tool (a served name "
+            f"is split at its first {SEPARATOR!r})",
+        )
     row = upstream.tools.get(tool.name, upstream.default)
     if row is None:
-        raise TableError(name, "effect", f"no row for {upstream.name}'s {tool.name} and no server default")
+        raise TableError(name, "effect", f"no row for {upstream.name}'s {tool.name!r} and no server default")
     effect = effective_effect(row, tool.annotations)
     gated = policy.gates(effect)
     role = row.approver_role or (upstream.approver_role if gated else None)
@@ -255,39 +320,29 @@ def table_of(rows: Iterable[Iterable[ToolSpec]], agent: str | None) -> EffectTab
     return table
 
 
-def proxy_app(store: Store, *, keyring: Keyring | None = None, policy: Policy | None = None) -> EffectGate:
-    """The proxy's gate for the approving side's commands (`--app effectgate.mcp._upstream:proxy_app`
-    with `effectgate approve`, `deny`, `serve` and `audit`): the table built the way the proxy
-    builds it, from the configuration in $EFFECTGATE_MCP_PROXY_CONFIG and the upstreams' listings
-    read now, so a decision is checked against the tool as it is upstream. A call it executes
-    (`effectgate serve --execute`) opens a session of its own to the upstream."""
-    path = os.environ.get(ENV_CONFIG)
-    if not path:
-        raise ProxyConfigError(f"proxy_app reads the proxy's configuration from ${ENV_CONFIG}: set it")
-    config = load_config(path)
-    policy = policy or Policy()
+def __getattr__(name: str) -> Any:
+    # `effectgate.mcp._upstream:proxy_app` (as --app) keeps working; it lives in `_approving`,
+    # which imports this module.
+    if name == "proxy_app":
+        from ._approving import proxy_app
 
-    async def listings() -> list[list[ToolSpec]]:
-        rows = []
-        for upstream in config.servers:
-            connection = Connection(upstream)
-            rows.append(specs_for(upstream, connection, await connection.list_tools(), policy))
-        return rows
-
-    table = table_of(asyncio.run(listings()), os.environ.get(ENV_AGENT) or config.agent)
-    return EffectGate(table, store, policy=policy, keyring=keyring)
+        return proxy_app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [
     "CONTEXT_PARAM",
     "IDEMPOTENCY_META",
+    "MAX_PAGES",
+    "MAX_TOOLS",
     "Connection",
+    "UpstreamListingError",
     "UpstreamToolError",
     "UpstreamUnreachable",
     "client_for",
     "effective_effect",
-    "proxy_app",
     "spec_for",
     "specs_for",
     "table_of",
+    "unreachable",
 ]

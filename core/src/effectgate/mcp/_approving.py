@@ -1,0 +1,156 @@
+"""The proxy's gate on the approving side (`proxy_app`, for `--app effectgate.mcp:proxy_app` with
+`effectgate approve`, `deny`, `serve` and `audit`): the table built the way the proxy builds it,
+and every approval checked against its upstream as it is when it is decided or run.
+
+**An approval is re-derived from its upstream before it is approved or executed.** The table is
+read from the upstreams when the process starts, and an inbox (`effectgate serve --execute`) may
+run for days. So `approve` and `execute` first re-list the upstream that serves the approval's
+tool (the prefix of its served name) and derive the row again: when its fingerprint is not the
+one the approval was proposed under (the upstream changed the tool's description, schema or
+annotations since, or no longer serves it), the refusal is recorded (`mismatch`, as the proxy
+records a re-issued call whose tool changed), `PolicyViolation(code="reclassified")` is raised,
+and nothing is decided or run. An upstream that cannot be listed refuses too (its
+`UpstreamUnreachable`). A denial is not checked: closing an approval is always safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Coroutine, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from .._ledger import context_of
+from ..context import Approver
+from ..effects import Policy
+from ..errors import PolicyViolation, TableError, TokenError
+from ..gate import EffectGate
+from ..outcomes import Decision, Executed
+from ..stores.protocol import Store
+from ..stores.records import ApprovalRow
+from ..table import EffectTable, ToolSpec
+from ..tokens import Keyring
+from ._config import ENV_AGENT, ENV_CONFIG, ProxyConfig, ProxyConfigError, load_config, split_served
+from ._upstream import Connection, spec_for, specs_for, table_of
+
+T = TypeVar("T")
+
+#: The fingerprint of the row a served tool's upstream makes for it now (None: not served now).
+CurrentRow = Callable[[str], Coroutine[Any, Any, str | None]]
+
+
+class ApprovingGate(EffectGate):
+    """An `EffectGate` whose `approve` and `execute` first check the approval's row against the
+    upstream's listing now (`current_row`; see the module docstring)."""
+
+    def __init__(self, table: EffectTable, store: Store, *, current_row: CurrentRow, **options: Any) -> None:
+        super().__init__(table, store, **options)
+        self._current_row = current_row
+
+    def approve(self, approval_id: str, *, version: int, approver: Approver) -> Decision:
+        row = self._approval(approval_id)
+        if row is not None:
+            self._compare(row, _run(self._current_row(row.tool)))
+        return super().approve(approval_id, version=version, approver=approver)
+
+    def execute(self, token: str, args: Mapping[str, Any] | None = None) -> Executed:
+        row = self._approval(_approval_id(token))
+        if row is not None:
+            self._compare(row, _run(self._current_row(row.tool)))
+        return super().execute(token, args)
+
+    async def aexecute(self, token: str, args: Mapping[str, Any] | None = None) -> Executed:
+        row = await asyncio.to_thread(self._approval, _approval_id(token))
+        if row is not None:
+            current = await self._current_row(row.tool)
+            await asyncio.to_thread(self._compare, row, current)
+        return await super().aexecute(token, args)
+
+    def _approval(self, approval_id: str | None) -> ApprovalRow | None:
+        """The stored approval (None: the gate refuses an unknown one, or a bad token, itself)."""
+        if approval_id is None:
+            return None
+        with self.store.reading() as conn:
+            return self.store.approval(conn, approval_id)
+
+    def _compare(self, row: ApprovalRow, current: str | None) -> None:
+        """Refuse, recorded, when the upstream's row now is not the one `row` was proposed under."""
+        if current == row.row_fingerprint:
+            return
+        message = (
+            f"{row.tool} changed upstream (its schema, description or annotations) since approval "
+            f"{row.id} was proposed, or is no longer served: the reviewer did not approve this tool. "
+            "Nothing was decided or run; the call needs a fresh proposal."
+        )
+        self.refuse(row.tool, context_of(row), code="mismatch", message=message, approval_id=row.id)
+        raise PolicyViolation(message, code="reclassified")
+
+
+def _approval_id(token: str) -> str | None:
+    try:
+        return Keyring.read(token).approval_id
+    except TokenError:  # malformed: the gate refuses it, and records that, itself
+        return None
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run `coro` to completion from synchronous code (on a thread of its own when this thread
+    already runs an event loop)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+def current_row(config: ProxyConfig, policy: Policy) -> CurrentRow:
+    """`CurrentRow` over the configured upstreams: the served name's prefix picks the upstream,
+    whose listing is read now (a session of its own)."""
+    by_prefix = {u.prefix: u for u in config.servers}
+
+    async def row_now(name: str) -> str | None:
+        prefix, tool = split_served(name)
+        upstream = by_prefix.get(prefix)
+        if upstream is None:
+            return None
+        connection = Connection(upstream)
+        for listed in await connection.list_tools():
+            if listed.name == tool:
+                try:
+                    return spec_for(upstream, connection, listed, policy).fingerprint
+                except TableError:  # listed, but not servable now
+                    return None
+        return None
+
+    return row_now
+
+
+def proxy_app(store: Store, *, keyring: Keyring | None = None, policy: Policy | None = None) -> EffectGate:
+    """The proxy's gate for the approving side's commands (`--app effectgate.mcp:proxy_app`
+    with `effectgate approve`, `deny`, `serve` and `audit`): the table built the way the proxy
+    builds it, from the configuration in $EFFECTGATE_MCP_PROXY_CONFIG and the upstreams' listings
+    read now, and each approval checked against its upstream again when it is approved or run
+    (see the module docstring). A call it executes (`effectgate serve --execute`) opens a session
+    of its own to the upstream."""
+    path = os.environ.get(ENV_CONFIG)
+    if not path:
+        raise ProxyConfigError(f"proxy_app reads the proxy's configuration from ${ENV_CONFIG}: set it")
+    config = load_config(path)
+    policy = policy or Policy()
+
+    async def listings() -> list[list[ToolSpec]]:
+        rows = []
+        for upstream in config.servers:
+            connection = Connection(upstream)
+            rows.append(specs_for(upstream, connection, await connection.list_tools(), policy))
+        return rows
+
+    table = table_of(_run(listings()), os.environ.get(ENV_AGENT) or config.agent)
+    return ApprovingGate(
+        table, store, policy=policy, keyring=keyring, current_row=current_row(config, policy)
+    )
+
+
+__all__ = ["ApprovingGate", "CurrentRow", "current_row", "proxy_app"]
