@@ -10,6 +10,7 @@ A_BAD_ARGUMENT = (
     "(a) a bad argument is refused before approval (the SDK asks for approval first, then validates)"
 )
 A_UNSIGNED_STATE = "(a) a hand-built RunState whose identity effectgate never signed is refused as tampered"
+A_SAVED_APPROVAL = "(a) a state.approve saved into the snapshot before the run resumed is an unsigned flag: dropped when the snapshot loads, so the call stays paused"
 B_WRAPPED = "(b) inspects FunctionTool.__wrapped__, which only the SDK's own invoker class carries"
 B_TO_THREAD = "(b) counts asyncio.to_thread calls (the gate moves its database work off the loop too)"
 B_INVOKER_IDENTITY = "(b) checks the identity of tool.on_invoke_tool"
@@ -131,4 +132,6 @@ EXPECTED: dict[str, str] = {
     "test_hitl_error_scenarios.py::test_resume_rebuilds_deferred_function_runs_from_lookup_key_without_raw_namespace": A_UNSIGNED_STATE,
     "test_hitl_error_scenarios.py::test_execute_path_skips_needs_approval_checker_when_status_resolved": A_PREDICATE,
     "test_hitl_error_scenarios.py::test_resume_rebuilds_function_runs_from_object_approvals": A_UNSIGNED_STATE,
+    "test_hitl_error_scenarios.py::test_nested_agent_tool_continuation_runs_outer_callbacks_once[False]": A_SAVED_APPROVAL,
+    "test_hitl_error_scenarios.py::test_nested_agent_tool_continuation_runs_outer_callbacks_once[True]": A_SAVED_APPROVAL,
 }

@@ -21,7 +21,9 @@
   `needs_approval`, and every call runs through the gate (`_tools` documents how).
 - `pending_approvals`, `approval_of`, `approve`, `approve_as`, `reject`: the approval flow (`_approvals`).
 - The SDK's own `state.reject(item)` closes the approval; `state.approve(item)` approves through
-  the gate as `gate_agent(..., native_approver=Approver(...))`, and runs nothing without it.
+  the gate as `gate_agent(..., native_approver=Approver(...))`, and runs nothing without it. Only
+  a decision made in this process counts: an approval a restored snapshot carries is dropped
+  (`_restored`).
 - `mode="deferred"`, `deferred_operations`, `execute_deferred`, `with_outcome`: deferred results
   (only the gate's own answers to this run's gated calls; `_deferred`).
 - Nothing else on the agent runs ungated: MCP servers only behind effectgate's proxy

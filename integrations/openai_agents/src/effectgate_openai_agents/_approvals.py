@@ -45,6 +45,7 @@ from effectgate.outcomes import Decision
 from ._context import TamperedState, adapter_state, has_signed_identity, mark_resumed
 from ._reach import agent_gate, tool_gate
 from ._records import verified_approval
+from ._restored import observe
 
 
 @dataclass(frozen=True)
@@ -76,8 +77,12 @@ def _context_of(source: RunResult | RunState[Any, Any]) -> Any:
 
 
 def _mark(source: RunResult | RunState[Any, Any]) -> None:
+    """A state is a paused run being resumed, and effectgate has now seen it: the SDK approvals
+    it carried without effectgate's grant are dropped (`_restored`), and `state.approve` from
+    here on is a decision made in this process."""
     if isinstance(source, RunState):
         mark_resumed(getattr(source, "_context", None))
+        observe(getattr(source, "_context", None))
 
 
 def _items(source: RunResult | RunState[Any, Any]) -> list[ToolApprovalItem]:

@@ -12,10 +12,10 @@ turn, including the resumed one):
 
 - A native reject always closes the approval (`gate.deny`), so the subject is free for other
   sessions and the record says why: the reason is the SDK's rejection message (its default,
-  "Tool execution was not approved.", when none was given). The denial is recorded as the
-  configured `native_approver` when its role may decide the call, else as the system identity
-  `sdk-reject` with the row's role: the application rejected in the SDK, and a rejection cannot
-  raise anyone's privileges.
+  "Tool execution was not approved.", when none was given). A rejection made in this process is
+  recorded as the configured `native_approver` when its role may decide the call, else (and
+  always for one a restored snapshot carried) as the system identity `sdk-reject` with the row's
+  role: the application rejected in the SDK, and a rejection cannot raise anyone's privileges.
 - A native approve goes through `gate.approve` as the configured `native_approver` (an `Approver`,
   or a function of the run context returning one): role, version, args hash, self-approval and the
   two-person rule all hold. A grant is attached and the call runs once; a `PartialApproval` (a
@@ -25,9 +25,14 @@ turn, including the resumed one):
   `always_approve=True` decision lets later calls of the tool reach `on_invoke_tool` without
   pausing: each is settled there, the same way, before it may run.
 
-The approver comes from the application, never from the model or the snapshot's own fields: a
-function given as `native_approver` should read who is deciding from the application's request,
-not from values a stored snapshot could carry. Before deciding, the call's record is verified
+Only a decision made in this process is settled: the SDK's flags are unsigned, so the approvals
+a restored snapshot carries (edited into it, or saved with it and resumed again) are dropped when
+effectgate first sees the restored state (while it loads), and those calls stay paused
+(`_restored`). A flag is settled once: its record is marked, and a destructive call's first
+approve is taken back. So one `state.approve` is one approver's decision, and the approver comes
+from the application, never from the model or the snapshot: a function given as
+`native_approver` should read who is deciding from the application's request, not from values a
+stored snapshot could carry. Before deciding, the call's record is verified
 (`_records.verified_approval`: the run's signed identity, the record's seal for this call id and
 run, and the gate's store showing the approval is this run's, for this tool and args hash), so a
 record pointed at another approval, or two records swapped, decide nothing (`TamperedState`).
@@ -49,6 +54,7 @@ from effectgate.errors import EffectGateError
 
 from ._context import STATE_KEY, TamperedState
 from ._records import verified_approval
+from ._restored import observe
 
 log = logging.getLogger(__name__)
 
@@ -99,8 +105,11 @@ class NativeDecisions:
 
     async def settle(self, ctx: RunContextWrapper[Any]) -> None:
         """Decide in effectgate what the SDK decided alone; each record once (a marker is set
-        before the first await, so concurrent callers of one turn skip it)."""
-        if not getattr(ctx, "_approvals", None):
+        before the first await, so concurrent callers of one turn skip it). The approvals a
+        restored snapshot carried are dropped first (`_restored.observe`): only decisions made in
+        this process, since effectgate first saw the state, are settled."""
+        seen = observe(ctx)
+        if seen is None or not getattr(ctx, "_approvals", None):
             return
         found = _records(ctx.context)
         if found is None:
@@ -123,7 +132,8 @@ class NativeDecisions:
                 if approved:
                     await self._approve(ctx, call_id, record, grants)
                 else:
-                    await self._reject(ctx, call_id, record)
+                    restored = seen.restored_rejection(str(record["tool"]), call_id)
+                    await self._reject(ctx, call_id, record, restored=restored)
             except BaseException:
                 record.pop("native", None)
                 raise
@@ -173,7 +183,7 @@ class NativeDecisions:
             )
 
     async def _reject(
-        self, ctx: RunContextWrapper[Any], call_id: str, record: MutableMapping[str, Any]
+        self, ctx: RunContextWrapper[Any], call_id: str, record: MutableMapping[str, Any], *, restored: bool
     ) -> None:
         approval_id, tool = str(record["approval_id"]), str(record["tool"])
         row = await self._owned_row(ctx, call_id)
@@ -181,7 +191,8 @@ class NativeDecisions:
         if row is None or row.status not in ("pending", "approved"):
             return  # already closed (denied with effectgate's `reject`, expired, ran)
         reason = ctx.get_rejection_message(tool, call_id) or DEFAULT_APPROVAL_REJECTION_MESSAGE
-        chosen = native_approver(self.approver, ctx.context)
+        # a rejection a restored snapshot carried was not made in this request: the system decides
+        chosen = None if restored else native_approver(self.approver, ctx.context)
         approver = rejecting_approver(self.gate, chosen, row.approver_role, system=SDK_REJECT)
         try:
             await asyncio.to_thread(

@@ -59,6 +59,8 @@ from ._native import calling, check_own_approval, failed, invalid_error, model_o
 from ._native_decisions import NativeApprover, NativeDecisions, refusal
 from ._reach import mark
 from ._records import paused_record
+from ._restored import gated as mark_gated
+from ._restored import observe
 
 Mode = Literal["approval", "deferred"]
 
@@ -116,6 +118,8 @@ class GatedTools:
         check_wrappable(self.gate, agent_id=self.agent_id, name=tool.name, unknown=unknown)
         gated = is_gated(self.gate, tool.name)
         check_own_approval(self.gate, tool, gated=gated)
+        if gated:
+            mark_gated(tool.name)  # its SDK approvals in a restored snapshot are dropped (`_restored`)
         self.names.add(tool.name)
         self.tools[tool.name] = tool
         name = tool.name
@@ -161,6 +165,7 @@ class GatedTools:
 
         def is_enabled(ctx: RunContextWrapper[Any], agent: Any) -> bool | Awaitable[bool]:
             if isinstance(own, bool) and not getattr(ctx, "_approvals", None):
+                observe(ctx)  # a run effectgate has seen: its later decisions are made here
                 return own  # nothing to settle (`NativeDecisions.settle` needs SDK decisions)
             return settled(ctx, agent)
 
@@ -229,6 +234,9 @@ class GatedTools:
         if isinstance(outcome, Pending):
             record = paused_record(self.gate, cctx, call_id, outcome)
             adapter_state(ctx.context)["approvals"][call_id] = record
+            # the run pauses: what the application decides on this state (or the copy
+            # `result.to_state()` makes) from now on is a decision made in this process
+            observe(ctx)
             return True
         self._remember((cctx.session_id, cctx.origin_message_id, call_id), outcome)
         return False
