@@ -1,5 +1,6 @@
 """A HumanInTheLoopMiddleware answer is matched by position to the calls the reviewer was shown,
-whatever order the checkpoint holds them in when the node resumes.
+whatever order the checkpoint holds them in when the node resumes; an answer given before the
+checkpoint was edited is refused whole (the edited state runs as a new task, which showed nothing).
 
 The order of a step's waiting calls (in the payload and when an answer is applied) comes from
 the gate's store: the order their approvals were first proposed. Someone who can write the
@@ -36,6 +37,8 @@ EFFECTS = {
 }
 APPROVE: dict[str, Any] = {"type": "approve"}
 NO_CREDIT: dict[str, Any] = {"type": "reject", "message": "No credit."}
+#: Why an answer to a step whose pause no one was shown (a new task) is refused (`_shown`).
+NO_RECORD = "the gate's store has no record of what it showed"
 
 
 def finance_tools(receiver: EffectRecorder) -> list[BaseTool]:
@@ -114,8 +117,10 @@ def test_a_reordered_checkpoint_does_not_move_a_hitl_decision(
     keyed_db: str, checkpointer: BaseCheckpointSaver[Any], gates: list[EffectGate]
 ) -> None:
     """Shown refund then credit, the reviewer approves the refund and rejects the credit; the
-    checkpoint's calls are then reversed. The refund runs once, approved by fiona; the credit
-    never runs and is denied with the reviewer's reason."""
+    checkpoint's calls are reversed before the answer arrives. The edited checkpoint runs the
+    step as a new task, whose pause no one was shown: the answer is refused whole and nothing
+    runs. The new payload lists the calls in the order first shown; answered, the refund runs
+    once, approved by fiona, and the credit never runs, denied with the reviewer's reason."""
     receiver = EffectRecorder()
     node = node_of(receiver, keyed_db, gates)
     model = two_calls(say("Refunded, no credit."))
@@ -125,6 +130,13 @@ def test_a_reordered_checkpoint_does_not_move_a_hitl_decision(
     assert names == ["refund_order", "issue_credit"]  # an honest payload: the model's order
 
     reverse_paused_calls(graph)
+    refused = invoke(graph, answer(names, {"refund_order": APPROVE, "issue_credit": NO_CREDIT}))
+    [pause] = refused.interrupts
+    assert all(NO_RECORD in r["reason"] for r in pause.value["refused"])
+    assert receiver.effects == []
+    assert [decided(node.gate, i) for i in ids.values()] == [("pending", []), ("pending", [])]
+
+    assert shown(refused) == names
     done = invoke(graph, answer(names, {"refund_order": APPROVE, "issue_credit": NO_CREDIT}))
 
     assert done.interrupts == ()
@@ -196,8 +208,9 @@ def test_a_positional_answer_is_refused_when_the_store_has_no_order(
 
 
 def test_the_order_is_read_off_the_event_loop(keyed_db: str, gates: list[EffectGate]) -> None:
-    """The same attack through `ainvoke`: the refund alone runs, and the store read that orders
-    the calls runs in the driver's worker thread, not on the loop."""
+    """The same attack through `ainvoke`: the answer to the reordered step is refused, the
+    answer to its new payload runs the refund alone, and the store read that orders the calls
+    runs in the driver's worker thread, not on the loop."""
     receiver = EffectRecorder()
     node = node_of(receiver, keyed_db, gates)
     model = two_calls(say("Refunded, no credit."))
@@ -206,6 +219,10 @@ def test_the_order_is_read_off_the_event_loop(keyed_db: str, gates: list[EffectG
     names = shown(out)
     reverse_paused_calls(graph)
     used = spy_async(node.gate)
+    value = answer(names, {"refund_order": APPROVE, "issue_credit": NO_CREDIT})
+    refused = asyncio.run(graph.ainvoke(value, CFG, context=CONTEXT, version="v2"))
+    assert receiver.effects == []
+    assert shown(refused) == names
     value = answer(names, {"refund_order": APPROVE, "issue_credit": NO_CREDIT})
     done = asyncio.run(graph.ainvoke(value, CFG, context=CONTEXT, version="v2"))
     assert done.interrupts == ()

@@ -300,18 +300,6 @@ def test_denial_reaches_the_model_and_a_retry_does_not_pause_again(
     h.script.assert_complete()
 
 
-def test_denial_records_the_named_approver(lg_harness: MakeLangGraphHarness, shop_gate: ShopGate) -> None:
-    """A deny decision naming its approver is recorded under that approver; a wrong role is refused."""
-    h = lg_harness(Script([call("refund_order", **REFUND), say("Declined.")]))
-    [paused] = h.send("Please refund order 1042", message_id="m3").paused
-    wrong = h.decide({paused.approval_id: deny("no", approver=Approver("sam", "support_lead"))})
-    assert [p.approval_id for p in wrong.paused] == [paused.approval_id]
-    h.decide({paused.approval_id: deny("no", approver=Approver("fiona", "finance"))})
-    [decision] = shop_gate.store.all_decisions()
-    assert (decision.approver_id, decision.decision) == ("fiona", "deny")
-    h.script.assert_complete()
-
-
 def test_parallel_refunds_in_one_step_register_neither(
     lg_harness: MakeLangGraphHarness, shop_gate: ShopGate
 ) -> None:

@@ -43,7 +43,6 @@ from typing import Any
 
 from langgraph.types import Command, Interrupt
 
-from effectgate import Approver
 from effectgate.adapter import DecisionMismatch, MissingIdentity, TamperedState
 
 from ._decisions import ApprovalPayload, ApprovalRequest, RefusedDecision
@@ -85,12 +84,10 @@ def approve(token: str) -> dict[str, Any]:
     return {"type": "approve", "token": token}
 
 
-def deny(reason: str, *, approver: Approver | None = None) -> dict[str, Any]:
-    """A deny decision; the model is told `reason`. `approver` is recorded when given."""
-    decision: dict[str, Any] = {"type": "deny", "reason": reason}
-    if approver is not None:
-        decision["approver"] = {"id": approver.id, "role": approver.role}
-    return decision
+def deny(reason: str) -> dict[str, Any]:
+    """A deny decision; the model is told `reason`. It is recorded as the application's approver
+    (`native_approver`, else the node's `resume_identity`), never as one the resume value names."""
+    return {"type": "deny", "reason": reason}
 
 
 def edit(args: Mapping[str, Any]) -> dict[str, Any]:

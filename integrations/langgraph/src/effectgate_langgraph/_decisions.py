@@ -52,9 +52,11 @@ Resume value: a mapping from approval id to decision (or HITL's answer, below)::
 - approve carries the grant token that `gate.approve(...)` or `effectgate approve ...` printed.
   The token is bound to one approval, version and args hash; the node presents it to
   `gate.execute` with the call's arguments.
-- deny carries a reason the model is told. It is recorded through `gate.deny` as
-  `approver` (`{"id": ..., "role": ...}`) when given, otherwise as the node's resume identity
-  holding the card's role: whoever may resume the graph may always stop a call.
+- deny carries a reason the model is told. It is recorded through `gate.deny` as the
+  application's `native_approver` when their role may decide the call, otherwise as the node's
+  resume identity holding the card's role: whoever may resume the graph may always stop a call.
+  The approver is never read from the resume value: a deny that names one (`"approver"`) is
+  refused, so a record never claims a person the application did not name.
 - edit carries new arguments (langchain's `{"edited_action": {"name", "args"}}` is read too).
   They go back through the table as a new version of the same approval, which needs its own
   approval: the edit is never approved on the reviewer's word alone. It may not change the
@@ -77,7 +79,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from effectgate import Approver, CallContext, EffectGate, Pending
+from effectgate import CallContext, EffectGate, Pending
 from effectgate.adapter import sign_state
 
 PAYLOAD_TYPE = "effectgate.approval"
@@ -193,7 +195,6 @@ class Approve:
 @dataclass(frozen=True)
 class Deny:
     reason: str
-    approver: Approver | None
 
 
 @dataclass(frozen=True)
@@ -216,6 +217,13 @@ class Reject:
 
 
 Decision = Approve | Deny | Edit | NativeApprove | Reject
+
+
+DENY_NAMES_APPROVER = (
+    "a deny is recorded as the application's approver (native_approver, else the node's "
+    "resume_identity), never as one named in the resume value: send it without 'approver'; "
+    "nothing was applied"
+)
 
 
 class DecisionRefused(Exception):
@@ -259,7 +267,9 @@ def read_decision(
         reason = raw.get("reason", raw.get("message"))
         if not isinstance(reason, str) or not reason.strip():
             raise DecisionRefused("deny needs a reason the model can be told")
-        return Deny(reason, _approver(raw.get("approver")))
+        if "approver" in raw:
+            raise DecisionRefused(DENY_NAMES_APPROVER)
+        return Deny(reason)
     if kind == "edit":
         args = raw.get("args")
         action = raw.get("edited_action")
@@ -293,14 +303,3 @@ def read_hitl(raw: Mapping[str, Any], waiting: Waiting) -> Decision:
         f"User rejected the tool call for `{waiting.tool}`. The tool was not executed. Do not "
         "retry this tool call unless the user explicitly requests it."
     )
-
-
-def _approver(raw: object) -> Approver | None:
-    if raw is None:
-        return None
-    if not isinstance(raw, Mapping):
-        raise DecisionRefused("'approver' is an object with 'id' and 'role'")
-    try:
-        return Approver(str(raw.get("id") or ""), str(raw.get("role") or ""))
-    except ValueError as exc:
-        raise DecisionRefused(str(exc)) from exc

@@ -38,21 +38,30 @@ The approver comes from the application, never from the model or the checkpoint:
 given as `native_approver` is called with the `config` and `context=` of the invoke that brings
 the answer, and should read who is deciding from the application's own request.
 
-Each HITL answer is applied once, by the run its resume brought (`is_newest_answer`). LangGraph
+Each HITL answer is applied once, by the invoke that brought it (`provenance`). LangGraph
 re-runs the node from its first line on every resume and replays every earlier answer in order;
 what those did is in the store already (a grant spent, a partial approval counted, a denial, an
 edit's version). A replayed approve applied again would be recorded as whoever the application
-names for the later run, a decision that person never made, so replayed HITL answers are skipped.
+names for the later run, a decision that person never made, so an answer counts only when this
+invoke's `Command` carries it (in its resume map under the interrupt's id, or as its plain
+`resume`). Anything else is skipped: the answers LangGraph replays, the plain answer it keeps
+among the checkpoint's pending writes and hands to the next pause on `invoke(None)`, and a
+RESUME write put into the checkpoint. A plain answer whose invoke cannot be told (a nested
+graph, a LangGraph that moved the loop) is refused, with how to answer by interrupt id.
+And a new answer is applied only to what its interrupt showed (`_shown.refusal`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_config
+from langgraph.types import Command
 
 from effectgate import Approver, EffectGate
 
@@ -75,9 +84,14 @@ NO_APPROVER = (
     "function of the run's config and context returning one) to approve through gate.approve as "
     f"that approver; or {HOW_TO_ANSWER}"
 )
-# LangGraph's per-task scratchpad (langgraph._internal._constants.CONFIG_KEY_SCRATCHPAD): it holds
-# the task's answers in order, the newest last. There is no public way to tell a replayed answer.
+# LangGraph's config keys (langgraph._internal._constants), all private: the per-task scratchpad
+# (CONFIG_KEY_SCRATCHPAD: the task's answers in order, and the "null" resume), the task's
+# namespace, this invoke's resume map (CONFIG_KEY_RESUME_MAP) and the task's call hook
+# (CONFIG_KEY_CALL). There is no public way to tell a replayed answer.
 _SCRATCHPAD_KEY = "__pregel_scratchpad"
+_NS_KEY = "checkpoint_ns"
+_RESUME_MAP_KEY = "__pregel_resume_map"
+_CALL_KEY = "__pregel_call"
 
 
 def is_hitl(answer: object) -> bool:
@@ -88,28 +102,118 @@ def is_hitl(answer: object) -> bool:
     return isinstance(answer.get("decisions"), list) or isinstance(answer.get("type"), str)
 
 
-def is_newest_answer(value: object) -> bool:
-    """Whether `interrupt()` just returned the answer this resume brought, not one it replays.
+@dataclass(frozen=True)
+class Provenance:
+    """Where the answer `interrupt()` just returned came from.
 
-    `interrupt()` returns the very object the task's scratchpad holds. This resume's answer is
-    either the run's "null" resume (`Command(resume=value)`: `get_null_resume`, the same object
-    before and after `interrupt()` consumes it) or, addressed by interrupt id, the last of the
-    task's answers (`resume`); earlier answers are separate objects read back from the
-    checkpoint. Raises when the scratchpad is not there (a LangGraph this adapter does not know):
-    a HITL answer must never be applied twice, nor silently dropped."""
-    scratchpad = get_config().get("configurable", {}).get(_SCRATCHPAD_KEY)
+    `interrupt_id`: the interrupt this invoke's resume brought it for (None: a replay, read back
+    from the checkpoint), and `slot`: the task's answer slot that interrupt was raised at (the
+    record of what it showed is looked up by both: LangGraph 1.2.15 gives every interrupt of a
+    task one id); `unconfirmed`: why a plain `Command(resume=value)` answer could not be
+    confirmed as this invoke's (then it is neither applied nor taken for a replay: refused)."""
+
+    interrupt_id: str | None
+    slot: int = 0
+    unconfirmed: str | None = None
+
+
+UNCONFIRMED = (
+    "this HumanInTheLoopMiddleware answer came as a plain Command(resume=...), and this LangGraph "
+    "run does not show whether the invoke that runs this task brought it or it was read back from "
+    "the checkpoint's pending writes (a nested graph, or a LangGraph this adapter does not know), "
+    "so no decision was applied; answer by interrupt id: "
+    "Command(resume={interrupt.id: answer}) for this payload's interrupt, or "
+    f"{HOW_TO_ANSWER}"
+)
+
+
+def provenance(value: object) -> Provenance:
+    """Whether the HITL answer `value` that `interrupt()` just returned was brought by the invoke
+    that runs this task, and for which interrupt; see the module docstring.
+
+    LangGraph hands a task its answers from three places: the answers its earlier runs consumed
+    (the checkpoint's RESUME write for the task: replays, or a write put there by whoever holds
+    the checkpoint), this invoke's resume map (`Command(resume={interrupt_id: value})`, set from
+    the invoke's input only, never stored as a map), and the "null" resume
+    (`Command(resume=value)`), which is a pending write of the checkpoint: LangGraph keeps it
+    there after a task consumed it, and a later `invoke(None)` hands the same answer to the
+    task's next interrupt. Only the invoke's own input tells that one apart, so a plain answer
+    counts as this invoke's only when it is the very object the invoke's `Command` carries.
+    `interrupt()` returns the object it was given (no `response_schema` here), so identity is
+    exact. Raises when LangGraph keeps the task's answers elsewhere: a HITL answer must never be
+    applied twice, nor silently dropped."""
+    conf = get_config().get("configurable", {})
+    scratchpad = conf.get(_SCRATCHPAD_KEY)
     answers = getattr(scratchpad, "resume", None)
     null_resume = getattr(scratchpad, "get_null_resume", None)
-    if not isinstance(answers, list) or not callable(null_resume):
+    ns = conf.get(_NS_KEY)
+    slot = _slot_of(answers, value)
+    if not callable(null_resume) or not isinstance(ns, str) or slot is None:
         raise RuntimeError(
             "this LangGraph keeps no per-task answers where effectgate_langgraph reads them, so a "
             "HumanInTheLoopMiddleware answer cannot be told from a replay; answer by approval id: "
             f"{HOW_TO_ANSWER}"
         )
-    brought = null_resume(False)
-    if brought is not None:
-        return brought is value
-    return bool(answers) and answers[-1] is value
+    resume_map = conf.get(_RESUME_MAP_KEY)
+    if isinstance(resume_map, Mapping):
+        # LangGraph takes the slot's own id, or (an answer to an id raised by a release that gave
+        # every interrupt of a task its first slot's id) the first slot's
+        for interrupt_id, raised_at in ((slot_interrupt_id(ns, slot), slot), (slot_interrupt_id(ns, 0), 0)):
+            if interrupt_id in resume_map and resume_map[interrupt_id] is value:
+                return Provenance(interrupt_id, raised_at)
+    if null_resume(False) is not value:
+        return Provenance(None)  # one of the task's stored answers
+    given = _invoke_input(conf)
+    if given is _UNKNOWN:
+        return Provenance(None, unconfirmed=UNCONFIRMED)
+    if isinstance(given, Command) and given.resume is value:
+        return Provenance(slot_interrupt_id(ns, slot), slot)
+    return Provenance(None)  # the checkpoint's null resume, brought by an earlier invoke
+
+
+def next_slot() -> int | None:
+    """The answer slot of the task's next interrupt (the one `interrupt()` raises now), if known."""
+    answers = getattr(get_config().get("configurable", {}).get(_SCRATCHPAD_KEY), "resume", None)
+    return len(answers) if isinstance(answers, list) else None
+
+
+def _slot_of(answers: object, value: object) -> int | None:
+    """The task's answer slot holding `value` (the last one, by identity)."""
+    if not isinstance(answers, list):
+        return None
+    return next((i for i in range(len(answers) - 1, -1, -1) if answers[i] is value), None)
+
+
+_UNKNOWN = object()
+
+
+def _invoke_input(conf: Mapping[str, Any]) -> object:
+    """The input of the invoke that runs this task (a `Command`, None, state...), or `_UNKNOWN`.
+
+    LangGraph passes it to no task. The runner gives each task a call hook bound to the loop's
+    `accept_push` (`__pregel_call`: `functools.partial(..., schedule_task=loop.accept_push)`),
+    and the loop keeps the input (`loop.input`); both private. In a nested graph that loop is the
+    subgraph's, whose input is not the invoke's (the answer comes from the parent's), so it is
+    `_UNKNOWN` there too, as it is when a release moves either."""
+    call = conf.get(_CALL_KEY)
+    schedule = call.keywords.get("schedule_task") if isinstance(call, functools.partial) else None
+    loop = getattr(schedule, "__self__", None)
+    if loop is None or getattr(loop, "is_nested", True) or not hasattr(loop, "input"):
+        return _UNKNOWN
+    return loop.input
+
+
+def slot_interrupt_id(ns: str, answered: int) -> str:
+    """The id LangGraph gives the interrupt of a task's slot `answered` (its private rule: newer
+    releases suffix the slot, before that every interrupt of a task was named after its namespace,
+    which is also the first slot's id now)."""
+    try:
+        from langgraph.types import _interrupt_id
+    except ImportError:  # LangGraph before `_interrupt_id` (1.2.15, the lowest supported)
+        from xxhash import xxh3_128_hexdigest
+
+        return xxh3_128_hexdigest(ns.encode())
+    return _interrupt_id(ns, answered)
 
 
 def in_proposal_order(gate: EffectGate, waiting: Sequence[Waiting]) -> list[Waiting]:
@@ -162,10 +266,14 @@ __all__ = [
     "HITL_REJECT",
     "HOW_TO_ANSWER",
     "NO_APPROVER",
+    "UNCONFIRMED",
     "NativeApprover",
+    "Provenance",
     "by_position",
     "in_proposal_order",
     "is_hitl",
-    "is_newest_answer",
     "matched",
+    "next_slot",
+    "provenance",
+    "slot_interrupt_id",
 ]

@@ -11,7 +11,12 @@ So when a step pauses, the gate's log records what the interrupt showed (`SHOWN`
 listed approval's id, version and args hash). A HITL answer is applied only if every record under
 the interrupt it answers shows exactly the calls now waiting, at the same versions and args
 hashes; otherwise it is refused whole: nothing is applied, nothing runs, the approvals stay
-pending, and the next payload's `refused` says why. An answer by approval id is not affected.
+pending, and the next payload's `refused` says why. That holds for a plain
+`Command(resume=answer)` too: it answers the task's next interrupt slot, whose id LangGraph
+derives as it does for the one it raises (`_hitl.provenance`). Editing the paused call in the
+checkpoint (`update_state`) starts a new task, whose interrupt no record shows, so the answer is
+refused, never applied to what the checkpoint holds now. An answer by approval id is not
+affected (its decisions name their approvals, and a token binds version and args hash).
 """
 
 from __future__ import annotations
@@ -28,14 +33,10 @@ from langgraph.types import interrupt
 from effectgate import CallContext, EffectGate
 
 from ._decisions import ApprovalPayload, Waiting
-from ._hitl import HOW_TO_ANSWER, is_hitl, is_newest_answer
+from ._hitl import HOW_TO_ANSWER, is_hitl, next_slot, provenance
 
 #: The event kind of an interrupt's record (detail: `interrupt_id`, `shown`).
 SHOWN = "langgraph_interrupt_shown"
-# LangGraph's config keys for the task's namespace and answers (langgraph._internal._constants).
-_NS_KEY = "checkpoint_ns"
-_SCRATCHPAD_KEY = "__pregel_scratchpad"
-
 # LangGraph reads a resume dict whose keys all look like xxh3 digests (32 lowercase hex) as a
 # map from interrupt id to value. effectgate's default approval ids have that shape too, so a
 # plain `Command(resume={approval_id: decision})` lands in this config entry instead of reaching
@@ -58,13 +59,17 @@ class Ask:
 
 @dataclass(frozen=True)
 class Answer:
-    """What an `Ask` got back; `newest`: brought by this resume, not replayed from an earlier one
-    (told apart for HITL answers only, see `_hitl.is_newest_answer`); `interrupt_id`: the
-    interrupt a newest HITL answer was given for (checked against the store by `refusal`)."""
+    """What an `Ask` got back; `newest`: brought by this invoke's resume, not replayed from the
+    checkpoint (told apart for HITL answers only, see `_hitl.provenance`); `interrupt_id`: the
+    interrupt a newest HITL answer was given for, addressed or not, raised at the task's answer
+    `slot` (checked against the store by `refusal`); `unconfirmed`: why a HITL answer could be
+    told neither way (it is refused)."""
 
     value: object
     newest: bool = True
     interrupt_id: str | None = None
+    slot: int = 0
+    unconfirmed: str | None = None
 
 
 def shown(waiting: Sequence[Waiting]) -> Shown:
@@ -72,50 +77,28 @@ def shown(waiting: Sequence[Waiting]) -> Shown:
     return sorted([w.pending.approval_id, w.pending.version, w.pending.card.args_hash] for w in waiting)
 
 
-def record(gate: EffectGate, raised: GraphInterrupt, calls: Shown, ctx: CallContext) -> None:
-    """Record in the gate's log what the interrupt `raised` carries showed."""
+def record(
+    gate: EffectGate, raised: GraphInterrupt, calls: Shown, ctx: CallContext, slot: int | None
+) -> None:
+    """Record in the gate's log what the interrupt `raised` carries showed, and the task's answer
+    slot it was raised at (LangGraph 1.2.15 gives every interrupt of a task the same id)."""
     for intr in raised.args[0] if raised.args and isinstance(raised.args[0], tuple) else ():
         interrupt_id = getattr(intr, "id", None)
         if isinstance(interrupt_id, str):
-            gate.note(SHOWN, ctx=ctx, interrupt_id=interrupt_id, shown=calls)
+            gate.note(SHOWN, ctx=ctx, interrupt_id=interrupt_id, slot=slot, shown=calls)
 
 
-def answered_interrupt(value: object) -> str | None:
-    """The id of the interrupt the newest answer `value` of this task was addressed to (the
-    task's last slot); None for `Command(resume=value)`, addressed to no interrupt (LangGraph
-    refuses it while several interrupts are pending; the node orders one task's calls itself)."""
-    conf = get_config().get("configurable", {})
-    null_resume = getattr(conf.get(_SCRATCHPAD_KEY), "get_null_resume", None)
-    if callable(null_resume) and null_resume(False) is value:
-        return None
-    answers = getattr(conf.get(_SCRATCHPAD_KEY), "resume", None)
-    ns = conf.get(_NS_KEY)
-    if not isinstance(answers, list) or not answers or not isinstance(ns, str):
-        raise RuntimeError(
-            "this LangGraph keeps no per-task answers where effectgate_langgraph reads them, so "
-            f"the interrupt a HumanInTheLoopMiddleware answer was given for is unknown; {HOW_TO_ANSWER}"
-        )
-    return _slot_interrupt_id(ns, len(answers) - 1)
-
-
-def _slot_interrupt_id(ns: str, answered: int) -> str:
-    """The id LangGraph gave the interrupt of a task's slot `answered` (its private rule: newer
-    releases suffix the slot, before that every interrupt of a task was named after its namespace,
-    which is also the first slot's id now)."""
-    try:
-        from langgraph.types import _interrupt_id
-    except ImportError:  # LangGraph before `_interrupt_id` (1.2.15, the lowest supported)
-        from xxhash import xxh3_128_hexdigest
-
-        return xxh3_128_hexdigest(ns.encode())
-    return _interrupt_id(ns, answered)
-
-
-def refusal(gate: EffectGate, interrupt_id: str, calls: Shown, session_id: str) -> str | None:
-    """Why a HITL answer to `interrupt_id` must not be applied to `calls` (None: it may). The
-    records are the session's (the thread's): one read of its pauses, not of every thread's."""
+def refusal(gate: EffectGate, interrupt_id: str, slot: int, calls: Shown, session_id: str) -> str | None:
+    """Why a HITL answer to `interrupt_id`, raised at the task's answer `slot`, must not be
+    applied to `calls` (None: it may). The records are the session's (the thread's): one read of
+    its pauses, not of every thread's. A record without a slot (an earlier release) counts for
+    every slot of its interrupt."""
     details = [_detail(e.detail_json) for e in gate.store.events(kind=SHOWN, session_id=session_id)]
-    seen = [d.get("shown") for d in details if d.get("interrupt_id") == interrupt_id]
+    seen = [
+        d.get("shown")
+        for d in details
+        if d.get("interrupt_id") == interrupt_id and d.get("slot") in (None, slot)
+    ]
     if seen and all(s == calls for s in seen):
         return None
     what = (
@@ -130,8 +113,8 @@ def refusal(gate: EffectGate, interrupt_id: str, calls: Shown, session_id: str) 
     )
 
 
-#: A raised interrupt and what it showed, recorded by the driver (off the event loop).
-Raised = tuple[GraphInterrupt, Shown, CallContext]
+#: A raised interrupt, what it showed and its answer slot, recorded by the driver (off the loop).
+Raised = tuple[GraphInterrupt, Shown, CallContext, int | None]
 
 
 def asker(raised: list[Raised]) -> Callable[[Ask], Answer]:
@@ -152,13 +135,18 @@ def asker(raised: list[Raised]) -> Callable[[Ask], Answer]:
         try:
             value = interrupt(op.payload)
         except GraphInterrupt as exc:
-            raised.append((exc, op.shown, op.ctx))
+            raised.append((exc, op.shown, op.ctx, next_slot()))
             raise
         if not is_hitl(value):
             return Answer(value)
-        if not is_newest_answer(value):
-            return Answer(value, newest=False)
-        return Answer(value, interrupt_id=answered_interrupt(value))
+        came = provenance(value)
+        return Answer(
+            value,
+            newest=came.interrupt_id is not None,
+            interrupt_id=came.interrupt_id,
+            slot=came.slot,
+            unconfirmed=came.unconfirmed,
+        )
 
     return ask
 
@@ -177,7 +165,6 @@ __all__ = [
     "Ask",
     "Raised",
     "Shown",
-    "answered_interrupt",
     "asker",
     "record",
     "refusal",

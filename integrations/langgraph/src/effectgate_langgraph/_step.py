@@ -53,6 +53,7 @@ from ._hitl import (
     HITL_REJECT,
     HOW_TO_ANSWER,
     NO_APPROVER,
+    UNCONFIRMED,
     in_proposal_order,
     is_hitl,
     matched,
@@ -217,14 +218,18 @@ def _apply(
     value = answer.value
     if not isinstance(value, Mapping):
         return [{"approval_id": w.pending.approval_id, "reason": NOT_A_MAPPING} for w in waiting]
-    wrong = (
-        None
-        if answer.interrupt_id is None
-        else refusal(gate, answer.interrupt_id, shown(waiting), ctx.session_id)
-    )
-    if wrong is not None:  # given for an interrupt that showed other calls (`_shown`)
-        return [{"approval_id": w.pending.approval_id, "reason": wrong} for w in waiting]
     hitl = is_hitl(value)
+    wrong = answer.unconfirmed if hitl else None
+    if hitl and answer.newest:
+        # addressed or not, a HITL answer applies only to what its interrupt showed (`_shown`);
+        # a newest answer always names its interrupt (`_hitl.provenance`)
+        wrong = (
+            refusal(gate, answer.interrupt_id, answer.slot, shown(waiting), ctx.session_id)
+            if answer.interrupt_id is not None
+            else UNCONFIRMED
+        )
+    if wrong is not None:
+        return [{"approval_id": w.pending.approval_id, "reason": wrong} for w in waiting]
     refused: list[RefusedDecision] = []
     try:
         # a replayed HITL answer was applied by the run its resume brought (see `_hitl`)
@@ -269,14 +274,18 @@ def _apply_one(
         # this answer arrived and was refused.
         kind = "edit" if isinstance(decision, Edit) else "approve"
         raise DecisionRefused(f"{kind} refused, only a deny is accepted for this call: {w.mismatch}")
+    # what the payload showed of this call (for a HITL answer, `refusal` checked that the
+    # interrupt's record shows exactly this): every approve is bound to it, never to what the
+    # store or the checkpoint holds by the time it is applied
+    paused = Paused.of(w.pending)
     if isinstance(decision, NativeApprove):
-        token = yield from _native_grant(gate, w, slot, call_ctx, approver_of())
+        token = yield from _native_grant(gate, w, slot, call_ctx, approver_of(), paused)
         if token is None:
             return  # more distinct approvers are needed: the call stays paused
         decision = Approve(token)
     if isinstance(decision, Approve):
         try:
-            bind_decision(gate, Paused.of(w.pending), decision.token)
+            bind_decision(gate, paused, decision.token)
         except DecisionMismatch as exc:
             raise DecisionRefused(str(exc)) from exc
         try:
@@ -289,10 +298,11 @@ def _apply_one(
         return
     if isinstance(decision, Deny | Reject):
         role = w.pending.card.approver_role
-        if isinstance(decision, Reject):
-            approver = rejecting_approver(gate, approver_of(), role, system=HITL_REJECT)
-        else:
-            approver = decision.approver or Approver(resume_identity, role)
+        # the application's identity, never the resume value's (`_decisions.read_decision`
+        # refuses a deny that names an approver): the native approver when their role may
+        # decide the call, else a system identity holding the row's role
+        system = HITL_REJECT if isinstance(decision, Reject) else resume_identity
+        approver = rejecting_approver(gate, approver_of(), role, system=system)
         try:
             slot.outcome = yield from gate.flows.deny(
                 w.pending.approval_id, approver=approver, reason=decision.reason, version=w.pending.version
@@ -320,15 +330,25 @@ def _apply_one(
 
 
 def _native_grant(
-    gate: EffectGate, w: Waiting, slot: _Slot, ctx: CallContext, approver: Approver | None
+    gate: EffectGate, w: Waiting, slot: _Slot, ctx: CallContext, approver: Approver | None, shown: Paused
 ) -> Generator[Any, Any, str | None]:
-    """A HITL approve through `gate.approve` as the application's approver: the grant's token,
-    or None while more distinct approvers are needed (the slot then shows the counted card)."""
+    """A HITL approve through `gate.approve` as the application's approver, for the version and
+    args hash the reviewer was `shown` (refused when the approval moved on since): the grant's
+    token, or None while more distinct approvers are needed (the slot then shows the counted
+    card)."""
     if approver is None:
         raise DecisionRefused(NO_APPROVER)
     try:
+        card = yield from flow.done(gate.card, shown.approval_id)
+        if (card.version, card.args_hash) != (shown.version, shown.args_hash):
+            yield from _refresh(gate, slot, w, ctx)
+            raise DecisionRefused(
+                f"approval {shown.approval_id} is at version {card.version} now, with other "
+                f"arguments than version {shown.version} the reviewer was shown: no decision was "
+                "applied; decide the new payload"
+            )
         decided = yield from flow.done(
-            gate.approve, w.pending.approval_id, version=w.pending.version, approver=approver
+            gate.approve, shown.approval_id, version=shown.version, approver=approver
         )
     except EffectGateError as exc:
         yield from _refresh(gate, slot, w, ctx)
