@@ -56,16 +56,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "Please refund order 1042", session_id="s-ada", origin_message_id="m3", user_id="u1"
             )
             assert isinstance(out, AwaitingApproval)
-            (state / "memory.bin").write_bytes(save_memory(gated.agent, keyring))
+            blob = save_memory(gated.agent, keyring, session_id="s-ada", user_id="u1", awaiting=out)
+            (state / "memory.bin").write_bytes(blob)
             (state / "awaiting.json").write_text(json.dumps(out.to_dict()))
             report = {"awaiting": out.to_dict(), "output": None}
         else:
             script = Script([say("Refunded 120.00 GBP.")])
             gated = support_agent(gate, ScriptedModel(script))
-            restore_memory(gated.agent, (state / "memory.bin").read_bytes(), keyring)
             record = Path(args.awaiting) if args.awaiting else state / "awaiting.json"
             try:
                 awaiting = AwaitingApproval.from_dict(json.loads(record.read_text()), gate)
+                memory = (state / "memory.bin").read_bytes()
+                restore_memory(
+                    gated.agent, memory, keyring, session_id="s-ada", user_id="u1", awaiting=awaiting
+                )
                 [approval_id] = awaiting.approval_ids
                 out = gated.resume(awaiting, {approval_id: Approve(args.token)})
             except TamperedState as exc:

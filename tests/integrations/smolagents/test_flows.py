@@ -262,18 +262,19 @@ def test_ids_in_arguments_are_not_identity(smol_harness: MakeSmolHarness, shop_g
 
 
 def test_tampered_memory_is_refused_and_changes_nothing(shop_gate: ShopGate) -> None:
+    """A blob with changed bytes, or checked with another keyring, is refused; the memory is unchanged."""
     keyring = Keyring.generate()
     gated = support_agent(shop_gate.gate, ScriptedModel(Script([say("hi")])))
     gated.run("hello", origin_message_id="m1", **IDENTITY)
-    blob = save_memory(gated.agent, keyring)
+    blob = save_memory(gated.agent, keyring, **IDENTITY)
     fresh = support_agent(shop_gate.gate, ScriptedModel(Script([])))
     before = list(fresh.agent.memory.steps)
     with pytest.raises(TokenError):
-        restore_memory(fresh.agent, blob[:-5] + b"XXXXX", keyring)
+        restore_memory(fresh.agent, blob[:-5] + b"XXXXX", keyring, **IDENTITY)
     with pytest.raises(TokenError):
-        restore_memory(fresh.agent, blob, Keyring.generate())
+        restore_memory(fresh.agent, blob, Keyring.generate(), **IDENTITY)
     assert fresh.agent.memory.steps == before
-    restore_memory(fresh.agent, blob, keyring)
+    restore_memory(fresh.agent, blob, keyring, **IDENTITY)
     assert len(fresh.agent.memory.steps) == len(gated.agent.memory.steps)
 
 

@@ -15,7 +15,8 @@ one's name, description and inputs for the gate. With an effect table of `ToolSp
 `GatedAgent(agent, gate, agent_id="support")`.
 
 Works for `ToolCallingAgent` and `CodeAgent` alike (`_agent` documents how each is stopped).
-`save_memory` / `restore_memory` move a paused run's memory to another process, signed.
+`save_memory` / `restore_memory` move a paused run's memory to another process, signed for its
+session, user, agent and pause.
 """
 
 from effectgate.adapter import DecisionMismatch, MissingIdentity, TamperedState, UnknownTool

@@ -1,38 +1,153 @@
-"""Save an agent's memory and restore it in another process, signed so a tampered blob is refused.
+"""Save a gated agent's memory and restore it in another process, signed for the identity it
+belongs to, so a blob that was changed, or is presented for anyone else, is refused.
 
 smolagents has no memory serializer; its steps pickle and unpickle correctly. Pickle runs code
-on load, so the blob carries an HMAC from the gate's keyring (with its key id), and nothing is
+on load, so the blob carries an HMAC from the keyring (with its key id), and nothing is
 unpickled until the MAC checks out. Keep the blob server-side all the same.
+
+The memory is one user's conversation (their task, the tool results the model was shown), so
+the MAC covers, with the pickled steps, who it was saved for: the session, the user, the gated
+agent's `agent_id` and, for a paused run, the `AwaitingApproval` it paused at (its run identity
+and paused calls). `restore_memory` recomputes that binding from what the caller says it is
+restoring for (never from the blob) and verifies the MAC over it: a blob of another user,
+session, agent or pause is refused like an edited one (`TokenError`, the memory unchanged).
+A pause blob restored again for its own pause is a replay of that resume: the gate serves each
+decided call's stored outcome, so nothing runs twice. Blobs of format 1, signed with no
+identity, are refused.
 """
 
 from __future__ import annotations
 
+import json
 import pickle
+from typing import Any
 
 from smolagents.agents import MultiStepAgent
 
 from effectgate import Keyring
+from effectgate.adapter import missing_identity
+from effectgate.canonical import canonical_json
 from effectgate.errors import TokenError
 
-_MAGIC = b"effectgate-smolagents-memory/1\n"
-_PURPOSE = "smolagents-memory"
+from ._managed import owner_of
+from ._outcomes import AwaitingApproval
+
+_MAGIC = b"effectgate-smolagents-memory/2\n"
+_PURPOSE = "smolagents-memory/2"  # not format 1's purpose: its MACs verify nothing here
+_UNBOUND = b"effectgate-smolagents-memory/1\n"
+_HOW = "save_memory(gated.agent, keyring, session_id=..., user_id=..., awaiting=out)"
 
 
-def save_memory(agent: MultiStepAgent, keyring: Keyring) -> bytes:
-    """The agent's memory steps as a signed blob."""
+def save_memory(
+    agent: MultiStepAgent,
+    keyring: Keyring,
+    *,
+    session_id: str,
+    user_id: str,
+    awaiting: AwaitingApproval | None = None,
+) -> bytes:
+    """The memory steps of a gated agent as a blob signed for this session, user and agent and,
+    when the run paused, for `awaiting` (the `AwaitingApproval` it returned)."""
+    binding = _binding(agent, session_id=session_id, user_id=user_id, awaiting=awaiting)
     data = pickle.dumps(agent.memory.steps, protocol=pickle.HIGHEST_PROTOCOL)
-    return _MAGIC + keyring.sign(_PURPOSE, data).encode() + b"\n" + data
+    header = canonical_json(binding)
+    return _MAGIC + keyring.sign(_PURPOSE, header + b"\n" + data).encode() + b"\n" + header + b"\n" + data
 
 
-def restore_memory(agent: MultiStepAgent, blob: bytes, keyring: Keyring) -> None:
-    """Replace the agent's memory steps with the blob's; TokenError (and no change) if tampered."""
+def restore_memory(
+    agent: MultiStepAgent,
+    blob: bytes,
+    keyring: Keyring,
+    *,
+    session_id: str,
+    user_id: str,
+    awaiting: AwaitingApproval | None = None,
+) -> None:
+    """Replace the gated agent's memory steps with the blob's, for this session and user (the
+    application's, not the blob's) and, for a paused run, the `AwaitingApproval` being resumed.
+
+    `TokenError` (and the memory unchanged) when the blob was changed, signed with another
+    keyring, or saved for another session, user, agent or pause (or for a pause and restored
+    without its record, or the other way round); nothing is unpickled before that check."""
+    binding = _binding(agent, session_id=session_id, user_id=user_id, awaiting=awaiting)
+    if blob.startswith(_UNBOUND):
+        raise TokenError(
+            "malformed",
+            "this memory blob has the old format, signed for no session, user or pause: refused. "
+            "Resume without it (the continuation tells the model how each call ended), or save it "
+            f"again with {_HOW}",
+        )
     if not blob.startswith(_MAGIC):
         raise TokenError("malformed", "not an effectgate smolagents memory blob")
-    signature, sep, data = blob[len(_MAGIC) :].partition(b"\n")
-    if not sep:
-        raise TokenError("malformed", "the memory blob has no signature line")
-    keyring.verify_signature(_PURPOSE, data, signature.decode("ascii", "replace"))
-    steps = pickle.loads(data)  # noqa: S301 - verified above: written by save_memory with this keyring
+    signature, sep, rest = blob[len(_MAGIC) :].partition(b"\n")
+    header, sep2, data = rest.partition(b"\n")
+    if not sep or not sep2:
+        raise TokenError("malformed", "the memory blob has no signature or identity line")
+    expected = canonical_json(binding)
+    try:
+        keyring.verify_signature(_PURPOSE, expected + b"\n" + data, signature.decode("ascii", "replace"))
+    except TokenError as exc:
+        others = _differs(header, binding)
+        if others:
+            raise TokenError(
+                "forged",
+                f"this memory blob was saved for another {_listed(others)}: refused, the "
+                "memory is unchanged. Restore a blob only for the session, user, agent and pause "
+                "it was saved for",
+            ) from exc
+        raise
+    steps = pickle.loads(data)  # noqa: S301 - verified above: save_memory wrote it, for this binding
     if not isinstance(steps, list):
         raise TokenError("malformed", "the memory blob does not hold a list of steps")
     agent.memory.steps = steps
+
+
+def _binding(
+    agent: MultiStepAgent, *, session_id: str, user_id: str, awaiting: AwaitingApproval | None
+) -> dict[str, Any]:
+    """Who the memory belongs to: what the MAC covers besides the steps."""
+    owner = owner_of(agent)
+    if owner is None:
+        raise TypeError(f"save_memory and restore_memory take the agent a GatedAgent wraps: {_HOW}")
+    given = {"session_id": session_id, "user_id": user_id}
+    missing = [name for name, value in given.items() if not isinstance(value, str) or not value.strip()]
+    if missing:
+        raise missing_identity(" and ".join(missing), f"the memory is bound to them: {_HOW}")
+    pause = None
+    if awaiting is not None:
+        if (awaiting.session_id, awaiting.user_id) != (session_id, user_id):
+            raise TokenError(
+                "forged",
+                "the AwaitingApproval record is for another session or user than the one given: "
+                "refused, the memory is unchanged",
+            )
+        if awaiting.agent_id and awaiting.agent_id != owner.agent_id:
+            raise TokenError(
+                "forged",
+                f"the AwaitingApproval record is for another agent than {owner.agent_id!r}: refused, "
+                "the memory is unchanged",
+            )
+        pause = awaiting.signed_fields()
+    return {"session_id": session_id, "user_id": user_id, "agent_id": owner.agent_id, "pause": pause}
+
+
+def _differs(header: bytes, binding: dict[str, Any]) -> list[str]:
+    """What the blob's (unverified) identity line names differently: for the message only, by
+    field name (never the other identity's values)."""
+    try:
+        claimed = json.loads(header)
+    except ValueError:
+        return []
+    if not isinstance(claimed, dict):
+        return []
+    names = {"session_id": "session", "user_id": "user", "agent_id": "agent", "pause": "pause"}
+    out = [label for key, label in names.items() if claimed.get(key) != binding[key]]
+    if binding["pause"] is None and claimed.get("pause") is not None:
+        out = [*(o for o in out if o != "pause"), "pause (restore it with its AwaitingApproval)"]
+    elif binding["pause"] is not None and claimed.get("pause") is None:
+        out = [*(o for o in out if o != "pause"), "run that did not pause"]
+    return out
+
+
+def _listed(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
