@@ -74,6 +74,7 @@ class Settlement:
         """Run a claimed operation and settle its record: succeeded, failed or needs_reconciliation."""
         try:
             before = spec.snapshot(args) if spec.snapshot else None
+            before_json = to_json(before) if spec.snapshot else None
         except Exception as exc:  # nothing ran: a definite failure
             error = f"snapshot failed: {type(exc).__name__}: {exc}"
             with self.store.transaction() as conn:
@@ -107,7 +108,7 @@ class Settlement:
             "agent_id": ctx.agent_id,
             "run_id": ctx.run_id,
             "model_id": ctx.model_id,
-            "before_json": to_json(before) if spec.snapshot else None,
+            "before_json": before_json,
         }
         refs: list[str] = []  # what the tool recorded with tool_context.set_provider_ref
 
@@ -150,6 +151,10 @@ class Settlement:
             after = spec.snapshot(args) if spec.snapshot else None
         except Exception as exc:  # the effect happened: keep its result, note the missing snapshot
             after = {"snapshot_failed": f"{type(exc).__name__}: {exc}"}
+        # The effect happened: what cannot be stored as JSON is stored as what it was, never lost
+        # with the record left in flight (the outcome is known; see `storable`)
+        result, result_json = storable(result, "result", spec.name, key)
+        after, after_json = storable(after, "after snapshot", spec.name, key)
         with self.store.transaction() as conn:
             record = self.store.complete(key, owner, result, conn=conn)
             if row is not None:
@@ -157,8 +162,8 @@ class Settlement:
             self.store.append_execution(
                 conn,
                 status="succeeded",
-                result_json=to_json(result),
-                after_json=to_json(after) if spec.snapshot else None,
+                result_json=result_json,
+                after_json=after_json if spec.snapshot else None,
                 **execution,  # holds no after_json
             )
             self.store.append_events(
@@ -184,8 +189,8 @@ class Settlement:
             approval_id=row.id if row else None,
             version=row.version if row else None,
             idempotency_key=key,
-            before=json.loads(to_json(before)) if spec.snapshot else None,
-            after=json.loads(to_json(after)) if spec.snapshot else None,
+            before=json.loads(before_json) if before_json is not None else None,
+            after=json.loads(after_json) if spec.snapshot else None,
         )
 
     def record_failure(
@@ -236,6 +241,25 @@ class Settlement:
             expect_status=["approved"],
             values={"status": "failed", "reason": error, "updated_at": now},
         )
+
+
+def storable(value: Any, what: str, tool: str, key: str) -> tuple[Any, str]:
+    """`value` and its JSON text when it has one, else `{"unserializable": its type's name}` (and
+    that text), logged at WARNING: a tool that returned (or a snapshot of) an object with no JSON
+    form still ran, and its record must say so (succeeded, with the type) rather than stay in
+    flight until a lease runs out and a person is asked about an outcome that is known."""
+    try:
+        return value, to_json(value)
+    except Exception as exc:
+        log.warning(
+            "%s of %s has no JSON form (%s), stored as its type name: key=%s",
+            what,
+            tool,
+            type(exc).__name__,
+            key,
+        )
+        stored = {"unserializable": type(value).__name__}
+        return stored, to_json(stored)
 
 
 def log_outcome(what: str, tool: str, row: ApprovalRow | None, key: str, reason: str) -> None:
