@@ -87,6 +87,29 @@ def test_replay_after_execution_returns_the_stored_result(shop_gate: ShopGate, s
     assert len(store.executions()) == 1
 
 
+def test_replay_with_the_recipients_reordered_or_repeated_is_the_same_operation(
+    shop_gate: ShopGate, store: SQLStore
+) -> None:
+    """A list subject names a set: the same message replayed after its email went out, with the
+    recipients in another order or one of them twice, returns the stored result; it registered no
+    second approval, and no second email went out (a review sent three)."""
+    shop, gate = shop_gate
+    lead = Approver("lee", "support_lead")
+    email = {"to": ["a@x.com", "b@x.com"], "subject": "Your refund", "body": "We refunded 120.00"}
+    first = gate.call("send_email", email, context("m1"))
+    assert isinstance(first, Pending)
+    grant = gate.approve(first.approval_id, version=1, approver=lead)
+    assert isinstance(grant, Grant)
+    gate.execute(grant.token)
+    for to in (["b@x.com", "a@x.com"], ["a@x.com", "b@x.com", "a@x.com"]):
+        again = gate.call("send_email", {**email, "to": to}, context("m1"))
+        assert isinstance(again, Executed), again
+        assert again.replay
+        assert again.approval_id == first.approval_id
+    assert shop.receiver.count("email") == 1
+    assert len(store.approvals()) == 1
+
+
 def test_replay_after_approval_before_execution_is_still_pending(shop_gate: ShopGate) -> None:
     """Between grant and execution a replay answers Pending with status approved, and nothing runs."""
     shop, gate = shop_gate

@@ -23,7 +23,7 @@ import pydantic
 from ._rules import Escalate as Escalate
 from ._rules import Reconciled as Reconciled
 from ._rules import _qualname
-from .canonical import digest, plain_checker
+from .canonical import canonical_json, digest, plain_checker
 from .context import CallContext, Confirmation, ToolContext
 from .effects import Effect, Policy, Reversibility
 from .errors import TableError
@@ -35,6 +35,15 @@ ScopeCheck = Callable[[Mapping[str, Any], CallContext], bool]
 ConfirmCheck = Callable[[Mapping[str, Any], Confirmation], str | None]
 Snapshot = Callable[[Mapping[str, Any]], Any]
 Reconcile = Callable[[str], "Reconciled | None"]
+
+
+def _as_set(value: Any) -> Any:
+    """A list as the set it names: distinct items sorted by their canonical JSON text (items of
+    any JSON type order the same way on every run); any other value as it is."""
+    if not isinstance(value, list):
+        return value
+    items = {canonical_json(item): item for item in value}
+    return [items[text] for text in sorted(items)]
 
 
 @dataclass(frozen=True)
@@ -221,10 +230,15 @@ class ToolSpec:
         return self.approver_role, []
 
     def subject_of(self, args: Mapping[str, Any]) -> dict[str, Any] | None:
-        """The aggregate root this call acts on, e.g. {"order_id": "1042"}; None if undeclared."""
+        """The aggregate root this call acts on, e.g. {"order_id": "1042"}; None if undeclared.
+
+        A subject argument that is a list names a set (an email's recipients): its items in one
+        order, each once (`_as_set`), so a model that writes the same recipients in another
+        order, or one twice, names the same subject, and a replay of its message finds the same
+        operation (the subject is part of the intent key) and the same history."""
         if not self.subject:
             return None
-        return {arg: args.get(arg) for arg in self.subject}
+        return {arg: _as_set(args.get(arg)) for arg in self.subject}
 
     @cached_property
     def fingerprint(self) -> str:
