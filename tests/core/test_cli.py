@@ -379,8 +379,8 @@ REFUSALS: dict[str, tuple[Callable[[Setup, Path, Callable[..., Run]], list[str]]
 def test_a_refused_decision_exits_4_and_records_no_decision(
     case: str, refund: Setup, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: Callable[..., Run]
 ) -> None:
-    """When the gate refuses a decision the command exits 4 with one line naming why, and no
-    new decision or grant is recorded."""
+    """When the gate refuses a decision the command exits 4 with one error line naming why (after
+    the gate's own warning, when it logs one), and no new decision or grant is recorded."""
     monkeypatch.syspath_prepend(str(tmp_path))
     build, fragment = REFUSALS[case]
     argv = build(refund, tmp_path, cli)
@@ -388,9 +388,10 @@ def test_a_refused_decision_exits_4_and_records_no_decision(
     run = cli(*argv)
     assert run.code == 4, run.err
     assert run.out == ""
-    assert run.err.startswith("effectgate: error:")
-    assert len(run.err.splitlines()) == 1, run.err
-    assert fragment in run.err
+    *logged, error = run.err.splitlines()
+    assert error.startswith("effectgate: error:")
+    assert all(line.startswith("effectgate._") and ": warning: " in line for line in logged), run.err
+    assert fragment in error
     after = _snapshot(refund.url)
     assert after["decisions"] == before["decisions"]
     assert [a[4] for a in after["approvals"]] == [a[4] for a in before["approvals"]]  # no grant

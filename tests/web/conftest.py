@@ -32,6 +32,9 @@ SECRETS = {"fiona": "fiona-pw", "frank": "frank-pw", "sam": "sam-pw", "pia": "pi
 ROLES = {"fiona": "finance", "frank": "finance", "sam": "support_lead", "pia": "privacy", "pete": "privacy"}
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 REFUND = {"order_id": "1042", "amount": 12000, "currency": "GBP"}
+SSO_SECRET = "the proxy's shared secret"
+#: What the fronting proxy adds to every request it forwards (an SSO header counts only beside it).
+FROM_PROXY = {"X-Effectgate-Proxy-Secret": SSO_SECRET}
 
 
 def registry() -> ApproverRegistry:

@@ -8,7 +8,7 @@ from effectgate import Approver, Pending
 from effectgate.examples.shop import context
 from effectgate.web import ApproverRegistry, RegisteredApprover, create_app, hash_secret
 
-from .conftest import Inbox, csrf_of, form, login, propose, snapshot
+from .conftest import FROM_PROXY, SSO_SECRET, Inbox, csrf_of, form, login, propose, snapshot
 
 
 def test_signed_out_pages_redirect_to_login(inbox: Inbox) -> None:
@@ -325,9 +325,11 @@ def test_sso_header_identity_comes_from_the_registry(inbox: Inbox) -> None:
         [RegisteredApprover("sam", "support_lead", hash_secret("x"))],
         verify=lambda value: value.removeprefix("sso:"),
     )
-    app = create_app(inbox.gate, approvers, secret_key="k", sso_header="X-Forwarded-User")
+    app = create_app(
+        inbox.gate, approvers, secret_key="k", sso_header="X-Forwarded-User", sso_secret=SSO_SECRET
+    )
     p = propose(inbox)
-    c = TestClient(app, base_url="http://127.0.0.1", follow_redirects=False)
+    c = TestClient(app, base_url="http://127.0.0.1", follow_redirects=False, headers=FROM_PROXY)
     assert c.get("/", headers={"X-Forwarded-User": "sso:fiona"}).status_code == 303
     page = c.get("/", headers={"X-Forwarded-User": "sso:sam"})
     assert page.status_code == 200

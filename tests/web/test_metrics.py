@@ -64,6 +64,20 @@ def test_metrics_window_in_days(inbox: Inbox) -> None:
     assert c.get("/metrics", params={"days": "soon"}).status_code == 400
 
 
+@pytest.mark.parametrize(
+    "days", ["\u00b2", "\u0663", "\uff17", "1" + "0" * 5000, "+5", " 5", "5 ", "1e3", "0", "36501", "100000"]
+)
+def test_a_window_that_is_not_ascii_digits_in_range_is_a_clear_400(inbox: Inbox, days: str) -> None:
+    """Only 1 to 36500 written in ASCII digits is a window: a superscript or other script's digit
+    (which `str.isdigit` accepts), a 5000-digit number, a sign, spaces or an exponent get 400
+    with the rule, never a bare 500."""
+    c = inbox.client(raise_server_exceptions=False)
+    login(c, "fiona")
+    r = c.get("/metrics", params={"days": days})
+    assert r.status_code == 400
+    assert "days must be a whole number of days, 1 to 36500." in r.text
+
+
 def test_model_text_on_the_metrics_page_is_text(inbox: Inbox) -> None:
     """A model identifier that is a <script> tag reaches the page only escaped."""
     hostile = "<script>alert('m')</script>"

@@ -12,7 +12,7 @@ from effectgate import Pending
 from effectgate.examples.shop import context
 from effectgate.web import ApproverRegistry, RegisteredApprover, create_app, hash_secret
 
-from .conftest import Inbox, form, login, propose, snapshot
+from .conftest import FROM_PROXY, SSO_SECRET, Inbox, form, login, propose, snapshot
 
 CARD = re.compile(r'data-approval="([^"]+)"')
 READ_ONLY = re.compile(r'data-approval="([^"]+)" data-read-only="1"')
@@ -47,8 +47,9 @@ def test_inbox_includes_cards_a_policy_role_grant_covers(inbox: Inbox) -> None:
     """A finance_lead (the shop's policy lets finance_lead decide for finance) sees the refunds."""
     cards = three_cards(inbox)
     approvers = ApproverRegistry([RegisteredApprover("lena", "finance_lead", hash_secret("lena-pw"))])
-    app = create_app(inbox.gate, approvers, secret_key="k", sso_header="X-User")
-    c = TestClient(app, base_url="http://127.0.0.1", follow_redirects=False, headers={"X-User": "lena"})
+    app = create_app(inbox.gate, approvers, secret_key="k", sso_header="X-User", sso_secret=SSO_SECRET)
+    headers = {"X-User": "lena", **FROM_PROXY}
+    c = TestClient(app, base_url="http://127.0.0.1", follow_redirects=False, headers=headers)
     assert listed(c.get("/").text) == {cards["refund"].approval_id}
 
 

@@ -11,7 +11,18 @@ from starlette.testclient import TestClient
 
 from effectgate.web import ApproverRegistry, create_app
 
-from .conftest import SECRETS, Inbox, csrf_of, form, login, propose, registry, snapshot
+from .conftest import (
+    FROM_PROXY,
+    SECRETS,
+    SSO_SECRET,
+    Inbox,
+    csrf_of,
+    form,
+    login,
+    propose,
+    registry,
+    snapshot,
+)
 
 COOKIE = "effectgate_session"
 
@@ -133,12 +144,26 @@ def test_a_copied_cookie_stops_working_after_sign_out(inbox: Inbox) -> None:
     assert inbox.shop.receiver.count("refund") == 0
 
 
-def test_sign_out_without_the_csrf_token_keeps_the_session(inbox: Inbox) -> None:
-    """A cross-site sign-out (no CSRF token) ends nothing."""
+@pytest.mark.parametrize("token", ["stale", "none", "wrong"])
+def test_sign_out_ends_the_session_whatever_its_csrf_token(inbox: Inbox, token: str) -> None:
+    """Signing out from a tab whose CSRF token is stale (opened before a re-sign-in), or with no
+    or a wrong token, ends the session, as the sign-in page it lands on says: a forged sign-out
+    can only sign out. A copy of the cookie stops working too, and nothing can be approved."""
+    p = propose(inbox)
     c = inbox.client()
-    login(c, "fiona")
-    assert c.post("/logout", data={}).status_code == 303
-    assert c.get("/").status_code == 200
+    old_tab = login(c, "fiona")
+    assert c.post("/logout", data={"csrf": old_tab}).status_code == 303
+    current = login(c, "fiona")
+    copy = inbox.client(cookies={COOKIE: c.cookies[COOKIE]})
+    data = {"stale": {"csrf": old_tab}, "none": {}, "wrong": {"csrf": "x" * 43}}[token]
+    r = c.post("/logout", data=data)
+    assert (r.status_code, r.headers["location"]) == (303, "/login")
+    assert c.get("/").status_code == 303
+    assert copy.get("/").status_code == 303
+    before = snapshot(inbox)
+    r = copy.post(f"/approvals/{p.approval_id}/approve", data=form(p, current))
+    assert (r.status_code, r.headers["location"]) == (303, "/login")
+    assert snapshot(inbox) == before
 
 
 def test_signing_in_again_ends_the_previous_session(inbox: Inbox) -> None:
@@ -170,8 +195,10 @@ def test_sso_header_needs_no_session_and_sees_its_roles_cards(inbox: Inbox) -> N
     """With a trusted proxy header the approver is signed in per request, without a login or a
     session, and the inbox lists only their role's cards."""
     p = propose(inbox)
-    app = create_app(inbox.gate, registry(), secret_key="k", sso_header="X-Forwarded-User")
-    c = TestClient(app, base_url="http://127.0.0.1", follow_redirects=False)
+    app = create_app(
+        inbox.gate, registry(), secret_key="k", sso_header="X-Forwarded-User", sso_secret=SSO_SECRET
+    )
+    c = TestClient(app, base_url="http://127.0.0.1", follow_redirects=False, headers=FROM_PROXY)
     assert c.get("/").status_code == 303
     finance = c.get("/", headers={"X-Forwarded-User": "fiona"})
     assert finance.status_code == 200

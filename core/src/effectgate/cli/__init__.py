@@ -39,16 +39,18 @@ from __future__ import annotations
 import argparse
 import gc
 import io
+import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, NoReturn
 
 from rich.console import Console
 
 from .. import __version__
 from . import _governance, _mcp
-from ._args import moment, seconds, target
+from ._args import allowed_host, moment, seconds, target, trusted_proxy
 from ._commands import (
     _DEMOS,
     _cmd_approve,
@@ -71,6 +73,7 @@ from ._render import (
     EXIT_USAGE,
     _card_panel,
     _console,
+    _escape,
     _one_line,
     _short,
 )
@@ -106,7 +109,8 @@ def _parser() -> argparse.ArgumentParser:
         description=" ".join(__doc__.split("\n\n")[0].split()),
         epilog="environment: EFFECTGATE_DB (the --db default), EFFECTGATE_APP (the --app default), "
         "EFFECTGATE_KEYRING (kid:hexsecret[,...]; else a SQLite file's key file DB.keys), "
-        "EFFECTGATE_WEB_SECRET (the inbox's cookie key), EFFECTGATE_DEBUG (tracebacks). "
+        "EFFECTGATE_WEB_SECRET (the inbox's cookie key), EFFECTGATE_SSO_SECRET (the secret the "
+        "proxy sends with --sso-header), EFFECTGATE_DEBUG (tracebacks). "
         "exit codes: 0 ok, 1 audit findings, 2 usage error, 3 not found, 4 refused, "
         "5 store unavailable, 70 internal error, 141 output closed before the verdict",
         parents=[top],
@@ -201,7 +205,26 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8765, help="the port (default 8765)")
     p.add_argument("--execute", action="store_true", help="execute approved calls at once")
-    p.add_argument("--sso-header", help="trust this header from a proxy as the approver id")
+    p.add_argument(
+        "--sso-header",
+        help="trust this header from a proxy as the approver id, only on requests carrying "
+        "$EFFECTGATE_SSO_SECRET in X-Effectgate-Proxy-Secret (required)",
+    )
+    p.add_argument(
+        "--allowed-host",
+        type=allowed_host,
+        action="append",
+        metavar="NAME",
+        help="also answer requests for this Host name (e.g. the proxy's); "
+        "always: the --host address, localhost, 127.0.0.1, ::1",
+    )
+    p.add_argument(
+        "--trusted-proxy",
+        type=trusted_proxy,
+        action="append",
+        metavar="ADDR",
+        help="believe X-Forwarded-For from this proxy address or network (default: from no one)",
+    )
     p.add_argument("--https-only", action="store_true", help="mark the session cookie Secure")
     p.add_argument(
         "--target",
@@ -267,8 +290,46 @@ def _broken_pipe(args: argparse.Namespace | None) -> int:
     return EXIT_BROKEN_PIPE if args.command in _VERDICTS else EXIT_OK
 
 
+class _EscapedLog(logging.Formatter):
+    """A log line whose message is printed as `_text` prints values: control, invisible and
+    reordering characters (and line breaks) escaped, since a warning may quote a tool's error,
+    which may quote model-written arguments."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = f"{record.name}: {record.levelname.lower()}: {_escape(record.getMessage())}"
+        more = [self.formatException(record.exc_info)] if record.exc_info else []
+        if record.stack_info:
+            more.append(self.formatStack(record.stack_info))
+        return "\n".join([line, *(_escape(text, newlines=True) for text in more)])
+
+
+@contextmanager
+def _gate_warnings() -> Iterator[None]:
+    """While a command runs, the `effectgate` logger's warnings go to stderr escaped. Without a
+    handler Python's last-resort handler wrote them raw. `propagate` is off so that no root
+    handler writes them raw a second time; both are put back when `main` returns, so a program or
+    test that calls `main` keeps its own logging set-up (library use installs nothing)."""
+    logger = logging.getLogger("effectgate")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(_EscapedLog())
+    propagate = logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns its exit code (see the module docstring)."""
+    with _gate_warnings():
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     if argv is None:
         # Run as the program (arguments from sys.argv): the modules' objects live until the
         # process exits, so they leave the cyclic collector's care (`gc.freeze`). It then walks

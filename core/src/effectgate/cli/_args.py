@@ -4,6 +4,7 @@ non-negative where a negative means nothing), times, and output paths (never the
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import math
 import os
@@ -136,3 +137,33 @@ def check_export_file(url: str, path: str) -> None:
             parsed = None
         if not isinstance(parsed, dict) or not isinstance(parsed.get("record"), dict):
             raise UsageError(f"--export {path}: line {number} is not an export line; nothing was erased")
+
+
+# -- the inbox's network options
+
+
+def allowed_host(text: str) -> str:
+    """A Host name the inbox serves (`serve --allowed-host`): a name, an address, or a
+    `*.example.com` wildcard, without a port; `*` alone would serve any name (DNS rebinding)."""
+    name = text.strip().lower()
+    bare = name[1:-1] if name.startswith("[") and name.endswith("]") else name
+    if ":" in bare:
+        try:
+            return str(ipaddress.IPv6Address(bare))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a host name (no port)") from None
+    if not bare or any(ch.isspace() or ch in "/@[]" for ch in bare):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a host name (no scheme, no port, no path)")
+    if "*" in bare and not (bare.startswith("*.") and "*" not in bare[1:] and len(bare) > 2):
+        raise argparse.ArgumentTypeError(f"{text!r}: a wildcard is written *.example.com (never * alone)")
+    return bare
+
+
+def trusted_proxy(text: str) -> str:
+    """The address or network of a proxy whose X-Forwarded-For is believed (`serve --trusted-proxy`)."""
+    try:
+        return str(ipaddress.ip_network(text.strip(), strict=False))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an IP address or network (e.g. 127.0.0.1 or 10.0.0.0/8)"
+        ) from None

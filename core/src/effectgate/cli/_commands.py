@@ -301,6 +301,7 @@ def _cmd_serve(args: argparse.Namespace, out: Console) -> int:
         import uvicorn
 
         from ..web import ApproverRegistry, create_app
+        from ..web._guard import MIN_SSO_SECRET
     except ImportError as exc:
         raise UsageError(f'the inbox needs the web extra ({exc}): pip install "effectgate[web]"') from exc
     if not args.approvers:
@@ -311,6 +312,12 @@ def _cmd_serve(args: argparse.Namespace, out: Console) -> int:
         raise UsageError(f"cannot read --approvers {args.approvers}: {exc}") from exc
     if not len(approvers):
         raise UsageError(f"{args.approvers} registers no approver")
+    sso_secret = os.environ.get("EFFECTGATE_SSO_SECRET") or None
+    if args.sso_header and (sso_secret is None or len(sso_secret) < MIN_SSO_SECRET):
+        raise UsageError(
+            f"--sso-header needs EFFECTGATE_SSO_SECRET (at least {MIN_SSO_SECRET} characters), the secret "
+            "your proxy sends in X-Effectgate-Proxy-Secret: without it any local process can name an approver"
+        )
     check_listen(args.host, args.port)
     store = _open(args.db)
     gate = _make_gate(args, store, need_app=True)
@@ -324,6 +331,8 @@ def _cmd_serve(args: argparse.Namespace, out: Console) -> int:
         secret_key=os.environ.get("EFFECTGATE_WEB_SECRET"),
         on_grant=execute if args.execute else None,
         sso_header=args.sso_header,
+        sso_secret=sso_secret if args.sso_header else None,
+        allowed_hosts=_allowed_hosts(args),
         https_only=args.https_only,
         latency_targets=_targets(args.target),
     )
@@ -332,10 +341,26 @@ def _cmd_serve(args: argparse.Namespace, out: Console) -> int:
         _text(f"effectgate inbox on http://{args.host}:{args.port}/ ({len(approvers)} approvers; {where})")
     )
     try:
-        uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning", **_proxy_options(args))
     except SystemExit as exc:  # uvicorn's start-up failure (the port taken since `check_listen`)
         raise StoreUnavailable(f"cannot listen on {args.host}:{args.port}; choose another --port") from exc
     return EXIT_OK
+
+
+def _allowed_hosts(args: argparse.Namespace) -> list[str]:
+    """The Host names `serve` answers: the bind address, the loopback names, and --allowed-host."""
+    names = [args.host.strip("[]").lower(), "localhost", "127.0.0.1", "::1", *(args.allowed_host or [])]
+    return list(dict.fromkeys(names))
+
+
+def _proxy_options(args: argparse.Namespace) -> dict[str, Any]:
+    """uvicorn's proxy settings: X-Forwarded-For is believed only from a --trusted-proxy. uvicorn's
+    default believes it from 127.0.0.1, so any local client could pick its own address and
+    escape the per-client sign-in limit."""
+    trusted: list[str] = args.trusted_proxy or []
+    if not trusted:
+        return {"proxy_headers": False}
+    return {"proxy_headers": True, "forwarded_allow_ips": trusted}
 
 
 def _cmd_hash_secret(args: argparse.Namespace, out: Console) -> int:

@@ -11,14 +11,17 @@ version and args hash the reviewer saw. A refusal (stale version, expired, wrong
 confirm check, the same approver twice, a record that does not verify) renders a clear message
 with status 4xx and changes nothing: the gate decides, the app only shows. Sign-in is throttled
 per approver id and per client address, and sessions are live server-side (see `_sessions`):
-signing out ends them.
+signing out ends them. Only requests for an allowed host name are served (a page on another name
+re-pointed at the inbox, DNS rebinding, is refused), and an SSO header counts only beside the
+proxy's shared secret (any local process can send a header).
 """
 
 from __future__ import annotations
 
+import re
 import secrets
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +35,6 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 from starlette.templating import Jinja2Templates
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._display import card_view, keyring_warnings, pretty, tampered_refusal, when
 from .._execution import EXEC_PREFIX
@@ -57,11 +59,13 @@ from ..report._html import STYLE as REPORT_STYLE
 from ..report._html import body as report_body
 from ..stores.base import from_json
 from ._auth import ApproverRegistry, RegisteredApprover, csrf_ok, csrf_token
+from ._guard import LOCAL_HOSTS, MIN_SSO_SECRET, PROXY_HEADER, SecurityHeaders, from_proxy, host_guard
 from ._sessions import LoginThrottle, Sessions
 
 OnGrant = Callable[[Grant], Any]
 _TEMPLATES = Path(__file__).parent / "templates"
 SESSION_SECONDS = 8 * 3600
+_DAYS = re.compile(r"[0-9]{1,5}")  # ASCII digits only: str.isdigit() also accepts '²' and '٣'
 
 
 def create_app(
@@ -71,6 +75,8 @@ def create_app(
     secret_key: str | None = None,
     on_grant: OnGrant | None = None,
     sso_header: str | None = None,
+    sso_secret: str | None = None,
+    allowed_hosts: Sequence[str] = LOCAL_HOSTS,
     https_only: bool = False,
     login_failures_per_approver: int = 5,
     login_failures_per_client: int = 20,
@@ -81,12 +87,23 @@ def create_app(
     agent, or `gate.execute(grant.token)` for a backend that executes on approval) and may return
     a result to show; without it the page shows the grant token once, for the application.
     `sso_header`: the header a trusted proxy sets; its value goes through `approvers.verify` (or
-    is the approver id itself without one) and must name a registered approver.
+    is the approver id itself without one) and must name a registered approver. It counts only
+    on a request whose `X-Effectgate-Proxy-Secret` header equals `sso_secret` (at least 16
+    characters, required with `sso_header`: `ValueError` otherwise), which the proxy sets and
+    clients never see; without it the request is treated as if it carried no SSO header.
+    `allowed_hosts`: the Host names served (default the loopback names; `"*.example.com"` is a
+    wildcard, `"*"` allows any); another name gets 400 and reaches no page.
     After `login_failures_per_approver` failed sign-ins for one approver id, or
     `login_failures_per_client` from one client address, within `login_window_seconds`, sign-in
     answers 429 without checking the secret until the window has passed (behind a proxy every
     client shares the proxy's address). `latency_targets` (seconds per approver role) are the
     metrics page's p95 targets. Time is `gate.clock`."""
+    if sso_header is not None and (sso_secret is None or len(sso_secret) < MIN_SSO_SECRET):
+        raise ValueError(
+            f"sso_header needs sso_secret: a secret of at least {MIN_SSO_SECRET} characters that "
+            f"the proxy sends in {PROXY_HEADER} (any local process can set the SSO header)"
+        )
+    proxy_secret = (sso_secret or "").encode()
     env = Environment(loader=FileSystemLoader(_TEMPLATES), autoescape=select_autoescape(default=True))
     env.filters["pretty"] = pretty
     env.filters["when"] = when
@@ -103,7 +120,7 @@ def create_app(
     def who(request: Request) -> RegisteredApprover | None:
         if sso_header is not None:
             value = request.headers.get(sso_header)
-            if value:
+            if value and from_proxy(request, proxy_secret):
                 approver_id = approvers.verify(value) if approvers.verify else value
                 return approvers.get(approver_id)
         return approvers.get(sessions.approver(request.session.get("sid")))
@@ -163,10 +180,10 @@ def create_app(
         return RedirectResponse("/", status_code=303)
 
     async def logout(request: Request) -> Response:
-        form = await request.form()
-        if csrf_ok(request.session, form.get("csrf")):
-            sessions.end(request.session.get("sid"))  # a copy of the cookie stops working too
-            request.session.clear()
+        # No CSRF check: a forged sign-out only signs out, and a page's stale token (a tab opened
+        # before a re-sign-in) must not leave the session live behind a sign-in page.
+        sessions.end(request.session.get("sid"))  # a copy of the cookie stops working too
+        request.session.clear()
         return RedirectResponse("/login", status_code=303)
 
     async def inbox(request: Request, me: RegisteredApprover) -> Response:
@@ -316,7 +333,7 @@ def create_app(
 
     async def metrics(request: Request, me: RegisteredApprover) -> Response:
         given = request.query_params.get("days", "")
-        days = int(given) if given.isdigit() and 0 < int(given) <= 36500 else None
+        days = int(given) if _DAYS.fullmatch(given) and 0 < int(given) <= 36500 else None
         if given and days is None:
             return refused(request, 400, "Refused", "days must be a whole number of days, 1 to 36500.")
         context = await run_in_threadpool(metrics_context, days)
@@ -365,34 +382,6 @@ def create_app(
             max_age=SESSION_SECONDS,
         )
     ]
-    return Starlette(routes=routes, middleware=[Middleware(_SecurityHeaders), *middleware])
-
-
-_HEADERS = [
-    # No framing (a card cannot be overlaid by another page), no scripts, no referrer leaks.
-    (b"x-frame-options", b"DENY"),
-    (
-        b"content-security-policy",
-        b"default-src 'none'; style-src 'self' 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'",
-    ),
-    (b"referrer-policy", b"no-referrer"),
-    (b"x-content-type-options", b"nosniff"),
-    (b"cache-control", b"no-store"),
-]
-
-
-class _SecurityHeaders:
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", []), *_HEADERS]
-            await send(message)
-
-        await self.app(scope, receive, with_headers)
+    return Starlette(
+        routes=routes, middleware=[Middleware(SecurityHeaders), host_guard(allowed_hosts), *middleware]
+    )
