@@ -34,6 +34,7 @@ afresh.
 from __future__ import annotations
 
 import logging
+import threading
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -46,6 +47,9 @@ log = logging.getLogger(__name__)
 _ATTR = "_effectgate_seen"
 #: The SDK run contexts marked in this process (weakly: a mark dies with its run or state).
 _SEEN: weakref.WeakSet[Any] = weakref.WeakSet()
+#: Guards `_SEEN`: runs on other threads add to it while one looks through it (a WeakSet's
+#: iteration fails when it changes size meanwhile).
+_SEEN_LOCK = threading.Lock()
 #: The names of the tools effectgate gates in this process (`gate_tools`): the SDK approvals of
 #: other tools (a shell tool, say) are not effectgate's to drop.
 _GATED: set[str] = set()
@@ -74,7 +78,8 @@ class Seen:
 def _mark(wrapper: Any, decisions: dict[Any, Any], *, calls: frozenset[str], tools: frozenset[str]) -> Seen:
     seen = Seen(weakref.ref(wrapper), decisions, calls, tools)
     setattr(wrapper, _ATTR, seen)
-    _SEEN.add(wrapper)
+    with _SEEN_LOCK:
+        _SEEN.add(wrapper)
     return seen
 
 
@@ -150,7 +155,9 @@ def observe(wrapper: Any) -> Seen | None:
             return _mark(wrapper, decisions, calls=seen.rejected_calls, tools=seen.rejected_tools)
         # the same context with its decision table replaced: a snapshot restored onto it
     else:
-        for other in list(_SEEN):  # a tool's context shares its run context's decision table
+        with _SEEN_LOCK:
+            seen_here = list(_SEEN)
+        for other in seen_here:  # a tool's context shares its run context's decision table
             found = getattr(other, _ATTR, None)
             if (
                 isinstance(found, Seen)
