@@ -501,7 +501,7 @@ def _diverge(url: str) -> None:
             user_id="u1",
             agent_id="support",
             table_fingerprint="f",
-            row_fingerprint="f",
+            row_fingerprint=Shop().table()["refund_order"].fingerprint,  # the money row, recorded
             result_json="{}",
         )
 

@@ -320,3 +320,70 @@ def test_setup_makes_no_key_file_with_a_keyring_in_the_environment_or_for_a_used
     fresh = cli("setup", "--db", f"sqlite:///{tmp_path / 'env.db'}")
     assert fresh.code == 0, fresh.err
     assert not (tmp_path / "env.db.keys").exists()
+
+
+def _written(line: dict[str, Any]) -> str:
+    return json.dumps(line) + "\n"
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda line: _written({**line, "personal": "corrupted"}),
+        lambda line: _written({**line, "personal": {"args_json": 1042}}),
+        lambda line: _written({**line, "record": {**line["record"], "personal": ["args_json"]}}),
+        lambda line: _written(line)[:-2] + ', "seq": 1}\n',  # a key named twice
+        lambda line: _written(line)[:-1],  # cut short: no final newline
+    ],
+    ids=[
+        "personal_not_an_object",
+        "personal_value_not_text",
+        "record_personal_not_an_object",
+        "repeated_key",
+        "no_final_newline",
+    ],
+)
+def test_redact_refuses_a_malformed_export_line_before_erasing_anything(
+    executed: str, tmp_path: Path, cli: Callable[..., Run], edit: Callable[[dict[str, Any]], str]
+) -> None:
+    """An export line that `redact_export` could not rewrite (personal values or the record's
+    commitments of another shape, a key named twice, a last line cut short) is a usage error
+    (exit 2), raised before the ledger is erased: the ledger and the file are as they were (it
+    used to erase the ledger, then crash with exit 70)."""
+    export = tmp_path / "x.jsonl"
+    assert cli("export", "--db", executed, "--out", str(export), "--settle", "0").code == 0
+    [line] = [json.loads(text) for text in export.read_text().splitlines()]
+    export.write_text(edit(line))
+    text, before = export.read_bytes(), _ledger_state(executed)
+    run = cli(
+        "redact", "--db", executed, "--user", "u1", "--by", "dpo", "--reason", "r", "--export", str(export)
+    )
+    assert run.code == 2, run
+    assert "nothing was erased" in run.err
+    assert _ledger_state(executed) == before
+    assert export.read_bytes() == text
+
+
+def test_retain_refuses_a_kind_given_twice(executed: str, cli: Callable[..., Run]) -> None:
+    """`--rule read=3650 --rule read=0`: which was meant? A usage error (exit 2), nothing erased
+    (the last one used to win silently)."""
+    before = _ledger_state(executed)
+    run = cli("retain", "--db", executed, "--rule", "money=3650", "--rule", "money=0", "--by", "nightly")
+    assert run.code == 2, run
+    assert "--rule money= is given twice" in run.err
+    assert _ledger_state(executed) == before
+
+
+def test_redact_of_a_subject_matching_nothing_exits_3_and_records_nothing(
+    executed: str, cli: Callable[..., Run]
+) -> None:
+    """`--subject '{"order_id": 1042}'` (the ledger holds "1042"): exit 3 naming the subject, no
+    value erased and no `redacted` event (it used to exit 0 having erased nothing)."""
+    before = _ledger_state(executed)
+    run = cli(
+        "redact", "--db", executed, "--user", "u1", "--subject", '{"order_id": 1042}', "--by", "dpo",
+        "--reason", "r",
+    )  # fmt: skip
+    assert run.code == 3, run
+    assert 'matches subject {"order_id":1042}' in run.err
+    assert _ledger_state(executed) == before

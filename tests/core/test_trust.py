@@ -438,7 +438,7 @@ def test_execution_naming_a_missing_approval_is_flagged(
             user_id="u1",
             agent_id="support",
             table_fingerprint="t",
-            row_fingerprint="r",
+            row_fingerprint=gate.table["refund_order"].fingerprint,
             policy_fingerprint=gate.policy.fingerprint,
         )
     findings = gate.audit().findings

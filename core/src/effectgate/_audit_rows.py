@@ -9,7 +9,7 @@ import json
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from ._rules import possible_roles
 from .canonical import digest
@@ -18,12 +18,53 @@ from .redact import MARK, entry_sealed
 from .stores.records import RedactedRow, RuleRow
 from .tokens import Keyring
 
+FindingKind = Literal[
+    "no_approval",
+    "not_approved",
+    "hash_mismatch",
+    "args_tampered",
+    "seal_broken",
+    "decision_forged",
+    "wrong_role",
+    "self_approved",
+    "bar_lowered",
+    "rule_missing",
+    "policy_weakened",
+    "executed_twice",
+    "reclassified",
+    "shadow_executed",
+    "redaction_forged",
+    "chain_broken",
+]
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: FindingKind
+    tool: str
+    detail: str
+    approval_id: str | None = None
+    execution_id: int | None = None
+
+
 # Column positions of the streamed rows (stores/sql.py AUDIT_QUERIES, in this order).
 A_ID, A_VERSION, A_GRANTS, A_SESSION, A_ORIGIN, A_USER, A_AGENT, A_TOOL, A_EFFECT = range(9)
 A_SUBJECT, A_HASH, A_ROLE, A_REQUIRED, A_ROW_FP, A_POLICY_FP = range(9, 15)
 A_SEAL, A_ARGS, A_STATUS, A_CREATED, A_DECIDED = range(15, 20)
 D_APPROVAL, D_VERSION, D_ROUND, D_APPROVER, D_ROLE, D_DECISION, D_SEAL, D_ID = range(8)
 E_ID, E_APPROVAL, E_VERSION, E_TOOL, E_EFFECT, E_HASH, E_ARGS, E_STATUS, E_ROW_FP, E_POLICY_FP = range(10)
+
+
+EFFECTS = {e.value: e for e in Effect}  # Effect(text) without the enum's call, for every execution
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedRow:
+    """What the audit reads from a recorded table row an execution names."""
+
+    tool: str
+    effect: Effect
+    shadow: bool
 
 
 class Rules:
@@ -34,6 +75,7 @@ class Rules:
         self._parsed: dict[str, dict[str, Any] | None] = {}
         self._policies: dict[str, Policy | None] = {}
         self._by_tool: dict[str, list[tuple[float, str]]] | None = None
+        self._table_rows: dict[str, RecordedRow | None] = {}
 
     def get(self, fingerprint: str) -> dict[str, Any] | None:
         if fingerprint not in self._parsed:
@@ -47,6 +89,22 @@ class Rules:
                     body = None
             self._parsed[fingerprint] = body
         return self._parsed[fingerprint]
+
+    def row(self, fingerprint: str) -> RecordedRow | None:
+        """The tool, effect and shadow mode of the recorded table row `fingerprint`, or None when
+        no verified table row has that fingerprint (none, a policy's, or not a row the gate writes)."""
+        if fingerprint not in self._table_rows:
+            body = self.get(fingerprint)
+            tool, effect = (body.get("name"), body.get("effect")) if body is not None else (None, None)
+            self._table_rows[fingerprint] = (
+                RecordedRow(tool, EFFECTS[effect], body.get("shadow") is True)
+                if body is not None
+                and isinstance(tool, str)
+                and isinstance(effect, str)
+                and effect in EFFECTS
+                else None
+            )
+        return self._table_rows[fingerprint]
 
     def rows_of(self, tool: str) -> list[tuple[float, str]]:
         """(recorded at, fingerprint) of every verified row recorded for `tool`, oldest first."""
@@ -79,6 +137,7 @@ class Bar:
     tool: str
     args_json: str  # the approval's stored arguments, and the hash recomputed from them (None:
     recomputed: str | None  # erased, or not a text the gate writes)
+    shadow: bool  # proposed in shadow mode: nothing of it may ever run
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +149,13 @@ class Derived:
     effect: Effect
     needed: int  # distinct approvers the policy requires for the row's effect
     roles: frozenset[str] | None  # the roles the row can require; None: it escalates on the arguments
+    shadow: bool  # a shadow row: its calls are recorded, never run
+
+
+def is_shadow(row: Mapping[str, Any] | None, subject_key: str) -> bool:
+    """Whether a call was proposed in shadow mode: its recorded row says so (`shadow: true` in its
+    canonical form) or its subject key is a shadow one (`_proposals.py` prefixes it)."""
+    return (row is not None and row.get("shadow") is True) or subject_key.startswith("shadow:")
 
 
 def roles_of(rule: Derived, args_json: str, redacted: bool) -> set[str]:

@@ -2,14 +2,14 @@
 drives the scan over the streamed rows; `_audit_rows.py` holds the row plumbing).
 
 `Scan.approval` checks one approval with its decisions and returns the bar its executions are
-held to; `Scan.execution` checks one execution against that bar (or, ungated, against the table).
+held to; `Scan.execution` checks one execution against that bar, and against the recorded table
+row it names (an execution with no approval: that row says whether it needed one).
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from ._audit_rows import (
     A_ARGS,
@@ -24,6 +24,7 @@ from ._audit_rows import (
     A_ROW_FP,
     A_SEAL,
     A_STATUS,
+    A_SUBJECT,
     A_TOOL,
     A_USER,
     A_VERSION,
@@ -44,9 +45,13 @@ from ._audit_rows import (
     E_STATUS,
     E_TOOL,
     E_VERSION,
+    EFFECTS,
     Bar,
     Derived,
+    Finding,
+    FindingKind,
     Rules,
+    is_shadow,
     marker_problem,
     roles_of,
 )
@@ -58,36 +63,7 @@ from .stores.protocol import Store
 from .table import EffectTable
 from .tokens import Keyring
 
-FindingKind = Literal[
-    "no_approval",
-    "not_approved",
-    "hash_mismatch",
-    "args_tampered",
-    "seal_broken",
-    "decision_forged",
-    "wrong_role",
-    "self_approved",
-    "bar_lowered",
-    "rule_missing",
-    "policy_weakened",
-    "executed_twice",
-    "reclassified",
-    "redaction_forged",
-    "chain_broken",
-]
-
-
-@dataclass(frozen=True)
-class Finding:
-    kind: FindingKind
-    tool: str
-    detail: str
-    approval_id: str | None = None
-    execution_id: int | None = None
-
-
 GATED_CLASSES = frozenset({Effect.SEND, Effect.MONEY, Effect.DESTRUCTIVE})
-_EFFECTS = {e.value: e for e in Effect}  # Effect(text) without the enum's call, for every execution
 
 
 class Scan:
@@ -165,6 +141,7 @@ class Scan:
             # The bar an execution is held to: never lower than what the rule at the time says.
             role = role if role in roles else sorted(roles)[0]
             required = max(required, needed)
+        shadow = rule.shadow if rule is not None else is_shadow(self.rules.get(a[A_ROW_FP]), a[A_SUBJECT])
         if status == "approved":
             self.changed_since_approval(a)
         approvers: dict[int, int] = {}
@@ -189,6 +166,7 @@ class Scan:
             tool,
             args,
             recomputed,
+            shadow,
         )
 
     def derive(self, a: tuple[Any, ...]) -> Derived | None:
@@ -209,6 +187,7 @@ class Scan:
             effect,
             policy.approvals_needed(effect),
             None if escalates else frozenset(possible_roles(row, {})),
+            row.get("shadow") is True,
         )
         self.derived[(a[A_ROW_FP], a[A_POLICY_FP])] = rule
         return rule
@@ -296,7 +275,8 @@ class Scan:
 
     def execution(self, ex: tuple[Any, ...], runs: dict[str, int], bar: Bar | None) -> None:
         """Check one execution against the bar of its approval (None: it has no approval record,
-        or none is needed), counting its runs of that approval in `runs`."""
+        or none is needed) and against the recorded table row it names, counting its runs of that
+        approval in `runs`."""
         ex_id, approval_id, tool, args = ex[E_ID], ex[E_APPROVAL], ex[E_TOOL], ex[E_ARGS]
         if is_redacted(args):
             self.redaction(("eg_executions", str(ex_id)), tool, args, ex[E_HASH], approval_id, ex_id)
@@ -319,18 +299,20 @@ class Scan:
             policy = self.policy(fingerprint, tool, approval_id)
             if policy is not None:
                 self.policies[fingerprint] = policy
-        spec = self.table.get(tool) if self.table is not None else None
-        effect = _EFFECTS.get(ex[E_EFFECT]) or Effect(ex[E_EFFECT])
-        gated_now = policy.gates(effect) if policy is not None else effect in GATED_CLASSES
-        if not gated_now and approval_id is None:
-            if spec is not None and spec.effect in GATED_CLASSES and spec.effect != effect:
+        if bar is not None and ex[E_ROW_FP] == bar.row_fingerprint:
+            # its approval's row: checked (and reported if not recorded) with the approval
+            if bar.shadow:
+                self.add("shadow_executed", tool, "ran a call proposed in shadow mode", approval_id, ex_id)
+            if ex[E_EFFECT] != bar.effect:
                 self.add(
                     "reclassified",
                     tool,
-                    f"ran ungated as {ex[E_EFFECT]}; the table now says {spec.effect}",
-                    ex=ex_id,
+                    f"recorded as {ex[E_EFFECT]}; its approval's row says {bar.effect}",
+                    approval_id,
+                    ex_id,
                 )
-            return
+        elif not self.named_row(ex, policy) and approval_id is None:
+            return  # ungated, as the row it names says
         if bar is None:
             self.add("no_approval", tool, "gated execution with no approval record", approval_id, ex_id)
             return
@@ -363,6 +345,7 @@ class Scan:
                 approval_id,
                 ex_id,
             )
+        spec = self.table.get(tool) if self.table is not None else None
         if self.table is not None and (spec is None or spec.fingerprint != bar.row_fingerprint):
             now = (
                 "is no longer in the table"
@@ -370,3 +353,41 @@ class Scan:
                 else f"is now {spec.effect}, role {spec.approver_role}"
             )
             self.add("reclassified", tool, f"approved as {bar.effect}; the tool {now}", approval_id, ex_id)
+
+    def named_row(self, ex: tuple[Any, ...], policy: Policy | None) -> bool:
+        """Check an execution against the recorded table row it names (not its approval's):
+        recorded for its tool, of the effect the execution says, not a shadow row. True when the
+        execution needed an approval: the row's effect or its own is gated under its policy (or,
+        without one, is send, money or destructive), or the row is not its tool's recorded row."""
+        ex_id, approval_id, tool, fingerprint = ex[E_ID], ex[E_APPROVAL], ex[E_TOOL], ex[E_ROW_FP]
+        row = self.rules.row(fingerprint)
+        effect = EFFECTS.get(ex[E_EFFECT])
+        if row is None or row.tool != tool:  # then the rule it ran under is unknown: it needed one
+            named = f"the row of {row.tool}" if row is not None else "not a recorded table row"
+            self.add(
+                "rule_missing", tool, f"table row {fingerprint[:12] or '-'} is {named}", approval_id, ex_id
+            )
+            row = None
+        else:
+            if row.shadow:
+                self.add("shadow_executed", tool, "ran a call of a shadow row", approval_id, ex_id)
+            if row.effect is not effect:
+                self.add(
+                    "reclassified",
+                    tool,
+                    f"recorded as {ex[E_EFFECT]}; the row it names ({fingerprint[:12]}) says {row.effect}",
+                    approval_id,
+                    ex_id,
+                )
+        gated = GATED_CLASSES.__contains__ if policy is None else policy.gates
+        needed = row is None or gated(row.effect) or effect is None or gated(effect)
+        if not needed and approval_id is None and self.table is not None:
+            spec = self.table.get(tool)
+            if spec is not None and spec.effect in GATED_CLASSES and spec.effect != effect:
+                self.add(
+                    "reclassified",
+                    tool,
+                    f"ran ungated as {ex[E_EFFECT]}; the table now says {spec.effect}",
+                    ex=ex_id,
+                )
+        return needed

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ._export_file import read_small, strict_loads
 from .canonical import canonical_json
 from .errors import EffectGateError, TokenError
 from .tokens import Keyring
@@ -15,8 +16,15 @@ FORMAT = "effectgate-export/2"
 #: Formats `verify_export` reads and an export may continue: /1 put the whole arguments inside the
 #: chain (no `personal`); its chain links the same way, so a /2 export continues a /1 chain.
 READABLE = ("effectgate-export/1", FORMAT)
+#: The fields of a chain line, in the order the exporter writes them, per format.
+LINE_FIELDS = {
+    "effectgate-export/1": ["seq", "prev", "hash", "record"],
+    FORMAT: ["seq", "prev", "hash", "record", "personal"],
+}
 GENESIS = "0" * 64
 PURPOSE = "export-manifest"
+#: The largest manifest `Manifest.load` reads (bytes): a few heads, far below it.
+MAX_MANIFEST = 1024 * 1024
 
 
 class ExportError(EffectGateError):
@@ -53,10 +61,14 @@ class Manifest:
 
     @classmethod
     def load(cls, path: str | Path) -> Manifest:
+        """Read a manifest (at most MAX_MANIFEST bytes, strict JSON: a repeated key is refused);
+        ExportError when it is not one. Its signature is checked by `check`, not here."""
         try:
-            data = json.loads(Path(path).read_text())
+            data = strict_loads(read_small(path, limit=MAX_MANIFEST))
+            if not isinstance(data, dict):
+                raise TypeError("not a JSON object")
             return cls(**data)
-        except (OSError, ValueError, TypeError) as exc:
+        except (OSError, ValueError, TypeError, RecursionError) as exc:
             raise ExportError(f"{path} is not an export manifest: {exc}") from exc
 
     def check(self, keyring: Keyring) -> None:

@@ -12,6 +12,11 @@ everything it checks from the rows themselves, never trusting a stored copy of a
   approvers are derived from them and compared with what was recorded and what was decided;
 - every gated execution needs its approval, the same args hash, the executed version, enough
   distinct, validly sealed approvers holding the required role, and ran once;
+- every execution is checked against the recorded table row it names: a row not recorded for
+  its tool is `rule_missing`, a gated row (under the execution's recorded policy) run without an
+  approval is `no_approval` whatever the execution's own `effect` column says, an `effect` column
+  that differs from the row's is `reclassified`, and a call proposed in shadow mode (its row, or
+  its approval's, a shadow row) that ran is `shadow_executed`;
 - a policy that lets send, money or destructive calls run alone, or drops the second approver of
   destructive calls, is reported wherever an approval or execution was made under it.
 
@@ -40,7 +45,8 @@ from typing import Any
 
 from . import _audit_rows as col
 from . import _pins
-from ._audit_scan import Finding, FindingKind, Scan
+from ._audit_rows import Finding, FindingKind
+from ._audit_scan import Scan
 from .chain import verify_chain
 from .effects import Policy
 from .report import p95

@@ -8,10 +8,13 @@ The append-only tables that hold the decision records (`eg_decisions`, `eg_execu
 row's values (compact JSON, in column order), where each personal value (`records.PERSONAL`)
 enters as its keyed hash, the same commitment a redaction keeps, so an erasure leaves the chain
 whole. `seal_chain` appends a signed checkpoint per table (`eg_chain`: first and last id, count,
-start, head, key id; HMAC with the keyring) over the rows not yet checkpointed that are older than
-`settle` seconds, stopping at the first younger one (a row whose transaction commits late is
-never skipped). `verify_chain` recomputes every checkpointed range and checks each signature and
-that each checkpoint continues the one before: a row deleted, inserted or changed after its
+start, head, key id; HMAC with the keyring) over the rows not yet checkpointed, in id order, up
+to the last one older than `settle` seconds. Younger rows after it wait for the next checkpoint: a
+row still uncommitted took its id after every row settled since (its transaction commits within
+`settle` seconds), so it is never skipped. A younger or future-dated row before it is seen, hence
+committed, and is covered with it, so one row with a wrong clock cannot hold back every row after
+it. `verify_chain` recomputes every checkpointed range and checks each signature and that each
+checkpoint continues the one before: a row deleted, inserted or changed after its
 checkpoint, or a forged or missing checkpoint, is named with its table and id range.
 
 Why checkpoints and not a link written with each row: a link per insert would serialise every
@@ -168,11 +171,12 @@ def _mismatch(keyring: Keyring, why: str) -> TokenError:
 def seal_chain(
     store: Store, keyring: Keyring, *, now: float | None = None, settle: float = SETTLE_S
 ) -> list[ChainRow]:
-    """Checkpoint each chained table's rows not yet covered and older than `settle` seconds.
-    Raises, writing nothing, TokenError("keyring_mismatch") when the ledger was sealed with
-    another keyring (`check_keyring`), and ChainError when a table's last checkpoint does not
-    verify. The redaction entries and the rows are read in one transaction, under the lock every
-    redaction takes, so a redaction committing meanwhile cannot leave a marker sealed as text."""
+    """Checkpoint each chained table's rows not yet covered, up to the last one (in id order)
+    older than `settle` seconds (module docstring). Raises, writing nothing,
+    TokenError("keyring_mismatch") when the ledger was sealed with another keyring
+    (`check_keyring`), and ChainError when a table's last checkpoint does not verify. The
+    redaction entries and the rows are read in one transaction, under the lock every redaction
+    takes, so a redaction committing meanwhile cannot leave a marker sealed as text."""
     cutoff = (time.time() if now is None else now) - settle
     made: list[ChainRow] = []
     with store.transaction() as conn:
@@ -189,15 +193,14 @@ def seal_chain(
                 )
             links = _Links(keyring, table, keyring.current, erased)
             at_index = columns(table).index("at")
-            head = before.head if before is not None else GENESIS
+            running = head = before.head if before is not None else GENESIS
             first = last_id = None
-            count = 0
+            seen = count = 0
             for row in store.chain_rows(conn, table, after_id=before.last_id if before else 0):
-                if row[at_index] >= cutoff:
-                    break  # this one and every later one wait for the next checkpoint
-                head = links.link(head, row)
+                running, seen = links.link(running, row), seen + 1
                 first = row[links.id_at] if first is None else first
-                last_id, count = row[links.id_at], count + 1
+                if row[at_index] < cutoff:  # settled: it and every row before it are covered
+                    head, last_id, count = running, row[links.id_at], seen
             if count == 0 or first is None or last_id is None:
                 continue
             values: dict[str, Any] = {

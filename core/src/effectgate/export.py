@@ -25,7 +25,9 @@ names the format, the key id, the first and last sequence, the count, the chain'
 and is signed with the gate's keyring (HMAC, domain-separated from grant tokens). `verify_export`
 recomputes every link and checks the manifest's signature: a flipped byte, a removed, added or
 reordered record, a file cut short or a forged manifest are each named at the first record where
-the chain breaks.
+the chain breaks. A line must be the exact bytes the exporter wrote (a repeated key, an extra
+field or another serialisation of the same JSON is a changed line: what a reader sees is what was
+hashed), and the file is streamed with a bound on a line's length (`MAX_LINE`).
 
 What is exported is re-derived first: the export checkpoints the ledger's own hash chain
 (`effectgate.chain.seal_chain`), then runs `audit` over the whole ledger with the keyring (seals,
@@ -33,14 +35,14 @@ hashes, roles, approver counts, and the chain: a row deleted or edited in the da
 earlier checkpoint) and refuses while it has findings, so a signature never vouches for an edited
 row. The manifest pins the ledger's chain heads (`_pins`). An incremental export starts after
 the previous manifest's last sequence (its signature verified first), continues its chain, and
-refuses while the ledger's chain is cut back below that manifest's pins. Records newer than
-`settle` seconds are left for the next export (a row whose transaction commits late is not skipped).
+refuses while the ledger's chain is cut back below that manifest's pins. Records after the last
+execution older than `settle` seconds are left for the next export (a row whose transaction
+commits late is not skipped); a future-dated one before it goes out with it, never blocking.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
@@ -50,9 +52,11 @@ from typing import Any
 
 from . import _pins
 from ._commitments import commitment, commitment_holds, commitment_part
+from ._export_file import MAX_LINE, LineError, line_text, read_lines, strict_loads
 from ._manifest import (  # noqa: F401 - the manifest's names, as `effectgate.export` has always had them
     FORMAT,
     GENESIS,
+    LINE_FIELDS,
     PURPOSE,
     READABLE,
     ExportError,
@@ -78,9 +82,11 @@ def link(prev: str, record: Mapping[str, Any]) -> str:
 def decision_records(
     store: Store, keyring: Keyring, *, after_seq: int = 0, before: float | None = None
 ) -> Iterator[tuple[dict[str, Any], dict[str, str]]]:
-    """The decision records with a sequence number above `after_seq`, in sequence order, up to the
-    first one not older than `before` (it and every later one are left for the next export), each
-    with its personal values (column -> text; an erased value is absent)."""
+    """The decision records with a sequence number above `after_seq`, in sequence order, up to
+    the last execution (of any effect) older than `before`: younger ones after it are left for the
+    next export, as the ledger's chain leaves them (`seal_chain`), and a younger or future-dated
+    one before it is exported with it, so one row with a wrong clock cannot hold back every later
+    record. Each comes with its personal values (column -> text; an erased value is absent)."""
     erased = entries(store)
     approvers: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
     for d in store.all_decisions():
@@ -91,12 +97,15 @@ def decision_records(
     refs = {r.key: r.provider_ref for r in store.idempotency_records()}
     # the grant that ran a gated call: its key id and the hash of its token (never the token)
     grants = {a.id: (a.token_kid, a.token_hash) for a in store.approvals() if a.token_hash is not None}
-    for ex in store.executions():
+    executions = store.executions()
+    settled = [ex.id for ex in executions if ex.id is not None and (before is None or ex.at < before)]
+    upto = max(settled, default=0)  # in id order: what comes after the last settled row waits
+    for ex in executions:
         assert ex.id is not None
+        if ex.id > upto:
+            return
         if ex.id <= after_seq or ex.effect == "read":
             continue
-        if before is not None and ex.at >= before:
-            return  # this one and every later one wait for the next export, in sequence order
         gated = ex.approval_id is not None and ex.version is not None
         grant = grants.get(ex.approval_id or "", (None, None))
         personal: dict[str, str] = {}
@@ -187,7 +196,7 @@ def export_chain(
                 "record": record,
                 "personal": personal,
             }
-            out.write(json.dumps(line) + "\n")
+            out.write(line_text(line) + "\n")
             head, last, count = digest, record["seq"], count + 1
             first = record["seq"] if first is None else first
     manifest = Manifest(
@@ -230,7 +239,11 @@ def _same_value(a: Any, b: Any) -> bool:
 
 
 def redact_export(
-    path: str | Path, *, user_id: str, erased: Mapping[tuple[str, str, str], RedactedRow] | None = None
+    path: str | Path,
+    *,
+    user_id: str,
+    erased: Mapping[tuple[str, str, str], RedactedRow] | None = None,
+    max_line: int = MAX_LINE,
 ) -> int:
     """Erase `user_id`'s personal values from an export file (after `redact` erased them from the
     ledger): their lines keep their records, so the chain and the manifest still verify. With
@@ -238,34 +251,46 @@ def redact_export(
     ledger erased go: a value is removed when an entry names its execution (the line's sequence)
     and column and commits to the same value, so a redaction of one subject erases that subject's
     records and no other. Without it, every personal value of the user's lines goes (what `redact`
-    of the whole user erases). Returns how many lines changed. The file is replaced whole
-    (written beside it, then renamed)."""
+    of the whole user erases). Returns how many lines changed. The file is read a line at a time
+    (ExportError, nothing changed, for a line that is not a chain line or is longer than
+    `max_line` bytes) and replaced whole (written beside it, then renamed)."""
     if not isinstance(user_id, str) or not user_id:
         raise ExportError("user_id must be a non-empty string")
     target = Path(path)
-    lines = target.read_text(encoding="utf-8").splitlines()
-    changed, out = 0, []
-    for text in lines:
-        line = json.loads(text)
-        record, personal = line["record"], line.get("personal")
-        if record.get("user_id") == user_id and personal:
-            if erased is None:
-                kept: dict[str, Any] = {}
-            else:
-                committed = record.get("personal") or {}
-                kept = {
-                    column: value
-                    for column, value in personal.items()
-                    if (entry := erased.get(("eg_executions", str(record.get("seq")), column))) is None
-                    or not _same_value(entry.commitment, committed.get(column))
-                }
-            if kept != personal:
-                line["personal"] = kept
-                changed += 1
-                text = json.dumps(line)
-        out.append(text + "\n")
     partial = target.with_name(target.name + ".partial")
-    partial.write_text("".join(out), encoding="utf-8")
+    changed = 0
+    try:
+        with partial.open("w", encoding="utf-8") as out:
+            for number, text in read_lines(target, max_line=max_line):
+                try:
+                    line = strict_loads(text)
+                    record, personal = line["record"], line.get("personal")
+                    mine = record.get("user_id") == user_id and personal
+                except (ValueError, RecursionError, KeyError, TypeError, AttributeError) as exc:
+                    raise LineError(number, "not a chain line (run `effectgate verify`)") from exc
+                if mine:
+                    if erased is None:
+                        kept: dict[str, Any] = {}
+                    else:
+                        committed = record.get("personal") or {}
+                        kept = {
+                            column: value
+                            for column, value in personal.items()
+                            if (entry := erased.get(("eg_executions", str(record.get("seq")), column)))
+                            is None
+                            or not _same_value(entry.commitment, committed.get(column))
+                        }
+                    if kept != personal:
+                        line["personal"] = kept
+                        changed += 1
+                        text = line_text(line)
+                out.write(text + "\n")
+    except LineError as exc:
+        partial.unlink(missing_ok=True)
+        raise ExportError(f"{target} was not changed: {exc}") from exc
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
     partial.replace(target)
     return changed
 
@@ -284,9 +309,15 @@ class Verified:
         return asdict(self)
 
 
-def verify_export(path: str | Path, keyring: Keyring, *, after: Manifest | None = None) -> Verified:
+def verify_export(
+    path: str | Path, keyring: Keyring, *, after: Manifest | None = None, max_line: int = MAX_LINE
+) -> Verified:
     """Check an export file against its signed manifest (and, with `after`, that it continues that
-    earlier export's chain). Never raises for a broken file: the answer names the first break."""
+    earlier export's chain). Each line must be exactly the bytes the exporter wrote: strict JSON
+    (no key named twice), the format's fields and no others, serialised as `export_chain` does,
+    so what one reader sees is what was hashed. The file is read a line at a time; a line longer
+    than `max_line` bytes is a break. Never raises for a broken file: the answer names the first
+    break."""
     try:
         manifest = Manifest.load(manifest_path(path))
         manifest.check(keyring)
@@ -296,48 +327,58 @@ def verify_export(path: str | Path, keyring: Keyring, *, after: Manifest | None 
         return Verified(False, 0, problem=str(exc))
     if after is not None and manifest.start != after.head:
         return Verified(False, 0, problem="the file does not continue the given earlier export's chain")
-    head, count, last_seq = manifest.start, 0, None
+    fields = LINE_FIELDS[manifest.format]
+    head, count, last_seq, number = manifest.start, 0, None, 0
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        return Verified(False, 0, problem=f"cannot read {path}: {exc}")
-    for number, text in enumerate(lines, start=1):
-        try:
-            line = json.loads(text)
-            seq, prev, digest, record = line["seq"], line["prev"], line["hash"], line["record"]
-        except (ValueError, KeyError, TypeError):
-            return Verified(
-                False, count, number, None, "not a chain line (unreadable JSON or missing fields)"
-            )
-        if not isinstance(record, dict) or record.get("seq") != seq or not isinstance(seq, int):
-            return Verified(False, count, number, None, "the line's sequence number is not its record's")
-        if prev != head:
-            return Verified(
-                False,
-                count,
-                number,
-                seq,
-                "does not follow the record before it (a record was removed, added or reordered)",
-            )
-        if link(prev, record) != digest:
-            return Verified(False, count, number, seq, "the record does not match its hash (it was changed)")
-        if not _personal_holds(keyring, record, line.get("personal")):
-            return Verified(
-                False, count, number, seq, "a personal value does not match its commitment (it was changed)"
-            )
-        if last_seq is not None and seq <= last_seq:
-            return Verified(False, count, number, seq, "sequence numbers go backwards")
-        head, count, last_seq = digest, count + 1, seq
+        for number, text in read_lines(path, max_line=max_line):
+            broken = _check_line(keyring, text, fields, head, last_seq)
+            if isinstance(broken, tuple):
+                return Verified(False, count, number, *broken)
+            head, count, last_seq = broken["hash"], count + 1, broken["seq"]
+    except LineError as exc:
+        return Verified(False, count, exc.line, None, exc.problem)
+    except OSError as exc:
+        return Verified(False, count, problem=f"cannot read {path}: {exc}")
     if count != manifest.count or head != manifest.head or last_seq != manifest.last_seq:
         return Verified(
             False,
             count,
-            len(lines) + 1,
+            number + 1,
             None,
             f"the file ends after {count} record(s) at another head than its manifest's "
             f"{manifest.count} (records were removed or added at the end)",
         )
     return Verified(True, count)
+
+
+def _check_line(
+    keyring: Keyring, text: str, fields: list[str], head: str, last_seq: int | None
+) -> dict[str, Any] | tuple[int | None, str]:
+    """The parsed line when it holds, else (its sequence if known, why not)."""
+    try:
+        line = strict_loads(text)
+    except (ValueError, RecursionError):
+        return None, "not a chain line (unreadable JSON, or a key named twice)"
+    if not isinstance(line, dict) or list(line) != fields:
+        return None, f"not a chain line (its fields must be exactly {', '.join(fields)})"
+    seq, prev, digest, record = line["seq"], line["prev"], line["hash"], line["record"]
+    if not isinstance(record, dict) or record.get("seq") != seq or not isinstance(seq, int):
+        return None, "the line's sequence number is not its record's"
+    if prev != head:
+        return seq, "does not follow the record before it (a record was removed, added or reordered)"
+    try:
+        holds = link(prev, record) == digest
+    except (ValueError, TypeError, RecursionError):
+        holds = False
+    if not holds:
+        return seq, "the record does not match its hash (it was changed)"
+    if not _personal_holds(keyring, record, line.get("personal")):
+        return seq, "a personal value does not match its commitment (it was changed)"
+    if last_seq is not None and seq <= last_seq:
+        return seq, "sequence numbers go backwards"
+    if line_text(line) != text:
+        return seq, "the line is not written as the export wrote it (its bytes were changed)"
+    return line
 
 
 __all__ = [

@@ -26,9 +26,14 @@ commitments would be unverifiable and break the chain), a user under a legal hol
 with a call that may still run or is being decided (pending, approved, executing,
 needs_reconciliation; not an approved shadow call, nor one whose grant lapsed after its
 approval's deadline: those can never run, `stores._redaction.is_open`): decide or reconcile it
-first. A retention pass skips held users and every row of an open call (its approval,
-executions, events, decisions and idempotency records). Each redaction is itself an event
-(`redacted`, with who ran it and why, and no personal value).
+first. Refused too, by `redact` and `retain` alike, when an approval's or execution's stored
+arguments no longer hash to its recorded args hash (edited in the database): erasing them would
+seal the edited facts and hide the tampering from the audit. A retention pass skips held users
+and every row of an open call (its approval, executions, events, decisions and idempotency
+records; and a note listing it in its detail's `approval_ids`). Each redaction is itself an
+event (`redacted`, with who ran it and why, and no personal value). A hold is placed and
+released under the erasure lock, so it never commits under a running redaction or retention
+pass. A redaction whose `subject` matches no record of the user is `SubjectNotFound`.
 
 Redaction selects by the user a call acted for (and, with `subject`, one subject of theirs, e.g.
 an order: the calls of its approvals, by subject key, and the writes whose arguments hold every
@@ -49,14 +54,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._commitments import commitment, commitment_holds, commitment_part, keyed_hash
+from ._holds import RedactionError, _event, _text, hold, holds, release
+from ._seal import stored_args_hash
 from .canonical import canonical_json, digest
 from .chain import ERASURE_LOCK, check_keyring
 from .effects import Effect
-from .errors import EffectGateError, TokenError
+from .errors import TokenError
 from .stores._dialect import is_redacted
 from .stores._redaction import UNCLASSIFIED, Target, call_id, is_open, of_subject
 from .stores.protocol import Store
-from .stores.records import HoldRow, RedactedRow
+from .stores.records import RedactedRow
 from .tokens import Keyring
 
 FACTS = ("amount", "currency")
@@ -68,8 +75,9 @@ ENTRY = "redaction"  # the keyring purpose of an eg_redacted entry's seal
 DAY = 86400.0
 
 
-class RedactionError(EffectGateError):
-    """A redaction, retention pass or hold was refused; nothing was changed."""
+class SubjectNotFound(RedactionError, LookupError):
+    """A redaction's subject matches no record of the user (values compare as JSON: "1042" is
+    not 1042); nothing was erased and no redaction recorded."""
 
 
 @dataclass(frozen=True)
@@ -141,6 +149,24 @@ def subject_keys(subject: Mapping[str, Any]) -> list[str]:
 
 
 _GATE_WRITTEN = ("args_json", "detail_json")
+#: The tables whose stored arguments the gate hashed when it wrote them (`args_hash`).
+_HASHED = ("eg_approvals", "eg_executions")
+
+
+def _check_arguments(targets: Sequence[Target]) -> None:
+    """Refuse the whole erasure if a row's stored arguments do not hash to its recorded args hash
+    (edited in the database: the audit's `args_tampered`). Erasing them would seal the edited
+    text's facts in a redaction entry under the true hash, and the audit would stop seeing it."""
+    for t in targets:
+        text = t.values.get("args_json")
+        if t.table not in _HASHED or text is None or is_redacted(text):
+            continue
+        if t.tool is None or stored_args_hash(t.tool, text) != t.args_hash:
+            raise RedactionError(
+                f"{t.table} row {t.key} ({t.tool or 'no tool'}): its stored arguments do not hash to "
+                "its recorded args hash (edited in the database; `effectgate audit` reports it as "
+                "args_tampered): nothing was erased"
+            )
 
 
 def _erase(
@@ -155,6 +181,7 @@ def _erase(
 ) -> tuple[int, int]:
     """Erase the targets' values. `erased`: the (table, row key, column) of every entry, read
     once per pass in its transaction (`_entered`); the entries written here join it when done."""
+    _check_arguments(targets)  # before anything is written: a refusal changes nothing
     rows = values_erased = 0
     written: list[tuple[str, str, str]] = []
     # Erased already: a marker with its entry. Arguments and event details never start like one
@@ -202,16 +229,6 @@ def _entered(store: Store, conn: Any) -> set[tuple[str, str, str]]:
     return {(e.table_name, e.row_key, e.column_name) for e in store.redacted(conn)}
 
 
-def _event(kind: str, at: float, **detail: Any) -> dict[str, Any]:
-    return {"at": at, "kind": kind, "detail_json": detail}
-
-
-def _text(name: str, value: Any) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise RedactionError(f"{name} must be a non-empty string")
-    return value
-
-
 def redact(
     store: Store,
     keyring: Keyring,
@@ -226,7 +243,8 @@ def redact(
     """Erase the personal values of every record of `user_id` (of one `subject` of theirs, when
     given), keeping the facts named in `keep`. Refused, changing nothing, while the user is held
     or has a call that may still run (module docstring), and for an empty `subject` (`{}` would
-    match every write of the user: leave `subject` out to erase them all)."""
+    match every write of the user: leave `subject` out to erase them all); `SubjectNotFound` when
+    no record of the user matches `subject`."""
     for name, value in (("user_id", user_id), ("by", by), ("reason", reason)):
         _text(name, value)
     if subject is not None and not subject:  # it would match every write of the user
@@ -246,6 +264,12 @@ def redact(
         targets = store.redaction_targets(conn, user_id=user_id)
         if subject is not None:  # its approvals' calls, and the writes whose arguments name it
             targets = of_subject(targets, keys, subject)
+            if not targets:  # a typo (1042 for "1042") must not read as a redaction done
+                raise SubjectNotFound(
+                    f"no record of user {user_id!r} matches subject {canonical_json(dict(subject)).decode()} "
+                    '(values compare as JSON: "1042" is not 1042; a write already erased no longer '
+                    "shows its arguments): nothing was redacted"
+                )
         open_ = sorted({call_id(t) for t in targets if is_open(t, at)})
         if open_:
             raise RedactionError(
@@ -318,37 +342,6 @@ def retain(
     return Redaction(rid, rows, values, keep, tuple(held))
 
 
-def hold(store: Store, *, user_id: str, by: str, reason: str, now: float | None = None) -> HoldRow:
-    """Place a legal hold on `user_id`'s records: no redaction or retention erases them until
-    the hold is released."""
-    placed = HoldRow(
-        id=f"h-{secrets.token_hex(8)}",
-        user_id=_text("user_id", user_id),
-        reason=_text("reason", reason),
-        placed_by=_text("by", by),
-        at=time.time() if now is None else now,
-    )
-    with store.transaction() as conn:
-        store.add_hold(conn, placed)
-        store.append_events(conn, [_event("hold", placed.at, hold_id=placed.id, user_id=user_id, by=by)])
-    return placed
-
-
-def release(store: Store, hold_id: str, *, by: str, now: float | None = None) -> None:
-    """Release a hold; RedactionError if no active hold has that id."""
-    at = time.time() if now is None else now
-    with store.transaction() as conn:
-        if not store.release_hold(conn, hold_id, by=_text("by", by), at=at):
-            raise RedactionError(f"no active legal hold {hold_id!r}")
-        store.append_events(conn, [_event("hold_released", at, hold_id=hold_id, by=by)])
-
-
-def holds(store: Store, *, active: bool = True) -> list[HoldRow]:
-    """The legal holds (only active ones, by default)."""
-    with store.transaction() as conn:
-        return list(store.holds(conn, active=active))
-
-
 def entries(store: Store) -> dict[tuple[str, str, str], RedactedRow]:
     """Every redaction entry, by (table, row key, column)."""
     with store.transaction() as conn:
@@ -359,6 +352,7 @@ __all__ = [
     "FACTS",
     "Redaction",
     "RedactionError",
+    "SubjectNotFound",
     "commitment",
     "commitment_holds",
     "commitment_part",

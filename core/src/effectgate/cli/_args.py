@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
-import json
 import math
 import os
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 
+from .._export_file import LineError, read_lines, strict_loads
 from ..effects import Effect
 from ..stores._redaction import UNCLASSIFIED
 from ._store import UsageError, _parse, _sqlite_file
@@ -121,22 +121,40 @@ def check_output(url: str, option: str, path: str, *, also: Iterable[Path] = ())
 
 def check_export_file(url: str, path: str) -> None:
     """An export file `redact --export` may rewrite: it exists, can be read and replaced, and every
-    line is an export line (a JSON object with its record); a usage error otherwise."""
+    line is an export line (a JSON object with its record, its personal values an object of
+    texts or absent, and the record's commitments an object or absent: what `redact_export`
+    reads); a usage error otherwise, raised before the ledger is erased."""
     target = Path(path)
     if not target.is_file():
         raise UsageError(f"--export {path}: no such export file; nothing was erased")
     check_output(url, "--export", path, also=[target.with_name(target.name + ".partial")])
-    try:
-        text = target.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+    try:  # as the export's own reader reads it (`_export_file`): streamed, strict, bounded
+        for number, line in read_lines(target):
+            try:
+                parsed = strict_loads(line)
+            except ValueError:
+                parsed = None
+            if not isinstance(parsed, dict) or not isinstance(parsed.get("record"), dict):
+                raise UsageError(f"--export {path}: line {number} is not an export line; nothing was erased")
+            personal, committed = parsed.get("personal"), parsed["record"].get("personal")
+            texts = isinstance(personal, dict) and all(map(_is_str, personal.values()))
+            if not (personal is None or texts):
+                raise UsageError(
+                    f"--export {path}: line {number}'s personal values are not an object of texts; "
+                    "nothing was erased"
+                )
+            if not (committed is None or isinstance(committed, dict)):
+                raise UsageError(
+                    f"--export {path}: line {number}'s record.personal is not an object; nothing was erased"
+                )
+    except LineError as exc:  # too long, not UTF-8, or cut short (no final newline)
+        raise UsageError(f"--export {path}: {exc}; nothing was erased") from exc
+    except OSError as exc:
         raise UsageError(f"--export {path}: cannot read it ({exc}); nothing was erased") from exc
-    for number, line in enumerate(text.splitlines(), 1):
-        try:
-            parsed = json.loads(line)
-        except ValueError:
-            parsed = None
-        if not isinstance(parsed, dict) or not isinstance(parsed.get("record"), dict):
-            raise UsageError(f"--export {path}: line {number} is not an export line; nothing was erased")
+
+
+def _is_str(value: object) -> bool:
+    return isinstance(value, str)
 
 
 # -- the inbox's network options

@@ -11,10 +11,10 @@ from typing import Any
 from rich.console import Console
 
 from ..export import redact_export
-from ..redact import FACTS, entries, hold, holds, redact, release, retain
+from ..redact import FACTS, SubjectNotFound, entries, hold, holds, redact, release, retain
 from ._args import check_export_file, retention_rule
 from ._render import EXIT_OK, _text, _write_json
-from ._store import UsageError, _open, keyring_for
+from ._store import NotFound, UsageError, _open, keyring_for
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -74,15 +74,18 @@ def _cmd_redact(args: argparse.Namespace, out: Console) -> int:
         check_export_file(args.db, path)
     keyring = keyring_for(args.db, create=False)
     with _open(args.db) as store:
-        done = redact(
-            store,
-            keyring,
-            user_id=args.user,
-            subject=subject,
-            by=args.by,
-            reason=args.reason,
-            keep=_keep(args.keep),
-        )
+        try:
+            done = redact(
+                store,
+                keyring,
+                user_id=args.user,
+                subject=subject,
+                by=args.by,
+                reason=args.reason,
+                keep=_keep(args.keep),
+            )
+        except SubjectNotFound as exc:  # exit 3, not a refusal: nothing to erase was found
+            raise NotFound(str(exc)) from exc
         # the files lose exactly what the ledger erased (with --subject: that subject's records)
         erased = entries(store) if args.export else {}
     files = {path: redact_export(path, user_id=args.user, erased=erased) for path in args.export}
@@ -101,7 +104,11 @@ def _cmd_redact(args: argparse.Namespace, out: Console) -> int:
 
 
 def _cmd_retain(args: argparse.Namespace, out: Console) -> int:
-    rules: dict[str, float] = dict(args.rule)  # (kind, days) pairs, checked by `_args.retention_rule`
+    rules: dict[str, float] = {}  # (kind, days) pairs, each checked by `_args.retention_rule`
+    for kind, days in args.rule:
+        if kind in rules:  # which one was meant? (the last would silently win)
+            raise UsageError(f"--rule {kind}= is given twice: give each kind once; nothing was erased")
+        rules[kind] = days
     keyring = keyring_for(args.db, create=False)
     with _open(args.db) as store:
         done = retain(store, keyring, rules, by=args.by, keep=_keep(args.keep))

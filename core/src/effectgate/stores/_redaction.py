@@ -72,10 +72,16 @@ class Call:
     id: str
     approval: Target | None
     records: tuple[str, ...]
+    #: The approvals an event names in its detail (`approval_ids`) but not in its approval id
+    #: column, e.g. the LangGraph adapter's record of an interrupt that showed several calls: the
+    #: event is open while any of them is (an answer to that interrupt is checked against it).
+    named: tuple[Target, ...] = ()
 
 
-#: What `is_open` reads of an approval besides its status.
+#: What `is_open` reads of an approval besides its status (and the tool, which with the args
+#: hash lets `redact` check the stored arguments before erasing them).
 _APPROVAL_EXTRA = (
+    "tool",
     "user_id",
     "effect",
     "status",
@@ -94,6 +100,8 @@ def is_open(t: Target, now: float) -> bool:
     whose grant lapsed unpresented after its approval's deadline (no regrant: `_decisions.lapsed`)."""
     if t.call is not None:
         if any(status in OPEN_RECORDS for status in t.call.records):
+            return True
+        if any(_row_open(a, now) for a in t.call.named):
             return True
         return t.call.approval is not None and _row_open(t.call.approval, now)
     return _row_open(t, now)
@@ -243,6 +251,8 @@ def _with_calls(conn: Connection, rows: list[Target]) -> list[Target]:
     outside the selection: younger than a retention rule's age, or of another effect)."""
     e, i = Q.T_EXECUTIONS, Q.T_IDEMPOTENCY
     ids = {t.key for t in rows if t.table == "eg_approvals"} | {t.approval_id for t in rows if t.approval_id}
+    named = {t.key: _named(t) for t in rows if t.table == "eg_events" and not t.approval_id}
+    ids |= {aid for listed in named.values() for aid in listed}
     # a read has no execution row: only the other events that name no approval are a write's
     writes = {
         t.args_hash
@@ -281,13 +291,26 @@ def _with_calls(conn: Connection, rows: list[Target]) -> list[Target]:
             key = write_key.get(_origin(t))
         aid = t.key if t.table == "eg_approvals" else t.approval_id or approval_of.get(key or "")
         if aid is None and key is None:
-            out.append(t)
+            listed = named.get(t.key, ()) if t.table == "eg_events" else ()
+            listing = tuple(approvals[n] for n in listed if n in approvals)
+            out.append(
+                replace(t, call=Call(id=listed[0], approval=None, records=(), named=listing)) if listed else t
+            )
             continue
         own = keys_of.get(aid, set()) if aid else set()
         records = tuple(status[k] for k in sorted(own | ({key} if key else set())) if k in status)
         call = Call(id=aid or key or t.key, approval=approvals.get(aid) if aid else None, records=records)
         out.append(replace(t, call=call))
     return out
+
+
+def _named(t: Target) -> tuple[str, ...]:
+    """The approval ids an event's detail lists in `approval_ids` (see `Call.named`)."""
+    text = t.values.get("detail_json") or ""
+    if '"approval_ids"' not in text:  # most events name none: no parse
+        return ()
+    listed = (_json_object(text) or {}).get("approval_ids")
+    return tuple(sorted({a for a in listed if isinstance(a, str)})) if isinstance(listed, list) else ()
 
 
 def of_subject(rows: Sequence[Target], keys: Sequence[str], subject: Mapping[str, Any]) -> list[Target]:

@@ -81,11 +81,16 @@ def record(
     gate: EffectGate, raised: GraphInterrupt, calls: Shown, ctx: CallContext, slot: int | None
 ) -> None:
     """Record in the gate's log what the interrupt `raised` carries showed, and the task's answer
-    slot it was raised at (LangGraph 1.2.15 gives every interrupt of a task the same id)."""
+    slot it was raised at (LangGraph 1.2.15 gives every interrupt of a task the same id). The
+    record also lists the approvals it showed (`approval_ids`), so retention keeps it while any
+    of them is open (`effectgate.stores._redaction.Call.named`): the answer is checked against it."""
+    approval_ids = sorted({str(c[0]) for c in calls})
     for intr in raised.args[0] if raised.args and isinstance(raised.args[0], tuple) else ():
         interrupt_id = getattr(intr, "id", None)
         if isinstance(interrupt_id, str):
-            gate.note(SHOWN, ctx=ctx, interrupt_id=interrupt_id, slot=slot, shown=calls)
+            gate.note(
+                SHOWN, ctx=ctx, interrupt_id=interrupt_id, slot=slot, shown=calls, approval_ids=approval_ids
+            )
 
 
 def refusal(gate: EffectGate, interrupt_id: str, slot: int, calls: Shown, session_id: str) -> str | None:

@@ -1,0 +1,75 @@
+"""Reading an export file or manifest that is not trusted yet (`effectgate.export`): lines are
+streamed with a bound on their length, and JSON is parsed strictly (a key named twice, or NaN and
+Infinity, is not JSON the exporter writes)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+#: The longest line `verify_export` and `redact_export` read (bytes, without its newline): a
+#: longer one is refused before it is held in memory whole.
+MAX_LINE = 16 * 1024 * 1024
+
+
+class LineError(ValueError):
+    """A line of an export file that cannot be a chain line (too long, not UTF-8, no newline)."""
+
+    def __init__(self, line: int, problem: str) -> None:
+        super().__init__(f"line {line}: {problem}")
+        self.line = line
+        self.problem = problem
+
+
+def _once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are each named once (a repeated key could show one value to a
+    reader and another to a parser: Python keeps the last, others the first)."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        raise ValueError("a repeated key")
+    return obj
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def strict_loads(text: str | bytes) -> Any:
+    """`json.loads`, refusing a repeated key at any depth and NaN/Infinity (ValueError)."""
+    return json.loads(text, object_pairs_hook=_once, parse_constant=_no_constant)
+
+
+def line_text(line: Mapping[str, Any]) -> str:
+    """A chain line as the exporter writes it (and `verify_export` requires it, byte for byte)."""
+    return json.dumps(line)
+
+
+def read_lines(path: str | Path, *, max_line: int = MAX_LINE) -> Iterator[tuple[int, str]]:
+    """Each line of the file (1-based number, text without its newline), read one at a time.
+    Raises LineError for a line longer than `max_line` bytes, one that is not UTF-8, or a last line
+    without its newline (the exporter ends every line with one); OSError when it cannot be read."""
+    with Path(path).open("rb") as f:
+        number = 0
+        while raw := f.readline(max_line + 1):
+            number += 1
+            if not raw.endswith(b"\n"):
+                if len(raw) > max_line:
+                    raise LineError(number, f"longer than {max_line} bytes (not a chain line)")
+                raise LineError(number, "the file does not end with a newline (cut short or changed)")
+            try:
+                text = raw[:-1].decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise LineError(number, f"not UTF-8 ({exc.reason})") from exc
+            yield number, text
+
+
+def read_small(path: str | Path, *, limit: int) -> bytes:
+    """The whole file, when it is at most `limit` bytes (ValueError otherwise; OSError when it
+    cannot be read)."""
+    with Path(path).open("rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"{path} is longer than {limit} bytes")
+    return data

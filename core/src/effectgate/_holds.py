@@ -1,0 +1,65 @@
+"""Legal holds (`effectgate.redact.hold`, `release`, `holds`): while a user is held, no redaction
+or retention pass erases their records. A hold and its release take the erasure lock
+(`chain.ERASURE_LOCK`), so neither commits under a running erasure: one already running read the
+holds before it, and one that starts after sees it."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Any
+
+from .chain import ERASURE_LOCK
+from .errors import EffectGateError
+from .stores.protocol import Store
+from .stores.records import HoldRow
+
+
+class RedactionError(EffectGateError):
+    """A redaction, retention pass or hold was refused; nothing was changed."""
+
+
+def _event(kind: str, at: float, **detail: Any) -> dict[str, Any]:
+    return {"at": at, "kind": kind, "detail_json": detail}
+
+
+def _text(name: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise RedactionError(f"{name} must be a non-empty string")
+    return value
+
+
+def hold(store: Store, *, user_id: str, by: str, reason: str, now: float | None = None) -> HoldRow:
+    """Place a legal hold on `user_id`'s records: no redaction or retention erases them until
+    the hold is released. It takes the erasure lock (`ERASURE_LOCK`), so it waits for a
+    redaction or retention pass already running (which read the holds before it) and one that
+    starts after it sees it."""
+    placed = HoldRow(
+        id=f"h-{secrets.token_hex(8)}",
+        user_id=_text("user_id", user_id),
+        reason=_text("reason", reason),
+        placed_by=_text("by", by),
+        at=time.time() if now is None else now,
+    )
+    with store.transaction() as conn:
+        store.lock(conn, ERASURE_LOCK)  # never committed under a running erasure (see above)
+        store.add_hold(conn, placed)
+        store.append_events(conn, [_event("hold", placed.at, hold_id=placed.id, user_id=user_id, by=by)])
+    return placed
+
+
+def release(store: Store, hold_id: str, *, by: str, now: float | None = None) -> None:
+    """Release a hold; RedactionError if no active hold has that id. Under the erasure lock, as
+    `hold`: a running erasure's refusal of a held user stands until it ends."""
+    at = time.time() if now is None else now
+    with store.transaction() as conn:
+        store.lock(conn, ERASURE_LOCK)
+        if not store.release_hold(conn, hold_id, by=_text("by", by), at=at):
+            raise RedactionError(f"no active legal hold {hold_id!r}")
+        store.append_events(conn, [_event("hold_released", at, hold_id=hold_id, by=by)])
+
+
+def holds(store: Store, *, active: bool = True) -> list[HoldRow]:
+    """The legal holds (only active ones, by default)."""
+    with store.transaction() as conn:
+        return list(store.holds(conn, active=active))
