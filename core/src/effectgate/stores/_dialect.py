@@ -16,6 +16,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import StaticPool
 
 from ..errors import MissingDependency, StoreError
+from ._fork import fork_safe
 from .records import SCHEMA_VERSION, SchemaVersionRow
 
 READONLY = "effectgate_readonly"
@@ -46,9 +47,8 @@ def _postgresql_engine(parsed: sa.engine.URL, pool_size: int | None) -> Engine:
     # No pool_pre_ping: it costs a round trip per transaction. A connection the server
     # dropped fails its first statement before anything is written (the caller may retry),
     # and SQLAlchemy then discards the pool's stale connections.
-    engine = sa.create_engine(
-        parsed.set(drivername="postgresql+psycopg"), pool_size=pool_size or 8, max_overflow=32
-    )
+    url = parsed.set(drivername="postgresql+psycopg")
+    engine = fork_safe(sa.create_engine(url, pool_size=pool_size or 8, max_overflow=32))
 
     @sa.event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -77,6 +77,8 @@ def _sqlite_engine(parsed: sa.engine.URL, pool_size: int | None) -> Engine:
     elif pool_size is not None:
         kwargs |= {"pool_size": pool_size, "max_overflow": 32}
     engine = sa.create_engine(parsed, **kwargs)
+    if not memory:  # one shared in-memory connection: a forked child has its own copy of it
+        fork_safe(engine)
 
     @sa.event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
