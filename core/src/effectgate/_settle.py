@@ -23,7 +23,7 @@ from . import flow
 from ._deps import Deps, Events
 from ._notice import Notices
 from .context import CallContext, ToolContext
-from .errors import NeedsReconciliation, OutcomeUnknown
+from .errors import LeaseLost, NeedsReconciliation, OutcomeUnknown
 from .outcomes import Executed
 from .stores.base import to_json
 from .stores.records import ApprovalRow
@@ -155,30 +155,29 @@ class Settlement:
         # with the record left in flight (the outcome is known; see `storable`)
         result, result_json = storable(result, "result", spec.name, key)
         after, after_json = storable(after, "after snapshot", spec.name, key)
-        with self.store.transaction() as conn:
-            record = self.store.complete(key, owner, result, conn=conn)
-            if row is not None:
-                self.mark_executed(conn, row)
-            self.store.append_execution(
-                conn,
-                status="succeeded",
-                result_json=result_json,
-                after_json=after_json if spec.snapshot else None,
-                **execution,  # holds no after_json
-            )
-            self.store.append_events(
-                conn,
-                [
-                    self.events.event(
-                        "executed" if row else "write",
-                        spec=spec,
-                        ctx=ctx,
-                        row=row,
-                        args_hash_=frozen,
-                        key=key,
-                    )
-                ],
-            )
+        execution["after_json"] = after_json if spec.snapshot else None
+        try:
+            with self.store.transaction() as conn:
+                record = self.store.complete(key, owner, result, conn=conn)
+                if row is not None:
+                    self.mark_executed(conn, row)
+                self.store.append_execution(conn, status="succeeded", result_json=result_json, **execution)
+                self.store.append_events(
+                    conn,
+                    [
+                        self.events.event(
+                            "executed" if row else "write",
+                            spec=spec,
+                            ctx=ctx,
+                            row=row,
+                            args_hash_=frozen,
+                            key=key,
+                        )
+                    ],
+                )
+        except LeaseLost:
+            self.record_lease_lost(spec, ctx, row, frozen, key, execution, result_json)
+            raise
         if row is not None:
             log.info("executed: approval=%s version=%d tool=%s key=%s", row.id, row.version, spec.name, key)
         else:
@@ -192,6 +191,37 @@ class Settlement:
             before=json.loads(before_json) if before_json is not None else None,
             after=json.loads(after_json) if spec.snapshot else None,
         )
+
+    def record_lease_lost(
+        self,
+        spec: ToolSpec,
+        ctx: CallContext,
+        row: ApprovalRow | None,
+        frozen: str,
+        key: str,
+        execution: dict[str, Any],
+        result_json: str,
+    ) -> None:
+        """The tool returned, but its lease was gone: another worker took the operation over
+        (`recover` found the lease expired while the tool still ran, and a reconcile may have run
+        it again under the same key). This run's effect is recorded, never dropped: an execution
+        row with its result, needing reconciliation (it may have happened twice; only a provider
+        that refuses a repeated key prevents that), and the approver role is notified."""
+        reason = "the tool returned after its lease was lost (another worker took the operation over)"
+        with self.store.transaction() as conn:
+            self.store.append_execution(
+                conn, status="needs_reconciliation", error=reason, result_json=result_json, **execution
+            )
+            self.store.append_events(
+                conn,
+                [
+                    self.events.event(
+                        "lease_lost", spec=spec, ctx=ctx, row=row, args_hash_=frozen, key=key, reason=reason
+                    )
+                ],
+            )
+        log_outcome("returned after its lease was lost", spec.name, row, key, reason)
+        self.notices.unknown_outcome(row, key, reason, None, tool=spec.name)
 
     def record_failure(
         self,
