@@ -238,9 +238,9 @@ class Reconciliation:
         with self.store.transaction() as conn:
             self.store.release(key, error, conn=conn)
             self.settlement.fail_approval(conn, row, error)
-            spec = self.table.get(row.tool)
-            fingerprint = spec.fingerprint if spec is not None else row.row_fingerprint
-            self.append_settled(conn, row, key, "failed", fingerprint, error=error)
+            # under the row the approval was made under (recorded, and what the audit holds the
+            # approval's executions to), whatever the table says now
+            self.append_settled(conn, row, key, "failed", row.row_fingerprint, error=error)
             self.store.append_events(conn, [self.events.event("released", row=row, key=key, by=by)])
         log.info(
             "settled (it did not happen): approval=%s version=%d key=%s by=%r", row.id, row.version, key, by
