@@ -215,12 +215,17 @@ def test_warn_expiring_needs_a_positive_window(gate: EffectGate) -> None:
 # -- needs_reconciliation
 
 
-def test_needs_reconciliation_pages_the_approver_role(
-    store: SQLStore, clock: FakeClock, shop: Shop, hook: Hook
-) -> None:
-    """A provider timeout sends a needs_reconciliation notice to finance with the key and provider ref,
-    and the older on_needs_reconciliation hook still gets its notice."""
-    older: list[ReconciliationNotice] = []
+@pytest.fixture
+def older() -> list[ReconciliationNotice]:
+    """What the older `on_needs_reconciliation` hook of `paging` received."""
+    return []
+
+
+@pytest.fixture
+def paging(
+    store: SQLStore, clock: FakeClock, shop: Shop, hook: Hook, older: list[ReconciliationNotice]
+) -> Iterator[EffectGate]:
+    """A gate that pages through `hook` and, as well, the older hook (into `older`)."""
     gate = app(
         store,
         keyring=Keyring.generate(),
@@ -229,15 +234,21 @@ def test_needs_reconciliation_pages_the_approver_role(
         notify=hook,
         on_needs_reconciliation=older.append,
     )
-    try:
-        out = propose(gate)
-        grant = gate.approve(out.approval_id, version=1, approver=FINANCE)
-        assert isinstance(grant, Grant)
-        shop.provider.timeouts_to_inject = 1
-        with pytest.raises(NeedsReconciliation):
-            gate.execute(grant.token)
-    finally:
-        gate.close()
+    yield gate
+    gate.close()
+
+
+def test_needs_reconciliation_pages_the_approver_role(
+    paging: EffectGate, shop: Shop, hook: Hook, older: list[ReconciliationNotice]
+) -> None:
+    """A provider timeout sends a needs_reconciliation notice to finance with the key and provider ref,
+    and the older on_needs_reconciliation hook still gets its notice."""
+    out = propose(paging)
+    grant = paging.approve(out.approval_id, version=1, approver=FINANCE)
+    assert isinstance(grant, Grant)
+    shop.provider.timeouts_to_inject = 1
+    with pytest.raises(NeedsReconciliation):
+        paging.execute(grant.token)
     notice = hook.seen[-1]
     assert (notice.kind, notice.approval_id, notice.version) == ("needs_reconciliation", out.approval_id, 1)
     assert (notice.approver_role, notice.key, notice.provider_ref) == (
@@ -272,24 +283,12 @@ def recovered_notice(gate: EffectGate, hook: Hook, older: list[ReconciliationNot
 
 
 def test_a_recovered_intact_record_is_announced_as_intact(
-    store: SQLStore, clock: FakeClock, shop: Shop, hook: Hook
+    paging: EffectGate, store: SQLStore, clock: FakeClock, hook: Hook, older: list[ReconciliationNotice]
 ) -> None:
     """recover() verifies the approval row it read back: an untouched one is announced intact,
     under the usual needs-reconciliation headline."""
-    older: list[ReconciliationNotice] = []
-    gate = app(
-        store,
-        keyring=Keyring.generate(),
-        clock=clock,
-        shop=shop,
-        notify=hook,
-        on_needs_reconciliation=older.append,
-    )
-    try:
-        crashed_email(gate, store, clock)
-        notice = recovered_notice(gate, hook, older)
-    finally:
-        gate.close()
+    crashed_email(paging, store, clock)
+    notice = recovered_notice(paging, hook, older)
     body = message(notice, inbox_url=None, now=clock.now())
     assert body["metadata"]["event_payload"]["intact"] is True
     assert "Needs reconciliation" in body["blocks"][0]["text"]["text"]
@@ -298,30 +297,18 @@ def test_a_recovered_intact_record_is_announced_as_intact(
 
 
 def test_a_recovered_tampered_record_is_announced_as_unverified(
-    store: SQLStore, clock: FakeClock, shop: Shop, hook: Hook
+    paging: EffectGate, store: SQLStore, clock: FakeClock, hook: Hook, older: list[ReconciliationNotice]
 ) -> None:
     """An approval row edited in the database (its sealed role changed) while its execution was in
     flight is announced by recover() as a record that does not verify: `intact` false and the
     fixed headline, with no name from the record in it."""
-    older: list[ReconciliationNotice] = []
-    gate = app(
-        store,
-        keyring=Keyring.generate(),
-        clock=clock,
-        shop=shop,
-        notify=hook,
-        on_needs_reconciliation=older.append,
-    )
-    try:
-        approval_id = crashed_email(gate, store, clock)
-        with store.transaction() as conn:  # behind effectgate's back
-            conn.execute(
-                sa.text("UPDATE eg_approvals SET approver_role = 'intern' WHERE id = :id"),
-                {"id": approval_id},
-            )
-        notice = recovered_notice(gate, hook, older)
-    finally:
-        gate.close()
+    approval_id = crashed_email(paging, store, clock)
+    with store.transaction() as conn:  # behind effectgate's back
+        conn.execute(
+            sa.text("UPDATE eg_approvals SET approver_role = 'intern' WHERE id = :id"),
+            {"id": approval_id},
+        )
+    notice = recovered_notice(paging, hook, older)
     body = message(notice, inbox_url=None, now=clock.now())
     assert body["metadata"]["event_payload"]["intact"] is False
     headline = body["blocks"][0]["text"]["text"]

@@ -32,7 +32,6 @@ class Checkouts:
         self._limit = self._keep + overflow if overflow >= 0 else float("inf")
         self._idle: list[tuple[Connection, Any, int]] = []
         self._epoch, self._pid = 0, os.getpid()
-        self.sqlite = engine.dialect.name == "sqlite"  #: COMMIT as `_dialect.driver_end` does there
         self.cursors: dict[Connection, Any] = {}  #: what runs the statements of each one taken
 
     def take(self) -> tuple[Connection, Any, int]:
@@ -111,9 +110,7 @@ class Held:
         assert taken is not None
         try:
             if self._begin:
-                _dialect.driver_end(
-                    taken[0], taken[1], commit=typ is None, sqlite=self._store._checkouts.sqlite
-                )
+                _dialect.driver_end(taken[0], taken[1], commit=typ is None)
             ok = typ is None
         finally:
             self._store._checkouts.give(taken, ok)
