@@ -21,6 +21,7 @@ from typing import Any
 
 from . import flow
 from ._deps import Deps, Events
+from ._leases import LeaseKeeper
 from ._notice import Notices
 from .context import CallContext, ToolContext
 from .errors import LeaseLost, NeedsReconciliation, OutcomeUnknown
@@ -57,6 +58,7 @@ class Settlement:
         self.clock = deps.clock
         self.events = events
         self.notices = notices
+        self.leases = LeaseKeeper(deps.store, deps.policy.lease_seconds)
 
     def run_claimed(
         self,
@@ -119,7 +121,11 @@ class Settlement:
         # `dataclasses.replace(tool_context, _on_provider_ref=on_ref)`, without its walk of fields()
         bound = ToolContext(**{**vars(tool_context), "_on_provider_ref": on_ref})
         try:
-            result = yield flow.Invoke(spec.fn, args, spec.context_params, bound)
+            self.leases.hold(key, owner)  # renewed while the tool runs (`_leases.py`)
+            try:
+                result = yield flow.Invoke(spec.fn, args, spec.context_params, bound)
+            finally:
+                self.leases.release(key)
         except Exception as exc:
             if _definite(spec, gated=row is not None, exc=exc):
                 self.record_failure(spec, ctx, row, frozen, key, owner, execution, exc)

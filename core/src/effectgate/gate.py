@@ -207,7 +207,9 @@ class EffectGate:
         self._reads.flush()
 
     def close(self) -> None:
+        """Write buffered read records and stop the background threads (read log, lease renewal)."""
         self._reads.close()
+        self._settlement.leases.close()
 
     def __enter__(self) -> EffectGate:
         return self

@@ -280,6 +280,17 @@ class IdempotencyStore(ABC):
             if not self._transition(c, key, from_status=("in_progress",), owner=owner, values=values):
                 raise LeaseLost(key, owner)
 
+    def renew_lease(self, key: str, owner: str, *, lease_seconds: float) -> bool:
+        """Extend a running operation's lease to `lease_seconds` from now (the lease owner only,
+        while in flight; its own statement). False when the record is no longer this owner's in
+        flight (`recover` made it needs_reconciliation, or it settled): the lease is lost."""
+        now = self.clock.now()
+        values = {"lease_expires_at": now + lease_seconds, "updated_at": now}
+        with self._single() as c:
+            return (
+                self._transition(c, key, from_status=("in_progress",), owner=owner, values=values) is not None
+            )
+
     def set_provider_ref(self, key: str, owner: str, provider_ref: str) -> None:
         """Persist the provider's reference (e.g. a 202 processing id) while still in flight."""
         with self._single() as c:

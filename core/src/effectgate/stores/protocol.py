@@ -57,6 +57,10 @@ class IdempotencyLedger(Protocol):
     def fail(self, key: str, owner: str, error: str, *, conn: Any = None) -> None:
         """A definite failure (the lease owner only). Raises `LeaseLost`."""
 
+    def renew_lease(self, key: str, owner: str, *, lease_seconds: float) -> bool:
+        """Extend a running operation's lease to `lease_seconds` from now (the lease owner only,
+        in flight only; its own transaction). False when the lease is lost."""
+
     def set_provider_ref(self, key: str, owner: str, provider_ref: str) -> None:
         """Persist the provider's reference while the call is in flight (its own transaction,
         committed before it returns; the lease owner only). Raises `LeaseLost`."""
