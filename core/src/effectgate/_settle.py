@@ -26,7 +26,7 @@ from ._notice import Notices
 from .context import CallContext, ToolContext
 from .errors import LeaseLost, NeedsReconciliation, OutcomeUnknown
 from .outcomes import Executed
-from .stores.base import to_json
+from .stores.base import IdempotencyRecord, to_json
 from .stores.records import ApprovalRow
 from .table import ToolSpec
 
@@ -162,25 +162,14 @@ class Settlement:
         result, result_json = storable(result, "result", spec.name, key)
         after, after_json = storable(after, "after snapshot", spec.name, key)
         execution["after_json"] = after_json if spec.snapshot else None
+        settle = (spec, ctx, row, frozen, key, owner, execution, result, result_json)
         try:
-            with self.store.transaction() as conn:
-                record = self.store.complete(key, owner, result, conn=conn)
-                if row is not None:
-                    self.mark_executed(conn, row)
-                self.store.append_execution(conn, status="succeeded", result_json=result_json, **execution)
-                self.store.append_events(
-                    conn,
-                    [
-                        self.events.event(
-                            "executed" if row else "write",
-                            spec=spec,
-                            ctx=ctx,
-                            row=row,
-                            args_hash_=frozen,
-                            key=key,
-                        )
-                    ],
-                )
+            try:
+                record = self.store_success(*settle)
+            except Exception as exc:
+                if not self.store.lost_connection(exc):
+                    raise
+                record = self.landed(key, owner) or self.store_success(*settle)
         except LeaseLost:
             self.record_lease_lost(spec, ctx, row, frozen, key, execution, result_json)
             raise
@@ -197,6 +186,53 @@ class Settlement:
             before=json.loads(before_json) if before_json is not None else None,
             after=json.loads(after_json) if spec.snapshot else None,
         )
+
+    def store_success(
+        self,
+        spec: ToolSpec,
+        ctx: CallContext,
+        row: ApprovalRow | None,
+        frozen: str,
+        key: str,
+        owner: str,
+        execution: dict[str, Any],
+        result: Any,
+        result_json: str,
+    ) -> IdempotencyRecord:
+        """Store the result, mark the approval executed and append the execution row: one commit."""
+        with self.store.transaction() as conn:
+            record = self.store.complete(key, owner, result, conn=conn)
+            if row is not None:
+                self.mark_executed(conn, row)
+            self.store.append_execution(conn, status="succeeded", result_json=result_json, **execution)
+            self.store.append_events(
+                conn,
+                [
+                    self.events.event(
+                        "executed" if row else "write",
+                        spec=spec,
+                        ctx=ctx,
+                        row=row,
+                        args_hash_=frozen,
+                        key=key,
+                    )
+                ],
+            )
+        return record
+
+    def landed(self, key: str, owner: str) -> IdempotencyRecord | None:
+        """After the connection was lost while the result was stored (a failover, a dropped
+        socket): the effect happened, and the commit may or may not have landed. The record says
+        which: settled under this run's lease, it landed (with the execution row and the
+        approval's mark, in the same commit), and is returned. None: the caller runs the same
+        transaction once more on a fresh connection, a compare-and-set on this lease like the
+        first; a second failure is raised, the record left in flight for `recover`."""
+        record = self.store.get(key)
+        if record is not None and record.status == "succeeded" and record.lease_owner == owner:
+            log.warning("connection lost after the result was stored (it was): key=%s", key)
+            return record
+        log.warning("connection lost while storing the result; storing it once more: key=%s", key)
+        return None
 
     def record_lease_lost(
         self,

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 import pydantic_core
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
 
 from .._clock import SYSTEM_CLOCK, Clock, uuid4_hex
 from .._json import parse
@@ -279,6 +280,12 @@ class IdempotencyStore(ABC):
         with self._one(conn) as c:
             if not self._transition(c, key, from_status=("in_progress",), owner=owner, values=values):
                 raise LeaseLost(key, owner)
+
+    def lost_connection(self, exc: BaseException) -> bool:
+        """Whether `exc`, raised by one of this store's transactions, is the database connection
+        lost (the server went away, a failover): the transaction did not commit, or its COMMIT's
+        outcome is unknown. The connection is already discarded from the pool."""
+        return isinstance(exc, DBAPIError) and bool(exc.connection_invalidated)
 
     def renew_lease(self, key: str, owner: str, *, lease_seconds: float) -> bool:
         """Extend a running operation's lease to `lease_seconds` from now (the lease owner only,

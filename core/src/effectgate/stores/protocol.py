@@ -57,6 +57,10 @@ class IdempotencyLedger(Protocol):
     def fail(self, key: str, owner: str, error: str, *, conn: Any = None) -> None:
         """A definite failure (the lease owner only). Raises `LeaseLost`."""
 
+    def lost_connection(self, exc: BaseException) -> bool:
+        """Whether `exc`, raised by one of this store's transactions, is its connection lost (the
+        transaction did not commit, or its commit's outcome is unknown)."""
+
     def renew_lease(self, key: str, owner: str, *, lease_seconds: float) -> bool:
         """Extend a running operation's lease to `lease_seconds` from now (the lease owner only,
         in flight only; its own transaction). False when the lease is lost."""
