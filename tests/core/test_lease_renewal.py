@@ -217,3 +217,28 @@ def test_a_store_in_memory_is_not_renewed_from_another_thread(clock: FakeClock) 
         assert runs == [5]
         assert gate._settlement.leases._thread is None
     store.close()
+
+
+def test_a_renewal_that_lands_after_the_run_settled_is_not_a_lost_lease(
+    make_gate: MakeGate, store: SQLStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A beat takes the held leases, then the tool returns and its result is stored before the
+    renewal runs: the renewal finds nothing in flight, which is no lost lease (no warning)."""
+    keeper = make_gate(
+        _table(lambda account, amount: {}), policy=Policy(lease_seconds=1000)
+    )._settlement.leases
+    claim = store.claim("k1", "h1", lease_seconds=1000)
+    owner = claim.owner  # type: ignore[union-attr]
+    keeper.hold("k1", owner)
+    renew = store.renew_lease
+
+    def settled_first(key: str, owner: str, *, lease_seconds: float) -> bool:
+        keeper.release(key)  # the tool returned meanwhile
+        store.complete(key, owner, {"ok": True})  # and its result was stored
+        return renew(key, owner, lease_seconds=lease_seconds)
+
+    store.renew_lease = settled_first  # type: ignore[method-assign]
+    with caplog.at_level("WARNING", logger="effectgate._execution"):
+        assert keeper.beat() == []
+    assert not [r for r in caplog.records if "lease lost" in r.getMessage()]
+    keeper.close()

@@ -72,10 +72,9 @@ class LeaseKeeper:
             except Exception as exc:  # the next beat tries again; the tool is never disturbed
                 log.warning("lease renewal failed (%s), retried next beat: key=%s", type(exc).__name__, key)
                 continue
-            if not renewed:
+            if not renewed and self._held.get(key) == owner:  # not a run that just settled
+                self._held.pop(key, None)
                 lost.append(key)
-                if self._held.get(key) == owner:
-                    self._held.pop(key, None)
                 log.warning(
                     "lease lost while the tool runs (another worker took the operation over): key=%s", key
                 )
