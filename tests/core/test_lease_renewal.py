@@ -6,6 +6,8 @@ SQLite and PostgreSQL; the renewals are awaited as events, never timed with slee
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import threading
 from typing import Any
 
@@ -24,6 +26,7 @@ from effectgate import (
     ToolSpec,
     open_store,
 )
+from effectgate._leases import LeaseKeeper
 from effectgate.errors import LeaseLost
 from effectgate.examples.shop import context
 from effectgate.stores import SQLStore
@@ -76,6 +79,14 @@ def _counting_renewals(store: SQLStore) -> tuple[list[bool], threading.Event]:
     return outcomes, renewed
 
 
+def _outlive_three_leases(clock: FakeClock, renewed: threading.Event) -> None:
+    """Three leases' worth of (fake) time, each step renewed (awaited) before the next."""
+    for _ in range(3):
+        clock.advance(LEASE * 2 / 3)
+        renewed.clear()
+        assert renewed.wait(10), "the lease was not renewed while the tool ran"
+
+
 def test_a_slow_tool_keeps_its_lease_and_runs_once(
     make_gate: MakeGate, store: SQLStore, clock: FakeClock
 ) -> None:
@@ -87,10 +98,7 @@ def test_a_slow_tool_keeps_its_lease_and_runs_once(
         """Pay `amount` to an account (slowly: it outlives its first lease)."""
         receiver.record("pay", account=account, amount=amount)
         if receiver.count("pay") == 1:
-            for _ in range(3):  # three leases' worth of time, each step renewed before the next
-                clock.advance(LEASE * 2 / 3)
-                renewed.clear()
-                assert renewed.wait(10), "the lease was not renewed while the tool ran"
+            _outlive_three_leases(clock, renewed)
             assert gates[1].recover() == []  # another worker: the lease is live, nothing to take over
         return {"paid": amount}
 
@@ -242,3 +250,111 @@ def test_a_renewal_that_lands_after_the_run_settled_is_not_a_lost_lease(
         assert keeper.beat() == []
     assert not [r for r in caplog.records if "lease lost" in r.getMessage()]
     keeper.close()
+
+
+def test_a_slow_after_snapshot_keeps_its_lease(
+    make_gate: MakeGate, store: SQLStore, clock: FakeClock
+) -> None:
+    """The lease is renewed from the claim to the stored outcome, not only while the tool runs: a
+    slow snapshot (it reads the provider's state) is part of the run."""
+    receiver = EffectRecorder()
+    gates: list[EffectGate] = []
+    snapshots: list[int] = []
+    _, renewed = _counting_renewals(store)
+
+    def snapshot(args: Any) -> dict[str, int]:
+        snapshots.append(1)
+        if len(snapshots) == 2:  # the after-snapshot of the first run
+            _outlive_three_leases(clock, renewed)
+            assert gates[1].recover() == []
+        return {"balance": 0}
+
+    def pay(account: str, amount: int) -> dict[str, int]:
+        """Pay `amount` to an account."""
+        receiver.record("pay", account=account, amount=amount)
+        return {"paid": amount}
+
+    table = _table(pay)
+    table = EffectTable([dataclasses.replace(table.get("pay"), snapshot=snapshot)])  # type: ignore[arg-type]
+    table.allow("support", ["pay"])
+    policy = Policy(lease_seconds=LEASE)
+    first = make_gate(table, policy=policy)
+    gates += [first, make_gate(table, keyring=first.keyring, policy=policy)]
+    assert isinstance(first.execute(_granted(first).token), Executed)
+    assert receiver.count("pay") == 1
+    assert [e.status for e in first.store.executions()] == ["succeeded"]
+
+
+def test_a_gate_used_after_close_still_renews(make_gate: MakeGate, store: SQLStore, clock: FakeClock) -> None:
+    """close() stops the thread; a tool run later starts it again (it is not left unrenewed)."""
+    gates: list[EffectGate] = []
+    _, renewed = _counting_renewals(store)
+
+    def pay(account: str, amount: int) -> dict[str, int]:
+        """Pay `amount` to an account (slowly)."""
+        _outlive_three_leases(clock, renewed)
+        assert gates[1].recover() == []
+        return {"paid": amount}
+
+    policy = Policy(lease_seconds=LEASE)
+    first = make_gate(_table(pay), policy=policy)
+    gates += [first, make_gate(_table(pay), keyring=first.keyring, policy=policy)]
+    first.close()
+    assert isinstance(first.execute(_granted(first).token), Executed)
+
+
+def test_a_run_that_ends_leaves_a_later_runs_hold_alone(store: SQLStore) -> None:
+    """Run A (taken over) and run B (a reconcile that ran it again) share a key: A's end must not
+    stop B's renewal."""
+    keeper = LeaseKeeper(store, 1000)
+    keeper.hold("k", "owner-a")
+    keeper.hold("k", "owner-b")  # B's claim took the key over
+    keeper.release("k", "owner-a")  # A's tool returns afterwards
+    assert keeper._held == {"k": "owner-b"}
+    keeper.release("k", "owner-b")
+    assert keeper._held == {}
+    keeper.close()
+
+
+def test_an_interrupted_tool_is_no_longer_renewed(make_gate: MakeGate, store: SQLStore) -> None:
+    """A tool interrupted by a BaseException (Ctrl-C) leaves the flow at its `yield`: the driver
+    closes it, so its lease is released now, not when a kept exception is finally collected."""
+    kept: list[BaseException] = []
+
+    def pay(account: str, amount: int) -> dict[str, int]:
+        """Pay `amount` to an account (interrupted)."""
+        raise KeyboardInterrupt
+
+    gate = make_gate(_table(pay))
+    try:
+        gate.execute(_granted(gate).token)
+    except KeyboardInterrupt as exc:
+        kept.append(exc)  # as a REPL keeps the last exception
+    assert kept
+    assert gate._settlement.leases._held == {}
+
+
+def test_a_cancelled_async_tool_is_no_longer_renewed(make_gate: MakeGate, store: SQLStore) -> None:
+    async def pay(account: str, amount: int) -> dict[str, int]:
+        """Pay `amount` to an account (never answers)."""
+        started.set()
+        await asyncio.Event().wait()
+        return {"paid": amount}
+
+    gate = make_gate(_table(pay))
+    token = _granted(gate).token
+    kept: list[BaseException] = []
+
+    async def main() -> None:
+        task = asyncio.ensure_future(gate.aexecute(token))
+        await started.wait()
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError as exc:
+            kept.append(exc)
+
+    started = asyncio.Event()
+    asyncio.run(main())
+    assert kept
+    assert gate._settlement.leases._held == {}

@@ -11,10 +11,22 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from effectgate import Approver, Effect, EffectGate, EffectTable, Executed, Grant, Pending, ToolSpec
+from effectgate import (
+    Approver,
+    Effect,
+    EffectGate,
+    EffectTable,
+    Executed,
+    Grant,
+    Pending,
+    Policy,
+    Reconciled,
+    ToolSpec,
+)
+from effectgate.errors import LeaseLost
 from effectgate.examples.shop import context
 from effectgate.stores import SQLStore, _dialect
-from effectgate.testing import EffectRecorder
+from effectgate.testing import EffectRecorder, FakeClock
 
 from .conftest import MakeGate
 
@@ -125,3 +137,85 @@ def test_an_error_that_is_not_a_lost_connection_is_raised_as_before(
     assert attempts == [1]
     [record] = store.idempotency_records()
     assert record.status == "in_progress"  # left for `recover`, as before
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("store_url", ["postgres"], indirect=True)
+def test_the_connection_dropped_in_the_middle_of_storing_the_result(
+    make_gate: MakeGate, store: SQLStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Dropped between the transaction's statements: its ROLLBACK fails too, and that error, raised
+    while handling the loss, is what surfaces; the loss is still recognised (`__context__`)."""
+    receiver = EffectRecorder()
+    armed: list[bool] = []
+    append_execution = store.append_execution
+
+    def dropped_here(conn: Any, **values: Any) -> None:
+        if armed:
+            armed.clear()
+            pid = _dialect.run(conn, "SELECT pg_backend_pid()").fetchone()[0]
+            with sa.create_engine(store.engine.url, poolclass=sa.pool.NullPool).connect() as admin:
+                admin.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+        append_execution(conn, **values)
+
+    def pay(account: str, amount: int) -> dict[str, int]:
+        """Pay `amount` to an account."""
+        receiver.record("pay", account=account, amount=amount)
+        armed.append(True)
+        return {"paid": amount}
+
+    monkeypatch.setattr(store, "append_execution", dropped_here)
+    outcome, approval_id = _execute(_gate(make_gate, pay))
+    assert isinstance(outcome, Executed)
+    assert receiver.count("pay") == 1
+    _recorded_once(store, approval_id)
+
+
+def test_a_record_a_reconciliation_settled_is_not_this_runs_commit(
+    make_gate: MakeGate, store: SQLStore, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run's COMMIT is lost (it did not land) while another worker's `recover` found the lease
+    expired and the reconcile found the payment at the provider: the record is succeeded, but not
+    by this run. Its run is recorded as a lease lost (as without a lost connection), not returned
+    as the reconciler's result."""
+    gates: list[EffectGate] = []
+    armed: list[bool] = []
+    driver_end = _dialect.driver_end
+
+    def commit_lost(conn: Any, driver: Any, *, commit: bool) -> None:
+        if not (armed and commit):
+            driver_end(conn, driver, commit=commit)
+            return
+        armed.clear()
+        driver_end(conn, driver, commit=False)  # the COMMIT did not land
+        clock.advance(gates[0].policy.lease_seconds + 1)
+        assert len(gates[1].recover()) == 1  # meanwhile: expired, reconciled as found
+        lost = ConnectionError("server closed the connection unexpectedly")
+        raise sa.exc.OperationalError("COMMIT", None, lost, connection_invalidated=True)
+
+    def pay(account: str, amount: int) -> dict[str, int]:
+        """Pay `amount` to an account; the reply to the next COMMIT is lost."""
+        armed.append(True)
+        return {"paid": amount}
+
+    def table() -> EffectTable:
+        spec = ToolSpec(
+            name="pay",
+            effect=Effect.MONEY,
+            fn=pay,
+            approver_role="finance",
+            subject=("account",),
+            reconcile=lambda key: Reconciled(found=True, result={"found": True}),
+        )
+        t = EffectTable([spec])
+        t.allow("support", ["pay"])
+        return t
+
+    monkeypatch.setattr(_dialect, "driver_end", commit_lost)
+    policy = Policy(lease_seconds=1000)
+    gates += [make_gate(table(), policy=policy)]
+    gates += [make_gate(table(), keyring=gates[0].keyring, policy=policy)]
+    with pytest.raises(LeaseLost):
+        _execute(gates[0])
+    assert len(store.events(kind="lease_lost")) == 1
+    assert ("needs_reconciliation", '{"paid":5}') in {(e.status, e.result_json) for e in store.executions()}

@@ -5,9 +5,12 @@ in any worker, turns an in-flight record whose lease ran out into needs_reconcil
 reconcile hook that finds nothing at the provider runs the tool again under the same key. A tool
 that is merely slow (a payment provider taking two minutes) must not look dead: while it runs, the
 keeper renews its lease every `lease_seconds / 3` (to `lease_seconds` from then), from one
-background thread per gate. The thread starts with the first hold, and ends within a second of
-the last release (and on `EffectGate.close()`), so a process that runs nothing keeps no thread. A
-worker that dies stops renewing, so its lease still runs out and `recover` still finds it.
+background thread per gate, from the claim to the stored outcome (`Settlement.run_claimed`). The
+thread starts with the first hold (about 0.1 ms of CPU) and ends after `IDLE` seconds with
+nothing held, so a process that runs nothing keeps no thread; `close()` stops it at once, also
+for the calls still running, and a later hold starts it again. A worker that dies stops renewing, so its
+lease still runs out and `recover` still finds it; a tool interrupted by a BaseException is
+released by the flow driver (`flow._abandon`), not kept renewed.
 
 A renewal that finds the record no longer in flight under this owner (`recover` got there first)
 stops renewing it and logs a WARNING on "effectgate._execution"; the tool's completion then meets
@@ -28,7 +31,8 @@ from .stores.protocol import Store
 
 log = logging.getLogger("effectgate._execution")
 
-LINGER = 1.0  #: seconds the thread waits at most between looks (its exit after the last release)
+LOOK = 1.0  #: the longest the thread waits between looks at what it holds
+IDLE = 30.0  #: seconds with nothing held after which the thread ends (a later hold starts another)
 
 
 class LeaseKeeper:
@@ -55,13 +59,23 @@ class LeaseKeeper:
             self._lock, self._stop = threading.Lock(), threading.Event()
         with self._lock:
             self._held[key] = owner
-            if self._thread is None and not self._stop.is_set():
-                self._thread = threading.Thread(target=self._run, name="effectgate-leases", daemon=True)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, args=(self._stop,), name="effectgate-leases", daemon=True
+                )
                 self._thread.start()
 
-    def release(self, key: str) -> None:
-        """Stop renewing `key` (its tool returned or raised)."""
-        self._held.pop(key, None)
+    def release(self, key: str, owner: str) -> None:
+        """Stop renewing `key` for `owner` (its run ended): only that run's hold, never a later
+        run's of the same key (a reconcile that ran it again under a new lease)."""
+        self._drop(key, owner)
+
+    def _drop(self, key: str, owner: str) -> bool:
+        with self._lock:
+            if self._held.get(key) != owner:
+                return False
+            del self._held[key]
+            return True
 
     def beat(self) -> list[str]:
         """Renew every held lease once; the keys whose lease was lost (no longer renewed)."""
@@ -72,8 +86,7 @@ class LeaseKeeper:
             except Exception as exc:  # the next beat tries again; the tool is never disturbed
                 log.warning("lease renewal failed (%s), retried next beat: key=%s", type(exc).__name__, key)
                 continue
-            if not renewed and self._held.get(key) == owner:  # not a run that just settled
-                self._held.pop(key, None)
+            if not renewed and self._drop(key, owner):  # not a run that just settled
                 lost.append(key)
                 log.warning(
                     "lease lost while the tool runs (another worker took the operation over): key=%s", key
@@ -81,20 +94,26 @@ class LeaseKeeper:
         return lost
 
     def close(self) -> None:
-        """Stop renewing (the gate closes): the thread ends now."""
-        self._stop.set()
-        thread = self._thread
+        """Stop the thread now (the gate closes). A lease held later starts it again."""
+        with self._lock:
+            stop, thread = self._stop, self._thread
+            stop.set()
+            self._stop = threading.Event()  # for a thread a later hold starts
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5)
 
-    def _run(self) -> None:
-        last = time.monotonic()
+    def _run(self, stop: threading.Event) -> None:
+        me, last, idle_since = threading.current_thread(), time.monotonic(), None
         while True:
-            stopped = self._stop.wait(min(self.interval, LINGER))
+            stopped = stop.wait(min(self.interval, LOOK))
+            now = time.monotonic()
             with self._lock:  # decided and marked under the lock `hold` starts a thread under
-                if stopped or not self._held:
-                    self._thread = None
+                held = bool(self._held)
+                idle_since = None if held else (idle_since or now)
+                if stopped or (idle_since is not None and now - idle_since >= IDLE):
+                    if self._thread is me:
+                        self._thread = None
                     return
-            if time.monotonic() - last >= self.interval:
-                last = time.monotonic()
+            if held and now - last >= self.interval:
+                last = now
                 self.beat()

@@ -74,118 +74,123 @@ class Settlement:
         args_text: str,
     ) -> flow.Flow[Executed]:
         """Run a claimed operation and settle its record: succeeded, failed or needs_reconciliation."""
+        # the lease is renewed from the claim to the stored outcome, snapshots included
+        self.leases.hold(key, owner)
         try:
-            before = spec.snapshot(args) if spec.snapshot else None
-            before_json = to_json(before) if spec.snapshot else None
-        except Exception as exc:  # nothing ran: a definite failure
-            error = f"snapshot failed: {type(exc).__name__}: {exc}"
-            with self.store.transaction() as conn:
-                self.store.fail(key, owner, error, conn=conn)
-                self.fail_approval(conn, row, error)
-                self.store.append_events(
-                    conn,
-                    [
-                        self.events.event(
-                            "failed", spec=spec, ctx=ctx, row=row, args_hash_=frozen, key=key, error=error
-                        )
-                    ],
-                )
-            log_outcome("failed (definite)", spec.name, row, key, error)
-            raise
-        execution = {
-            "approval_id": row.id if row else None,
-            "version": row.version if row else None,
-            "tool": spec.name,
-            "effect": str(spec.effect),
-            "args_hash": frozen,
-            "args_json": args_text,
-            "idempotency_key": key,
-            "table_fingerprint": self.table.fingerprint,
-            "row_fingerprint": spec.fingerprint,
-            "policy_fingerprint": self.policy.fingerprint,
-            # the call's identity (`ctx.as_record()` without the tool call id)
-            "session_id": ctx.session_id,
-            "origin_message_id": ctx.origin_message_id,
-            "user_id": ctx.user_id,
-            "agent_id": ctx.agent_id,
-            "run_id": ctx.run_id,
-            "model_id": ctx.model_id,
-            "before_json": before_json,
-        }
-        refs: list[str] = []  # what the tool recorded with tool_context.set_provider_ref
+            try:
+                before = spec.snapshot(args) if spec.snapshot else None
+                before_json = to_json(before) if spec.snapshot else None
+            except Exception as exc:  # nothing ran: a definite failure
+                error = f"snapshot failed: {type(exc).__name__}: {exc}"
+                with self.store.transaction() as conn:
+                    self.store.fail(key, owner, error, conn=conn)
+                    self.fail_approval(conn, row, error)
+                    self.store.append_events(
+                        conn,
+                        [
+                            self.events.event(
+                                "failed", spec=spec, ctx=ctx, row=row, args_hash_=frozen, key=key, error=error
+                            )
+                        ],
+                    )
+                log_outcome("failed (definite)", spec.name, row, key, error)
+                raise
+            execution = {
+                "approval_id": row.id if row else None,
+                "version": row.version if row else None,
+                "tool": spec.name,
+                "effect": str(spec.effect),
+                "args_hash": frozen,
+                "args_json": args_text,
+                "idempotency_key": key,
+                "table_fingerprint": self.table.fingerprint,
+                "row_fingerprint": spec.fingerprint,
+                "policy_fingerprint": self.policy.fingerprint,
+                # the call's identity (`ctx.as_record()` without the tool call id)
+                "session_id": ctx.session_id,
+                "origin_message_id": ctx.origin_message_id,
+                "user_id": ctx.user_id,
+                "agent_id": ctx.agent_id,
+                "run_id": ctx.run_id,
+                "model_id": ctx.model_id,
+                "before_json": before_json,
+            }
+            refs: list[str] = []  # what the tool recorded with tool_context.set_provider_ref
 
-        def on_ref(ref: str) -> None:
-            self.store.set_provider_ref(key, owner, ref)  # committed before the tool goes on
-            refs.append(ref)
+            def on_ref(ref: str) -> None:
+                self.store.set_provider_ref(key, owner, ref)  # committed before the tool goes on
+                refs.append(ref)
 
-        # `dataclasses.replace(tool_context, _on_provider_ref=on_ref)`, without its walk of fields()
-        bound = ToolContext(**{**vars(tool_context), "_on_provider_ref": on_ref})
-        try:
-            self.leases.hold(key, owner)  # renewed while the tool runs (`_leases.py`)
+            # `dataclasses.replace(tool_context, _on_provider_ref=on_ref)`, without its walk of fields()
+            bound = ToolContext(**{**vars(tool_context), "_on_provider_ref": on_ref})
             try:
                 result = yield flow.Invoke(spec.fn, args, spec.context_params, bound)
-            finally:
-                self.leases.release(key)
-        except Exception as exc:
-            if _definite(spec, gated=row is not None, exc=exc):
-                self.record_failure(spec, ctx, row, frozen, key, owner, execution, exc)
-                raise
-
-            reason = f"{type(exc).__name__}: {exc}"
-            ref = getattr(exc, "provider_ref", None) or (refs[-1] if refs else None)
-            with self.store.transaction() as conn:
-                self.store.mark_needs_reconciliation(key, owner, reason, provider_ref=ref, conn=conn)
-                self.store.append_execution(conn, status="needs_reconciliation", error=reason, **execution)
-                self.store.append_events(
-                    conn,
-                    [
-                        self.events.event(
-                            "needs_reconciliation",
-                            spec=spec,
-                            ctx=ctx,
-                            row=row,
-                            args_hash_=frozen,
-                            key=key,
-                            reason=reason,
-                        )
-                    ],
-                )
-            log_outcome("needs_reconciliation (outcome unknown)", spec.name, row, key, reason)
-            self.notices.unknown_outcome(row, key, reason, ref, tool=spec.name)
-            raise NeedsReconciliation(key, reason, provider_ref=ref) from exc
-        try:
-            after = spec.snapshot(args) if spec.snapshot else None
-        except Exception as exc:  # the effect happened: keep its result, note the missing snapshot
-            after = {"snapshot_failed": f"{type(exc).__name__}: {exc}"}
-        # The effect happened: what cannot be stored as JSON is stored as what it was, never lost
-        # with the record left in flight (the outcome is known; see `storable`)
-        result, result_json = storable(result, "result", spec.name, key)
-        after, after_json = storable(after, "after snapshot", spec.name, key)
-        execution["after_json"] = after_json if spec.snapshot else None
-        settle = (spec, ctx, row, frozen, key, owner, execution, result, result_json)
-        try:
-            try:
-                record = self.store_success(*settle)
             except Exception as exc:
-                if not self.store.lost_connection(exc):
+                if _definite(spec, gated=row is not None, exc=exc):
+                    self.record_failure(spec, ctx, row, frozen, key, owner, execution, exc)
                     raise
-                record = self.landed(key, owner) or self.store_success(*settle)
-        except LeaseLost:
-            self.record_lease_lost(spec, ctx, row, frozen, key, execution, result_json)
-            raise
-        if row is not None:
-            log.info("executed: approval=%s version=%d tool=%s key=%s", row.id, row.version, spec.name, key)
-        else:
-            log.debug("write executed: tool=%s key=%s", spec.name, key)
-        return Executed(
-            tool=spec.name,
-            result=record.result,
-            approval_id=row.id if row else None,
-            version=row.version if row else None,
-            idempotency_key=key,
-            before=json.loads(before_json) if before_json is not None else None,
-            after=json.loads(after_json) if spec.snapshot else None,
-        )
+
+                reason = f"{type(exc).__name__}: {exc}"
+                ref = getattr(exc, "provider_ref", None) or (refs[-1] if refs else None)
+                with self.store.transaction() as conn:
+                    self.store.mark_needs_reconciliation(key, owner, reason, provider_ref=ref, conn=conn)
+                    self.store.append_execution(
+                        conn, status="needs_reconciliation", error=reason, **execution
+                    )
+                    self.store.append_events(
+                        conn,
+                        [
+                            self.events.event(
+                                "needs_reconciliation",
+                                spec=spec,
+                                ctx=ctx,
+                                row=row,
+                                args_hash_=frozen,
+                                key=key,
+                                reason=reason,
+                            )
+                        ],
+                    )
+                log_outcome("needs_reconciliation (outcome unknown)", spec.name, row, key, reason)
+                self.notices.unknown_outcome(row, key, reason, ref, tool=spec.name)
+                raise NeedsReconciliation(key, reason, provider_ref=ref) from exc
+            try:
+                after = spec.snapshot(args) if spec.snapshot else None
+            except Exception as exc:  # the effect happened: keep its result, note the missing snapshot
+                after = {"snapshot_failed": f"{type(exc).__name__}: {exc}"}
+            # The effect happened: what cannot be stored as JSON is stored as what it was, never lost
+            # with the record left in flight (the outcome is known; see `storable`)
+            result, result_json = storable(result, "result", spec.name, key)
+            after, after_json = storable(after, "after snapshot", spec.name, key)
+            execution["after_json"] = after_json if spec.snapshot else None
+            settle = (spec, ctx, row, frozen, key, owner, execution, result, result_json)
+            try:
+                try:
+                    record = self.store_success(*settle)
+                except Exception as exc:
+                    if not self.store.lost_connection(exc):
+                        raise
+                    record = self.store_success_again(settle)
+            except LeaseLost:
+                self.record_lease_lost(spec, ctx, row, frozen, key, execution, result_json)
+                raise
+            if row is not None:
+                log.info(
+                    "executed: approval=%s version=%d tool=%s key=%s", row.id, row.version, spec.name, key
+                )
+            else:
+                log.debug("write executed: tool=%s key=%s", spec.name, key)
+            return Executed(
+                tool=spec.name,
+                result=record.result,
+                approval_id=row.id if row else None,
+                version=row.version if row else None,
+                idempotency_key=key,
+                before=json.loads(before_json) if before_json is not None else None,
+                after=json.loads(after_json) if spec.snapshot else None,
+            )
+        finally:
+            self.leases.release(key, owner)
 
     def store_success(
         self,
@@ -220,18 +225,33 @@ class Settlement:
             )
         return record
 
-    def landed(self, key: str, owner: str) -> IdempotencyRecord | None:
+    def store_success_again(self, settle: tuple[Any, ...]) -> IdempotencyRecord:
         """After the connection was lost while the result was stored (a failover, a dropped
         socket): the effect happened, and the commit may or may not have landed. The record says
-        which: settled under this run's lease, it landed (with the execution row and the
-        approval's mark, in the same commit), and is returned. None: the caller runs the same
-        transaction once more on a fresh connection, a compare-and-set on this lease like the
-        first; a second failure is raised, the record left in flight for `recover`."""
-        record = self.store.get(key)
-        if record is not None and record.status == "succeeded" and record.lease_owner == owner:
+        which (`landed`): settled by this run's commit, it is returned (its execution row and the
+        approval's mark landed with it). Otherwise the same transaction runs once more on a fresh
+        connection, a compare-and-set on this lease like the first; one that finds the record
+        settled asks once more (the server finished the commit after the socket died). A second
+        failure is raised, the record left in flight for `recover`."""
+        key, owner = settle[4], settle[5]
+        record = self.landed(key, owner)
+        if record is not None:
             log.warning("connection lost after the result was stored (it was): key=%s", key)
             return record
         log.warning("connection lost while storing the result; storing it once more: key=%s", key)
+        try:
+            return self.store_success(*settle)
+        except LeaseLost:
+            if (record := self.landed(key, owner)) is None:
+                raise
+            return record
+
+    def landed(self, key: str, owner: str) -> IdempotencyRecord | None:
+        """The record of `key` if this run's own commit settled it: succeeded under its lease (a
+        reconciliation that settles a record clears its lease owner), else None."""
+        record = self.store.get(key)
+        if record is not None and record.status == "succeeded" and record.lease_owner == owner:
+            return record
         return None
 
     def record_lease_lost(

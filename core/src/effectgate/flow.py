@@ -108,6 +108,19 @@ def drive(flow: Generator[Any, Any, T], *, other: Other = _refuse_other) -> T:
             req = flow.send(value)
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
+    except BaseException:
+        _abandon(flow)
+        raise
+
+
+def _abandon(flow: Generator[Any, Any, Any]) -> None:
+    """A flow left at a tool that never returned (KeyboardInterrupt, a cancelled task): closed
+    now, so its `finally` blocks run (the lease stops being renewed) rather than whenever the
+    generator is collected, which a kept exception (a REPL's last one) can put off for ever."""
+    try:
+        flow.close()
+    except ValueError:  # its step still runs in a worker thread; it ends with that step
+        return
 
 
 _DONE = object()
@@ -123,6 +136,14 @@ def _advance(step: Callable[[], Invoke]) -> Any:
 
 async def adrive(flow: Generator[Any, Any, T], *, other: Other = _refuse_other) -> T:
     """Run a flow with its store work in a worker thread and coroutine tools on the loop."""
+    try:
+        return await _adrive(flow, other)
+    except BaseException:
+        _abandon(flow)
+        raise
+
+
+async def _adrive(flow: Generator[Any, Any, T], other: Other) -> T:
     out = await asyncio.to_thread(_advance, lambda: next(flow))
     while not (isinstance(out, tuple) and len(out) == 2 and out[0] is _DONE):
         if not isinstance(out, Invoke):
