@@ -9,8 +9,11 @@ background thread per gate, from the claim to the stored outcome (`Settlement.ru
 thread starts with the first hold (about 0.1 ms of CPU) and ends after `IDLE` seconds with
 nothing held, so a process that runs nothing keeps no thread; `close()` stops it at once, also
 for the calls still running, and a later hold starts it again. A worker that dies stops renewing, so its
-lease still runs out and `recover` still finds it; a tool interrupted by a BaseException is
-released by the flow driver (`flow._abandon`), not kept renewed.
+lease still runs out and `recover` still finds it; a call interrupted by a BaseException is
+released by the flow driver (`flow._abandon`), not kept renewed, unless its work still runs in a
+worker thread (an async call cancelled under a sync tool: released when that work ends,
+`flow._Worker`). The hold ends just before the outcome is stored, so a beat never mistakes a
+settled record for a lease another worker took over.
 
 A renewal that finds the record no longer in flight under this owner (`recover` got there first)
 stops renewing it and logs a WARNING on "effectgate._execution"; the tool's completion then meets
@@ -54,9 +57,7 @@ class LeaseKeeper:
         """Renew `key`'s lease (held by `owner`) until `release`: call it before the tool runs."""
         if not self.enabled:
             return
-        if self._pid != os.getpid():  # forked: the parent's thread and its leases are not ours
-            self._pid, self._held, self._thread = os.getpid(), {}, None
-            self._lock, self._stop = threading.Lock(), threading.Event()
+        self._after_fork()
         with self._lock:
             self._held[key] = owner
             if self._thread is None:
@@ -66,9 +67,17 @@ class LeaseKeeper:
                 self._thread.start()
 
     def release(self, key: str, owner: str) -> None:
-        """Stop renewing `key` for `owner` (its run ended): only that run's hold, never a later
-        run's of the same key (a reconcile that ran it again under a new lease)."""
-        self._drop(key, owner)
+        """Stop renewing `key` for `owner` (its run ended, or its outcome is about to be stored):
+        only that run's hold, never a later run's of the same key (a reconcile that ran it again
+        under a new lease)."""
+        if self.enabled:
+            self._after_fork()
+            self._drop(key, owner)
+
+    def _after_fork(self) -> None:
+        if self._pid != os.getpid():  # forked: the parent's thread, lock and leases are not ours
+            self._pid, self._held, self._thread = os.getpid(), {}, None
+            self._lock, self._stop = threading.Lock(), threading.Event()
 
     def _drop(self, key: str, owner: str) -> bool:
         with self._lock:
@@ -95,10 +104,12 @@ class LeaseKeeper:
 
     def close(self) -> None:
         """Stop the thread now (the gate closes). A lease held later starts it again."""
+        self._after_fork()
         with self._lock:
             stop, thread = self._stop, self._thread
             stop.set()
-            self._stop = threading.Event()  # for a thread a later hold starts
+            # a later hold starts a thread of its own, even while this one finishes a beat
+            self._stop, self._thread = threading.Event(), None
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -81,6 +82,7 @@ class Settlement:
                 before = spec.snapshot(args) if spec.snapshot else None
                 before_json = to_json(before) if spec.snapshot else None
             except Exception as exc:  # nothing ran: a definite failure
+                self.leases.release(key, owner)  # the outcome is stored now (no renewal races it)
                 error = f"snapshot failed: {type(exc).__name__}: {exc}"
                 with self.store.transaction() as conn:
                     self.store.fail(key, owner, error, conn=conn)
@@ -126,6 +128,7 @@ class Settlement:
             try:
                 result = yield flow.Invoke(spec.fn, args, spec.context_params, bound)
             except Exception as exc:
+                self.leases.release(key, owner)
                 if _definite(spec, gated=row is not None, exc=exc):
                     self.record_failure(spec, ctx, row, frozen, key, owner, execution, exc)
                     raise
@@ -164,11 +167,13 @@ class Settlement:
             after, after_json = storable(after, "after snapshot", spec.name, key)
             execution["after_json"] = after_json if spec.snapshot else None
             settle = (spec, ctx, row, frozen, key, owner, execution, result, result_json)
+            self.leases.release(key, owner)
+            handled = sys.exc_info()[1]  # what the caller was handling: no loss of this store's
             try:
                 try:
                     record = self.store_success(*settle)
                 except Exception as exc:
-                    if not self.store.lost_connection(exc):
+                    if not self.connection_lost(exc, handled):
                         raise
                     record = self.store_success_again(settle)
             except LeaseLost:
@@ -245,6 +250,18 @@ class Settlement:
             if (record := self.landed(key, owner)) is None:
                 raise
             return record
+
+    def connection_lost(self, exc: BaseException, handled: BaseException | None) -> bool:
+        """Whether storing the outcome failed because the connection was lost. A loss in the
+        middle of a transaction surfaces as its ROLLBACK's error, raised while handling the loss:
+        the exceptions raised since the transaction began are looked at (`__context__`), not what
+        the caller was already handling when it called (`handled`)."""
+        seen: BaseException | None = exc
+        while seen is not None and seen is not handled:
+            if self.store.lost_connection(seen):
+                return True
+            seen = seen.__context__
+        return False
 
     def landed(self, key: str, owner: str) -> IdempotencyRecord | None:
         """The record of `key` if this run's own commit settled it: succeeded under its lease (a

@@ -15,7 +15,10 @@ as LangGraph's interrupt, propagates out of the driver).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import inspect
+import threading
 from collections.abc import Callable, Generator, Mapping
 from typing import Any, TypeVar
 
@@ -136,32 +139,95 @@ def _advance(step: Callable[[], Invoke]) -> Any:
 
 async def adrive(flow: Generator[Any, Any, T], *, other: Other = _refuse_other) -> T:
     """Run a flow with its store work in a worker thread and coroutine tools on the loop."""
+    worker = _Worker(flow)
     try:
-        return await _adrive(flow, other)
+        return await _adrive(flow, other, worker)
     except BaseException:
-        _abandon(flow)
+        worker.abandon()
         raise
 
 
-async def _adrive(flow: Generator[Any, Any, T], other: Other) -> T:
-    out = await asyncio.to_thread(_advance, lambda: next(flow))
+class _Worker:
+    """The part of an async flow that runs in a worker thread (a store step, a sync tool). A task
+    cancelled meanwhile cannot stop that thread: the flow is left to it, never closed under it
+    (its lease would lapse while its tool still ran). A store step that ends then closes the flow
+    (no tool starts for a cancelled call); a tool that ends has its outcome stored first."""
+
+    __slots__ = ("abandoned", "busy", "flow", "lock")
+
+    def __init__(self, flow: Generator[Any, Any, Any]) -> None:
+        self.flow, self.lock, self.busy, self.abandoned = flow, threading.Lock(), False, False
+
+    async def step(self, step: Callable[[], Any]) -> Any:
+        self.busy = True
+        return await asyncio.to_thread(self._step, step)
+
+    async def tool(self, fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:
+        self.busy = True
+        return await asyncio.to_thread(self._tool, fn, kwargs)
+
+    def _step(self, step: Callable[[], Any]) -> Any:
+        try:
+            return _advance(step)
+        finally:
+            if self._left():
+                _abandon(self.flow)
+
+    def _tool(self, fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:
+        try:
+            value = fn(**kwargs)
+        except BaseException as exc:
+            if self._left():
+                if isinstance(exc, Exception):
+                    self._settle(functools.partial(self.flow.throw, exc))
+                else:
+                    _abandon(self.flow)
+            raise
+        if self._left():
+            self._settle(functools.partial(self.flow.send, value))
+        return value
+
+    def _left(self) -> bool:
+        """The thread's work ended: whether the flow was abandoned meanwhile (it is ours now)."""
+        with self.lock:
+            self.busy = False
+            return self.abandoned
+
+    def _settle(self, resume: Callable[[], Any]) -> None:
+        # the tool's outcome is the flow's to store; whatever it asks for next is not run
+        with contextlib.suppress(Exception):
+            resume()
+        _abandon(self.flow)
+
+    def abandon(self) -> None:
+        """The task ended early (cancelled, interrupted): close the flow now, or leave it to the
+        thread whose work is still running."""
+        with self.lock:
+            if self.busy:
+                self.abandoned = True
+                return
+        _abandon(self.flow)
+
+
+async def _adrive(flow: Generator[Any, Any, T], other: Other, worker: _Worker) -> T:
+    out = await worker.step(lambda: next(flow))
     while not (isinstance(out, tuple) and len(out) == 2 and out[0] is _DONE):
         if not isinstance(out, Invoke):
             answer = other(out)
-            out = await asyncio.to_thread(_advance, lambda a=answer: flow.send(a))  # type: ignore[misc]
+            out = await worker.step(lambda a=answer: flow.send(a))  # type: ignore[misc]
             continue
         req: Invoke = out
         try:
             if inspect.iscoroutinefunction(req.fn):
                 value = await req.fn(**req.kwargs())
             else:
-                value = await asyncio.to_thread(req.fn, **req.kwargs())
+                value = await worker.tool(req.fn, req.kwargs())
                 if inspect.isawaitable(value):
                     value = await value
         except Exception as exc:
-            out = await asyncio.to_thread(_advance, lambda e=exc: flow.throw(e))  # type: ignore[misc]
+            out = await worker.step(lambda e=exc: flow.throw(e))  # type: ignore[misc]
             continue
-        out = await asyncio.to_thread(_advance, lambda v=value: flow.send(v))  # type: ignore[misc]
+        out = await worker.step(lambda v=value: flow.send(v))  # type: ignore[misc]
     return out[1]  # type: ignore[no-any-return]
 
 

@@ -284,17 +284,8 @@ class IdempotencyStore(ABC):
     def lost_connection(self, exc: BaseException) -> bool:
         """Whether `exc`, raised by one of this store's transactions, is the database connection
         lost (the server went away, a failover): the transaction did not commit, or its COMMIT's
-        outcome is unknown. The connection is already discarded from the pool. A loss in the
-        middle of a transaction surfaces as its ROLLBACK's error, raised while handling the loss
-        (its `__context__`): the chain is looked at."""
-        seen: BaseException | None = exc
-        for _ in range(8):
-            if seen is None:
-                return False
-            if isinstance(seen, DBAPIError) and seen.connection_invalidated:
-                return True
-            seen = seen.__context__
-        return False
+        outcome is unknown. The connection is already discarded from the pool."""
+        return isinstance(exc, DBAPIError) and bool(exc.connection_invalidated)
 
     def renew_lease(self, key: str, owner: str, *, lease_seconds: float) -> bool:
         """Extend a running operation's lease to `lease_seconds` from now (the lease owner only,
