@@ -4,7 +4,8 @@ The ledger's JSON columns hold compact text (canonical arguments, notes, subject
 parsed several times per approved call. `parse` runs the C scanner of `json.loads` on it directly;
 text it does not consume whole (surrounding whitespace, trailing data, a BOM, nothing valid) and
 a value that is not a str go to `json.loads` itself, so the value or error is always its own.
-`detail_json` writes an event's detail as `json.dumps(detail, default=str)` does.
+`detail_json` writes an event's detail as `json.dumps(detail, default=str)` does, and `dumps` a
+JSON value as `json.dumps(value)` does (the same text: `default` is never reached by one).
 """
 
 from __future__ import annotations
@@ -52,3 +53,9 @@ def detail_json(detail: Any) -> str:
         return "".join(_ENCODE(detail, 0))
     except RecursionError:
         return _DETAIL.encode(detail)
+
+
+def dumps(value: Any) -> str:
+    """`json.dumps(value)` of a JSON value (dicts, lists, strings, numbers, booleans, None): an
+    approval's subject and notes."""
+    return detail_json(value)

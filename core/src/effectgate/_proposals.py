@@ -20,9 +20,10 @@ from typing import Any
 from ._answers import SHADOW_NOTE, log_outcome, shadowed
 from ._deps import Deps, Events
 from ._execution import exec_key
+from ._json import dumps
 from ._ledger import Ledger, in_scope
 from ._seal import approval_intact, broken, seal_approval
-from .canonical import digest, key_of
+from .canonical import ENCODE, digest, key_of, plain_json, sha256_hex
 from .context import CallContext
 from .errors import StaleApproval, TamperedRecord
 from .outcomes import Card, Executed, Outcome, Pending, Refused, VersionEntry
@@ -30,6 +31,14 @@ from .stores.records import ApprovalRow
 from .table import ToolSpec
 
 log = logging.getLogger(__name__)
+
+
+def subject_keys(subject: Any, *parts: str) -> tuple[str, str]:
+    """`digest({"subject": subject})` and `key_of(*parts, subject)`, a plain subject encoded once."""
+    if not (plain_json(subject) and plain_json("".join(parts))):
+        return digest({"subject": subject}), key_of(*parts, subject)
+    text, listed = ENCODE(subject), ",".join(map(ENCODE, parts))
+    return sha256_hex(f'{{"subject":{text}}}'.encode()), sha256_hex(f"[{listed},{text}]".encode())
 
 
 class Proposals:
@@ -58,16 +67,15 @@ class Proposals:
         """Register (or find, replay, amend) the approval of a gated call; `text` is the arguments'
         canonical JSON (stored as `args_json`), `frozen` its args hash."""
         subject = spec.subject_of(args)
-        subject_key = digest({"subject": subject}) if subject is not None else f"args:{frozen}"
-        if spec.shadow:  # shadow calls never hold a live subject, nor a live call's intent key
+        # shadow calls never hold a live subject, nor a live call's intent key
+        kind = "intent-shadow" if spec.shadow else "intent"
+        head = (kind, ctx.session_id, spec.name, ctx.origin_message_id)
+        if subject is not None:
+            subject_key, intent = subject_keys(subject, *head)
+        else:
+            subject_key, intent = f"args:{frozen}", key_of(*head, dict(args))
+        if spec.shadow:
             subject_key = f"shadow:{subject_key}"
-        intent = key_of(
-            "intent-shadow" if spec.shadow else "intent",
-            ctx.session_id,
-            spec.name,
-            ctx.origin_message_id,
-            subject if subject is not None else dict(args),
-        )
         role, notes = spec.role_for(args)
         assert role is not None  # check_policy guarantees a role for every gated row
         if spec.shadow:
@@ -234,11 +242,11 @@ class Proposals:
             reversibility=str(spec.reversibility),
             owner=spec.owner,
             subject_key=subject_key,
-            subject_json=json.dumps(subject) if subject is not None else None,
+            subject_json=dumps(subject) if subject is not None else None,
             args_json=text,
             args_hash=frozen,
             approver_role=role,
-            notes_json=json.dumps(notes),
+            notes_json=dumps(notes),
             approvals_required=self.policy.approvals_needed(spec.effect),
             status=status,
             version=1,
@@ -295,7 +303,7 @@ class Proposals:
             "args_hash": frozen,
             "approver_role": role,
             "approvals_required": self.policy.approvals_needed(spec.effect),
-            "notes_json": json.dumps(notes),
+            "notes_json": dumps(notes),
             "updated_at": now,
             "expires_at": now + self.policy.pending_ttl,
             "row_fingerprint": spec.fingerprint,

@@ -15,7 +15,7 @@ from operator import attrgetter
 from typing import Any
 
 from .canonical import ENCODE, hash_of_text
-from .errors import ForeignSeal, TokenError
+from .errors import ForeignSeal
 from .stores.records import ApprovalRow, DecisionRow
 from .tokens import Keyring
 
@@ -40,6 +40,7 @@ DECISION_FIELDS = ("approval_id", "version", "grant_round", "approver_id", "role
 # a row's sealed fields as a tuple, in order, in one C call
 _APPROVAL_VALUES = attrgetter(*APPROVAL_FIELDS)
 _DECISION_VALUES = attrgetter(*DECISION_FIELDS)
+_APPROVAL_INDEX = {f: i for i, f in enumerate(APPROVAL_FIELDS)}
 
 
 def _body(values: Sequence[Any]) -> bytes:
@@ -51,8 +52,11 @@ def _body(values: Sequence[Any]) -> bytes:
 def seal_approval(keyring: Keyring, row: ApprovalRow, update: Mapping[str, Any] | None = None) -> str:
     """The seal of `row`, or of `row` as `update` (the values a write changes) leaves it."""
     values: Sequence[Any] = _APPROVAL_VALUES(row)
-    if update:
-        values = [update.get(f, v) for f, v in zip(APPROVAL_FIELDS, values, strict=True)]
+    if update and (changed := update.keys() & _APPROVAL_INDEX):  # most of a write is not sealed
+        patched = list(values)
+        for field in changed:
+            patched[_APPROVAL_INDEX[field]] = update[field]
+        values = patched
     return keyring.sign("approval", _body(values))
 
 
@@ -106,10 +110,9 @@ def _verifies(keyring: Keyring, purpose: str, values: Sequence[Any], seal: str) 
     if not seal:
         return False
     try:
-        keyring.verify_signature(purpose, _body(values), seal)
-    except (TokenError, ValueError, TypeError):
+        return keyring.verifies(purpose, _body(values), seal)
+    except (ValueError, TypeError):  # a value that does not encode
         return False
-    return True
 
 
 def foreign_key(keyring: Keyring, seal: str | None) -> str | None:

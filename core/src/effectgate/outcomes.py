@@ -89,28 +89,35 @@ class Card:
         if row.args_json.startswith(REDACTED_PREFIX):
             warnings += (REDACTED_NOTE,)
         warnings += tuple(extra)
-        return cls(
-            approval_id=row.id,
-            version=row.version,
-            status=row.status,
-            tool=row.tool,
-            effect=row.effect,
-            reversibility=row.reversibility,
-            args=args,
-            args_hash=row.args_hash,
-            subject=subject,
-            approver_role=row.approver_role,
-            notes=tuple(notes) if isinstance(notes, list) else (),
-            approvals_required=row.approvals_required,
-            approvals_given=approvals_given,
-            owner=row.owner,
-            session_id=row.session_id,
-            user_id=row.user_id,
-            created_at=row.created_at,
-            expires_at=row.expires_at,
-            reason=row.reason,
-            warnings=warnings,
-        )
+        fields = {
+            "approval_id": row.id,
+            "version": row.version,
+            "status": row.status,
+            "tool": row.tool,
+            "effect": row.effect,
+            "reversibility": row.reversibility,
+            "args": args,
+            "args_hash": row.args_hash,
+            "subject": subject,
+            "approver_role": row.approver_role,
+            "notes": tuple(notes) if isinstance(notes, list) else (),
+            "approvals_required": row.approvals_required,
+            "approvals_given": approvals_given,
+            "owner": row.owner,
+            "session_id": row.session_id,
+            "user_id": row.user_id,
+            "created_at": row.created_at,
+            "expires_at": row.expires_at,
+            "reason": row.reason,
+            "warnings": warnings,
+        }
+        if cls is not Card:
+            return cls(**fields)
+        # Every proposal returns one: the frozen dataclass's __init__ sets the twenty fields one
+        # object.__setattr__ at a time (about 2 us); as `Executed`, one update of its dict
+        card = object.__new__(cls)
+        card.__dict__.update(fields)
+        return card
 
     def to_dict(self) -> dict[str, Any]:
         return {

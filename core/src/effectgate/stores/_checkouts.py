@@ -30,6 +30,11 @@ class Checkouts:
         self._busy: Callable[[], int] = pool.checkedout if isinstance(pool, QueuePool) else lambda: 0
         overflow: int = getattr(pool, "_max_overflow", -1)  # the pool's limit: size + overflow
         self._limit = self._keep + overflow if overflow >= 0 else float("inf")
+        # Below its overflow limit the pool can open more connections, so fewer than `_limit` are
+        # checked out (`checkedout()` is at most size + overflow): no need to count them under
+        # the pool's lock, which `checkedout()` takes (`give`, every transaction)
+        self._overflow: Callable[[], int] = pool.overflow if isinstance(pool, QueuePool) else lambda: 0
+        self._spare = overflow if overflow >= 0 else float("inf")
         self._idle: list[tuple[Connection, Any, int]] = []
         self._epoch, self._pid = 0, os.getpid()
         self.cursors: dict[Connection, Any] = {}  #: what runs the statements of each one taken
@@ -50,7 +55,7 @@ class Checkouts:
     def give(self, taken: tuple[Connection, Any, int], ok: bool) -> None:
         conn, driver, epoch = taken
         keep = ok and epoch == self._epoch and len(self._idle) < self._keep and _dialect.idle(conn, driver)
-        if keep and self._busy() < self._limit:
+        if keep and (self._overflow() < self._spare or self._busy() < self._limit):
             self._idle.append(taken)
             return
         invalidated = conn.invalidated

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import fields
 from typing import Any
 
 from ._queries import T_EXECUTIONS, T_IDEMPOTENCY
@@ -193,18 +194,17 @@ assert [getattr(decision_of(range(len(DECISION_COLUMNS))), c) for c in DECISION_
 )
 
 
+#: `IdempotencyRecord`'s fields, in `IDEMPOTENCY_COLUMNS` order (the result as its JSON text)
+_RECORD_FIELDS = tuple(f.name for f in fields(IdempotencyRecord))
+assert tuple("result" if c == "result_json" else c for c in IDEMPOTENCY_COLUMNS) == _RECORD_FIELDS
+
+
 def record_of(row: Sequence[Any]) -> IdempotencyRecord:
-    key, payload_hash, status, owner, expires, result, error, ref, attempts, created, updated = row
-    return IdempotencyRecord(
-        key=key,
-        payload_hash=payload_hash,
-        status=status,
-        lease_owner=owner,
-        lease_expires_at=expires,
-        result=from_json(result),
-        error=error,
-        provider_ref=ref,
-        attempts=attempts,
-        created_at=created,
-        updated_at=updated,
-    )
+    """An idempotency record read in `IDEMPOTENCY_COLUMNS` order, its result parsed. Its fields
+    are set as one dict (a frozen dataclass's __init__ sets them one `object.__setattr__` at a
+    time), as `approval_of` sets an approval's."""
+    values = dict(zip(_RECORD_FIELDS, row, strict=True))
+    values["result"] = from_json(values["result"])
+    record: IdempotencyRecord = _new(IdempotencyRecord)
+    record.__dict__.update(values)
+    return record

@@ -220,7 +220,7 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, ReadingSQL, IdempotencyStor
         lease_expired_before: float | None = None,
         values: dict[str, Any],
     ) -> IdempotencyRecord | None:
-        keys = tuple(sorted(values))
+        keys = tuple(values)  # in the caller's order (not sorted): one statement per call site
         by_owner, lease_expired = owner is not None, lease_expired_before is not None
         sql = self._q(
             ("transition", from_status, by_owner, lease_expired, keys),
@@ -316,7 +316,7 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, ReadingSQL, IdempotencyStor
         values: Mapping[str, Any],
     ) -> bool:
         """Compare-and-set on status (and version); True if the row changed."""
-        statuses, keys, with_version = tuple(expect_status), tuple(sorted(values)), expect_version is not None
+        statuses, keys, with_version = tuple(expect_status), tuple(values), expect_version is not None
         sql = self._q(
             ("update_approval", statuses, with_version, keys),
             lambda: S.update_approval(statuses, with_version=with_version, keys=keys),
