@@ -168,7 +168,7 @@ class Settlement:
             execution["after_json"] = after_json if spec.snapshot else None
             settle = (spec, ctx, row, frozen, key, owner, execution, result, result_json)
             self.leases.release(key, owner)
-            handled = sys.exc_info()[1]  # what the caller was handling: no loss of this store's
+            handled = sys.exc_info()[1]  # what the caller was handling: not this transaction's loss
             try:
                 try:
                     record = self.store_success(*settle)

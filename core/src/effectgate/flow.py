@@ -122,7 +122,7 @@ def _abandon(flow: Generator[Any, Any, Any]) -> None:
     generator is collected, which a kept exception (a REPL's last one) can put off for ever."""
     try:
         flow.close()
-    except ValueError:  # its step still runs in a worker thread; it ends with that step
+    except ValueError:  # running in another thread: an async flow's, left to it (`_Worker`)
         return
 
 
@@ -184,7 +184,11 @@ class _Worker:
                     _abandon(self.flow)
             raise
         if self._left():
-            self._settle(functools.partial(self.flow.send, value))
+            if inspect.isawaitable(value):  # an async result nobody awaits now: not an outcome
+                getattr(value, "close", lambda: None)()
+                _abandon(self.flow)
+            else:
+                self._settle(functools.partial(self.flow.send, value))
         return value
 
     def _left(self) -> bool:
