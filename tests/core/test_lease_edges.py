@@ -7,14 +7,16 @@ SQLite and PostgreSQL; waits are events and executor shutdowns, never sleeps."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
-from effectgate import EffectTable, Policy
+from effectgate import EffectTable, Policy, flow
 from effectgate._leases import LeaseKeeper
 from effectgate.stores import SQLStore
 from effectgate.testing import EffectRecorder, FakeClock
@@ -190,3 +192,195 @@ def test_an_error_is_not_a_lost_connection_because_the_caller_was_handling_one(
     with pytest.raises(sa.exc.IntegrityError):
         go_on_inside_a_handler()
     assert attempts == [1]
+
+
+class _OneThread(concurrent.futures.ThreadPoolExecutor):
+    """A saturated default executor: one thread, and a count of the jobs submitted to it."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=1)
+        self.submitted, self.cond = 0, threading.Condition()
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
+        future = super().submit(fn, *args, **kwargs)
+        with self.cond:
+            self.submitted += 1
+            self.cond.notify_all()
+        return future
+
+    def until(self, n: int) -> None:
+        with self.cond:
+            assert self.cond.wait_for(lambda: self.submitted >= n, timeout=10)
+
+
+def _on_one_thread(scenario: Callable[[asyncio.AbstractEventLoop, _OneThread, Any], Any]) -> None:
+    """Run `scenario(loop, executor, side)` with a one-thread default executor (`side`: another
+    executor to wait on events in), then let every job it queued run."""
+    side = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        executor = _OneThread()
+        loop.set_default_executor(executor)
+        await scenario(loop, executor, side)
+        await loop.shutdown_default_executor()
+
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(main())
+    loop.close()
+    side.shutdown()
+
+
+async def _cancel(task: asyncio.Future[Any], kept: list[Any]) -> None:
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError as exc:
+        kept.extend([task, exc])  # kept, as a REPL or a task list would
+
+
+def test_a_tool_whose_job_was_still_queued_never_runs_and_its_lease_is_released(
+    make_gate: MakeGate, store: SQLStore
+) -> None:
+    """Cancelled while the tool's job waits in a saturated executor: asyncio used to drop the job
+    and leave the flow suspended at the tool, its lease renewed for as long as the task was kept."""
+    ran: list[int] = []
+    kept: list[Any] = []
+    in_snapshot, go_on = threading.Event(), threading.Event()
+
+    def snapshot(args: Any) -> dict[str, int]:
+        if not ran:  # the before-snapshot, in the claim's step
+            in_snapshot.set()
+            assert go_on.wait(10)
+        return {"balance": 0}
+
+    def pay(account: str, amount: int) -> dict[str, int]:
+        """Pay `amount` to an account."""
+        ran.append(amount)
+        return {"paid": amount}
+
+    table = _table(pay)
+    table = EffectTable([dataclasses.replace(table.get("pay"), snapshot=snapshot)])  # type: ignore[arg-type]
+    table.allow("support", ["pay"])
+    gate = make_gate(table, policy=Policy(lease_seconds=LEASE))
+    token = _granted(gate).token
+
+    async def scenario(loop: asyncio.AbstractEventLoop, executor: _OneThread, side: Any) -> None:
+        task = asyncio.ensure_future(gate.aexecute(token))
+        await loop.run_in_executor(side, in_snapshot.wait, 10)  # the claim step has the thread
+        unblock = threading.Event()
+        blocked = loop.run_in_executor(None, unblock.wait, 10)  # queued behind it
+        queued = executor.submitted
+        go_on.set()  # the claim step ends; the blocker takes the thread
+        await loop.run_in_executor(side, executor.until, queued + 1)  # the tool's job is queued
+        await _cancel(task, kept)
+        unblock.set()
+        await blocked
+
+    _on_one_thread(scenario)
+    assert len(kept) == 2
+    assert ran == []  # no tool starts for a cancelled call
+    assert gate._settlement.leases._held == {}  # and its lease is left to run out for `recover`
+    [record] = store.idempotency_records()
+    assert record.status == "in_progress"
+
+
+def test_a_tool_outcome_whose_store_step_was_queued_is_stored(make_gate: MakeGate, store: SQLStore) -> None:
+    ran: list[int] = []
+    kept: list[Any] = []
+    in_tool, finish = threading.Event(), threading.Event()
+
+    def pay(account: str, amount: int) -> dict[str, int]:
+        """Pay `amount` to an account."""
+        ran.append(amount)
+        in_tool.set()
+        assert finish.wait(10)
+        return {"paid": amount}
+
+    gate = make_gate(_table(pay), policy=Policy(lease_seconds=LEASE))
+    token = _granted(gate).token
+
+    async def scenario(loop: asyncio.AbstractEventLoop, executor: _OneThread, side: Any) -> None:
+        task = asyncio.ensure_future(gate.aexecute(token))
+        await loop.run_in_executor(side, in_tool.wait, 10)
+        unblock = threading.Event()
+        blocked = loop.run_in_executor(None, unblock.wait, 10)  # queued behind the tool
+        queued = executor.submitted
+        finish.set()  # the tool returns; the blocker takes the thread
+        await loop.run_in_executor(side, executor.until, queued + 1)  # the store step is queued
+        await _cancel(task, kept)
+        unblock.set()
+        await blocked
+
+    _on_one_thread(scenario)
+    assert len(kept) == 2
+    assert ran == [5]
+    assert [e.status for e in store.executions()] == ["succeeded"]
+    assert gate._settlement.leases._held == {}
+
+
+def test_a_tool_outcome_the_cancelled_task_never_took_is_stored(
+    make_gate: MakeGate, store: SQLStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tool's job ended (its outcome handed over), and the task is cancelled before it takes
+    it: the outcome is stored all the same."""
+    ran: list[int] = []
+    kept: list[Any] = []
+    handed, cancelled = threading.Event(), threading.Event()
+    ended = flow._Worker._ended
+
+    def hand_over_then_wait(worker: Any, returned: bool, value: Any) -> None:
+        ended(worker, returned, value)
+        handed.set()
+        assert cancelled.wait(10)  # the window, held open until the task saw its cancellation
+
+    def pay(account: str, amount: int) -> dict[str, int]:
+        """Pay `amount` to an account."""
+        ran.append(amount)
+        return {"paid": amount}
+
+    monkeypatch.setattr(flow._Worker, "_ended", hand_over_then_wait)
+    gate = make_gate(_table(pay), policy=Policy(lease_seconds=LEASE))
+    token = _granted(gate).token
+
+    async def scenario(loop: asyncio.AbstractEventLoop, executor: _OneThread, side: Any) -> None:
+        task = asyncio.ensure_future(gate.aexecute(token))
+        await loop.run_in_executor(side, handed.wait, 10)
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError as exc:
+            kept.extend([task, exc])
+        cancelled.set()
+
+    _on_one_thread(scenario)
+    assert len(kept) == 2
+    assert ran == [5]
+    assert [e.status for e in store.executions()] == ["succeeded"]
+    assert gate._settlement.leases._held == {}
+
+
+def test_an_outcome_a_cancelled_call_could_not_store_is_logged(
+    make_gate: MakeGate, store: SQLStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    started, finish = threading.Event(), threading.Event()
+
+    def pay(account: str, amount: int) -> dict[str, int]:
+        """Pay `amount` to an account (slowly; meanwhile the store breaks)."""
+        started.set()
+        assert finish.wait(10)
+        return {"paid": amount}
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("disk full")
+
+    gate = make_gate(_table(pay), policy=Policy(lease_seconds=LEASE))
+    kept: list[Any] = []
+    with caplog.at_level("WARNING", logger="effectgate._execution"):
+        loop = _cancel_while(gate, _granted(gate).token, started, kept)
+        store.complete = broken  # type: ignore[method-assign]
+        finish.set()
+        _finish(loop)
+    assert [r for r in caplog.records if "could not be stored" in r.getMessage()]
+    [record] = store.idempotency_records()
+    assert record.status == "in_progress"  # left for recover()

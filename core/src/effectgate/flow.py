@@ -15,16 +15,19 @@ as LangGraph's interrupt, propagates out of the driver).
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import contextvars
 import functools
 import inspect
+import logging
 import threading
 from collections.abc import Callable, Generator, Mapping
 from typing import Any, TypeVar
 
 from .context import ToolContext
+from .errors import EffectGateError
 
 T = TypeVar("T")
+_log = logging.getLogger("effectgate._execution")
 
 
 class Invoke:
@@ -150,23 +153,56 @@ async def adrive(flow: Generator[Any, Any, T], *, other: Other = _refuse_other) 
 class _Worker:
     """The part of an async flow that runs in a worker thread (a store step, a sync tool). A task
     cancelled meanwhile cannot stop that thread: the flow is left to it, never closed under it
-    (its lease would lapse while its tool still ran). A store step that ends then closes the flow
-    (no tool starts for a cancelled call); a tool that ends has its outcome stored first."""
+    (its lease would lapse while its tool still ran). A tool that ends has its outcome stored,
+    also when the task ended just before taking it; a store step that ends closes the flow, and
+    one still queued runs only if it stores a tool's outcome (no tool starts for a cancelled
+    call). Jobs are shielded from the task's cancellation and run in a copy of its context, as
+    `asyncio.to_thread` runs them."""
 
-    __slots__ = ("abandoned", "busy", "flow", "lock")
+    __slots__ = ("abandoned", "busy", "flow", "handover", "lock")
 
     def __init__(self, flow: Generator[Any, Any, Any]) -> None:
         self.flow, self.lock, self.busy, self.abandoned = flow, threading.Lock(), False, False
+        self.handover: tuple[bool, Any] | None = None  # a tool's outcome the task has not taken
 
-    async def step(self, step: Callable[[], Any]) -> Any:
-        self.busy = True
-        return await asyncio.to_thread(self._step, step)
+    async def step(self, step: Callable[[], Any], *, outcome: bool = False) -> Any:
+        """Run a store step (`outcome`: it hands a tool's outcome to the flow, to be stored)."""
+        return await self._run(self._step, step, outcome)
 
     async def tool(self, fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:
-        self.busy = True
-        return await asyncio.to_thread(self._tool, fn, kwargs)
+        return await self._run(self._tool, fn, kwargs)
 
-    def _step(self, step: Callable[[], Any]) -> Any:
+    async def _run(self, job: Callable[..., Any], *args: Any) -> Any:
+        call = functools.partial(contextvars.copy_context().run, job, *args)
+        with self.lock:
+            self.busy = True
+        try:
+            fut = asyncio.get_running_loop().run_in_executor(None, call)
+        except BaseException:
+            with self.lock:
+                self.busy = False
+            raise
+        try:
+            value = await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            raise  # a tool's outcome stays in `handover`, for `abandon`
+        except BaseException:
+            self._taken()
+            raise
+        self._taken()
+        return value
+
+    def _taken(self) -> None:
+        with self.lock:
+            self.handover = None
+
+    def _step(self, step: Callable[[], Any], outcome: bool) -> Any:
+        with self.lock:
+            skip = self.abandoned and not outcome  # queued when the task ended: nothing runs
+        if skip:
+            self._left()
+            _abandon(self.flow)
+            return None
         try:
             return _advance(step)
         finally:
@@ -174,21 +210,18 @@ class _Worker:
                 _abandon(self.flow)
 
     def _tool(self, fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:
+        with self.lock:
+            skip = self.abandoned
+        if skip:  # queued when the task ended: no tool starts for a cancelled call
+            self._left()
+            _abandon(self.flow)
+            return None
         try:
             value = fn(**kwargs)
         except BaseException as exc:
-            if self._left():
-                if isinstance(exc, Exception):
-                    self._settle(functools.partial(self.flow.throw, exc))
-                else:
-                    _abandon(self.flow)
+            self._ended(False, exc)
             raise
-        if self._left():
-            if inspect.isawaitable(value):  # an async result nobody awaits now: not an outcome
-                getattr(value, "close", lambda: None)()
-                _abandon(self.flow)
-            else:
-                self._settle(functools.partial(self.flow.send, value))
+        self._ended(True, value)
         return value
 
     def _left(self) -> bool:
@@ -197,20 +230,51 @@ class _Worker:
             self.busy = False
             return self.abandoned
 
-    def _settle(self, resume: Callable[[], Any]) -> None:
-        # the tool's outcome is the flow's to store; whatever it asks for next is not run
-        with contextlib.suppress(Exception):
-            resume()
+    def _ended(self, returned: bool, value: Any) -> None:
+        with self.lock:
+            self.busy = False
+            if not self.abandoned:
+                self.handover = (returned, value)  # the task's, unless it ends before taking it
+                return
+        self.store(returned, value)
+
+    def store(self, returned: bool, value: Any) -> None:
+        """Store a tool's outcome in an abandoned flow (a value it returned, or the exception it
+        raised), then close the flow: whatever it asks for next is not run."""
+        if returned and inspect.isawaitable(value):  # an async result nobody awaits now
+            getattr(value, "close", lambda: None)()
+        elif returned or isinstance(value, Exception):
+            try:
+                (self.flow.send if returned else self.flow.throw)(value)
+            except StopIteration:
+                pass
+            except Exception as exc:  # the flow's own refusals are recorded before they are raised
+                if exc is not value and not isinstance(exc, EffectGateError):
+                    _log.warning(
+                        "the outcome of a cancelled call could not be stored (%s); its record is "
+                        "left in flight for recover()",
+                        type(exc).__name__,
+                        exc_info=True,
+                    )
         _abandon(self.flow)
 
     def abandon(self) -> None:
-        """The task ended early (cancelled, interrupted): close the flow now, or leave it to the
-        thread whose work is still running."""
+        """The task ended early (cancelled, interrupted): leave the flow to the thread whose job
+        is running or queued, store a tool's outcome the task did not take (in a worker thread:
+        it is store work), or close the flow now."""
         with self.lock:
             if self.busy:
                 self.abandoned = True
                 return
-        _abandon(self.flow)
+            untaken, self.handover = self.handover, None
+        if untaken is None:
+            _abandon(self.flow)
+            return
+        job = functools.partial(self.store, *untaken)
+        try:
+            asyncio.get_running_loop().run_in_executor(None, job)
+        except RuntimeError:  # no loop or executor left: here, now
+            job()
 
 
 async def _adrive(flow: Generator[Any, Any, T], other: Other, worker: _Worker) -> T:
@@ -229,9 +293,9 @@ async def _adrive(flow: Generator[Any, Any, T], other: Other, worker: _Worker) -
                 if inspect.isawaitable(value):
                     value = await value
         except Exception as exc:
-            out = await worker.step(lambda e=exc: flow.throw(e))  # type: ignore[misc]
+            out = await worker.step(lambda e=exc: flow.throw(e), outcome=True)  # type: ignore[misc]
             continue
-        out = await worker.step(lambda v=value: flow.send(v))  # type: ignore[misc]
+        out = await worker.step(lambda v=value: flow.send(v), outcome=True)  # type: ignore[misc]
     return out[1]  # type: ignore[no-any-return]
 
 
