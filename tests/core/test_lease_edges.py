@@ -25,6 +25,13 @@ from .conftest import MakeGate
 from .test_lease_renewal import LEASE, _counting_renewals, _granted, _outlive_three_leases, _table
 
 
+def _with_snapshot(pay: Any, snapshot: Any) -> EffectTable:
+    """The test's table, its tool with a (before and after) snapshot."""
+    table = EffectTable([dataclasses.replace(_table(pay).get("pay"), snapshot=snapshot)])  # type: ignore[arg-type]
+    table.allow("support", ["pay"])
+    return table
+
+
 def _cancel_while(
     gate: Any, token: str, started: threading.Event, kept: list[Any]
 ) -> asyncio.AbstractEventLoop:
@@ -99,9 +106,7 @@ def test_a_call_cancelled_during_its_claim_never_runs_its_tool_and_is_released(
         ran.append(amount)
         return {"paid": amount}
 
-    table = _table(pay)
-    table = EffectTable([dataclasses.replace(table.get("pay"), snapshot=snapshot)])  # type: ignore[arg-type]
-    table.allow("support", ["pay"])
+    table = _with_snapshot(pay, snapshot)
     gate = make_gate(table, policy=Policy(lease_seconds=LEASE))
     kept: list[Any] = []
     loop = _cancel_while(gate, _granted(gate).token, in_snapshot, kept)
@@ -259,9 +264,7 @@ def test_a_tool_whose_job_was_still_queued_never_runs_and_its_lease_is_released(
         ran.append(amount)
         return {"paid": amount}
 
-    table = _table(pay)
-    table = EffectTable([dataclasses.replace(table.get("pay"), snapshot=snapshot)])  # type: ignore[arg-type]
-    table.allow("support", ["pay"])
+    table = _with_snapshot(pay, snapshot)
     gate = make_gate(table, policy=Policy(lease_seconds=LEASE))
     token = _granted(gate).token
 
