@@ -185,6 +185,7 @@ class _Worker:
         try:
             value = await asyncio.shield(fut)
         except asyncio.CancelledError:
+            fut.add_done_callback(_retrieved)  # its error, if any, is the flow's (not logged again)
             raise  # a tool's outcome stays in `handover`, for `abandon`
         except BaseException:
             self._taken()
@@ -275,6 +276,11 @@ class _Worker:
             asyncio.get_running_loop().run_in_executor(None, job)
         except RuntimeError:  # no loop or executor left: here, now
             job()
+
+
+def _retrieved(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()
 
 
 async def _adrive(flow: Generator[Any, Any, T], other: Other, worker: _Worker) -> T:
