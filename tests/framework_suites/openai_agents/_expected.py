@@ -12,7 +12,6 @@ A_BAD_ARGUMENT = (
 A_UNSIGNED_STATE = "(a) a hand-built RunState whose identity effectgate never signed is refused as tampered"
 A_SAVED_APPROVAL = "(a) a state.approve saved into the snapshot before the run resumed is an unsigned flag: dropped when the snapshot loads, so the call stays paused"
 B_WRAPPED = "(b) inspects FunctionTool.__wrapped__, which only the SDK's own invoker class carries"
-B_TO_THREAD = "(b) counts asyncio.to_thread calls (the gate moves its database work off the loop too)"
 B_INVOKER_IDENTITY = "(b) checks the identity of tool.on_invoke_tool"
 BY_DESIGN_INVALID_TOLD = "(a) under the SDK's default failure policy (which hides the error) the model is told effectgate's Invalid text, so it can correct the call"
 GAP_STRICT_SCHEMA = "gap: the gate validates against the strict schema (defaulted parameters required, extra keys refused); the SDK fills defaults and ignores extras"
@@ -28,7 +27,6 @@ EXPECTED: dict[str, str] = {
     "test_function_tool.py::test_argless_with_context": GAP_STRICT_SCHEMA,
     "test_function_tool.py::test_simple_function": GAP_STRICT_SCHEMA,
     "test_function_tool.py::test_variadic_field_constraints_validate_before_invocation[args]": GAP_INVALID_AS_TEXT,
-    "test_function_tool.py::test_sync_function_runs_via_to_thread": B_TO_THREAD,
     "test_function_tool.py::test_complex_args_function": GAP_STRICT_SCHEMA,
     "test_function_tool.py::test_function_tool_default_error_works": BY_DESIGN_INVALID_TOLD,
     "test_function_tool.py::test_sync_custom_error_function_works": GAP_INVALID_AS_TEXT,
