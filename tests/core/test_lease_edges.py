@@ -25,11 +25,26 @@ from .conftest import MakeGate
 from .test_lease_renewal import LEASE, _counting_renewals, _granted, _outlive_three_leases, _table
 
 
-def _with_snapshot(pay: Any, snapshot: Any) -> EffectTable:
-    """The test's table, its tool with a (before and after) snapshot."""
+def _paused_in_its_claim(make_gate: MakeGate) -> tuple[Any, list[int], threading.Event, threading.Event]:
+    """A gate whose first call waits in its before-snapshot (the claim's step, a worker thread):
+    `in_snapshot` is set there, and the step goes on once `go_on` is; `ran` lists the tool's runs."""
+    in_snapshot, go_on = threading.Event(), threading.Event()
+    ran: list[int] = []
+
+    def snapshot(args: Any) -> dict[str, int]:
+        if not ran:
+            in_snapshot.set()
+            assert go_on.wait(10)
+        return {"balance": 0}
+
+    def pay(account: str, amount: int) -> dict[str, int]:
+        """Pay `amount` to an account."""
+        ran.append(amount)
+        return {"paid": amount}
+
     table = EffectTable([dataclasses.replace(_table(pay).get("pay"), snapshot=snapshot)])  # type: ignore[arg-type]
     table.allow("support", ["pay"])
-    return table
+    return make_gate(table, policy=Policy(lease_seconds=LEASE)), ran, in_snapshot, go_on
 
 
 def _cancel_while(
@@ -92,22 +107,7 @@ def test_a_cancelled_sync_tool_keeps_its_lease_until_it_returns_and_its_outcome_
 def test_a_call_cancelled_during_its_claim_never_runs_its_tool_and_is_released(
     make_gate: MakeGate, store: SQLStore
 ) -> None:
-    in_snapshot, go_on = threading.Event(), threading.Event()
-    ran: list[int] = []
-
-    def snapshot(args: Any) -> dict[str, int]:
-        if not ran:  # the before-snapshot, in the claim's step (a worker thread)
-            in_snapshot.set()
-            assert go_on.wait(10)
-        return {"balance": 0}
-
-    def pay(account: str, amount: int) -> dict[str, int]:
-        """Pay `amount` to an account."""
-        ran.append(amount)
-        return {"paid": amount}
-
-    table = _with_snapshot(pay, snapshot)
-    gate = make_gate(table, policy=Policy(lease_seconds=LEASE))
+    gate, ran, in_snapshot, go_on = _paused_in_its_claim(make_gate)
     kept: list[Any] = []
     loop = _cancel_while(gate, _granted(gate).token, in_snapshot, kept)
     go_on.set()
@@ -249,23 +249,8 @@ def test_a_tool_whose_job_was_still_queued_never_runs_and_its_lease_is_released(
 ) -> None:
     """Cancelled while the tool's job waits in a saturated executor: asyncio used to drop the job
     and leave the flow suspended at the tool, its lease renewed for as long as the task was kept."""
-    ran: list[int] = []
     kept: list[Any] = []
-    in_snapshot, go_on = threading.Event(), threading.Event()
-
-    def snapshot(args: Any) -> dict[str, int]:
-        if not ran:  # the before-snapshot, in the claim's step
-            in_snapshot.set()
-            assert go_on.wait(10)
-        return {"balance": 0}
-
-    def pay(account: str, amount: int) -> dict[str, int]:
-        """Pay `amount` to an account."""
-        ran.append(amount)
-        return {"paid": amount}
-
-    table = _with_snapshot(pay, snapshot)
-    gate = make_gate(table, policy=Policy(lease_seconds=LEASE))
+    gate, ran, in_snapshot, go_on = _paused_in_its_claim(make_gate)
     token = _granted(gate).token
 
     async def scenario(loop: asyncio.AbstractEventLoop, executor: _OneThread, side: Any) -> None:
