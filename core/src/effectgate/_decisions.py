@@ -125,7 +125,9 @@ class Decisions:
                     raise AlreadyDecided(approval_id, "approved")  # shadow: decided once, never run
                 if regrant:
                     self.lapsed(conn, row)
-                given = self.ledger.approvers(conn, row, round_=row.grants, role=role)
+                given, denial = self.ledger.decided(conn, row, round_=row.grants, role=role)
+                if denial is not None:  # its status was edited: the sealed denial decides
+                    raise AlreadyDecided(approval_id, "denied")
                 if any(d.approver_id == approver.id for d in given):
                     raise WrongApprover(
                         approval_id, f"{approver.id} already approved; a second, distinct approver is needed"

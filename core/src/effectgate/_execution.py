@@ -202,7 +202,13 @@ class Execution:
             spec, role, required = self.ledger.bar(row)
         except TamperedRecord as exc:
             raise TokenError("tampered", str(exc)) from exc
-        approvers = self.ledger.approvers(conn, row, round_=row.grants - 1, role=role)
+        approvers, denial = self.ledger.decided(conn, row, round_=row.grants - 1, role=role)
+        if denial is not None:
+            raise TokenError(
+                "revoked",
+                f"approval {row.id} was denied by {denial.approver_id} (a sealed decision); its status "
+                "column says otherwise because it was changed outside effectgate",
+            )
         if row.grants < 1 or len(approvers) < required:
             raise TokenError(
                 "tampered",

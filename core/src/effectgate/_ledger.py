@@ -233,17 +233,28 @@ class Ledger:
     ) -> list[DecisionRow]:
         """The distinct approvers of the row's version in one grant round: decisions whose seal
         verifies (and whose role satisfies `role`, when given); a forged row counts for nothing."""
+        return self.decided(conn, row, round_=round_, role=role)[0]
+
+    def decided(
+        self, conn: Any, row: ApprovalRow, *, round_: int, role: str | None = None
+    ) -> tuple[list[DecisionRow], DecisionRow | None]:
+        """`approvers`, and the version's sealed denial if it has one (else None), from one read.
+        A denial is final for its version whatever the status column (which no seal covers) says:
+        a status edited from 'denied' back to 'approved' or 'pending' revives nothing."""
         seen: dict[str, DecisionRow] = {}
+        denial: DecisionRow | None = None
         for d in self.store.decisions(conn, row.id, row.version):
-            if (
-                d.decision == "approve"
-                and d.grant_round == round_
-                and d.approver_id not in seen
-                and decision_intact(self.keyring, d)
-                and (role is None or self.policy.role_satisfies(d.role, role))
-            ):
-                seen[d.approver_id] = d
-        return list(seen.values())
+            if d.decision == "approve":
+                if (
+                    d.grant_round == round_
+                    and d.approver_id not in seen
+                    and decision_intact(self.keyring, d)
+                    and (role is None or self.policy.role_satisfies(d.role, role))
+                ):
+                    seen[d.approver_id] = d
+            elif denial is None and d.decision == "deny" and decision_intact(self.keyring, d):
+                denial = d
+        return list(seen.values()), denial
 
     def current_spec(self, row: ApprovalRow) -> ToolSpec:
         """The table row of a stored call, refused if it changed since the proposal."""
