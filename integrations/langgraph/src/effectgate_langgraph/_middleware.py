@@ -57,7 +57,7 @@ from ._hitl import NativeApprover
 from ._identity import call_context, messages_of, step_calls
 from ._messages import tool_message
 from ._node import DEFAULT_RESUME_IDENTITY, answer_settled
-from ._step import StepFlow, adrive, drive, settle_step
+from ._step import StepFlow, adrive, drive, reused_id_refusal, reused_ids, settle_step
 from ._tools import table_tools
 
 
@@ -105,6 +105,12 @@ class EffectGateMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
     def _model_call(self, call: ToolCall) -> ToolCall:
         return model_call(call, self.injected_keys.get(call["name"]))
+
+    def _reused(self, request: ToolCallRequest, call: ToolCall) -> bool:
+        """Whether the model wrote this call's id on another call of its step too (`reused_ids`):
+        then it is refused, unregistered, and nothing runs for it."""
+        step = [self._model_call(c) for c in step_calls(messages_of(request.state))]
+        return str(call.get("id") or "") in reused_ids(self.gate, step)
 
     def _flow(self, request: ToolCallRequest, call: ToolCall, ctx: CallContext) -> StepFlow:
         step = [self._model_call(c) for c in step_calls(messages_of(request.state))]
@@ -171,6 +177,8 @@ class EffectGateMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
     ) -> ToolMessage | Command[Any]:
         call = self._model_call(request.tool_call)
+        if self._reused(request, call):
+            return tool_message(reused_id_refusal(call), call)
         ctx = self._context(request)
         call_id = str(call.get("id") or "")
         with self._flight(call, request) as flight:
@@ -190,6 +198,8 @@ class EffectGateMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
     ) -> ToolMessage | Command[Any]:
         call = self._model_call(request.tool_call)
+        if self._reused(request, call):
+            return tool_message(reused_id_refusal(call), call)
         ctx = self._context(request)
         call_id = str(call.get("id") or "")
         with self._flight(call, request) as flight:

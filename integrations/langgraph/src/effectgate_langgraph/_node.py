@@ -61,7 +61,7 @@ from ._fidelity import Flight, error_message, flying, framework_keys, is_native,
 from ._hitl import NativeApprover
 from ._identity import call_context, messages_of, state_of, step_calls
 from ._messages import tool_message
-from ._step import Settled, StepFlow, adrive, drive, settle_step
+from ._step import Settled, StepFlow, adrive, drive, reused_id_refusal, reused_ids, settle_step
 from ._tools import table_tools
 
 DEFAULT_RESUME_IDENTITY = "langgraph-resume"
@@ -75,6 +75,7 @@ class _Step:
     settled: dict[str, Settled]
     ran: dict[str, ToolMessage]  # the ToolMessages of gated calls that ran in this step, by call id
     input_type: Literal["list", "dict", "tool_calls"]  # ToolNode's reading of the node's input
+    reused: frozenset[str] = frozenset()  # ids on more than one call of the step (`reused_ids`)
 
 
 # The settled step, for the wrappers ToolNode calls on its worker threads (it copies the context).
@@ -176,8 +177,9 @@ class GatedToolNode(ToolNode):
 
     def _flow(
         self, node_input: Any, config: RunnableConfig, runtime: Runtime[Any]
-    ) -> tuple[CallContext, StepFlow | None]:
-        """The step's context, and the flow settling its gated calls (None when it has none)."""
+    ) -> tuple[CallContext, StepFlow | None, frozenset[str]]:
+        """The step's context, the flow settling its gated calls (None when it has none), and the
+        ids the model wrote on more than one call of the step (refused, `reused_ids`)."""
         messages: Sequence[AnyMessage] = messages_of(state_of(node_input), self._messages_key)
         own_calls = self._own_calls(node_input)
         ctx = call_context(messages, config, runtime.context, agent_id=self.agent_id)
@@ -185,8 +187,9 @@ class GatedToolNode(ToolNode):
         own = frozenset(str(c.get("id") or "") for c in own_calls)
         if not own <= {str(c.get("id") or "") for c in step}:
             step = own_calls
+        reused = reused_ids(self.gate, step) | reused_ids(self.gate, own_calls)
         if not any(is_gated(self.gate, c["name"]) for c in own_calls):
-            return ctx, None
+            return ctx, None, reused
         flow = settle_step(
             self.gate,
             step,
@@ -196,7 +199,7 @@ class GatedToolNode(ToolNode):
             injected_keys=self.injected_keys,
             approver_of=lambda: native_approver(self.native_approver, config, runtime.context),
         )
-        return ctx, flow
+        return ctx, flow, reused
 
     def _gated_flight(
         self, node_input: Any, config: RunnableConfig, runtime: Runtime[Any], flow: StepFlow | None
@@ -233,10 +236,12 @@ class GatedToolNode(ToolNode):
         config: RunnableConfig,
         runtime: Runtime[Any],
     ) -> Any:
-        ctx, flow = self._flow(input, config, runtime)
+        ctx, flow, reused = self._flow(input, config, runtime)
         with self._gated_flight(input, config, runtime, flow) as flight:
             settled = drive(flow, self.gate) if flow is not None else {}
-        token = _STEP.set(_Step(self.gate, ctx, settled, flight.messages, self._parse_input(input)[1]))
+        token = _STEP.set(
+            _Step(self.gate, ctx, settled, flight.messages, self._parse_input(input)[1], reused)
+        )
         try:
             return super()._func(input, config, runtime)
         finally:
@@ -248,10 +253,12 @@ class GatedToolNode(ToolNode):
         config: RunnableConfig,
         runtime: Runtime[Any],
     ) -> Any:
-        ctx, flow = self._flow(input, config, runtime)
+        ctx, flow, reused = self._flow(input, config, runtime)
         with self._gated_flight(input, config, runtime, flow) as flight:
             settled = await adrive(flow, self.gate) if flow is not None else {}
-        token = _STEP.set(_Step(self.gate, ctx, settled, flight.messages, self._parse_input(input)[1]))
+        token = _STEP.set(
+            _Step(self.gate, ctx, settled, flight.messages, self._parse_input(input)[1], reused)
+        )
         try:
             return await super()._afunc(input, config, runtime)
         finally:
@@ -311,6 +318,8 @@ class GatedToolNode(ToolNode):
         step, ctx = _current(request)
         call = self._model_call(request.tool_call)
         call_id = str(call.get("id") or "")
+        if call_id in step.reused:
+            return tool_message(reused_id_refusal(call), call)
         settled = step.settled.get(call_id)
         if settled is not None:
             return answer_settled(settled, call, step.ran.get(call_id), self.handle_tool_errors)
@@ -328,6 +337,8 @@ class GatedToolNode(ToolNode):
         step, ctx = _current(request)
         call = self._model_call(request.tool_call)
         call_id = str(call.get("id") or "")
+        if call_id in step.reused:
+            return tool_message(reused_id_refusal(call), call)
         settled = step.settled.get(call_id)
         if settled is not None:
             return answer_settled(settled, call, step.ran.get(call_id), self.handle_tool_errors)
