@@ -308,11 +308,21 @@ async def run_approved(
 def _spent(gate: EffectGate, pending: Pending) -> Outcome | None:
     """What became of an approved call whose grant was already presented (the approval still
     reads "approved" until its execution settles): its stored result, or a refusal saying it is
-    running or its outcome is unknown. None when the grant has not been presented."""
-    record = gate.store.get(f"{EXEC_PREFIX}{pending.approval_id}_v{pending.version}")
+    running or its outcome is unknown (also when it was running and its lease ran out: `recover`
+    settles that first). None when the grant has not been presented."""
+    key = f"{EXEC_PREFIX}{pending.approval_id}_v{pending.version}"
+    record = gate.store.get(key)
     tool = pending.card.tool
     if record is None:
         return None
+    if record.status == "in_progress" and (
+        record.lease_expires_at is not None and record.lease_expires_at <= gate.clock.now()
+    ):
+        # Nothing renews its lease: the worker that ran it stopped, and its outcome is unknown.
+        # `recover` settles that as the gate's rules say (needs_reconciliation, the approver role
+        # notified); the call is never run again.
+        gate.recover()
+        record = gate.store.get(key) or record
     if record.status == "succeeded":
         return gate.result(pending.approval_id)
     if record.status == "in_progress":

@@ -5,7 +5,7 @@ is calling. Read from TOML (`load_config`), strictly: an unknown key is an error
 [identity]                     # who is calling: the application's configuration, never the model
 agent = "desktop"
 user = "u-42"
-session = "desktop-u-42"       # optional (default "mcp:AGENT:USER", `default_session`)
+session = "desktop-u-42"       # optional (default "mcp:AGENT:USER", see `default_session`)
 
 [servers.files]                # one upstream: stdio (command) or streamable HTTP (url)
 command = ["python", "-m", "files_server"]
@@ -35,6 +35,7 @@ tools may not contain `__`, so no upstream can list a name that routes as anothe
 
 from __future__ import annotations
 
+import json
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -119,9 +120,14 @@ def split_served(name: str) -> tuple[str, str]:
 
 
 def default_session(agent: str, user: str) -> str:
-    """The session of an MCP process given none: one per agent and user, so two agents of one
-    user never share a request (or its stored result)."""
-    return f"mcp:{agent}:{user}"
+    """The session of an MCP process given none: one per agent and user, so two identities never
+    share a request (or its stored result). "mcp:AGENT:USER" when the agent holds no ':' (the
+    first ':' after "mcp:" then ends the agent, so no two identities meet); otherwise "mcp+" and
+    the JSON of [agent, user], which no "mcp:..." session can equal ("desk:eu" of "alice" and
+    "desk" of "eu:alice" would both be "mcp:desk:eu:alice")."""
+    if ":" not in agent:
+        return f"mcp:{agent}:{user}"
+    return "mcp+" + json.dumps([agent, user], ensure_ascii=False, separators=(",", ":"))
 
 
 def check_prefix(where: str, prefix: object) -> str:

@@ -53,9 +53,9 @@ from ..context import CallContext
 from ..effects import Policy
 from ..errors import TokenError
 from ..gate import EffectGate
-from ..outcomes import Executed, Grant, Outcome, Pending
+from ..outcomes import Executed, Grant, Invalid, Outcome, Pending
 from ..stores.protocol import Store
-from ..table import EffectTable, ToolSpec
+from ..table import EffectTable, SchemaError, ToolSpec
 from ..tokens import Keyring, keyring_for
 from ._common import (
     META_KEY,
@@ -70,7 +70,7 @@ from ._common import (
 )
 from ._config import ProxyConfig, Upstream, split_served
 from ._serve import card_link
-from ._upstream import Connection, UpstreamToolError, specs_for, table_of
+from ._upstream import CONTEXT_PARAM, Connection, UpstreamToolError, specs_for, table_of
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +118,10 @@ class GatedProxy:
         self._by_prefix = {u.prefix: u for u in upstreams}
         self._listed: dict[str, tuple[str, list[ToolSpec]]] = {}  # server -> (listing digest, rows)
         self._gate: EffectGate | None = None
-        self._retired: list[EffectGate] = []  # replaced gates, closed on exit (calls may hold one)
+        # Replaced gates that calls still hold, closed when the last lets go (or on exit): a gate
+        # closed under a running call would stop renewing its lease.
+        self._retired: list[EffectGate] = []
+        self._holding: dict[int, int] = {}  # id(gate) -> calls running on it
         self._lock = asyncio.Lock()
         self._stack: AsyncExitStack | None = None
         self.server: Server[Any] = Server(
@@ -182,10 +185,13 @@ class GatedProxy:
                         keyring=self.keyring,
                         clock=self.clock,
                     )
-                    if self._gate is not None:
-                        self._retired.append(self._gate)
+                    replaced, self._gate = self._gate, gate
+                    if replaced is not None:
                         log.info("the upstream tools changed: the table is now %s", table.fingerprint[:12])
-                    self._gate = gate
+                        if self._holding.get(id(replaced)):
+                            self._retired.append(replaced)
+                        else:
+                            await asyncio.to_thread(replaced.close)
             self._listed.update(fresh)  # committed with the gate built from it, never before
             return self.gate
 
@@ -228,20 +234,21 @@ class GatedProxy:
         grant: str | None = None,
     ) -> types.CallToolResult:
         """One client call, through the gate (see the module docstring). `grant`: a grant token
-        the client application sent with the call (`_meta` "effectgate/grant"), delivered to
-        `grants` first; it runs only the approval version it was minted for."""
+        the client application sent with the call (`_meta` "effectgate/grant"), used for this call
+        only: it runs only the approval version it was minted for, and it never replaces a grant
+        the approving side delivered to `grants` (a token from the client is unverified until the
+        gate runs it, so a forged one must not displace the real one)."""
+        sent: Grant | None = None
         if grant is not None:
             try:
                 claims = Keyring.read(grant)
             except TokenError as exc:
                 return error_result(name, exc)
-            self.grants.deliver(
-                Grant(
-                    approval_id=claims.approval_id,
-                    version=claims.version,
-                    token=grant,
-                    expires_at=claims.expires_at,
-                )
+            sent = Grant(
+                approval_id=claims.approval_id,
+                version=claims.version,
+                token=grant,
+                expires_at=claims.expires_at,
             )
         upstream = self.upstream_of(name)
         try:
@@ -252,11 +259,43 @@ class GatedProxy:
             )
             return error_result(name, exc)
         spec = gate.table.get(name)
+        if spec is not None and CONTEXT_PARAM in arguments:
+            # The gate hands the upstream caller its ToolContext under this name: a client's value
+            # would be recorded (and shown to the reviewer) but never reach the upstream.
+            reserved = SchemaError(f"/{CONTEXT_PARAM}", "this argument name is reserved for the proxy")
+            return self._result(Invalid(tool=name, errors=(reserved,)))
         ctx = context_for(self.identity, name, arguments, spec=spec, call_id=call_id)
+        self._holding[id(gate)] = self._holding.get(id(gate), 0) + 1
+        try:
+            result = await self._through(gate, name, arguments, ctx, spec, sent)
+        except BaseException:  # cancelled: its work may still run (and renew its lease) in a thread
+            self._let_go(gate)  # a replaced gate stays open until exit
+            raise
+        if self._let_go(gate) and gate in self._retired:
+            self._retired.remove(gate)
+            await asyncio.to_thread(gate.close)
+        return result
+
+    def _let_go(self, gate: EffectGate) -> bool:
+        """A call is done with `gate`; whether no other call holds it now."""
+        held = self._holding.pop(id(gate), 1) - 1
+        if held:
+            self._holding[id(gate)] = held
+        return not held
+
+    async def _through(
+        self,
+        gate: EffectGate,
+        name: str,
+        arguments: dict[str, Any],
+        ctx: CallContext,
+        spec: ToolSpec | None,
+        sent: Grant | None,
+    ) -> types.CallToolResult:
         try:
             outcome = await gate.acall(name, arguments, ctx)
             if isinstance(outcome, Pending):
-                outcome = await self._waiting(gate, name, arguments, ctx, spec, outcome)
+                outcome = await self._waiting(gate, name, arguments, ctx, spec, outcome, sent)
         except UpstreamToolError as exc:  # a definite failure, recorded: the upstream's own words
             return types.CallToolResult(
                 content=[
@@ -278,9 +317,11 @@ class GatedProxy:
         ctx: CallContext,
         spec: ToolSpec | None,
         pending: Pending,
+        sent: Grant | None = None,
     ) -> Outcome:
         """A call that has an approval: refused if its tool changed since the proposal; run if
-        approved and its grant was delivered; otherwise still waiting."""
+        approved and its grant was sent with the call (`sent`) or delivered; otherwise still
+        waiting."""
         if not pending.replay:  # proposed (or amended) just now, under the row as it is now
             return pending
         row = await asyncio.to_thread(_approval_row, gate, pending.approval_id)
@@ -298,6 +339,12 @@ class GatedProxy:
             )
         if pending.status != "approved":
             return pending
+        if sent is not None:
+            own = Grants()
+            own.deliver(sent)
+            outcome = await run_approved(gate, name, arguments, pending, grants=own)
+            if not len(own):  # the sent grant was for this approval version: its answer stands
+                return outcome
         return await run_approved(gate, name, arguments, pending, grants=self.grants)
 
     def _result(self, outcome: Outcome) -> types.CallToolResult:

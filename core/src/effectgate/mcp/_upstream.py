@@ -21,6 +21,11 @@ description the upstream's description, and both are part of the row's fingerpri
 call was proposed changes the row: the gate refuses to decide or run the old approval
 (`reclassified`), and the audit reports an approved call whose tool changed since.
 
+**An upstream's schema refers only to itself.** A tool whose inputSchema has a `$ref` (or
+`$dynamicRef`, `$recursiveRef`) to anything but a part of itself ("#...") is not served
+(`outside_reference`): the row's compiled validator would fetch it when the row is built, so an
+upstream could make the proxy request any address it can reach, or read a local file.
+
 **Errors** follow the gate's rules for the row's class. A transport failure (connection lost,
 timeout, a protocol error) is `UpstreamUnreachable`, an `OutcomeUnknown`: the call may or may not
 have reached the upstream, so a write or gated call ends `needs_reconciliation` and is never
@@ -246,6 +251,28 @@ def effective_effect(row: Row, hints: types.ToolAnnotations | None) -> Effect:
     return row.effect
 
 
+#: The schema keywords that name another schema by URI.
+REFERENCE_KEYWORDS = ("$ref", "$dynamicRef", "$recursiveRef")
+
+
+def outside_reference(schema: Any) -> str | None:
+    """The first reference in an upstream's schema to anything but a part of itself ("#..."),
+    or None. The row's compiled validator (fastjsonschema) fetches such a reference with urllib
+    when the row is built (any URL, file:// too): an upstream's schema must not make the proxy
+    reach an address for it. Walked without recursion (a schema may nest deeply)."""
+    stack: list[Any] = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in REFERENCE_KEYWORDS and isinstance(value, str) and not value.startswith("#"):
+                    return value
+                stack.append(value)
+        elif isinstance(node, list):
+            stack.extend(node)
+    return None
+
+
 def spec_for(upstream: Upstream, connection: Connection, tool: types.Tool, policy: Policy) -> ToolSpec:
     """The table row of one upstream tool the configuration classifies (raises `TableError`,
     naming why, for a tool that cannot be served)."""
@@ -268,8 +295,19 @@ def spec_for(upstream: Upstream, connection: Connection, tool: types.Tool, polic
         raise TableError(
             name, "approver_role", f"{effect} row{raised}: name an approver_role for the row or the server"
         )
-    if CONTEXT_PARAM in tool.input_schema.get("properties", {}):
+    properties = tool.input_schema.get("properties", {})
+    if not isinstance(properties, dict):
+        raise TableError(name, "schema", "its inputSchema's properties is not an object")
+    if CONTEXT_PARAM in properties:
         raise TableError(name, "schema", f"the argument {CONTEXT_PARAM!r} is reserved for the proxy")
+    outside = outside_reference(tool.input_schema)
+    if outside is not None:
+        raise TableError(
+            name,
+            "schema",
+            f"its inputSchema refers outside itself ({outside[:80]!r}): only references within the "
+            'schema ("#...") are followed, never fetched',
+        )
     errors = row.tool_errors
     spec = ToolSpec(
         name=name,
@@ -335,12 +373,14 @@ __all__ = [
     "IDEMPOTENCY_META",
     "MAX_PAGES",
     "MAX_TOOLS",
+    "REFERENCE_KEYWORDS",
     "Connection",
     "UpstreamListingError",
     "UpstreamToolError",
     "UpstreamUnreachable",
     "client_for",
     "effective_effect",
+    "outside_reference",
     "spec_for",
     "specs_for",
     "table_of",
