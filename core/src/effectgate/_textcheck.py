@@ -20,7 +20,11 @@ _BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\
 _INVISIBLE = frozenset(
     "\u200b\u200c\u200d\u2060\u2061\u2062\u2063\u2064\ufeff\u00ad\u180e\u034f\u115f\u1160\u3164\uffa0"
 )
-_WORD = re.compile(r"\w+", re.UNICODE)
+# What must be in one script: a run of text without spaces (a word, and also an address, a
+# domain or a URL: "ceo@сосо.com" mixes scripts though each of its words is in one). Prose in two
+# languages, word by word, is not flagged.
+_TOKEN = re.compile(r"\S+")
+_SHOWN = 80  # characters of a mixed-script token quoted in its warning
 # Scripts whose letters are commonly confused with Latin ones.
 _SCRIPTS = ("LATIN", "CYRILLIC", "GREEK", "ARMENIAN", "CHEROKEE")
 
@@ -55,8 +59,9 @@ def _describe(ch: str) -> str:
 
 def text_warnings(value: Any, *, limit: int = 20) -> tuple[str, ...]:
     """Warnings for bidirectional controls, invisible characters, other control characters and
-    words that mix lookalike scripts, each naming where (a JSON pointer) and what; at most
-    `limit` of them (the last says how many more there were)."""
+    runs of text without spaces (words, addresses, domains) that mix lookalike scripts, each
+    naming where (a JSON pointer) and what; at most `limit` of them (the last says how many
+    more there were)."""
     out: list[str] = []
     total = 0
     for pointer, text in _pointers(value):
@@ -74,10 +79,11 @@ def text_warnings(value: Any, *, limit: int = 20) -> tuple[str, ...]:
         controls = sorted({c for c in text if unicodedata.category(c) == "Cc" and c not in "\n\t"})
         if controls:
             found.append("control character " + ", ".join(_describe(c) for c in controls))
-        for word in _WORD.findall(text):
-            scripts = {s for s in map(_script, word) if s is not None and s != "OTHER"}
+        for token in _TOKEN.findall(text):
+            scripts = {s for s in map(_script, token) if s is not None and s != "OTHER"}
             if len(scripts) > 1:
-                found.append(f"mixed scripts ({', '.join(sorted(scripts))}) in {word!r}")
+                quoted = token if len(token) <= _SHOWN else token[: _SHOWN - 1] + "…"
+                found.append(f"mixed scripts ({', '.join(sorted(scripts))}) in {quoted!r}")
                 break
         for item in found:
             total += 1

@@ -134,7 +134,7 @@ def _card_panel(card: Card, *, now: float | None = None) -> Text:
         ("tool", _escape(f"{card.tool}  ({card.effect}, {card.reversibility})"), ""),
         ("status", _escape(f"{card.status}, version {card.version}"), ""),
         ("approver role", _escape(card.approver_role), ""),
-        ("approvals", f"{card.approvals_given} of {card.approvals_required}", ""),
+        ("approvals", _escape(f"{card.approvals_given} of {card.approvals_required}"), ""),
         ("subject", _pretty(dict(card.subject)) if card.subject else "-", ""),
         ("arguments", _pretty(dict(card.args)), ""),
         ("args sha256", _escape(card.args_hash), ""),

@@ -21,7 +21,7 @@ import html
 import json
 import unicodedata
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from .._display import card_view, pretty, when
 from .._textcheck import reveal
@@ -85,7 +85,16 @@ def _stored_card(card: Card, outcome: str | None) -> Card:
         approver_role=_plain(card.approver_role),
         args_hash=_plain(card.args_hash),
         notes=tuple(_plain(n) for n in card.notes),
+        version=_stored_int(card.version),
+        approvals_required=_stored_int(card.approvals_required),
     )
+
+
+def _stored_int(value: int) -> int:
+    """An integer field for `Card.render`: itself or, when the record was edited in the database
+    (SQLite keeps text written into an integer column; the card then says it does not verify),
+    that text as one plain line, so it cannot drive the terminal (typed as the field it fills)."""
+    return value if isinstance(value, int) else cast(int, _plain(value))
 
 
 def _warning_heading(warnings: Sequence[str]) -> str:
@@ -167,17 +176,17 @@ class ApprovalCard:
             lines.append(f"subject balance: {json.dumps(v['view'].balance, default=str)}")
         for e in v["view"].history:
             effect = ", in effect" if e.in_effect else ""
-            lines.append(
-                f"history: {e.status} v{e.version}{effect} {json.dumps(dict(e.args), sort_keys=True)}"
-            )
+            args = json.dumps(dict(e.args), sort_keys=True)
+            lines.append(f"history: {_plain(e.status)} v{_plain(e.version)}{effect} {args}")
         for d in v["decisions"]:
             lines.append(
-                f"decision: v{d.version} {_plain(d.decision)} by {_plain(d.approver_id)} "
+                f"decision: v{_plain(d.version)} {_plain(d.decision)} by {_plain(d.approver_id)} "
                 f"({_plain(d.role)}) {_plain(d.reason or '')}"
             )
         if self.version != card.version:
             lines.append(
-                f"! this card asked about version {self.version}; the record is now version {card.version}"
+                f"! this card asked about version {_plain(self.version)}; the record is now version "
+                f"{_plain(card.version)}"
             )
         if self.message:
             lines.append(f"> {_plain(self.message)}")
@@ -186,11 +195,11 @@ class ApprovalCard:
     def html(self) -> str:
         v, card = self._view, self.card
         rows = [
-            ("approval", f"<code>{_e(card.approval_id)}</code> version {card.version}"),
+            ("approval", f"<code>{_e(card.approval_id)}</code> version {_e(card.version)}"),
             ("status", _e(card.status)),
             *([("reason", _e(card.reason))] if card.reason and _outcome(card) is None else []),
             ("approver role", _e(card.approver_role)),
-            ("approvals", f"{card.approvals_given} of {card.approvals_required}"),
+            ("approvals", f"{_e(card.approvals_given)} of {_e(card.approvals_required)}"),
             ("subject", self._subject(card.subject) if card.subject else "-"),
             ("arguments (stored)", "".join(self._arg(a) for a in v["args"])),
             ("args sha256", f"<code>{_e(card.args_hash)}</code>"),
@@ -202,7 +211,7 @@ class ApprovalCard:
         if v["view"].balance is not None:
             rows.append(("subject balance", f"<pre>{_e(v['view'].balance)}</pre>"))
         history = "".join(
-            f"<li>{_e(e.status)} v{e.version}{' (in effect)' if e.in_effect else ''}: "
+            f"<li>{_e(e.status)} v{_e(e.version)}{' (in effect)' if e.in_effect else ''}: "
             f"<code>{_e(json.dumps(dict(e.args), sort_keys=True))}</code></li>"
             for e in v["view"].history
         )
@@ -210,7 +219,7 @@ class ApprovalCard:
             (f"other {_e(card.tool)} calls on this subject", f"<ul>{history}</ul>" if history else "none")
         )
         decided = "".join(
-            f"<li>v{d.version} {_e(d.decision)} by {_e(d.approver_id)} ({_e(d.role)}) "
+            f"<li>v{_e(d.version)} {_e(d.decision)} by {_e(d.approver_id)} ({_e(d.role)}) "
             f"{_e(d.reason or '')}</li>"
             for d in v["decisions"]
         )
@@ -363,7 +372,9 @@ class ApprovalCard:
         return bundle
 
     def __repr__(self) -> str:
-        return f"<ApprovalCard {self.card.tool} {self.approval_id} v{self.version} {self.card.status}>"
+        card = self.card
+        shown = (card.tool, self.approval_id, f"v{self.version}", card.status)
+        return f"<ApprovalCard {' '.join(_plain(x) for x in shown)}>"
 
     def __str__(self) -> str:
         return self.text()

@@ -38,6 +38,7 @@ from starlette.templating import Jinja2Templates
 
 from .._display import card_view, keyring_warnings, pretty, tampered_refusal, when
 from .._execution import EXEC_PREFIX
+from .._seal import decision_intact
 from .._textcheck import reveal
 from ..context import Approver
 from ..errors import (
@@ -293,7 +294,8 @@ def create_app(
         rows = gate.store.approvals(status=decided, limit=200)
         by_approval: dict[str, list[Any]] = defaultdict(list)
         for d in gate.store.all_decisions():
-            by_approval[d.approval_id].append(d)
+            if decision_intact(gate.keyring, d):  # a row inserted in the database is no one's decision
+                by_approval[d.approval_id].append(d)
         results = {
             e.approval_id: {"status": e.status, "result": from_json(e.result_json)}
             for e in gate.store.executions()
