@@ -15,6 +15,7 @@ from ._rules import possible_roles
 from .canonical import digest
 from .effects import Effect, Policy
 from .redact import MARK, entry_sealed
+from .stores._redaction import same_json
 from .stores.records import RedactedRow, RuleRow
 from .tokens import Keyring
 
@@ -138,6 +139,7 @@ class Bar:
     args_json: str  # the approval's stored arguments, and the hash recomputed from them (None:
     recomputed: str | None  # erased, or not a text the gate writes)
     shadow: bool  # proposed in shadow mode: nothing of it may ever run
+    denied: frozenset[int] = frozenset()  # versions with a sealed denial (a revoked grant): never run
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,7 +201,7 @@ def marker_problem(
         return "a redaction marker that is not the text the redaction wrote"
     if not isinstance(found, dict) or found.get(MARK) != entry.redaction_id:
         return "the marker names another redaction"
-    if {k: v for k, v in found.items() if k != MARK} != kept:
+    if not same_json({k: v for k, v in found.items() if k != MARK}, kept):
         return "the facts kept by the redaction were changed"
     return None
 

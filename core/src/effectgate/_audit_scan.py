@@ -145,16 +145,23 @@ class Scan:
         if status == "approved":
             self.changed_since_approval(a)
         approvers: dict[int, int] = {}
+        denied: set[int] = set()  # versions with a sealed denial: final for the version, as at execute
         if len(decisions) == 1:  # the usual case: one decision, one round
             if self._decision(a, decisions[0], policy, role):
                 approvers[decisions[0][D_VERSION]] = 1
+            elif self._denial(decisions[0]):
+                denied.add(decisions[0][D_VERSION])
         elif decisions:
             rounds: dict[tuple[int, int], set[str]] = defaultdict(set)
             for d in decisions:
                 if self._decision(a, d, policy, role):
                     rounds[(d[D_VERSION], d[D_ROUND])].add(d[D_APPROVER])
+                elif self._denial(d):
+                    denied.add(d[D_VERSION])
             for (version, _), people in rounds.items():
                 approvers[version] = max(approvers.get(version, 0), len(people))
+        for version in denied:  # a revoked grant: nothing of the version may run
+            approvers.pop(version, None)
         return Bar(
             a[A_VERSION],
             a[A_HASH],
@@ -167,6 +174,7 @@ class Scan:
             args,
             recomputed,
             shadow,
+            frozenset(denied),
         )
 
     def derive(self, a: tuple[Any, ...]) -> Derived | None:
@@ -234,6 +242,14 @@ class Scan:
             f"approved under row {fingerprint[:12]}, not executed; {now} (the tool changed since it "
             "was approved: its grant cannot run)",
             a[A_ID],
+        )
+
+    def _denial(self, d: tuple[Any, ...]) -> bool:
+        """Whether a decision is a denial whose seal verifies (or seals are not checked): the gate
+        records one only while no grant of the call was presented, and refuses to run a version
+        with one whatever the status column says (`Ledger.decided`)."""
+        return d[D_DECISION] == "deny" and (
+            self.decision_sealed is None or self.decision_sealed(d[:D_SEAL], d[D_SEAL])
         )
 
     def _decision(self, a: tuple[Any, ...], d: tuple[Any, ...], policy: Policy | None, role: str) -> bool:
@@ -321,7 +337,9 @@ class Scan:
             self.add(
                 "not_approved",
                 tool,
-                f"{given} of {bar.required} valid approvals for the executed version",
+                "the executed version was denied (a sealed deny decision): nothing of it may run"
+                if ex[E_VERSION] in bar.denied
+                else f"{given} of {bar.required} valid approvals for the executed version",
                 approval_id,
                 ex_id,
             )

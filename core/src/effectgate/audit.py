@@ -11,7 +11,8 @@ everything it checks from the rows themselves, never trusting a stored copy of a
   canonical form, checked against its fingerprint), and the required role and number of distinct
   approvers are derived from them and compared with what was recorded and what was decided;
 - every gated execution needs its approval, the same args hash, the executed version, enough
-  distinct, validly sealed approvers holding the required role, and ran once;
+  distinct, validly sealed approvers holding the required role, no sealed denial of that version
+  (a revoked grant: the gate refuses to run it whatever the status column says), and ran once;
 - every execution is checked against the recorded table row it names: a row not recorded for
   its tool is `rule_missing`, a gated row (under the execution's recorded policy) run without an
   approval is `no_approval` whatever the execution's own `effect` column says, an `effect` column

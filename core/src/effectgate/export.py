@@ -162,11 +162,18 @@ def export_chain(
 ) -> Manifest:
     """Write the decision records after `after` (all when None) to `path` as a hash chain, and its
     signed manifest beside it (`manifest_path(path)`), which pins the ledger's chain heads.
-    Refused, writing nothing, when `after` is not signed by this keyring or its pins no longer
-    hold (checked before the seal); refused with no export written when the audit that follows
-    the seal has findings (the ledger's new checkpoints stay: they cover the rows as they are)."""
+    Refused, writing nothing, when `after` is not signed by this keyring, its pins no longer
+    hold, or `path` is the export `after` describes (checked before the seal); refused with no
+    export written when the audit that follows the seal has findings (the ledger's new
+    checkpoints stay: they cover the rows as they are)."""
+    target = Path(path)
     if after is not None:
         after.check(keyring)
+        if _holds_export(target, after):  # its records and pins would be replaced by the new ones
+            raise ExportError(
+                f"{target} holds the export this one continues (its manifest is the one given as "
+                "after): write the new export to another file; nothing was exported or written"
+            )
         if cut := sorted({b.table for b in _pins.breaks(store, after.heads)}):  # before any write
             raise ExportError(
                 f"the ledger's chain no longer holds what the previous export pinned ({', '.join(cut)}): "
@@ -184,7 +191,6 @@ def export_chain(
     start = after.head if after is not None else GENESIS
     after_seq = after.after_seq if after is not None else 0
     head, first, last, count = start, None, None, 0
-    target = Path(path)
     partial = target.with_name(target.name + ".partial")
     with partial.open("w", encoding="utf-8") as out:
         for record, personal in decision_records(store, keyring, after_seq=after_seq, before=at - settle):
@@ -215,6 +221,14 @@ def export_chain(
     partial.replace(target)
     manifest_path(target).write_text(signed.dumps())
     return signed
+
+
+def _holds_export(target: Path, manifest: Manifest) -> bool:
+    """`target`'s manifest is `manifest` (the same signature): the file holds that export."""
+    try:
+        return Manifest.load(manifest_path(target)).signature == manifest.signature
+    except ExportError:
+        return False
 
 
 def _personal_holds(keyring: Keyring, record: Mapping[str, Any], personal: Any) -> bool:
@@ -362,7 +376,10 @@ def _check_line(
     if not isinstance(line, dict) or list(line) != fields:
         return None, f"not a chain line (its fields must be exactly {', '.join(fields)})"
     seq, prev, digest, record = line["seq"], line["prev"], line["hash"], line["record"]
-    if not isinstance(record, dict) or record.get("seq") != seq or not isinstance(seq, int):
+    # `type(...) is int`: true is an int that equals 1, and a line's seq is outside its hash
+    if not isinstance(record, dict) or type(seq) is not int or type(record.get("seq")) is not int:
+        return None, "the line's sequence number is not its record's"
+    if record["seq"] != seq:
         return None, "the line's sequence number is not its record's"
     if prev != head:
         return seq, "does not follow the record before it (a record was removed, added or reordered)"

@@ -223,6 +223,17 @@ def _erase(
     return rows, values_erased
 
 
+def _keep(keep: Sequence[str]) -> tuple[str, ...]:
+    """The argument names to keep as facts: a sequence of names (one string is refused, it would
+    be read letter by letter and keep nothing)."""
+    if isinstance(keep, str) or not all(isinstance(k, str) and k for k in keep):
+        raise RedactionError(
+            f"keep must be a sequence of argument names, e.g. ('amount', 'currency'), not {keep!r}: "
+            "nothing was erased"
+        )
+    return tuple(keep)
+
+
 def _entered(store: Store, conn: Any) -> set[tuple[str, str, str]]:
     """The (table, row key, column) of every redaction entry, read in the pass's transaction
     (under `ERASURE_LOCK`): never kept across transactions, another process may add entries."""
@@ -252,7 +263,7 @@ def redact(
             "subject must name at least one field (e.g. {'order_id': '1042'}); to erase all of the "
             "user's records, give no subject: nothing was redacted"
         )
-    keep = tuple(keep)
+    keep = _keep(keep)
     at = time.time() if now is None else now
     rid = f"r-{secrets.token_hex(8)}"
     with store.transaction() as conn:
@@ -306,7 +317,7 @@ def retain(
             raise RedactionError(f"unknown record kind {effect!r}: use one of {', '.join(sorted(known))}")
         if isinstance(days, bool) or not isinstance(days, int | float) or not math.isfinite(days) or days < 0:
             raise RedactionError(f"retention for {effect} must be a number of days >= 0 (got {days!r})")
-    keep = tuple(keep)
+    keep = _keep(keep)
     at = time.time() if now is None else now
     rid = f"r-{secrets.token_hex(8)}"
     rows = values = 0

@@ -130,6 +130,11 @@ def _given(args: argparse.Namespace, name: str, why: str) -> str:
 def _cmd_hold(args: argparse.Namespace, out: Console) -> int:
     if args.user is not None and args.release is not None:
         raise UsageError("give --user (place a hold) or --release HOLD_ID, not both")
+    if args.user is None and (args.by is not None or args.reason is not None):
+        if args.release is None:  # a hold meant, its --user forgotten: listing would exit 0
+            raise UsageError("--by and --reason place a hold: give --user too (nothing was placed)")
+        if args.reason is not None:  # a release records who, not why: the reason would be lost
+            raise UsageError("--release takes --by only (a release records no reason; nothing was released)")
     if args.user is not None:
         user = _given(args, "user", "")
         by, reason = _given(args, "by", "to place a hold"), _given(args, "reason", "to place a hold")
