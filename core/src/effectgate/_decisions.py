@@ -112,7 +112,7 @@ class Decisions:
             if row is None:
                 expired = True
             else:
-                if version != row.version:
+                if type(version) is not int or version != row.version:
                     raise StaleApproval(approval_id, version, row.version)
                 spec, role, required = self.ledger.bar(row)
                 if approver.id == row.user_id and not self.policy.self_approval:
@@ -289,7 +289,7 @@ class Decisions:
                 raise_expired = False
                 if row.token_used_at is not None:  # the grant was presented: too late to revoke
                     raise AlreadyDecided(approval_id, "executing")
-                if version is not None and version != row.version:
+                if version is not None and (type(version) is not int or version != row.version):
                     raise StaleApproval(approval_id, version, row.version)
                 now = self.clock.now()
                 self.decide(conn, row, approver, "deny", reason)
@@ -318,9 +318,10 @@ class Decisions:
         row = self.store.locked_approval(conn, approval_id)
         if row is None:
             raise UnknownApproval(approval_id)
-        if not approval_intact(self.keyring, row):
-            raise TamperedRecord(approval_id, broken(self.keyring, row))
-        if row.status == "pending" and not self.ledger.expire_lapsed(conn, [row]):
+        pending = row.status == "pending"
+        if not approval_intact(self.keyring, row) or (pending and row.grants):
+            raise TamperedRecord(approval_id, broken(self.keyring, row, granted=pending and bool(row.grants)))
+        if pending and not self.ledger.expire_lapsed(conn, [row]):
             return None  # it lapsed: now marked expired
         if row.status not in allow:
             if row.status == "expired":

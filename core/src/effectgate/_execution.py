@@ -81,6 +81,10 @@ class Execution:
                 if row.token_hash is None or not hmac.compare_digest(token_hash(token), row.token_hash):
                     if row.status == "denied":
                         raise TokenError("revoked", f"approval {row.id} was denied")
+                    if self.clock.now() >= claims.expires_at:  # genuine (its MAC verified), replaced
+                        raise TokenError(
+                            "expired", f"this grant for approval {row.id} expired (a later grant replaced it)"
+                        )
                     raise TokenError("forged", f"this is not the token granted for approval {row.id}")
                 if claims.version != row.version:
                     raise TokenError(
@@ -121,7 +125,9 @@ class Execution:
                 elif record is not None and record.status == "failed":
                     raise TokenError("used", f"the grant for approval {row.id} was spent")
                 elif record is None:
-                    if row.token_used_at is not None:
+                    # The append-only rows decide, not token_used_at or the status (neither sealed):
+                    # a version presented or run before never starts again under a fresh claim.
+                    if row.token_used_at is not None or self.store.grant_spent(conn, row.id, row.version):
                         raise TokenError("used", f"the grant for approval {row.id} was spent")
                     # The signed expiry decides; a stored one can only make it shorter.
                     if now >= min(claims.expires_at, row.token_expires_at or claims.expires_at):

@@ -20,7 +20,7 @@ from ._json import parse
 from ._seal import approval_intact, approval_sealed, decision_intact
 from .context import CallContext, Confirmation, SubjectEntry
 from .errors import PolicyViolation, TamperedRecord, UnknownApproval
-from .outcomes import UNSEALED_WARNING, Card, SubjectView
+from .outcomes import UNSEALED_WARNING, Card, SubjectView, VersionEntry
 from .stores._dialect import REDACTED_PREFIX
 from .stores.records import ApprovalRow, DecisionRow
 from .table import ToolSpec
@@ -285,3 +285,19 @@ class Ledger:
             raise TamperedRecord(row.id, "its approver role or number of approvers differ from the table's")
         assert role is not None  # a gated row always names a role (check_policy)
         return spec, role, required
+
+    def versions(self, approval_id: str) -> tuple[VersionEntry, ...]:
+        """Each version of an approval, oldest first: its args hash, the user message that
+        proposed it, and the reviewer who edited it into being (None unless an adapter applied an
+        edit decision: a version the same message proposed again is not an edit)."""
+        out: dict[int, VersionEntry] = {}
+        for e in self.store.events(approval_id=approval_id):
+            if e.kind in ("proposed", "amended") and e.version is not None:
+                editor = json.loads(e.detail_json or "{}").get("edited_by")
+                out[e.version] = VersionEntry(
+                    e.version,
+                    e.args_hash or "",
+                    e.origin_message_id or "",
+                    editor if isinstance(editor, str) else None,
+                )
+        return tuple(out[v] for v in sorted(out))

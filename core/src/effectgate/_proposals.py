@@ -12,7 +12,6 @@ with their code, a tampered record at WARNING.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -26,7 +25,7 @@ from ._seal import approval_intact, broken, seal_approval
 from .canonical import ENCODE, digest, key_of, plain_json, sha256_hex
 from .context import CallContext
 from .errors import StaleApproval, TamperedRecord
-from .outcomes import Card, Executed, Outcome, Pending, Refused, VersionEntry
+from .outcomes import Card, Executed, Outcome, Pending, RefusalCode, Refused
 from .stores.records import ApprovalRow
 from .table import ToolSpec
 
@@ -277,8 +276,9 @@ class Proposals:
         text: str,
         edited_by: str | None = None,
     ) -> Outcome:
-        if not approval_intact(self.keyring, row):
-            error = TamperedRecord(row.id, broken(self.keyring, row))
+        if not approval_intact(self.keyring, row) or row.grants:
+            # a pending row was never granted: its sealed count of grants says its status was edited
+            error = TamperedRecord(row.id, broken(self.keyring, row, granted=bool(row.grants)))
             log.warning("tampered approval record: approval=%s tool=%s: %s", row.id, row.tool, error)
             raise error
         if row.args_hash == frozen:
@@ -288,14 +288,18 @@ class Proposals:
             return Pending(
                 approval_id=row.id, version=row.version, card=self.ledger.card_of(conn, row), replay=True
             )
-        reason = self.ledger.confirm(conn, spec, args, ctx, row.subject_key, exclude=row.id)
-        if reason is not None:
+        # other arguments are checked as a new call's are, before they can reach a card
+        scoped = in_scope(spec, args, ctx)
+        reason = (
+            self.ledger.confirm(conn, spec, args, ctx, row.subject_key, exclude=row.id) if scoped else None
+        )
+        if not scoped or reason is not None:
+            code: RefusalCode = "confirm_failed" if scoped else "out_of_scope"
+            reason = reason or "out of scope: the caller may not act on this subject"
             self.store.append_events(
-                conn, [self.events.event("refused", spec=spec, ctx=ctx, code="confirm_failed", reason=reason)]
+                conn, [self.events.event("refused", spec=spec, ctx=ctx, code=code, reason=reason)]
             )
-            return Refused(
-                code="confirm_failed", message=f"{spec.name}: {reason}", tool=spec.name, approval_id=row.id
-            )
+            return Refused(code=code, message=f"{spec.name}: {reason}", tool=spec.name, approval_id=row.id)
         now = self.clock.now()
         values = {
             "version": row.version + 1,
@@ -373,6 +377,16 @@ class Proposals:
                 version=row.version,
                 idempotency_key=exec_key(row),
             )
+        now = self.clock.now()
+        lapsed = (row.token_expires_at or 0) <= now and row.expires_at <= now  # nothing can run it now
+        if row.status == "approved" and row.grants and row.token_used_at is None and lapsed:
+            return Refused(
+                code="expired",
+                message=f"the grant for {row.tool} lapsed unused and approval {row.id} expired; "
+                "a new attempt needs a new request",
+                tool=row.tool,
+                approval_id=row.id,
+            )
         return Pending(
             approval_id=row.id,
             version=row.version,
@@ -380,19 +394,3 @@ class Proposals:
             status=row.status,
             replay=True,
         )
-
-    def versions(self, approval_id: str) -> tuple[VersionEntry, ...]:
-        """Each version of an approval, oldest first: its args hash, the user message that
-        proposed it, and the reviewer who edited it into being (None unless an adapter applied an
-        edit decision: a version the same message proposed again is not an edit)."""
-        out: dict[int, VersionEntry] = {}
-        for e in self.store.events(approval_id=approval_id):
-            if e.kind in ("proposed", "amended") and e.version is not None:
-                editor = json.loads(e.detail_json or "{}").get("edited_by")
-                out[e.version] = VersionEntry(
-                    e.version,
-                    e.args_hash or "",
-                    e.origin_message_id or "",
-                    editor if isinstance(editor, str) else None,
-                )
-        return tuple(out[v] for v in sorted(out))

@@ -122,9 +122,15 @@ def foreign_key(keyring: Keyring, seal: str | None) -> str | None:
     return kid if kid and not keyring.holds(kid) else None
 
 
-def broken(keyring: Keyring, row: ApprovalRow) -> str:
+def broken(keyring: Keyring, row: ApprovalRow, *, granted: bool = False) -> str:
     """Why a row does not verify, for the error: a keyring mismatch (a `ForeignSeal`), or an edit
-    (a seal that fails under a key this keyring holds)."""
+    (a seal that fails under a key this keyring holds); `granted`: the row verifies but says
+    pending while its sealed count of grants says it was granted (its status was edited)."""
+    if granted and approval_intact(keyring, row):
+        return (
+            f"its status says pending, but its sealed count of grants is {row.grants}: the status "
+            "was changed outside effectgate"
+        )
     kid = foreign_key(keyring, row.seal)
     if kid is not None:
         return ForeignSeal(kid, mismatch(kid))

@@ -59,6 +59,9 @@ class Approver:
     role: str
 
     def __post_init__(self) -> None:
+        if not isinstance(self.id, str) or not isinstance(self.role, str):
+            # a decision is sealed over what is stored (text): a number would not verify later
+            raise TypeError(f"Approver id and role must be text (got {self.id!r}, {self.role!r})")
         if not self.id or not self.role:
             raise ValueError("Approver needs a non-empty id and role")
 

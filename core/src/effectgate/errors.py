@@ -77,10 +77,13 @@ class StaleApproval(ApprovalError):
     def __init__(self, approval_id: str, given: int, current: int) -> None:
         self.given = given
         self.current = current
-        why = "is stale" if given < current else "does not exist yet (review the current version)"
-        super().__init__(
-            approval_id, f"approval {approval_id} is at version {current}; version {given} {why}"
-        )
+        if type(given) is not int:  # from a form or a command line: say so, not a TypeError
+            why = f"version {given!r} is not a version number"
+        else:
+            why = f"version {given} " + (
+                "is stale" if given < current else "does not exist yet (review the current version)"
+            )
+        super().__init__(approval_id, f"approval {approval_id} is at version {current}; {why}")
 
 
 class WrongApprover(ApprovalError):

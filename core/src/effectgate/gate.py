@@ -94,7 +94,7 @@ class Flows:
         return self._spans.call_flow(name, self._calls.call_flow(name, args, ctx, edited_by=editor))
 
     def versions(self, approval_id: str) -> flow.Flow[tuple[VersionEntry, ...]]:
-        return flow.done(self._proposals.versions, approval_id)
+        return flow.done(self._ledger.versions, approval_id)
 
     def card(self, approval_id: str) -> flow.Flow[Card]:
         return flow.done(self._ledger.card, approval_id)
@@ -246,7 +246,7 @@ class EffectGate:
 
     def versions(self, approval_id: str) -> tuple[VersionEntry, ...]:
         """Each version of an approval, oldest first, with its args hash and proposing message."""
-        return self._proposals.versions(approval_id)
+        return self._ledger.versions(approval_id)
 
     # -- reading the ledger
 

@@ -14,6 +14,7 @@ from sqlalchemy.engine import Connection
 
 from . import _dialect
 from . import _queries as Q
+from . import _statements as S
 from .records import PERSONAL, ApprovalRow, DecisionRow, EventRow, ExecutionRow
 
 #: Built once: the statement's shape never changes (the id list is one expanding parameter).
@@ -31,6 +32,9 @@ class ReadingSQL:
 
     def approval(self, conn: Connection, approval_id: str) -> ApprovalRow | None:
         raise NotImplementedError  # `SQLStore.approval`
+
+    def _x(self, conn: Connection, sql: str, params: dict[str, Any]) -> Any:
+        raise NotImplementedError  # `SQLStore._x`
 
     def approvals(
         self,
@@ -97,6 +101,11 @@ class ReadingSQL:
         for (approval_id,) in conn.execute(_GRANTS_PRESENTED, {"p_ids": ids}):
             out.setdefault(str(approval_id), "presented")  # running, or died with its outcome unknown
         return out
+
+    def grant_spent(self, conn: Connection, approval_id: str, version: int) -> bool:
+        return (
+            self._x(conn, S.GRANT_SPENT, {"p_id": approval_id, "p_version": version}).fetchone() is not None
+        )
 
     def all_decisions(self) -> list[DecisionRow]:
         with self.reading() as conn:

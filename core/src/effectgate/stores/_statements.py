@@ -90,6 +90,13 @@ DECISIONS = f"{_DECISIONS} ORDER BY id"
 APPROVALS_DUE = f"{_APPROVAL} WHERE status = 'pending' AND expires_at <= :p_now"
 DECISIONS_OF_VERSION = f"{_DECISIONS} AND version = :p_version ORDER BY id"
 
+#: Whether a grant of an approval version was presented (its "token_used" event) or an execution
+#: of it recorded: append-only, chained rows, unlike the approval's status and token_used_at.
+GRANT_SPENT = (
+    "SELECT 1 FROM eg_events WHERE approval_id = :p_id AND version = :p_version AND kind = 'token_used' "
+    "UNION ALL SELECT 1 FROM eg_executions WHERE approval_id = :p_id AND version = :p_version LIMIT 1"
+)
+
 _IDEMPOTENCY = _list(IDEMPOTENCY_COLUMNS)
 LOAD = f'SELECT {_IDEMPOTENCY} FROM eg_idempotency WHERE "key" = :p_key'
 CLAIM = f'{_insert("eg_idempotency", CLAIM_COLUMNS)} ON CONFLICT ("key") DO NOTHING RETURNING "key"'
@@ -115,6 +122,12 @@ def transition(
     if lease_expired:
         sql += " AND lease_expires_at <= :p_before"
     return f"{sql} RETURNING {_IDEMPOTENCY}"
+
+
+def possible_id(approval_id: object) -> bool:
+    """Whether `approval_id` could name a row: text without NUL (anything else names none, and
+    PostgreSQL refuses it in a query rather than finding nothing)."""
+    return type(approval_id) is str and "\x00" not in approval_id
 
 
 _new = object.__new__

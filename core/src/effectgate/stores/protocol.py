@@ -157,6 +157,11 @@ class ApprovalLedger(Protocol):
         approval's `status` column (not sealed), these cannot be edited without breaking the
         executions' and events' chains."""
 
+    def grant_spent(self, conn: Any, approval_id: str, version: int) -> bool:
+        """Whether a grant of this approval version was presented (its "token_used" event) or an
+        execution of it recorded, read in the caller's transaction: what execute checks before it
+        claims a version whose status column and token_used_at (neither sealed) say it never ran."""
+
     def insert_approval(self, conn: Any, row: ApprovalRow) -> None:
         """Insert a new approval row."""
 

@@ -149,9 +149,7 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, ReadingSQL, IdempotencyStor
         except sa.exc.DBAPIError as exc:
             if not isinstance(exc, sa.exc.OperationalError | sa.exc.ProgrammingError) or Q._unreachable(exc):
                 raise
-            raise StoreError(
-                f"no effectgate schema at {self._where()}: run `effectgate setup` or call store.setup()"
-            ) from exc
+            row = None
         if row is None:
             raise StoreError(
                 f"no effectgate schema at {self._where()}: run `effectgate setup` or call store.setup()"
@@ -170,11 +168,9 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, ReadingSQL, IdempotencyStor
         self.close()
 
     def _connected(self, *, begin: bool) -> AbstractContextManager[Connection]:
-        """A connection, in a write transaction on the driver's connection (`begin`) or with each
-        statement committing by itself (the drivers' connections are in autocommit and BEGIN is
-        the engine's, see `_dialect`), taken from and given back to `_checkouts.Checkouts`
-        (`_checkouts.Held`). When something listens to its statements, a fresh checkout in
-        SQLAlchemy's transaction, so that it sees each one."""
+        """A connection in a write transaction on the driver's connection (`begin`), or with each
+        statement committing by itself (see `_dialect`), from `_checkouts.Checkouts` (`Held`);
+        while something listens to its statements, a fresh checkout in SQLAlchemy's transaction."""
         return Held(self, begin)
 
     @contextmanager
@@ -247,13 +243,16 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, ReadingSQL, IdempotencyStor
         return None if row is None else S.approval_of(row)
 
     def approval(self, conn: Connection, approval_id: str) -> ApprovalRow | None:
-        return self._approval(conn, S.APPROVAL, {"p_id": approval_id})
+        return self._approval(conn, S.APPROVAL, {"p_id": approval_id}) if S.possible_id(approval_id) else None
 
     def locked_approval(self, conn: Connection, approval_id: str) -> ApprovalRow | None:
-        """The approval read under its subject's lock (`lock(conn, "subject:<key>")`), or None:
-        the lock is taken by the approval's id, so the row is read once, after it."""
+        """The approval read under its subject's lock, taken by the approval's id (one read), or None."""
         sql = self._q(("subject_lock",), lambda: _dialect.subject_lock_sql(conn))
-        if sql is not None and self._x(conn, sql, {"p_id": approval_id}).fetchone() is None:
+        if (
+            sql is not None
+            and S.possible_id(approval_id)
+            and self._x(conn, sql, {"p_id": approval_id}).fetchone() is None
+        ):
             return None
         return self.approval(conn, approval_id)
 
