@@ -4,17 +4,25 @@ An unknown outcome is settled through the tool's `reconcile(key)` hook (found: t
 completes with the provider's result; not found: it runs again under the same key, which the
 provider dedupes on) or by a person (`settle`: it happened, with its result, or it did not, a
 definite failure that ends the approval `failed`). A person reconciling must hold the approval's
-role. `recover()` turns in-flight records whose lease expired into `needs_reconciliation`.
+role. What happened is recorded under the table row the approval was made under (a result with no
+JSON form as `{"unserializable": TYPE}`); only running it again needs the current row. A write has
+no approval: it is reconciled or settled by its idempotency key (`NeedsReconciliation.key`); not
+found, or not happened, it is released and its next call runs it again under that key. Anything
+not awaiting reconciliation is refused (`PolicyViolation(code="not_reconcilable")`), nothing
+changed. `recover()` turns in-flight records whose lease expired into `needs_reconciliation`, each
+on its own: a reconciliation that raises is logged and recorded (`reconcile_failed`).
 
 Logged on "effectgate._reconcile": reconciliations and settlements at INFO (approval id, version,
-key, who), a lease that expired in flight at WARNING (a new unknown outcome), a tampered record
-at WARNING.
+key, who), a lease that expired in flight, a reconciliation that raised in `recover` and a
+tampered record at WARNING.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from . import flow
@@ -23,20 +31,19 @@ from ._execution import EXEC_PREFIX, WRITE_PREFIX, exec_key
 from ._ledger import Ledger, context_of
 from ._notice import Notices
 from ._seal import approval_intact, broken
-from ._settle import Settlement
+from ._settle import Settlement, storable
 from .context import Approver, ToolContext
-from .errors import PolicyViolation, TamperedRecord, UnknownApproval, WrongApprover
+from .errors import PolicyViolation, StoreError, TamperedRecord, UnknownApproval, WrongApprover
 from .outcomes import Executed
-from .stores.base import Stored, to_json
+from .stores.base import Stored
 from .stores.records import ApprovalRow
-from .table import ToolSpec
 
 log = logging.getLogger(__name__)
 
 
-def _tool_of_write_key(key: str) -> str | None:
+def _tool_of_write_key(key: object) -> str | None:
     """Write keys read `w_<tool>_<sha256 hex>`."""
-    if not key.startswith(WRITE_PREFIX) or "_" not in key[len(WRITE_PREFIX) :]:
+    if not isinstance(key, str) or not key.startswith(WRITE_PREFIX) or "_" not in key[len(WRITE_PREFIX) :]:
         return None
     return key[len(WRITE_PREFIX) :].rsplit("_", 1)[0]
 
@@ -46,6 +53,24 @@ def _approval_of_key(key: str) -> tuple[str, int] | None:
         return None
     approval_id, _, version = key[len(EXEC_PREFIX) :].rpartition("_v")
     return (approval_id, int(version)) if version.isdigit() else None
+
+
+def _not_reconcilable(what: str) -> PolicyViolation:
+    return PolicyViolation(f"{what} is not awaiting reconciliation", code="not_reconcilable")
+
+
+def _no_hook(tool: str) -> PolicyViolation:
+    return PolicyViolation(
+        f"{tool} has no reconcile hook in the effect table; settle it with gate.settle()",
+        code="not_reconcilable",
+    )
+
+
+#: a write's call, copied from its recorded run onto its settlement's event (naming its user, as a
+#: write's events do: erasure reaches them) and, with what it ran under, onto its execution row
+_WHO = ("session_id", "origin_message_id", "user_id", "agent_id", "run_id", "model_id")
+_CALL_FIELDS = ("effect", "args_hash", *_WHO)
+_RUN_FIELDS = (*_CALL_FIELDS, "tool", "args_json", "idempotency_key", "row_fingerprint", "policy_fingerprint")
 
 
 class Reconciliation:
@@ -82,18 +107,24 @@ class Reconciliation:
         )
 
     def reconcile(self, approval_id: str, *, approver: Approver | None = None) -> Executed | None:
-        """Settle a `needs_reconciliation` approval through the tool's `reconcile(key)` hook.
+        """Settle a `needs_reconciliation` approval (or a write, by its idempotency key) through the
+        tool's `reconcile(key)` hook.
 
         Found at the provider: the record completes with the provider's result. Not found: it runs
-        again with the same key (the provider dedupes on it). Unknown: it stays; returns None.
+        again with the same key (the provider dedupes on it); a write is released, and runs again
+        when its call is made again. Unknown: it stays; returns None.
         A person reconciling passes `approver`: they must hold the approval's role (it can run
         the operation again), and the events record who did it."""
         return flow.drive(self.reconcile_flow(approval_id, approver))
 
-    def settled_row(self, approval_id: str, approver: Approver | None) -> ApprovalRow:
-        """The approval to reconcile or settle, verified, and `approver` allowed to."""
+    def target(self, approval_id: str, approver: Approver | None) -> ApprovalRow | str:
+        """The approval to reconcile or settle, verified, and `approver` allowed to; or, when no
+        approval has that id, a write's idempotency key that has a record (a write has no
+        approval, so no role to hold)."""
         row = self.store.get_approval(approval_id)
         if row is None:
+            if _tool_of_write_key(approval_id) is not None and self.store.get(approval_id) is not None:
+                return approval_id
             raise UnknownApproval(approval_id)
         if not approval_intact(self.keyring, row):
             error = TamperedRecord(approval_id, broken(self.keyring, row))
@@ -106,21 +137,38 @@ class Reconciliation:
             )
         return row
 
+    @contextmanager
+    def settling(self, key: str, what: str) -> Iterator[Any]:
+        """A transaction that settles `key`'s record. Refused with PolicyViolation(not_reconcilable),
+        nothing changed, unless the record awaits reconciliation; also when it stopped awaiting it
+        meanwhile (another settlement won: the store's compare-and-set raised StoreError)."""
+        try:
+            with self.store.transaction() as conn:
+                record = self.store.load(conn, key)
+                if record is None or record.status != "needs_reconciliation":
+                    raise _not_reconcilable(what)
+                yield conn
+        except StoreError as exc:
+            record = self.store.get(key)
+            if record is None or record.status != "needs_reconciliation":
+                raise _not_reconcilable(what) from exc
+            raise
+
     def reconcile_flow(self, approval_id: str, approver: Approver | None) -> flow.Flow[Executed | None]:
-        row = self.settled_row(approval_id, approver)
+        target = self.target(approval_id, approver)
         by = f"reconcile by {approver.id} ({approver.role})" if approver is not None else "reconcile"
+        if isinstance(target, str):
+            return (yield from self.reconcile_write(target, by))
+        row = target
         key = exec_key(row)
         record = self.store.get(key)
         if record is None or record.status != "needs_reconciliation":
-            raise PolicyViolation(
-                f"approval {approval_id} is not awaiting reconciliation", code="not_reconcilable"
-            )
-        spec = self.ledger.current_spec(row)
-        if spec.reconcile is None:
-            raise PolicyViolation(
-                f"{row.tool} has no reconcile hook; settle it with gate.settle()", code="not_reconcilable"
-            )
-        found = yield flow.Invoke(spec.reconcile, {"key": key})
+            raise _not_reconcilable(f"approval {approval_id}")
+        # the hook only looks the key up: the table's current one (running it again needs more)
+        hook = self.table.get(row.tool)
+        if hook is None or hook.reconcile is None:
+            raise _no_hook(row.tool)
+        found = yield flow.Invoke(hook.reconcile, {"key": key})
         if found is None:
             log.info(
                 "reconcile: still unknown at the provider: approval=%s version=%d key=%s",
@@ -130,8 +178,16 @@ class Reconciliation:
             )
             return None
         if found.found:
-            return self.settle_found(row, spec, key, found.result, found.provider_ref, by=by)
-        with self.store.transaction() as conn:
+            return self.settle_found(row, key, found.result, found.provider_ref, by=by)
+        try:
+            spec = self.ledger.current_spec(row)  # it runs again: under the row it was approved under
+        except PolicyViolation as exc:
+            raise PolicyViolation(
+                f"approval {row.id}: the provider never saw {key}, and it cannot run again: {exc}; "
+                "settle it with gate.settle(happened=False)",
+                code=exc.code,
+            ) from exc
+        with self.settling(key, f"approval {approval_id}") as conn:
             self.store.release(key, "provider never saw the key", conn=conn)
             self.store.append_events(conn, [self.events.event("released", row=row, key=key, by=by)])
         log.info(
@@ -165,10 +221,11 @@ class Reconciliation:
         )
         return result
 
-    def settle_found(
-        self, row: ApprovalRow, spec: ToolSpec, key: str, result: Any, ref: str | None, *, by: str
-    ) -> Executed:
-        with self.store.transaction() as conn:
+    def settle_found(self, row: ApprovalRow, key: str, result: Any, ref: str | None, *, by: str) -> Executed:
+        """It happened: the record succeeds with `result` (or its type's name, when it has no JSON
+        form), the approval is executed, under the row it was approved under."""
+        result, result_json = storable(result, "reconciled result", row.tool, key)
+        with self.settling(key, f"approval {row.id}") as conn:
             record = self.store.resolve(key, result, provider_ref=ref, conn=conn)
             self.settlement.mark_executed(conn, row)
             self.append_settled(
@@ -176,9 +233,9 @@ class Reconciliation:
                 row,
                 key,
                 "succeeded",
-                spec.fingerprint,
+                row.row_fingerprint,
                 error=f"settled by {by}",
-                result_json=to_json(result),
+                result_json=result_json,
             )
             self.store.append_events(
                 conn, [self.events.event("reconciled", row=row, key=key, by=by, provider_ref=ref)]
@@ -229,13 +286,17 @@ class Reconciliation:
         """A person settles a reconciliation: the effect happened (with its result), or it did not:
         a definite failure, so the record and the approval end `failed` and a `failed` execution
         is recorded (the subject is free and a new attempt is a new proposal; the spent grant
-        never runs it again)."""
-        row = self.settled_row(approval_id, None)
+        never runs it again). `approval_id` may be a write's idempotency key: it happened (the
+        record succeeds), or it did not (released: the same call runs it again)."""
+        target = self.target(approval_id, None)
+        if isinstance(target, str):
+            return self.settle_write(target, happened, result, provider_ref, by=by)
+        row = target
         key = exec_key(row)
         if happened:
-            return self.settle_found(row, self.ledger.current_spec(row), key, result, provider_ref, by=by)
+            return self.settle_found(row, key, result, provider_ref, by=by)
         error = f"settled by {by}: did not happen"
-        with self.store.transaction() as conn:
+        with self.settling(key, f"approval {approval_id}") as conn:
             self.store.release(key, error, conn=conn)
             self.settlement.fail_approval(conn, row, error)
             # under the row the approval was made under (recorded, and what the audit holds the
@@ -247,9 +308,62 @@ class Reconciliation:
         )
         return None
 
+    # -- writes (no approval: settled by the idempotency key)
+
+    def reconcile_write(self, key: str, by: str) -> flow.Flow[Executed | None]:
+        """A write's unknown outcome through its tool's hook: found, it succeeds with the
+        provider's result; not found, it is released (its next call runs it under the same key)."""
+        tool = _tool_of_write_key(key) or ""
+        record = self.store.get(key)
+        if record is None or record.status != "needs_reconciliation":
+            raise _not_reconcilable(f"write {key}")
+        spec = self.table.get(tool)
+        if spec is None or spec.reconcile is None:
+            raise _no_hook(tool)
+        found = yield flow.Invoke(spec.reconcile, {"key": key})
+        if found is None:
+            log.info("reconcile: still unknown at the provider: write key=%s", key)
+            return None
+        if found.found:
+            return self.settle_write(key, True, found.result, found.provider_ref, by=by)
+        return self.settle_write(key, False, None, None, by=by, why="provider never saw the key")
+
+    def settle_write(
+        self, key: str, happened: bool, result: Any, ref: str | None, *, by: str, why: str = "did not happen"
+    ) -> Executed | None:
+        """Settle a write's record: it happened (succeeded with `result`), or it did not (released:
+        its next call runs it under the same key); with an execution row and an event."""
+        tool = _tool_of_write_key(key) or ""
+        ran = next((x for x in reversed(self.store.executions(tool=tool)) if x.idempotency_key == key), None)
+        error = f"settled by {by}" if happened else f"settled by {by}: {why}"
+        result, result_json = storable(result, "reconciled result", tool, key) if happened else (None, None)
+        with self.settling(key, f"write {key}") as conn:
+            if happened:
+                record = self.store.resolve(key, result, provider_ref=ref, conn=conn)
+            else:
+                self.store.release(key, error, conn=conn)
+            if ran is not None:  # under the rule it ran under (a worker that died mid-run left none)
+                self.store.append_execution(
+                    conn,
+                    **{f: getattr(ran, f) for f in _RUN_FIELDS},
+                    status="succeeded" if happened else "failed",
+                    table_fingerprint=self.table.fingerprint,
+                    result_json=result_json,
+                    error=error,
+                )
+            kind = "reconciled" if happened else "released"
+            event = self.events.event(kind, tool=tool, key=key, by=by, provider_ref=ref)
+            self.store.append_events(conn, [event | {f: getattr(ran, f) for f in _CALL_FIELDS if ran}])
+        log.info("settled write (%s): tool=%s key=%s by=%r", kind, tool, key, by)
+        return Executed(tool=tool, result=record.result, idempotency_key=key) if happened else None
+
+    # -- after a crash
+
     def recover(self) -> list[str]:
         """After a crash: every in-flight record whose lease expired becomes needs_reconciliation,
-        its approver is notified, and tools with a `reconcile` hook are reconciled now.
+        its approver is notified, and tools with a `reconcile` hook are reconciled now. Each record
+        on its own: a reconciliation that raises (the provider's lookup down, a changed row) is
+        logged at WARNING and recorded (`reconcile_failed`), and the next record is handled.
         Returns the keys it touched."""
         now = self.clock.now()
         touched: list[str] = []
@@ -274,5 +388,11 @@ class Reconciliation:
             if row is not None:
                 spec = self.table.get(row.tool)
                 if spec is not None and spec.reconcile is not None:
-                    self.reconcile(row.id)
+                    try:
+                        self.reconcile(row.id)
+                    except Exception as exc:  # each record on its own: logged, recorded, and on
+                        error = f"{type(exc).__name__}: {exc}"
+                        log.warning("recover: reconcile failed: key=%s error=%s", record.key, error)
+                        failed = self.events.event("reconcile_failed", row=row, key=record.key, error=error)
+                        self.events.record(failed)
         return touched

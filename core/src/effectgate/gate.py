@@ -312,7 +312,8 @@ class EffectGate:
         return self._reconciliation.result(approval_id)
 
     def reconcile(self, approval_id: str, *, approver: Approver | None = None) -> Executed | None:
-        """Settle a `needs_reconciliation` approval through the tool's `reconcile(key)` hook."""
+        """Settle a `needs_reconciliation` approval (or a write: its idempotency key, as its
+        `NeedsReconciliation.key` names it) through the tool's `reconcile(key)` hook."""
         return flow.drive(self._reconciliation.reconcile_flow(approval_id, approver))
 
     def settle(
@@ -324,13 +325,15 @@ class EffectGate:
         by: str,
         provider_ref: str | None = None,
     ) -> Executed | None:
-        """A person settles a reconciliation: it happened (with its result), or it did not."""
+        """A person settles a reconciliation (an approval, or a write by its idempotency key): it
+        happened (with its result), or it did not."""
         return self._reconciliation.settle(
             approval_id, happened=happened, result=result, by=by, provider_ref=provider_ref
         )
 
     def recover(self) -> list[str]:
-        """After a crash: in-flight records whose lease expired become needs_reconciliation."""
+        """After a crash: in-flight records whose lease expired become needs_reconciliation (each
+        on its own: a reconciliation that raises is logged and recorded, and the next goes on)."""
         return self._reconciliation.recover()
 
     def audit(self, *, table: EffectTable | None = None) -> AuditReport:
