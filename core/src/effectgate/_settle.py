@@ -135,25 +135,29 @@ class Settlement:
 
                 reason = f"{type(exc).__name__}: {exc}"
                 ref = getattr(exc, "provider_ref", None) or (refs[-1] if refs else None)
-                with self.store.transaction() as conn:
-                    self.store.mark_needs_reconciliation(key, owner, reason, provider_ref=ref, conn=conn)
-                    self.store.append_execution(
-                        conn, status="needs_reconciliation", error=reason, **execution
-                    )
-                    self.store.append_events(
-                        conn,
-                        [
-                            self.events.event(
-                                "needs_reconciliation",
-                                spec=spec,
-                                ctx=ctx,
-                                row=row,
-                                args_hash_=frozen,
-                                key=key,
-                                reason=reason,
-                            )
-                        ],
-                    )
+                try:
+                    with self.store.transaction() as conn:
+                        self.store.mark_needs_reconciliation(key, owner, reason, provider_ref=ref, conn=conn)
+                        self.store.append_execution(
+                            conn, status="needs_reconciliation", error=reason, **execution
+                        )
+                        self.store.append_events(
+                            conn,
+                            [
+                                self.events.event(
+                                    "needs_reconciliation",
+                                    spec=spec,
+                                    ctx=ctx,
+                                    row=row,
+                                    args_hash_=frozen,
+                                    key=key,
+                                    reason=reason,
+                                )
+                            ],
+                        )
+                except LeaseLost as lost:
+                    self.record_lease_lost(spec, ctx, row, frozen, key, execution, None, exc, ref)
+                    raise lost from exc
                 log_outcome("needs_reconciliation (outcome unknown)", spec.name, row, key, reason)
                 self.notices.unknown_outcome(row, key, reason, ref, tool=spec.name)
                 raise NeedsReconciliation(key, reason, provider_ref=ref) from exc
@@ -279,14 +283,20 @@ class Settlement:
         frozen: str,
         key: str,
         execution: dict[str, Any],
-        result_json: str,
+        result_json: str | None,
+        exc: Exception | None = None,
+        ref: str | None = None,
     ) -> None:
-        """The tool returned, but its lease was gone: another worker took the operation over
-        (`recover` found the lease expired while the tool still ran, and a reconcile may have run
-        it again under the same key). This run's effect is recorded, never dropped: an execution
-        row with its result, needing reconciliation (it may have happened twice; only a provider
-        that refuses a repeated key prevents that), and the approver role is notified."""
-        reason = "the tool returned after its lease was lost (another worker took the operation over)"
+        """The tool returned (or raised `exc`), but its lease was gone: another worker took the
+        operation over (`recover` found the lease expired while the tool still ran, and a reconcile
+        may have run it again under the same key). This run is recorded, never dropped: an
+        execution row with its result or error, needing reconciliation (it may have happened
+        twice; only a provider that refuses a repeated key prevents that), and the approver role
+        is notified. The caller raises LeaseLost (from `exc`: the tool's error is kept)."""
+        error = f"{type(exc).__name__}: {exc}" if exc is not None else None
+        what = f"{'raised' if error else 'returned'} after its lease was lost"
+        reason = f"the tool {what} (another worker took the operation over)" + (f": {error}" if error else "")
+        detail = {"reason": reason, "error": error} if error else {"reason": reason}
         with self.store.transaction() as conn:
             self.store.append_execution(
                 conn, status="needs_reconciliation", error=reason, result_json=result_json, **execution
@@ -295,12 +305,12 @@ class Settlement:
                 conn,
                 [
                     self.events.event(
-                        "lease_lost", spec=spec, ctx=ctx, row=row, args_hash_=frozen, key=key, reason=reason
+                        "lease_lost", spec=spec, ctx=ctx, row=row, args_hash_=frozen, key=key, **detail
                     )
                 ],
             )
-        log_outcome("returned after its lease was lost", spec.name, row, key, reason)
-        self.notices.unknown_outcome(row, key, reason, None, tool=spec.name)
+        log_outcome(what, spec.name, row, key, reason)
+        self.notices.unknown_outcome(row, key, reason, ref, tool=spec.name)
 
     def record_failure(
         self,
@@ -313,20 +323,25 @@ class Settlement:
         execution: dict[str, Any],
         exc: Exception,
     ) -> None:
-        """A definite failure: the record is `failed`; a gated approval ends `failed` (terminal)."""
+        """A definite failure: the record is `failed`; a gated approval ends `failed` (terminal).
+        Raises LeaseLost (from `exc`) when the lease was lost: see `record_lease_lost`."""
         error = f"{type(exc).__name__}: {exc}"
-        with self.store.transaction() as conn:
-            self.store.fail(key, owner, error, conn=conn)
-            self.fail_approval(conn, row, error)
-            self.store.append_execution(conn, status="failed", error=error, **execution)
-            self.store.append_events(
-                conn,
-                [
-                    self.events.event(
-                        "failed", spec=spec, ctx=ctx, row=row, args_hash_=frozen, key=key, error=error
-                    )
-                ],
-            )
+        try:
+            with self.store.transaction() as conn:
+                self.store.fail(key, owner, error, conn=conn)
+                self.fail_approval(conn, row, error)
+                self.store.append_execution(conn, status="failed", error=error, **execution)
+                self.store.append_events(
+                    conn,
+                    [
+                        self.events.event(
+                            "failed", spec=spec, ctx=ctx, row=row, args_hash_=frozen, key=key, error=error
+                        )
+                    ],
+                )
+        except LeaseLost as lost:  # another worker took the operation over: its run is recorded
+            self.record_lease_lost(spec, ctx, row, frozen, key, execution, None, exc)
+            raise lost from exc
         log_outcome("failed (definite)", spec.name, row, key, error)
 
     def mark_executed(self, conn: Any, row: ApprovalRow, **values: Any) -> None:
