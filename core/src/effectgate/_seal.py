@@ -127,10 +127,7 @@ def broken(keyring: Keyring, row: ApprovalRow, *, granted: bool = False) -> str:
     (a seal that fails under a key this keyring holds); `granted`: the row verifies but says
     pending while its sealed count of grants says it was granted (its status was edited)."""
     if granted and approval_intact(keyring, row):
-        return (
-            f"its status says pending, but its sealed count of grants is {row.grants}: the status "
-            "was changed outside effectgate"
-        )
+        return f"its status says pending while its sealed count of grants is {row.grants}"
     kid = foreign_key(keyring, row.seal)
     if kid is not None:
         return ForeignSeal(kid, mismatch(kid))
