@@ -383,3 +383,49 @@ def test_a_write_found_by_its_hook_records_its_settlement_under_its_run(
         gate.reconcile(key)
     assert again.value.code == "not_reconcilable"
     assert not gate.audit().findings
+
+
+class WorkerDied(BaseException):
+    """The worker's process died mid-call: after the effect, before its outcome was stored."""
+
+
+class DyingTags(Tags):
+    """`Tags` whose first call applies the tags and then dies with its worker."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.die = True
+
+    def tag(self, ticket_id: str, tags: list[str], tool_context: ToolContext) -> dict[str, Any]:
+        """Tag a ticket."""
+        out = super().tag(ticket_id, tags, tool_context)
+        if self.die:
+            self.die = False
+            raise WorkerDied
+        return out
+
+
+def test_recover_reconciles_a_write_whose_worker_died(
+    store: SQLStore, make_gate: MakeGate, clock: FakeClock
+) -> None:
+    """A write's worker died after the effect: its record is left in flight. `recover()` turns it
+    into needs_reconciliation and, the write's tool having a hook, reconciles it by its key as it
+    does an approval's: found, it succeeds, and the call made again gets the stored result
+    without a second effect."""
+    tags = DyingTags()
+    gate = make_gate(tags.table())
+    args = {"ticket_id": "t1", "tags": ["vip"]}
+    with pytest.raises(WorkerDied):
+        gate.call("tag", args, context("m1"))
+    [record] = store.idempotency_records()
+    assert record.status == "in_progress"
+    clock.advance(gate.policy.lease_seconds + 1)
+    assert gate.recover() == [record.key]
+    settled = store.get(record.key)
+    assert settled is not None
+    assert settled.status == "succeeded"
+    again = gate.call("tag", args, context("m1"))
+    assert isinstance(again, Executed)
+    assert again.replay
+    assert again.result == {"tags": ["vip"]}
+    assert tags.receiver.count("tag") == 1

@@ -361,9 +361,9 @@ class Reconciliation:
 
     def recover(self) -> list[str]:
         """After a crash: every in-flight record whose lease expired becomes needs_reconciliation,
-        its approver is notified, and tools with a `reconcile` hook are reconciled now. Each record
-        on its own: a reconciliation that raises (the provider's lookup down, a changed row) is
-        logged at WARNING and recorded (`reconcile_failed`), and the next record is handled.
+        its approver is notified, and tools with a `reconcile` hook are reconciled now (a write by
+        its key). Each record on its own: a reconciliation that raises (the provider's lookup down,
+        a changed row) is logged at WARNING and recorded (`reconcile_failed`), the next is handled.
         Returns the keys it touched."""
         now = self.clock.now()
         touched: list[str] = []
@@ -385,14 +385,13 @@ class Reconciliation:
             self.notices.unknown_outcome(
                 row, record.key, reason, record.provider_ref, tool=_tool_of_write_key(record.key)
             )
-            if row is not None:
-                spec = self.table.get(row.tool)
-                if spec is not None and spec.reconcile is not None:
-                    try:
-                        self.reconcile(row.id)
-                    except Exception as exc:  # each record on its own: logged, recorded, and on
-                        error = f"{type(exc).__name__}: {exc}"
-                        log.warning("recover: reconcile failed: key=%s error=%s", record.key, error)
-                        failed = self.events.event("reconcile_failed", row=row, key=record.key, error=error)
-                        self.events.record(failed)
+            spec = self.table.get(row.tool if row is not None else _tool_of_write_key(record.key) or "")
+            if spec is not None and spec.reconcile is not None:  # a write's by its key
+                try:
+                    self.reconcile(row.id if row is not None else record.key)
+                except Exception as exc:  # each record on its own: logged, recorded, and on
+                    error = f"{type(exc).__name__}: {exc}"
+                    log.warning("recover: reconcile failed: key=%s error=%s", record.key, error)
+                    failed = self.events.event("reconcile_failed", row=row, key=record.key, error=error)
+                    self.events.record(failed)
         return touched
