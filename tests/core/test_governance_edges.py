@@ -172,18 +172,14 @@ def test_a_release_given_a_reason_is_a_usage_error(executed: str, cli: Callable[
         assert [h.id for h in holds(store)] == [hold_id]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="eg_rules rows are content-addressed but not sealed: a row forged in the database is "
-    "taken as a recorded rule (fix: seal rule rows with the keyring when the gate records them)",
-)
 def test_an_ungated_refund_under_a_rule_row_forged_in_the_database_is_a_finding(
     shop_gate: ShopGate,
 ) -> None:
     """Someone with database access records a row of their own for refund_order (its canonical
     form with `effect: write`, under its own fingerprint: content addressing holds) and an
-    execution of a refund naming it, with no approval. Every check passes on the forged row, so
-    `effectgate audit` (no table) is clean and `export` would sign the refund."""
+    execution of a refund naming it, with no approval. Every other check passes on the forged
+    row; it has no seal (`_seal.rule_seal`: the gate seals every rule it records), so it is
+    `rule_missing`, and the refund, under no rule the audit can use, `no_approval`."""
     gate = shop_gate.gate
     refund(gate, "m1", "1042", 1200)  # the genuine money row is recorded
     body = {**gate.table["refund_order"].canonical(), "effect": "write", "approver_role": None}
@@ -197,7 +193,7 @@ def test_an_ungated_refund_under_a_rule_row_forged_in_the_database_is_a_finding(
         row_fingerprint=digest(body),
         idempotency_key="forged-write",
     )
-    assert _kinds(gate) != []
+    assert _kinds(gate) == ["no_approval", "rule_missing"]
 
 
 def test_an_incremental_export_into_the_file_it_continues_is_refused(

@@ -9,15 +9,19 @@ import json
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ._rules import possible_roles
+from ._seal import RULE_SEAL
 from .canonical import digest
 from .effects import Effect, Policy
 from .redact import MARK, entry_sealed
 from .stores._redaction import same_json
 from .stores.records import RedactedRow, RuleRow
 from .tokens import Keyring
+
+if TYPE_CHECKING:
+    from .table import EffectTable
 
 FindingKind = Literal[
     "no_approval",
@@ -66,13 +70,17 @@ class RecordedRow:
     tool: str
     effect: Effect
     shadow: bool
+    sealed: bool  # its seal row verifies under the audit's keyring (True without one: unchecked)
 
 
 class Rules:
-    """The recorded rules by fingerprint, each verified against its fingerprint once."""
+    """The recorded rules by fingerprint, each verified against its fingerprint once, and with
+    `keyring`, the seals of the rows (`_seal.rule_seal`; seal rows are not rules)."""
 
-    def __init__(self, rows: dict[str, RuleRow]) -> None:
-        self._rows = rows
+    def __init__(self, rows: dict[str, RuleRow], keyring: Keyring | None = None) -> None:
+        self._rows = {fp: row for fp, row in rows.items() if row.kind != "seal"}
+        self._seals = {fp.removeprefix(RULE_SEAL): r.body_json for fp, r in rows.items() if r.kind == "seal"}
+        self._verifies = keyring.verifier("rule") if keyring is not None else None
         self._parsed: dict[str, dict[str, Any] | None] = {}
         self._policies: dict[str, Policy | None] = {}
         self._by_tool: dict[str, list[tuple[float, str]]] | None = None
@@ -92,13 +100,14 @@ class Rules:
         return self._parsed[fingerprint]
 
     def row(self, fingerprint: str) -> RecordedRow | None:
-        """The tool, effect and shadow mode of the recorded table row `fingerprint`, or None when
-        no verified table row has that fingerprint (none, a policy's, or not a row the gate writes)."""
+        """The tool, effect, shadow mode and seal of the recorded table row `fingerprint`, or None
+        when no verified table row has that fingerprint (none, a policy's, or not a row the gate
+        writes)."""
         if fingerprint not in self._table_rows:
             body = self.get(fingerprint)
             tool, effect = (body.get("name"), body.get("effect")) if body is not None else (None, None)
             self._table_rows[fingerprint] = (
-                RecordedRow(tool, EFFECTS[effect], body.get("shadow") is True)
+                RecordedRow(tool, EFFECTS[effect], body.get("shadow") is True, self._sealed(fingerprint))
                 if body is not None
                 and isinstance(tool, str)
                 and isinstance(effect, str)
@@ -117,11 +126,54 @@ class Rules:
                     self._by_tool[body["name"]].append((row.at, fingerprint))
         return self._by_tool.get(tool, [])
 
+    def _sealed(self, fingerprint: str) -> bool:
+        seal = self._seals.get(fingerprint)
+        return self._verifies is None or (
+            seal is not None and self._verifies(f"row|{fingerprint}".encode(), seal)
+        )
+
     def policy(self, fingerprint: str) -> Policy | None:
         if fingerprint not in self._policies:
             body = self.get(fingerprint)
             self._policies[fingerprint] = Policy.from_canonical(body) if body is not None else None
         return self._policies[fingerprint]
+
+
+def changed_since(rules: Rules, table: EffectTable | None, a: tuple[Any, ...]) -> str | None:
+    """What changed about an approved call's tool since the approval (a row of the same name
+    recorded since, or, with `table`, the table's row now), or None: the reviewer approved
+    another tool. A call proposed in shadow mode has no grant: a change of row is the switch to live."""
+    tool, fingerprint = a[A_TOOL], a[A_ROW_FP]
+    recorded = rules.get(fingerprint)
+    if recorded is not None and recorded.get("shadow") is True:
+        return None
+    decided = a[A_DECIDED] if a[A_DECIDED] is not None else a[A_CREATED]
+    since = [f for at, f in rules.rows_of(tool) if f != fingerprint and at >= decided]
+    if since:
+        return f"row {since[-1][:12]} was recorded after the approval"
+    spec = table.get(tool) if table is not None else None
+    if table is None or (spec is not None and spec.fingerprint == fingerprint):
+        return None
+    return (
+        "the tool is no longer in the table"
+        if spec is None
+        else f"the table's row is now {spec.fingerprint[:12]}"
+    )
+
+
+def row_problem(row: RecordedRow | None, tool: str) -> str | None:
+    """Why the recorded row an execution of `tool` names cannot judge it (None: it can). An
+    execution naming its approval's row never asks: the approval's seal covers that row."""
+    if row is None:
+        return "not a recorded table row"
+    if row.tool != tool:
+        return f"the row of {row.tool}"
+    if not row.sealed:
+        return (
+            "not sealed by this keyring (recorded by an earlier release that no gate of this one "
+            "has used since, or inserted in the database)"
+        )
+    return None
 
 
 @dataclass(slots=True)

@@ -51,9 +51,11 @@ from ._audit_rows import (
     Finding,
     FindingKind,
     Rules,
+    changed_since,
     is_shadow,
     marker_problem,
     roles_of,
+    row_problem,
 )
 from ._rules import possible_roles
 from ._seal import seal_checker, stored_args_hash
@@ -74,7 +76,7 @@ class Scan:
         self.store = store
         self.table = table
         self.keyring = keyring
-        self.rules = Rules(store.rules())
+        self.rules = Rules(store.rules(), keyring)
         self.findings: list[Finding] = []
         self.reported_policies: set[str] = set()
         self.statuses: Counter[str] = Counter()
@@ -214,35 +216,17 @@ class Scan:
             self.add("redaction_forged", tool, f"the arguments: {problem}", approval, ex)
 
     def changed_since_approval(self, a: tuple[Any, ...]) -> None:
-        """An approved call that has not run, whose tool changed after the approval (a row of
-        the same name recorded since, or, with `table`, the table's row now): the reviewer
-        approved another tool, and the grant can no longer run (execute re-derives the row)."""
-        tool, fingerprint = a[A_TOOL], a[A_ROW_FP]
-        recorded = self.rules.get(fingerprint)
-        if recorded is not None and recorded.get("shadow") is True:
-            return  # proposed in shadow mode: no grant exists, and a change of row is the switch to live
-        decided = a[A_DECIDED] if a[A_DECIDED] is not None else a[A_CREATED]
-        since = [f for at, f in self.rules.rows_of(tool) if f != fingerprint and at >= decided]
-        if since:
-            now = f"row {since[-1][:12]} was recorded after the approval"
-        elif self.table is None:
-            return
-        else:
-            spec = self.table.get(tool)
-            if spec is not None and spec.fingerprint == fingerprint:
-                return
-            now = (
-                "the tool is no longer in the table"
-                if spec is None
-                else f"the table's row is now {spec.fingerprint[:12]}"
+        """An approved call that has not run, whose tool changed after the approval
+        (`_audit_rows.changed_since`): the grant can no longer run (execute re-derives the row)."""
+        now = changed_since(self.rules, self.table, a)
+        if now is not None:
+            self.add(
+                "reclassified",
+                a[A_TOOL],
+                f"approved under row {a[A_ROW_FP][:12]}, not executed; {now} (the tool changed since it "
+                "was approved: its grant cannot run)",
+                a[A_ID],
             )
-        self.add(
-            "reclassified",
-            tool,
-            f"approved under row {fingerprint[:12]}, not executed; {now} (the tool changed since it "
-            "was approved: its grant cannot run)",
-            a[A_ID],
-        )
 
     def _denial(self, d: tuple[Any, ...]) -> bool:
         """Whether a decision is a denial whose seal verifies (or seals are not checked): the gate
@@ -373,15 +357,14 @@ class Scan:
             self.add("reclassified", tool, f"approved as {bar.effect}; the tool {now}", approval_id, ex_id)
 
     def named_row(self, ex: tuple[Any, ...], policy: Policy | None) -> bool:
-        """Check an execution against the recorded table row it names (not its approval's):
-        recorded for its tool, of the effect the execution says, not a shadow row. True when the
-        execution needed an approval: the row's effect or its own is gated under its policy (or,
-        without one, is send, money or destructive), or the row is not its tool's recorded row."""
+        """Check an execution against the recorded table row it names (not its approval's): its
+        tool's, sealed (with a keyring), of the effect the execution says, not a shadow row. True
+        when the execution needed an approval: the row's effect or its own is gated under its
+        policy (or, without one, is send, money or destructive), or the row is not one it can use."""
         ex_id, approval_id, tool, fingerprint = ex[E_ID], ex[E_APPROVAL], ex[E_TOOL], ex[E_ROW_FP]
         row = self.rules.row(fingerprint)
         effect = EFFECTS.get(ex[E_EFFECT])
-        if row is None or row.tool != tool:  # then the rule it ran under is unknown: it needed one
-            named = f"the row of {row.tool}" if row is not None else "not a recorded table row"
+        if (named := row_problem(row, tool)) is not None or row is None:  # then it needed one
             self.add(
                 "rule_missing", tool, f"table row {fingerprint[:12] or '-'} is {named}", approval_id, ex_id
             )

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._clock import Clock
+from ._seal import rule_seal
 from .canonical import canonical_json
 from .context import CallContext
 from .effects import Policy
@@ -59,6 +60,7 @@ class Events:
         self.store = deps.store
         self.policy = deps.policy
         self.clock = deps.clock
+        self.keyring = deps.keyring
         self._recorded_rules: set[str] = set()
 
     def event(
@@ -186,8 +188,10 @@ class Events:
     def note_rules(self, conn: Any, spec: ToolSpec | None) -> Callable[[], None]:
         """Record the canonical form of `spec`'s row and of the policy inside `conn`'s transaction
         (only until this process knows them recorded), so the audit can check every approval
-        against the rule it was made under. Call the returned function once the transaction has
-        committed: only then are they known to be recorded."""
+        against the rule it was made under, each with its seal (`_seal.rule_seal`: a rule recorded
+        unsealed, by an earlier release, is sealed by the first call of this process that uses
+        it). Call the returned function once the transaction has committed: only then are they
+        known to be recorded."""
         rules = []
         if self.policy.fingerprint not in self._recorded_rules:
             rules.append(
@@ -197,5 +201,5 @@ class Events:
             rules.append((spec.fingerprint, "row", canonical_json(spec.canonical()).decode()))
         if not rules:
             return _nothing
-        self.store.add_rules(conn, rules)
+        self.store.add_rules(conn, [*rules, *(rule_seal(self.keyring, kind, fp) for fp, kind, _ in rules)])
         return lambda: self._recorded_rules.update(r[0] for r in rules)

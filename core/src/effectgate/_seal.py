@@ -106,6 +106,17 @@ def seal_checker(keyring: Keyring, purpose: str) -> Callable[[Sequence[Any], Any
     return sealed
 
 
+#: The fingerprint of a recorded rule's seal row in `eg_rules` (kind "seal"), after this prefix.
+RULE_SEAL = "seal:"
+
+
+def rule_seal(keyring: Keyring, kind: str, fingerprint: str) -> tuple[str, str, str]:
+    """The seal row of the rule `fingerprint` of `kind` ("row" or "policy"), as `add_rules` takes
+    it: the keyring's MAC of both, so the audit tells the gate's rules from rows inserted in the
+    database (content addressing alone holds for any body)."""
+    return (RULE_SEAL + fingerprint, "seal", keyring.sign("rule", f"{kind}|{fingerprint}".encode()))
+
+
 def _verifies(keyring: Keyring, purpose: str, values: Sequence[Any], seal: str) -> bool:
     if not seal:
         return False

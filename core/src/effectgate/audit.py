@@ -14,10 +14,11 @@ everything it checks from the rows themselves, never trusting a stored copy of a
   distinct, validly sealed approvers holding the required role, no sealed denial of that version
   (a revoked grant: the gate refuses to run it whatever the status column says), and ran once;
 - every execution is checked against the recorded table row it names: a row not recorded for
-  its tool is `rule_missing`, a gated row (under the execution's recorded policy) run without an
-  approval is `no_approval` whatever the execution's own `effect` column says, an `effect` column
-  that differs from the row's is `reclassified`, and a call proposed in shadow mode (its row, or
-  its approval's, a shadow row) that ran is `shadow_executed`;
+  its tool (with the keyring: not sealed by it, `_seal.rule_seal`, unless it is the row of the
+  execution's sealed approval) is `rule_missing`, a gated row (under the execution's recorded
+  policy) run without an approval is `no_approval` whatever the execution's own `effect` column
+  says, an `effect` column that differs from the row's is `reclassified`, and a call proposed in
+  shadow mode (its row, or its approval's, a shadow row) that ran is `shadow_executed`;
 - a policy that lets send, money or destructive calls run alone, or drops the second approver of
   destructive calls, is reported wherever an approval or execution was made under it.
 

@@ -190,9 +190,12 @@ def per_1000(proposals: int, sessions: int) -> float | None:
 
 
 def modes(store: Store) -> dict[str, Mode]:
-    """Each recorded row fingerprint's mode, from bodies that hash to their fingerprint."""
+    """Each recorded row fingerprint's mode, from bodies that hash to their fingerprint (a rule's
+    seal row is no rule)."""
     out: dict[str, Mode] = {}
     for fingerprint, rule in store.rules().items():
+        if rule.kind == "seal":
+            continue
         try:
             body = json.loads(rule.body_json)
         except ValueError:
