@@ -493,4 +493,4 @@ def test_help_describes_every_command_in_one_whole_sentence(capsys: pytest.Captu
         "The `effectgate` command: setup, pending, show, approve, deny, audit, export, verify, report,"
         in text
     )
-    assert "replay, redact, retain, hold, demo, serve." in text
+    assert "replay, redact, retain, hold, seal-rules, demo, serve." in text

@@ -1,14 +1,20 @@
 """Rule seals: the gate records each rule (table row, policy) in `eg_rules` with a seal row
-(`"seal:" + fingerprint`, kind "seal", the keyring's MAC of the rule's kind and fingerprint), and
-the audit, given the keyring, judges an execution only by a recorded row whose seal verifies (or
-which its sealed approval names). On SQLite and PostgreSQL (`shop_gate`)."""
+(`"seal:<fingerprint>:<hash of the seal>"`, kind "seal", the keyring's MAC of the rule's kind and
+fingerprint), and the audit, given the keyring, judges an execution only by a recorded row whose
+seal verifies (or which its sealed approval names); `seal_rules` seals an earlier release's rows
+on an operator's word. On SQLite and PostgreSQL (`shop_gate`)."""
 
 from __future__ import annotations
 
+import json
+
+import pytest
+
 from effectgate import Executed, Keyring
 from effectgate._seal import rule_seal
-from effectgate.audit import audit
+from effectgate.audit import audit, seal_rules
 from effectgate.canonical import canonical_json
+from effectgate.cli import main
 from effectgate.examples.shop import context
 
 from .conftest import ShopGate
@@ -46,9 +52,10 @@ def test_a_write_row_the_gate_records_is_sealed_and_its_executions_audit_clean(s
         (gate.policy.fingerprint, "policy"),
     ):
         assert rules[fingerprint].kind == kind
-        seal = rules["seal:" + fingerprint]
-        assert seal.kind == "seal"
-        assert gate.keyring.verifies("rule", f"{kind}|{fingerprint}".encode(), seal.body_json)
+        key, seal_kind, seal = rule_seal(gate.keyring, kind, fingerprint)
+        assert rules[key].kind == seal_kind == "seal"
+        assert rules[key].body_json == seal
+        assert gate.keyring.verifies("rule", f"{kind}|{fingerprint}".encode(), seal)
     report = audit(gate.store, keyring=gate.keyring)
     assert report.clean, report.findings
     assert audit(gate.store, gate.table, keyring=gate.keyring).clean
@@ -71,7 +78,11 @@ def test_an_unsealed_rule_row_is_rule_missing_until_a_gate_of_this_release_uses_
     rules = gate.store.rules()
     assert {fp: rules[fp] for fp in rows_before} == rows_before  # nothing rewritten: only seals added
     assert sorted(set(rules) - set(rows_before)) == sorted(
-        "seal:" + fp for fp in (gate.table["update_ticket_tags"].fingerprint, gate.policy.fingerprint)
+        rule_seal(gate.keyring, kind, fp)[0]
+        for fp, kind in (
+            (gate.table["update_ticket_tags"].fingerprint, "row"),
+            (gate.policy.fingerprint, "policy"),
+        )
     )
     report = audit(gate.store, keyring=gate.keyring)
     assert report.clean, report.findings
@@ -102,3 +113,49 @@ def test_without_a_keyring_rule_seals_are_not_checked(shop_gate: ShopGate) -> No
     report = audit(gate.store, gate.table)
     assert report.clean, report.findings
     assert not report.seals_checked
+
+
+def test_seal_rules_seals_an_earlier_releases_rows_as_they_stand_and_records_who(
+    shop_gate: ShopGate,
+) -> None:
+    """A ledger of an earlier release whose tool no gate of this one uses again: `seal_rules`
+    (after someone checked the ledger) seals its unsealed rows, records who did, and the audit is
+    clean; run again it seals nothing. A rule row whose body does not hash to its fingerprint is
+    never sealed."""
+    gate = shop_gate.gate
+    _unsealed_ledger(shop_gate)
+    with gate.store.transaction() as conn:  # not a rule the gate writes: content addressing fails
+        gate.store.add_rules(conn, [("0" * 64, "row", canonical_json({"name": "x"}).decode())])
+    spec, policy = gate.table["update_ticket_tags"], gate.policy
+    assert seal_rules(gate.store, gate.keyring, by="ops") == sorted([spec.fingerprint, policy.fingerprint])
+    assert audit(gate.store, keyring=gate.keyring).findings == []
+    assert not [k for k in gate.store.rules() if k.startswith("seal:" + "0" * 64)]
+    [event] = [e for e in gate.store.events() if e.kind == "rules_sealed"]
+    assert json.loads(event.detail_json)["by"] == "ops"
+    assert seal_rules(gate.store, gate.keyring, by="ops") == []
+
+
+def test_the_seal_rules_command_needs_who_and_seals(
+    shop_gate: ShopGate, store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate = shop_gate.gate
+    _unsealed_ledger(shop_gate)
+    monkeypatch.setenv("EFFECTGATE_KEYRING", gate.keyring.dumps())
+    assert main(["--db", store_url, "seal-rules"]) == 2  # --by is required: nothing sealed
+    assert audit(gate.store, keyring=gate.keyring).findings != []
+    assert main(["--db", store_url, "seal-rules", "--by", "ops"]) == 0
+    assert audit(gate.store, keyring=gate.keyring).findings == []
+
+
+def test_a_seal_row_inserted_first_does_not_take_the_place_of_the_gates(shop_gate: ShopGate) -> None:
+    """Someone with database access inserts a seal row for a rule before the gate records it (the
+    key a seal row would have had if seal rows were keyed by the rule alone): the gate's own seal
+    still lands beside it, and the audit of the gate's executions is clean."""
+    gate = shop_gate.gate
+    fp = gate.table["update_ticket_tags"].fingerprint
+    with gate.store.transaction() as conn:
+        gate.store.add_rules(conn, [("seal:" + fp, "seal", "bogus"), (f"seal:{fp}:0000", "seal", "bogus")])
+    assert isinstance(gate.call("update_ticket_tags", TAGS, context("m1")), Executed)
+    report = audit(gate.store, keyring=gate.keyring)
+    assert report.clean, report.findings
+    assert seal_rules(gate.store, gate.keyring, by="ops") == []  # sealed, the bogus rows aside

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from ._rules import possible_roles
-from ._seal import RULE_SEAL
+from ._seal import rule_sealed, seals_by_rule
 from .canonical import digest
 from .effects import Effect, Policy
 from .redact import MARK, entry_sealed
@@ -79,7 +79,7 @@ class Rules:
 
     def __init__(self, rows: dict[str, RuleRow], keyring: Keyring | None = None) -> None:
         self._rows = {fp: row for fp, row in rows.items() if row.kind != "seal"}
-        self._seals = {fp.removeprefix(RULE_SEAL): r.body_json for fp, r in rows.items() if r.kind == "seal"}
+        self._seals = seals_by_rule(rows)
         self._verifies = keyring.verifier("rule") if keyring is not None else None
         self._parsed: dict[str, dict[str, Any] | None] = {}
         self._policies: dict[str, Policy | None] = {}
@@ -127,10 +127,8 @@ class Rules:
         return self._by_tool.get(tool, [])
 
     def _sealed(self, fingerprint: str) -> bool:
-        seal = self._seals.get(fingerprint)
-        return self._verifies is None or (
-            seal is not None and self._verifies(f"row|{fingerprint}".encode(), seal)
-        )
+        verifies = self._verifies
+        return verifies is None or rule_sealed(verifies, self._seals.get(fingerprint, ()), "row", fingerprint)
 
     def policy(self, fingerprint: str) -> Policy | None:
         if fingerprint not in self._policies:

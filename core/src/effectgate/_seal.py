@@ -10,14 +10,19 @@ by the sealed fields and the signed grant token.
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Callable, Mapping, Sequence
 from operator import attrgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .canonical import ENCODE, hash_of_text
+from .canonical import ENCODE, digest, hash_of_text, sha256_hex
 from .errors import ForeignSeal
 from .stores.records import ApprovalRow, DecisionRow
 from .tokens import Keyring
+
+if TYPE_CHECKING:
+    from .stores.protocol import Store
 
 APPROVAL_FIELDS = (
     "id",
@@ -106,7 +111,9 @@ def seal_checker(keyring: Keyring, purpose: str) -> Callable[[Sequence[Any], Any
     return sealed
 
 
-#: The fingerprint of a recorded rule's seal row in `eg_rules` (kind "seal"), after this prefix.
+#: A recorded rule's seal row in `eg_rules` (kind "seal"): this prefix, the rule's fingerprint,
+#: ":" and 16 hex digits of the seal's own hash, so a row inserted first (under a key the gate
+#: cannot predict) never takes the place of the gate's seal, and seals of other keys fit beside it.
 RULE_SEAL = "seal:"
 
 
@@ -114,7 +121,23 @@ def rule_seal(keyring: Keyring, kind: str, fingerprint: str) -> tuple[str, str, 
     """The seal row of the rule `fingerprint` of `kind` ("row" or "policy"), as `add_rules` takes
     it: the keyring's MAC of both, so the audit tells the gate's rules from rows inserted in the
     database (content addressing alone holds for any body)."""
-    return (RULE_SEAL + fingerprint, "seal", keyring.sign("rule", f"{kind}|{fingerprint}".encode()))
+    seal = keyring.sign("rule", f"{kind}|{fingerprint}".encode())
+    return (f"{RULE_SEAL}{fingerprint}:{sha256_hex(seal.encode())[:16]}", "seal", seal)
+
+
+def rule_sealed(verifies: Callable[[bytes, str], bool], seals: Sequence[str], kind: str, fp: str) -> bool:
+    """Whether any of `seals` (the bodies of a rule's seal rows) is a seal of rule `fp` of `kind`
+    under the keyring whose `verifier("rule")` is `verifies`."""
+    return any(verifies(f"{kind}|{fp}".encode(), seal) for seal in seals)
+
+
+def seals_by_rule(rows: Mapping[str, Any]) -> dict[str, list[str]]:
+    """The seal rows of `store.rules()`, by the fingerprint of the rule each names."""
+    out: dict[str, list[str]] = {}
+    for key, row in rows.items():
+        if row.kind == "seal" and key.startswith(RULE_SEAL):
+            out.setdefault(key[len(RULE_SEAL) :].partition(":")[0], []).append(row.body_json)
+    return out
 
 
 def _verifies(keyring: Keyring, purpose: str, values: Sequence[Any], seal: str) -> bool:
@@ -153,3 +176,37 @@ def mismatch(kid: str) -> str:
         "looks the same, and `effectgate audit` with the ledger's keyring tells them apart). Use "
         "the ledger's keyring: set EFFECTGATE_KEYRING to it, or use the database's key file"
     )
+
+
+def seal_rules(store: Store, keyring: Keyring, *, by: str, now: float | None = None) -> list[str]:
+    """Seal the rule rows recorded without a seal (by a release before rule seals, for tools no
+    gate of this one has used since), each as it stands, and record who did (a `rules_sealed`
+    event): for an operator who has checked the ledger, since a seal vouches for what it covers.
+    Only rows whose body hashes to their fingerprint are sealed. Returns their fingerprints."""
+    if not isinstance(by, str) or not by.strip():
+        raise ValueError("seal_rules needs `by`: who vouches for the rule rows (recorded)")
+    rows, verifies = store.rules(), keyring.verifier("rule")
+    seals = seals_by_rule(rows)
+    unsealed = [
+        (fp, row.kind)
+        for fp, row in sorted(rows.items())
+        if row.kind in ("row", "policy")
+        and not rule_sealed(verifies, seals.get(fp, ()), row.kind, fp)
+        and _body_digest(row.body_json) == fp
+    ]
+    if unsealed:
+        with store.transaction() as conn:
+            store.add_rules(conn, [rule_seal(keyring, kind, fp) for fp, kind in unsealed])
+            detail = {"by": by, "fingerprints": [fp for fp, _ in unsealed]}
+            store.append_events(
+                conn,
+                [{"at": time.time() if now is None else now, "kind": "rules_sealed", "detail_json": detail}],
+            )
+    return [fp for fp, _ in unsealed]
+
+
+def _body_digest(text: str) -> str | None:
+    try:
+        return digest(json.loads(text))
+    except (ValueError, TypeError, RecursionError):
+        return None

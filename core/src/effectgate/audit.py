@@ -49,6 +49,7 @@ from . import _audit_rows as col
 from . import _pins
 from ._audit_rows import Finding, FindingKind
 from ._audit_scan import Scan
+from ._seal import seal_rules
 from .chain import verify_chain
 from .effects import Policy
 from .report import p95
@@ -58,7 +59,7 @@ from .stores.protocol import Store
 from .table import EffectTable
 from .tokens import Keyring
 
-__all__ = ["AuditReport", "Finding", "FindingKind", "Metrics", "audit", "export_jsonl"]
+__all__ = ["AuditReport", "Finding", "FindingKind", "Metrics", "audit", "export_jsonl", "seal_rules"]
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """The `effectgate` command: setup, pending, show, approve, deny, audit, export, verify, report,
-replay, redact, retain, hold, demo, serve.
+replay, redact, retain, hold, seal-rules, demo, serve.
 
 `--db URL` everywhere (default: $EFFECTGATE_DB or sqlite:///effectgate.db). Commands that re-run
 the table's checks (approve, serve) need the application's gate: `--app module:factory`, where
@@ -265,6 +265,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace, Console], int]] = {
     "redact": _governance._cmd_redact,
     "retain": _governance._cmd_retain,
     "hold": _governance._cmd_hold,
+    "seal-rules": _governance._cmd_seal_rules,
 }
 
 

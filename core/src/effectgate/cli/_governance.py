@@ -1,6 +1,7 @@
 """`effectgate redact`, `effectgate retain` and `effectgate hold`: erasure, retention and legal
-holds (see `effectgate.redact` for what each keeps and refuses). Each prints what it did, or with
-`--json` one JSON object; a refusal exits 4 having changed nothing."""
+holds (see `effectgate.redact` for what each keeps and refuses); `effectgate seal-rules`: seal
+the rule rows an earlier release recorded without a seal (`effectgate.audit.seal_rules`). Each
+prints what it did, or with `--json` one JSON object; a refusal exits 4 having changed nothing."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 from rich.console import Console
 
+from ..audit import seal_rules
 from ..export import redact_export
 from ..redact import FACTS, SubjectNotFound, entries, hold, holds, redact, release, retain
 from ._args import check_export_file, retention_rule
@@ -52,6 +54,13 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--by", help="who places or releases it (recorded)")
     p.add_argument("--reason", help="why (placing a hold)")
     p.add_argument("--json", action="store_true", help="print the holds as JSON")
+    p = sub.add_parser(
+        "seal-rules",
+        parents=[common],
+        help="seal the rule rows an earlier release recorded unsealed (after checking the ledger)",
+    )
+    p.add_argument("--by", required=True, help="who vouches for the rule rows as they stand (recorded)")
+    p.add_argument("--json", action="store_true", help="print the sealed fingerprints as JSON")
 
 
 def _keep(text: str) -> tuple[str, ...]:
@@ -167,3 +176,16 @@ def _cmd_hold(args: argparse.Namespace, out: Console) -> int:
 
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON value")
+
+
+def _cmd_seal_rules(args: argparse.Namespace, out: Console) -> int:
+    by = _given(args, "by", "")
+    keyring = keyring_for(args.db, create=False)
+    with _open(args.db) as store:
+        sealed = seal_rules(store, keyring, by=by)
+    if args.json:
+        _write_json({"sealed": sealed, "by": by})
+    else:
+        done = f"{len(sealed)} rule row(s) sealed by {by}" if sealed else "every rule row is sealed"
+        out.print(_text(done))
+    return EXIT_OK
