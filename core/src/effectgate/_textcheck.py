@@ -84,7 +84,6 @@ def text_warnings(value: Any, *, limit: int = 20) -> tuple[str, ...]:
             if len(scripts) > 1:
                 quoted = token if len(token) <= _SHOWN else token[: _SHOWN - 1] + "…"
                 found.append(f"mixed scripts ({', '.join(sorted(scripts))}) in {quoted!r}")
-                break
         for item in found:
             total += 1
             if len(out) < limit:

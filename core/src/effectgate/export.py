@@ -224,11 +224,15 @@ def export_chain(
 
 
 def _holds_export(target: Path, manifest: Manifest) -> bool:
-    """`target`'s manifest is `manifest` (the same signature): the file holds that export."""
-    try:
-        return Manifest.load(manifest_path(target)).signature == manifest.signature
-    except ExportError:
-        return False
+    """`target`, or its manifest, is `manifest` (the same signature): writing there replaces that
+    export (its records, or the signed manifest itself)."""
+    for path in (manifest_path(target), target):
+        try:
+            if Manifest.load(path).signature == manifest.signature:
+                return True
+        except ExportError:
+            continue
+    return False
 
 
 def _personal_holds(keyring: Keyring, record: Mapping[str, Any], personal: Any) -> bool:

@@ -226,12 +226,13 @@ def _erase(
 def _keep(keep: Sequence[str]) -> tuple[str, ...]:
     """The argument names to keep as facts: a sequence of names (one string is refused, it would
     be read letter by letter and keep nothing)."""
-    if isinstance(keep, str) or not all(isinstance(k, str) and k for k in keep):
+    names = () if isinstance(keep, str) else tuple(keep)  # taken once: a generator is read once
+    if isinstance(keep, str) or not all(isinstance(k, str) and k for k in names):
         raise RedactionError(
             f"keep must be a sequence of argument names, e.g. ('amount', 'currency'), not {keep!r}: "
             "nothing was erased"
         )
-    return tuple(keep)
+    return names
 
 
 def _entered(store: Store, conn: Any) -> set[tuple[str, str, str]]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import typing
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -89,12 +89,31 @@ def derive_schema(name: str, fn: Callable[..., Any]) -> dict[str, Any]:
     return schema
 
 
+class _NoFetch(Mapping[str, Callable[[str], Any]]):
+    """fastjsonschema's remote handlers: every scheme refused, so no schema makes the gate fetch
+    a URL or read a file (an upstream's could aim it anywhere); jsonschema alone validates it."""
+
+    def __getitem__(self, scheme: str) -> Callable[[str], Any]:
+        def refuse(uri: str) -> Any:
+            raise fastjsonschema.JsonSchemaDefinitionException(f"remote reference {uri!r} is not fetched")
+
+        return refuse
+
+    def __contains__(self, scheme: object) -> bool:
+        return True
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
 def _compile(schema: Mapping[str, Any]) -> Callable[[Any], Any] | None:
     try:
-        # use_default=False: validation only. Filling a schema's defaults would change the
-        # arguments (the caller's own dict, since plain JSON is not copied) after they were
-        # frozen, and what is hashed would depend on which validator compiled the schema.
-        return fastjsonschema.compile(dict(schema), use_default=False)
+        # use_default=False: validation only. Filling defaults would change the (caller's own)
+        # arguments after they were frozen, and the hash would depend on the validator.
+        return fastjsonschema.compile(dict(schema), handlers=_NoFetch(), use_default=False)
     except Exception:  # a construct the fast compiler lacks: the full validator alone decides
         return None
 
