@@ -298,6 +298,7 @@ class Settlement:
         reason = f"the tool {what} (another worker took the operation over)" + (f": {error}" if error else "")
         detail = {"reason": reason, "error": error} if error else {"reason": reason}
         with self.store.transaction() as conn:
+            self.store.reopen(key, reason, conn=conn)  # released meanwhile: not claimed afresh
             self.store.append_execution(
                 conn, status="needs_reconciliation", error=reason, result_json=result_json, **execution
             )

@@ -338,6 +338,14 @@ class IdempotencyStore(ABC):
             if not self._transition(c, key, from_status=("needs_reconciliation",), values=values):
                 raise StoreError(f"key {key} is not awaiting reconciliation")
 
+    def reopen(self, key: str, reason: str, *, conn: Connection | None = None) -> bool:
+        """A run that lost its lease returned after its record was released or failed: its effect
+        may have happened, so a `failed` record (no one holds it) needs reconciliation again, and
+        is not claimed for a fresh run. True if this call changed it."""
+        values = {"status": "needs_reconciliation", "error": reason, "updated_at": self.clock.now()}
+        with self._one(conn) as c:
+            return self._transition(c, key, from_status=("failed",), values=values) is not None
+
     def run(self, key: str, payload_hash: str, fn: Callable[[], Any], *, lease_seconds: float = 60.0) -> Any:
         """Run `fn` at most once for `key`: claim, run, complete; or return the stored result."""
         claim = self.claim(key, payload_hash, lease_seconds=lease_seconds)

@@ -86,6 +86,10 @@ class IdempotencyLedger(Protocol):
     def release(self, key: str, reason: str, *, conn: Any = None) -> None:
         """Reconciliation found no effect: failed. Raises `StoreError` if not awaiting it."""
 
+    def reopen(self, key: str, reason: str, *, conn: Any = None) -> bool:
+        """A `failed` record back to needs_reconciliation (a run that lost its lease returned after
+        the record was released or failed); True if it changed."""
+
     def get(self, key: str) -> IdempotencyRecord | None:
         """The record of `key` (its own transaction), or None."""
 
