@@ -11,12 +11,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from ._json import same_json
 from ._rules import possible_roles
 from ._seal import rule_sealed, seals_by_rule
 from .canonical import digest
 from .effects import Effect, Policy
 from .redact import MARK, entry_sealed
-from .stores._redaction import same_json
 from .stores.records import RedactedRow, RuleRow
 from .tokens import Keyring
 

@@ -14,6 +14,9 @@ import json
 from json.decoder import JSONDecoder
 from typing import Any
 
+from .canonical import canonical_json
+from .errors import ArgumentError
+
 _DETAIL = json.JSONEncoder(default=str)
 _MAKE: Any = getattr(json.encoder, "c_make_encoder", None)  # None off CPython
 
@@ -59,3 +62,13 @@ def dumps(value: Any) -> str:
     """`json.dumps(value)` of a JSON value (dicts, lists, strings, numbers, booleans, None): an
     approval's subject and notes."""
     return detail_json(value)
+
+
+def same_json(a: Any, b: Any) -> bool:
+    """The same JSON value, as canonical JSON (RFC 8785) compares it: Python's `==` takes 1 and
+    true for one value, so a subject's 1 would match a write's true (whose subject key, canonical
+    JSON, differs), and a marker's kept 1 a rewritten true. A value with no JSON form is no match."""
+    try:
+        return canonical_json(a) == canonical_json(b)
+    except (ArgumentError, ValueError, TypeError, RecursionError):
+        return False

@@ -85,3 +85,18 @@ class Manifest:
 
 def manifest_path(path: str | Path) -> Path:
     return Path(f"{path}.manifest.json")
+
+
+def refuse_overwriting(target: Path, manifest: Manifest) -> None:
+    """Raise ExportError when `target`, or its manifest, is `manifest` (the same signature):
+    writing there would replace that export (its records, or the signed manifest itself)."""
+    for path in (manifest_path(target), target):
+        try:
+            held = Manifest.load(path).signature == manifest.signature
+        except ExportError:
+            continue
+        if held:
+            raise ExportError(
+                f"{target} holds the export this one continues (or its manifest): write the new "
+                "export to another file; nothing was exported or written"
+            )

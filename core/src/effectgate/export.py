@@ -62,6 +62,7 @@ from ._manifest import (  # noqa: F401 - the manifest's names, as `effectgate.ex
     ExportError,
     Manifest,
     manifest_path,
+    refuse_overwriting,
 )
 from .audit import audit
 from .canonical import canonical_json
@@ -163,17 +164,12 @@ def export_chain(
     """Write the decision records after `after` (all when None) to `path` as a hash chain, and its
     signed manifest beside it (`manifest_path(path)`), which pins the ledger's chain heads.
     Refused, writing nothing, when `after` is not signed by this keyring, its pins no longer
-    hold, or `path` is the export `after` describes (checked before the seal); refused with no
-    export written when the audit that follows the seal has findings (the ledger's new
-    checkpoints stay: they cover the rows as they are)."""
+    hold, or `path` is `after`'s export or manifest (checked before the seal); refused with no
+    export written when the audit after the seal has findings (its new checkpoints stay)."""
     target = Path(path)
     if after is not None:
         after.check(keyring)
-        if _holds_export(target, after):  # its records and pins would be replaced by the new ones
-            raise ExportError(
-                f"{target} holds the export this one continues (its manifest is the one given as "
-                "after): write the new export to another file; nothing was exported or written"
-            )
+        refuse_overwriting(target, after)
         if cut := sorted({b.table for b in _pins.breaks(store, after.heads)}):  # before any write
             raise ExportError(
                 f"the ledger's chain no longer holds what the previous export pinned ({', '.join(cut)}): "
@@ -221,18 +217,6 @@ def export_chain(
     partial.replace(target)
     manifest_path(target).write_text(signed.dumps())
     return signed
-
-
-def _holds_export(target: Path, manifest: Manifest) -> bool:
-    """`target`, or its manifest, is `manifest` (the same signature): writing there replaces that
-    export (its records, or the signed manifest itself)."""
-    for path in (manifest_path(target), target):
-        try:
-            if Manifest.load(path).signature == manifest.signature:
-                return True
-        except ExportError:
-            continue
-    return False
 
 
 def _personal_holds(keyring: Keyring, record: Mapping[str, Any], personal: Any) -> bool:
@@ -380,10 +364,9 @@ def _check_line(
     if not isinstance(line, dict) or list(line) != fields:
         return None, f"not a chain line (its fields must be exactly {', '.join(fields)})"
     seq, prev, digest, record = line["seq"], line["prev"], line["hash"], line["record"]
-    # `type(...) is int`: true is an int that equals 1, and a line's seq is outside its hash
-    if not isinstance(record, dict) or type(seq) is not int or type(record.get("seq")) is not int:
-        return None, "the line's sequence number is not its record's"
-    if record["seq"] != seq:
+    # `type(...) is int`: true is an int that equals 1 (a line's seq is outside its hash)
+    same = isinstance(record, dict) and type(seq) is type(record.get("seq")) is int and record["seq"] == seq
+    if not same:
         return None, "the line's sequence number is not its record's"
     if prev != head:
         return seq, "does not follow the record before it (a record was removed, added or reordered)"

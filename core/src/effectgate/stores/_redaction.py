@@ -16,8 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..canonical import canonical_json
-from ..errors import ArgumentError
+from .._json import same_json
 from . import _queries as Q
 from .records import PERSONAL, ApprovalRow, DecisionRow, HoldRow, RedactedRow
 
@@ -327,16 +326,6 @@ def of_subject(rows: Sequence[Target], keys: Sequence[str], subject: Mapping[str
             if args is not None and all(k in args and same_json(args[k], v) for k, v in subject.items()):
                 calls.add(t.call.id)
     return [t for t in rows if t.call is not None and t.call.id in calls]
-
-
-def same_json(a: Any, b: Any) -> bool:
-    """The same JSON value, as canonical JSON (RFC 8785) compares it: Python's `==` takes 1 and
-    true for one value, so a subject's 1 would match a write's true (whose subject key, canonical
-    JSON, differs), and a marker's kept 1 a rewritten true. A value with no JSON form is no match."""
-    try:
-        return canonical_json(a) == canonical_json(b)
-    except (ArgumentError, ValueError, TypeError, RecursionError):
-        return False
 
 
 def _json_object(text: str | None) -> dict[str, Any] | None:

@@ -377,6 +377,18 @@ def error_message(exc: Exception, call: ToolCall, flag: Any) -> ToolMessage:
     # handled: the run fails so the interrupt can be answered again (ToolNode's rule)
     if not flag or not isinstance(error, handled) or is_invalid_resume(error):
         raise error
+    return _error_tool_message(error, call, flag)
+
+
+def wrapper_failed(exc: Exception, call: ToolCall, flag: Any) -> ToolMessage:
+    """ToolNode's rule for an exception out of a caller's wrapper: any truthy flag turns it
+    into an error ToolMessage (no type filter), an invalid resume value is never handled."""
+    if not flag or is_invalid_resume(exc):
+        raise exc
+    return _error_tool_message(exc, call, flag)
+
+
+def _error_tool_message(error: Exception, call: ToolCall, flag: Any) -> ToolMessage:
     return ToolMessage(
         content=_handle_tool_error(error, flag=flag),
         name=call["name"],

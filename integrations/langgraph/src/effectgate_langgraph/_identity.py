@@ -21,8 +21,8 @@ from typing import Any
 from langchain_core.messages import AIMessage, AnyMessage, ToolCall
 from langchain_core.runnables import RunnableConfig
 
-from effectgate import CallContext
-from effectgate.adapter import MissingIdentity, missing_identity
+from effectgate import CallContext, EffectGate, Refused
+from effectgate.adapter import MissingIdentity, is_gated, missing_identity
 
 #: Where each identity value goes, for MissingIdentity (see `call_context`).
 WHERE_THREAD = (
@@ -128,4 +128,38 @@ def call_context(
         agent_id=agent,
         run_id=str(run) if run is not None else "",
         model_id=model,
+    )
+
+
+def call_id(call: ToolCall) -> str:
+    return str(call.get("id") or "")
+
+
+def reused_ids(gate: EffectGate, calls: Sequence[ToolCall]) -> frozenset[str]:
+    """The tool-call ids the model wrote on more than one call of the step (or left empty on
+    more than one) where one of those calls is gated. The id is the model's, and a gated call's
+    answer is routed by it (its slot, its settled outcome, the ToolMessage ToolNode files under
+    it): two calls under one id would take each other's answer, and one approval would be
+    registered that no reviewer is shown. Such calls are refused unregistered
+    (`reused_id_refusal`); nothing runs for them. Reads and writes sharing an id among
+    themselves are each answered by their own request, as ToolNode answers them."""
+    seen: set[str] = set()
+    reused: set[str] = set()
+    for c in calls:
+        cid = call_id(c)
+        (reused if cid in seen else seen).add(cid)
+    gated = {call_id(c) for c in calls if is_gated(gate, c["name"])}
+    return frozenset(reused & gated)
+
+
+def reused_id_refusal(call: ToolCall) -> Refused:
+    """What the model is told for a call whose id another call of its step also carries."""
+    return Refused(
+        code="mismatch",
+        message=(
+            f"the tool-call id {call_id(call)!r} is on more than one call of this step, so no "
+            f"answer could be told apart; {call['name']} did not run (nor did the other calls "
+            "with that id). Call again, each call with its own id."
+        ),
+        tool=call["name"],
     )

@@ -54,10 +54,10 @@ from ._fidelity import (
     raise_injection_error,
 )
 from ._hitl import NativeApprover
-from ._identity import call_context, messages_of, step_calls
+from ._identity import call_context, messages_of, reused_id_refusal, reused_ids, step_calls
 from ._messages import tool_message
 from ._node import DEFAULT_RESUME_IDENTITY, answer_settled
-from ._step import StepFlow, adrive, drive, reused_id_refusal, reused_ids, settle_step
+from ._step import StepFlow, adrive, drive, settle_step
 from ._tools import table_tools
 
 

@@ -39,7 +39,7 @@ from langchain_core.messages import AnyMessage, ToolCall, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import get_config_list
 from langchain_core.tools import BaseTool
-from langgraph.errors import GraphBubbleUp, is_invalid_resume
+from langgraph.errors import GraphBubbleUp
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import (
     AsyncToolCallWrapper,
@@ -47,7 +47,6 @@ from langgraph.prebuilt.tool_node import (
     ToolCallWrapper,
     ToolRuntime,
     _default_handle_tool_errors,
-    _handle_tool_error,
 )
 from langgraph.runtime import Runtime
 from langgraph.types import Command
@@ -57,11 +56,12 @@ from effectgate import CallContext, Effect, EffectGate, Executed, Outcome
 from effectgate.adapter import is_gated, native_approver
 from effectgate.errors import NeedsReconciliation, TableError
 
+from . import _fidelity
 from ._fidelity import Flight, error_message, flying, framework_keys, is_native, model_call, tool_span
 from ._hitl import NativeApprover
-from ._identity import call_context, messages_of, state_of, step_calls
+from ._identity import call_context, messages_of, reused_id_refusal, reused_ids, state_of, step_calls
 from ._messages import tool_message
-from ._step import Settled, StepFlow, adrive, drive, reused_id_refusal, reused_ids, settle_step
+from ._step import Settled, StepFlow, adrive, drive, settle_step
 from ._tools import table_tools
 
 DEFAULT_RESUME_IDENTITY = "langgraph-resume"
@@ -239,9 +239,8 @@ class GatedToolNode(ToolNode):
         ctx, flow, reused = self._flow(input, config, runtime)
         with self._gated_flight(input, config, runtime, flow) as flight:
             settled = drive(flow, self.gate) if flow is not None else {}
-        token = _STEP.set(
-            _Step(self.gate, ctx, settled, flight.messages, self._parse_input(input)[1], reused)
-        )
+        step = _Step(self.gate, ctx, settled, flight.messages, self._parse_input(input)[1], reused)
+        token = _STEP.set(step)
         try:
             return super()._func(input, config, runtime)
         finally:
@@ -256,9 +255,8 @@ class GatedToolNode(ToolNode):
         ctx, flow, reused = self._flow(input, config, runtime)
         with self._gated_flight(input, config, runtime, flow) as flight:
             settled = await adrive(flow, self.gate) if flow is not None else {}
-        token = _STEP.set(
-            _Step(self.gate, ctx, settled, flight.messages, self._parse_input(input)[1], reused)
-        )
+        step = _Step(self.gate, ctx, settled, flight.messages, self._parse_input(input)[1], reused)
+        token = _STEP.set(step)
         try:
             return await super()._afunc(input, config, runtime)
         finally:
@@ -282,7 +280,7 @@ class GatedToolNode(ToolNode):
         except GraphBubbleUp:
             raise
         except Exception as exc:
-            return self._wrapper_failed(exc, request)
+            return _fidelity.wrapper_failed(exc, request.tool_call, self.handle_tool_errors)
 
     async def _outer_awrap(
         self,
@@ -299,30 +297,22 @@ class GatedToolNode(ToolNode):
         except GraphBubbleUp:
             raise
         except Exception as exc:
-            return self._wrapper_failed(exc, request)
+            return _fidelity.wrapper_failed(exc, request.tool_call, self.handle_tool_errors)
 
-    def _wrapper_failed(self, exc: Exception, request: ToolCallRequest) -> ToolMessage:
-        """ToolNode's rule for an exception out of a caller's wrapper: any truthy flag turns it
-        into an error ToolMessage (no type filter), an invalid resume value is never handled."""
-        flag = self.handle_tool_errors
-        if not flag or is_invalid_resume(exc):
-            raise exc
-        return ToolMessage(
-            content=_handle_tool_error(exc, flag=flag),
-            name=request.tool_call["name"],
-            tool_call_id=str(request.tool_call.get("id") or ""),
-            status="error",
-        )
+    def _ready(self, step: _Step, call: ToolCall) -> ToolMessage | Command[Any] | None:
+        """The answer to a call its step settled, or refuses (its id reused); None: run it now."""
+        call_id = str(call.get("id") or "")
+        if call_id in step.reused:
+            return tool_message(reused_id_refusal(call), call)
+        if (settled := step.settled.get(call_id)) is None:
+            return None
+        return answer_settled(settled, call, step.ran.get(call_id), self.handle_tool_errors)
 
     def _wrap(self, request: ToolCallRequest) -> ToolMessage | Command[Any]:
         step, ctx = _current(request)
         call = self._model_call(request.tool_call)
-        call_id = str(call.get("id") or "")
-        if call_id in step.reused:
-            return tool_message(reused_id_refusal(call), call)
-        settled = step.settled.get(call_id)
-        if settled is not None:
-            return answer_settled(settled, call, step.ran.get(call_id), self.handle_tool_errors)
+        if (ready := self._ready(step, call)) is not None:
+            return ready
         span = self._span(step.gate, call, request)
         with self._flight(step.gate, call, request) as flight:
             try:
@@ -336,12 +326,8 @@ class GatedToolNode(ToolNode):
     async def _awrap(self, request: ToolCallRequest) -> ToolMessage | Command[Any]:
         step, ctx = _current(request)
         call = self._model_call(request.tool_call)
-        call_id = str(call.get("id") or "")
-        if call_id in step.reused:
-            return tool_message(reused_id_refusal(call), call)
-        settled = step.settled.get(call_id)
-        if settled is not None:
-            return answer_settled(settled, call, step.ran.get(call_id), self.handle_tool_errors)
+        if (ready := self._ready(step, call)) is not None:
+            return ready
         span = self._span(step.gate, call, request)
         with self._flight(step.gate, call, request) as flight:
             try:

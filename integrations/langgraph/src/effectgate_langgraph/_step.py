@@ -31,7 +31,7 @@ from typing import Any
 from langchain_core.messages import ToolCall
 from langgraph.errors import GraphInterrupt
 
-from effectgate import Approver, CallContext, EffectGate, Grant, Outcome, Pending, Refused, flow
+from effectgate import Approver, CallContext, EffectGate, Grant, Outcome, Pending, flow
 from effectgate.adapter import DecisionMismatch, Paused, bind_decision, is_gated, rejecting_approver
 from effectgate.canonical import args_hash, freeze
 from effectgate.errors import ApprovalError, ArgumentError, EffectGateError, PolicyViolation, TokenError
@@ -58,6 +58,7 @@ from ._hitl import (
     is_hitl,
     matched,
 )
+from ._identity import call_id, reused_ids
 from ._shown import Answer, Ask, Raised, asker, record, refusal, shown
 
 #: The application's approver for HITL decisions in this run (`effectgate.adapter.native_approver`).
@@ -87,40 +88,6 @@ class _Slot:
 
 
 StepFlow = Generator[Any, Any, dict[str, Settled]]
-
-
-def _call_id(call: ToolCall) -> str:
-    return str(call.get("id") or "")
-
-
-def reused_ids(gate: EffectGate, calls: Sequence[ToolCall]) -> frozenset[str]:
-    """The tool-call ids the model wrote on more than one call of the step (or left empty on
-    more than one) where one of those calls is gated. The id is the model's, and a gated call's
-    answer is routed by it (its slot, its settled outcome, the ToolMessage ToolNode files under
-    it): two calls under one id would take each other's answer, and one approval would be
-    registered that no reviewer is shown. Such calls are refused unregistered
-    (`reused_id_refusal`); nothing runs for them. Reads and writes sharing an id among
-    themselves are each answered by their own request, as ToolNode answers them."""
-    seen: set[str] = set()
-    reused: set[str] = set()
-    for c in calls:
-        cid = _call_id(c)
-        (reused if cid in seen else seen).add(cid)
-    gated = {_call_id(c) for c in calls if is_gated(gate, c["name"])}
-    return frozenset(reused & gated)
-
-
-def reused_id_refusal(call: ToolCall) -> Refused:
-    """What the model is told for a call whose id another call of its step also carries."""
-    return Refused(
-        code="mismatch",
-        message=(
-            f"the tool-call id {_call_id(call)!r} is on more than one call of this step, so no "
-            f"answer could be told apart; {call['name']} did not run (nor did the other calls "
-            "with that id). Call again, each call with its own id."
-        ),
-        tool=call["name"],
-    )
 
 
 def call_hash(gate: EffectGate, name: str, args: Any) -> str:
@@ -199,14 +166,14 @@ def settle_step(
     needs one."""
     keys = injected_keys or {}
     reused = reused_ids(gate, calls)
-    gated = [c for c in calls if is_gated(gate, c["name"]) and _call_id(c) not in reused]
+    gated = [c for c in calls if is_gated(gate, c["name"]) and call_id(c) not in reused]
     if not gated:
         return {}
     outcomes = yield from gate.flows.call_step([(c["name"], c["args"], c.get("id")) for c in gated], ctx)
     slots = {
-        _call_id(c): _slot(gate, c, o, ctx)
+        call_id(c): _slot(gate, c, o, ctx)
         for c, o in zip(gated, outcomes, strict=True)
-        if own is None or _call_id(c) in own
+        if own is None or call_id(c) in own
     }
     refused: list[RefusedDecision] = [
         {"approval_id": s.outcome.approval_id, "reason": s.mismatch}

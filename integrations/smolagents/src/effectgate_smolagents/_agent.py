@@ -47,7 +47,7 @@ from smolagents.agents import MultiStepAgent
 from smolagents.utils import AgentError, AgentToolCallError
 
 from effectgate import CallContext, EffectGate, Executed, Invalid, Outcome, Pending
-from effectgate.adapter import DecisionMismatch, Paused, Unknown, check_wrappable, is_gated
+from effectgate.adapter import Paused, Unknown, check_wrappable, is_gated
 from effectgate.canonical import args_hash
 from effectgate.errors import EffectGateError
 from effectgate.rows import DEFAULT_DB, Row, gate_for
@@ -356,19 +356,9 @@ class GatedAgent:
         return Finished(output=final, observations=tuple(observations), run_result=full)
 
     def decide(self, awaiting: AwaitingApproval, decisions: Mapping[str, Decision]) -> dict[str, Outcome]:
-        """Apply decisions through the gate: execute approved calls (once), deny the rest named.
-        Every decision is bound to its call first (`_decisions.bind`); denials are recorded before
-        any approved call runs, so a denial the gate still refuses (it just expired) runs nothing.
-        A record made by another gated agent (its signed `agent_id`) is refused
-        (`DecisionMismatch`): resume it with the agent it paused in."""
-        if awaiting.agent_id and awaiting.agent_id != self.agent_id:
-            first = awaiting.paused[0].approval_id if awaiting.paused else ""
-            raise DecisionMismatch(
-                first,
-                f"this run paused in agent {awaiting.agent_id!r}, not {self.agent_id!r}: resume it with "
-                "the GatedAgent it paused in; nothing ran",
-            )
-        return apply_decisions(self.gate, awaiting, decisions)
+        """Apply decisions through the gate (`_decisions.apply_decisions`): approved calls run once,
+        the rest named are denied; a record another gated agent made is refused (DecisionMismatch)."""
+        return apply_decisions(self.gate, awaiting, decisions, agent_id=self.agent_id)
 
     def resume(
         self,

@@ -83,11 +83,24 @@ def bind(gate: EffectGate, awaiting: AwaitingApproval, decisions: Mapping[str, D
 
 
 def apply_decisions(
-    gate: EffectGate, awaiting: AwaitingApproval, decisions: Mapping[str, Decision]
+    gate: EffectGate,
+    awaiting: AwaitingApproval,
+    decisions: Mapping[str, Decision],
+    *,
+    agent_id: str | None = None,
 ) -> dict[str, Outcome]:
     """Apply decisions through the gate: execute approved calls (once), deny the rest named.
     Every decision is bound to its call first (see `bind`); denials are recorded before any
-    approved call runs, so a denial the gate still refuses (it just expired) runs nothing."""
+    approved call runs, so a denial the gate still refuses (it just expired) runs nothing. With
+    `agent_id`, a record made by another gated agent (its signed `agent_id`) is refused first
+    (`DecisionMismatch`): it is resumed with the agent it paused in."""
+    if agent_id is not None and awaiting.agent_id and awaiting.agent_id != agent_id:
+        first = awaiting.paused[0].approval_id if awaiting.paused else ""
+        raise DecisionMismatch(
+            first,
+            f"this run paused in agent {awaiting.agent_id!r}, not {agent_id!r}: resume it with the "
+            "GatedAgent it paused in; nothing ran",
+        )
     bind(gate, awaiting, decisions)
     paused = {p.approval_id: p for p in awaiting.paused}
     named = [(p, decisions[p.approval_id]) for p in awaiting.pending if p.approval_id in decisions]
