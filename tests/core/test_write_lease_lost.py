@@ -9,24 +9,24 @@ from typing import Any
 
 import pytest
 
-from effectgate import Effect, EffectTable, Executed, Reconciled, Refused, ToolContext, ToolSpec
+from effectgate import Executed, Refused, ToolContext
 from effectgate.errors import LeaseLost
 from effectgate.examples.shop import context
 from effectgate.stores import SQLStore
-from effectgate.testing import EffectRecorder, FakeClock
+from effectgate.testing import FakeClock
 
+from ._bank import Tags
 from .conftest import MakeGate
 
 TAGS = {"ticket_id": "t-17", "tags": ["billing", "urgent"]}
 
 
-class SlowTags:
+class SlowTags(Tags):
     """A write whose first run is slow: while it runs, its lease expires and `recover()` runs
     (the provider has not applied the key yet, so the lookup says not found)."""
 
     def __init__(self) -> None:
-        self.receiver = EffectRecorder()
-        self.applied: dict[str, list[str]] = {}
+        super().__init__()
         self.during_first_run: Any = None
 
     def tag(self, ticket_id: str, tags: list[str], tool_context: ToolContext) -> dict[str, Any]:
@@ -34,29 +34,7 @@ class SlowTags:
         if self.during_first_run is not None:
             hook, self.during_first_run = self.during_first_run, None
             hook()
-        self.applied[tool_context.idempotency_key] = tags
-        self.receiver.record("tag", ticket_id=ticket_id)
-        return {"ticket_id": ticket_id, "tags": tags}
-
-    def lookup(self, key: str) -> Reconciled | None:
-        if key in self.applied:
-            return Reconciled(found=True, result={"tags": self.applied[key]})
-        return Reconciled(found=False)
-
-    def table(self) -> EffectTable:
-        table = EffectTable(
-            [
-                ToolSpec(
-                    name="tag",
-                    effect=Effect.WRITE,
-                    fn=self.tag,
-                    subject=("ticket_id",),
-                    reconcile=self.lookup,
-                )
-            ]
-        )
-        table.allow_all("support")
-        return table
+        return super().tag(ticket_id, tags, tool_context)
 
 
 def test_a_write_that_returns_after_recover_released_it_is_not_run_again(
