@@ -271,3 +271,47 @@ def test_sync_call_inside_a_loop_refuses_an_async_tool(gate: EffectGate, bank: A
     with pytest.raises(RuntimeError, match="acall"):
         asyncio.run(scenario())
     assert bank.reads == 0
+
+
+def test_sync_write_inside_a_loop_claims_nothing(gate: EffectGate, bank: AsyncBank, store: SQLStore) -> None:
+    """A write's async tool called through the sync API on a loop is refused before its claim:
+    no record is left failed, and the same call then runs once under acall."""
+    args = {"account": "a1", "text": "vip"}
+
+    async def scenario() -> Any:
+        with pytest.raises(RuntimeError, match="acall"):
+            gate.call("note", args, ctx())
+        return await gate.acall("note", args, ctx())
+
+    out = asyncio.run(scenario())
+    assert isinstance(out, Executed)
+    assert not out.replay
+    assert bank.receiver.count("note") == 1
+    record = store.get(out.idempotency_key or "")
+    assert record is not None
+    assert (record.status, record.attempts) == ("succeeded", 1)
+
+
+def test_sync_execute_inside_a_loop_keeps_the_grant(
+    gate: EffectGate, bank: AsyncBank, store: SQLStore
+) -> None:
+    """`execute` of an async money tool on a loop (a notebook cell) is refused before the claim:
+    the grant is not spent and no record awaits reconciliation; `aexecute` then runs it once."""
+
+    async def scenario() -> tuple[Grant, Executed]:
+        grant = await agrant(gate)
+        with pytest.raises(RuntimeError, match="aexecute"):
+            gate.execute(grant.token)
+        assert store.get(f"eg_{grant.approval_id}_v1") is None
+        return grant, await gate.aexecute(grant.token)
+
+    grant, out = asyncio.run(scenario())
+    assert isinstance(out, Executed)
+    assert not out.replay
+    assert bank.receiver.count("transfer") == 1
+    record = store.get(f"eg_{grant.approval_id}_v1")
+    assert record is not None
+    assert record.status == "succeeded"
+    row = store.get_approval(grant.approval_id)
+    assert row is not None
+    assert row.status == "executed"

@@ -275,6 +275,7 @@ class Calls:
             "write", ctx.session_id, spec.name, ctx.origin_message_id, frozen
         )
         refusal: InProgress | NeedsReconciliation | None = None
+        flow.refuse_async_on_loop(spec.fn)  # before the claim: the same call runs under acall
         with self.store.transaction() as conn:
             noted = self.events.note_rules(conn, spec)
             try:

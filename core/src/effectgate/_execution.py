@@ -135,6 +135,7 @@ class Execution:
                 # An in-flight record whose lease ran out, or one awaiting reconciliation: the
                 # claim below raises NeedsReconciliation (never a second run).
                 spec = self.bar_for_execute(conn, row)
+                flow.refuse_async_on_loop(spec.fn)  # nothing claimed, the grant kept for aexecute
                 try:
                     claim = self.store.claim(
                         key, row.args_hash, lease_seconds=self.policy.lease_seconds, conn=conn

@@ -65,6 +65,25 @@ def _call_sync(req: Invoke) -> Any:
     return run_sync(req.fn, req.kwargs())
 
 
+_ASYNC_ON_LOOP = (
+    "this tool is async and an event loop is running: use the gate's async methods "
+    "(acall, aexecute) instead of call/execute"
+)
+
+
+def refuse_async_on_loop(fn: Callable[..., Any]) -> None:
+    """Raise RuntimeError, before anything is claimed, where `drive` would refuse `fn`'s
+    coroutine only after the claim: an async tool driven synchronously on a thread whose event
+    loop is running (a notebook cell calling `execute`). The async driver runs a flow's steps in
+    worker threads, where no loop runs, so this passes there."""
+    if inspect.iscoroutinefunction(fn):
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        raise RuntimeError(_ASYNC_ON_LOOP)
+
+
 def run_sync(fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:
     """What `drive` does with an `Invoke`: `fn(**kwargs)`, an awaitable result run to completion
     (refused while an event loop runs on this thread)."""
@@ -78,10 +97,7 @@ def run_sync(fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:
     close = getattr(value, "close", None)
     if callable(close):
         close()
-    raise RuntimeError(
-        "this tool is async and an event loop is running: use the gate's async methods "
-        "(acall, aexecute) instead of call/execute"
-    )
+    raise RuntimeError(_ASYNC_ON_LOOP)
 
 
 _PLAIN = frozenset({dict, list, str, int, float, bool, type(None), tuple})
