@@ -38,7 +38,7 @@ from langchain.agents.middleware import AgentMiddleware, AgentState
 from langchain_core.messages import ToolCall, ToolMessage
 from langchain_core.tools import BaseTool
 from langgraph.prebuilt import ToolNode
-from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.prebuilt.tool_node import INVALID_TOOL_NAME_ERROR_TEMPLATE, ToolCallRequest
 from langgraph.types import Command
 
 from effectgate import CallContext, Effect, EffectGate, Executed, Invalid, Outcome
@@ -58,7 +58,19 @@ from ._identity import call_context, messages_of, reused_id_refusal, reused_ids,
 from ._messages import tool_message
 from ._node import DEFAULT_RESUME_IDENTITY, answer_settled
 from ._step import StepFlow, adrive, drive, settle_step
-from ._tools import table_tools
+from ._tools import may_call, table_tools
+
+
+def _not_offered(gate: EffectGate, request: ToolCallRequest, ctx: CallContext) -> ToolMessage | None:
+    """create_agent's ToolNode answer to a call of a table row the agent may call but does not
+    offer: an error ToolMessage, as ToolNode gives it; nothing is registered or run. (A tool the
+    table or its allowlist lacks goes to the gate, which refuses it and records the refusal.)"""
+    call = request.tool_call
+    if request.tool is not None or not may_call(gate, ctx, call["name"]):
+        return None
+    offered = ", ".join(t.name for t in request.runtime.tools or ())
+    content = INVALID_TOOL_NAME_ERROR_TEMPLATE.format(requested_tool=call["name"], available_tools=offered)
+    return ToolMessage(content, name=call["name"], tool_call_id=call["id"], status="error")
 
 
 def _raise(e: Exception) -> str:
@@ -114,6 +126,8 @@ class EffectGateMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
     def _flow(self, request: ToolCallRequest, call: ToolCall, ctx: CallContext) -> StepFlow:
         step = [self._model_call(c) for c in step_calls(messages_of(request.state))]
+        offered = {t.name for t in request.runtime.tools or ()}
+        step = [c for c in step if c["name"] in offered]  # the rest are refused (`_not_offered`)
         if call.get("id") not in {c.get("id") for c in step}:
             step = [call]
         own = frozenset({str(call.get("id") or "")})
@@ -180,6 +194,8 @@ class EffectGateMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if self._reused(request, call):
             return tool_message(reused_id_refusal(call), call)
         ctx = self._context(request)
+        if (unknown := _not_offered(self.gate, request, ctx)) is not None:
+            return unknown
         call_id = str(call.get("id") or "")
         with self._flight(call, request) as flight:
             if is_gated(self.gate, call["name"]):
@@ -201,6 +217,8 @@ class EffectGateMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if self._reused(request, call):
             return tool_message(reused_id_refusal(call), call)
         ctx = self._context(request)
+        if (unknown := _not_offered(self.gate, request, ctx)) is not None:
+            return unknown
         call_id = str(call.get("id") or "")
         with self._flight(call, request) as flight:
             if is_gated(self.gate, call["name"]):

@@ -62,7 +62,7 @@ from ._hitl import NativeApprover
 from ._identity import call_context, messages_of, reused_id_refusal, reused_ids, state_of, step_calls
 from ._messages import tool_message
 from ._step import Settled, StepFlow, adrive, drive, settle_step
-from ._tools import table_tools
+from ._tools import may_call, table_tools
 
 DEFAULT_RESUME_IDENTITY = "langgraph-resume"
 _RUNTIME_FIELDS = frozenset(f.name for f in dataclasses.fields(ToolRuntime))
@@ -188,7 +188,9 @@ class GatedToolNode(ToolNode):
         if not own <= {str(c.get("id") or "") for c in step}:
             step = own_calls
         reused = reused_ids(self.gate, step) | reused_ids(self.gate, own_calls)
-        if not any(is_gated(self.gate, c["name"]) for c in own_calls):
+        step = [c for c in step if c["name"] in self.tools_by_name]  # the rest: `_ready` refuses
+        own &= {str(c.get("id") or "") for c in step}
+        if not any(is_gated(self.gate, c["name"]) for c in step if str(c.get("id") or "") in own):
             return ctx, None, reused
         flow = settle_step(
             self.gate,
@@ -304,6 +306,8 @@ class GatedToolNode(ToolNode):
         call_id = str(call.get("id") or "")
         if call_id in step.reused:
             return tool_message(reused_id_refusal(call), call)
+        if call["name"] not in self.tools_by_name and may_call(step.gate, step.ctx, call["name"]):
+            return self._validate_tool_call(call)  # ToolNode's answer to a row it does not offer
         if (settled := step.settled.get(call_id)) is None:
             return None
         return answer_settled(settled, call, step.ran.get(call_id), self.handle_tool_errors)

@@ -11,7 +11,7 @@ from typing import Any
 
 from langchain_core.tools import BaseTool, StructuredTool
 
-from effectgate import EffectTable, ToolSpec
+from effectgate import CallContext, EffectGate, EffectTable, ToolSpec
 from effectgate.errors import PolicyViolation
 
 
@@ -36,3 +36,10 @@ def spec_tool(spec: ToolSpec) -> BaseTool:
 def table_tools(table: EffectTable, *, agent_id: str | None = None) -> list[BaseTool]:
     """Tools for every row of `table` (only those `agent_id` may call, when given)."""
     return [spec_tool(s) for s in table if agent_id is None or table.allowed(agent_id, s.name)]
+
+
+def may_call(gate: EffectGate, ctx: CallContext, name: str) -> bool:
+    """Whether `name` is a row the context's agent may call. A call of one the node or agent does
+    not offer is answered as ToolNode answers it; any other unknown call goes to the gate (which
+    refuses it and records the refusal)."""
+    return name in gate.table and gate.table.allowed(ctx.agent_id, name)

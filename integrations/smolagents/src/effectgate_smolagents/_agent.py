@@ -170,9 +170,10 @@ class GatedAgent:
 
     def _register_step(self, tool_calls: Sequence[Any]) -> None:
         """Register one model step's gated calls together (the core's parallel rule)."""
-        self._parallel = len(tool_calls) > 1
+        runs = {c.id: c for c in tool_calls}  # smolagents runs the last call under each id only
+        self._parallel = len(runs) > 1
         calls = []
-        for c in tool_calls:
+        for c in runs.values():
             tool = self.agent.tools.get(c.function.name)
             if self._gated(c.function.name) and isinstance(tool, GatedTool):
                 # what execute_tool_call will send (smolagents gives it `arguments or {}`)

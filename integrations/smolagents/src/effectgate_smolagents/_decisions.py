@@ -18,7 +18,14 @@ from dataclasses import dataclass
 
 from effectgate import Approver, EffectGate, Executed, Grant, Outcome, Pending, Refused
 from effectgate.adapter import DecisionMismatch, Paused, bind_decision, verify_state
-from effectgate.errors import ApprovalError, PolicyViolation, TokenError, WrongApprover
+from effectgate.errors import (
+    ApprovalError,
+    LeaseLost,
+    NeedsReconciliation,
+    PolicyViolation,
+    TokenError,
+    WrongApprover,
+)
 
 from ._outcomes import AWAITING, AwaitingApproval
 
@@ -118,12 +125,20 @@ def _execute(gate: EffectGate, pending: Pending, decision: Approve) -> Outcome:
     stored = gate.result(pending.approval_id)
     if stored is not None:
         return stored
+    tool, approval_id = pending.card.tool, pending.approval_id
     try:
         return gate.execute(_token(decision))
     except (TokenError, ApprovalError) as exc:
-        return Refused(
-            code="denied", message=str(exc), tool=pending.card.tool, approval_id=pending.approval_id
-        )
+        return Refused(code="denied", message=str(exc), tool=tool, approval_id=approval_id)
+    except (NeedsReconciliation, LeaseLost) as exc:  # recorded; the resume goes on with the others
+        message = f"the outcome is unknown ({exc}); a person will reconcile it"
+        return Refused(code="needs_reconciliation", message=message, tool=tool, approval_id=approval_id)
+    except Exception as exc:
+        spec = gate.table.get(tool)
+        if spec is None or not isinstance(exc, spec.definite_failures):
+            raise  # not the tool's definite failure (the store, say): the resume can be tried again
+        message = f"{tool} failed: {type(exc).__name__}: {exc}"  # nothing ran; the gate recorded it
+        return Refused(code="failed", message=message, tool=tool, approval_id=approval_id)
 
 
 def _deny(gate: EffectGate, paused: Paused, decision: Deny) -> Outcome:
@@ -154,6 +169,10 @@ def continuation(awaiting: AwaitingApproval, done: Mapping[str, Outcome]) -> str
         if isinstance(outcome, Executed):
             lines.append(
                 f"- {call} was approved and has run; result: {outcome.for_model()}. Do not call it again."
+            )
+        elif isinstance(outcome, Refused) and outcome.code == "needs_reconciliation":
+            lines.append(
+                f"- {call} was approved; it may have run: {outcome.for_model()} Do not call it again."
             )
         elif outcome is not None:
             lines.append(
