@@ -40,7 +40,8 @@ def breaks(store: Store, pinned: Mapping[str, Any] | None) -> list[ChainBreak]:
     if not pinned:
         return []
     with store.reading() as conn:
-        held = {(c.table_name, int(c.last_id), str(c.head)) for c in store.checkpoints(conn)}
+        # as stored: an edited checkpoint (text in its id, on SQLite) matches no pin, never raises
+        held = {(c.table_name, c.last_id, c.head) for c in store.checkpoints(conn)}
     out: list[ChainBreak] = []
     for table, pin in sorted(pinned.items()):
         last_id = pin.get("last_id") if isinstance(pin, Mapping) else None

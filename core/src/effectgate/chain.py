@@ -118,11 +118,24 @@ def _body(c: Mapping[str, Any]) -> bytes:
 
 
 def _signed(keyring: Keyring, c: ChainRow) -> bool:
+    if not _well_formed(c):
+        return False
     try:
         keyring.verify_signature(PURPOSE, _body(c.model_dump()), c.signature)
     except TokenError:
         return False
     return c.signature.startswith(f"{c.key_id}.")
+
+
+def _well_formed(c: ChainRow) -> bool:
+    """The checkpoint's fields hold what a seal writes: SQLite keeps whatever an edit stored (text
+    in an id, a blob in the head), which no comparison or signature check may see."""
+    ints, texts = (c.first_id, c.last_id, c.count), (c.table_name, c.start, c.head, c.key_id, c.signature)
+    return (
+        all(type(v) is int for v in ints)
+        and all(isinstance(v, str) for v in texts)
+        and type(c.at) in (int, float)
+    )
 
 
 def _erased(store: Store, conn: Any) -> dict[tuple[str, str, str], RedactedRow]:
@@ -230,6 +243,10 @@ def verify_chain(
         erased = _erased(store, conn) if erased is None else erased
         by_table: dict[str, list[ChainRow]] = {t: [] for t in CHAINED}
         for c in store.checkpoints(conn):
+            if not _well_formed(c):  # a break of its own; the next checkpoint no longer continues
+                why = "a checkpoint whose fields hold what no seal writes (edited)"
+                breaks.append(ChainBreak(str(c.table_name), None, None, why))
+                continue
             if c.table_name not in by_table:
                 breaks.append(
                     ChainBreak(c.table_name, c.first_id, c.last_id, "a checkpoint of no chained table")

@@ -224,11 +224,11 @@ def _personal_holds(keyring: Keyring, record: Mapping[str, Any], personal: Any) 
     it) carries; an erased value is simply absent."""
     if personal is None:
         return True
-    committed = record.get("personal")
-    if not isinstance(personal, dict) or not isinstance(committed, dict):
+    if not isinstance(personal, dict) or not isinstance(committed := record.get("personal"), dict):
         return False
+    macs = {c: m for c, m in committed.items() if isinstance(m, str) and m.isascii()}  # compare_digest: ASCII
     return all(
-        isinstance(text, str) and column in committed and commitment_holds(keyring, text, committed[column])
+        isinstance(text, str) and column in macs and commitment_holds(keyring, text, macs[column])
         for column, text in personal.items()
     )
 
@@ -266,7 +266,7 @@ def redact_export(
             for number, text in read_lines(target, max_line=max_line):
                 try:
                     line = strict_loads(text)
-                    record, personal = line["record"], line.get("personal")
+                    record, personal = line["record"], {**(line.get("personal") or {})}
                     mine = record.get("user_id") == user_id and personal
                 except (ValueError, RecursionError, KeyError, TypeError, AttributeError) as exc:
                     raise LineError(number, "not a chain line (run `effectgate verify`)") from exc

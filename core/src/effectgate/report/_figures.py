@@ -262,9 +262,19 @@ def _checked(
     return moved, sum(int(r[-1]) for r in moved if r[2] is None)
 
 
-def _day(number: int) -> str:
-    """A UTC day number (whole days since 1970-01-01) as an ISO date."""
-    return (_EPOCH + timedelta(days=int(number))).isoformat()
+def _day(number: int) -> str | None:
+    """A UTC day number (whole days since 1970-01-01) as an ISO date; None for a day at or past
+    the calendar's ends (a time no clock gives: an edited row), which no per-day figure places."""
+    try:
+        day = _EPOCH + timedelta(days=int(number))
+    except OverflowError:
+        return None
+    return day.isoformat() if date.min < day < date.max else None
+
+
+def _by_day(rows: Sequence[tuple[Any, ...]]) -> list[tuple[str, int]]:
+    """(day number, count) rows as (ISO day, count), in day order; a day `_day` cannot place is left out."""
+    return sorted((day, int(n)) for d, n in rows if (day := _day(d)) is not None)
 
 
 def disagreement(
@@ -328,17 +338,19 @@ def figures(
             for role, n in sorted(latencies.items())
         }
         gated = store.report_rows(conn, "gated_by_day", **window)
-        sessions = {_day(d): int(n) for d, n in store.report_rows(conn, "sessions_by_day", **window)}
+        sessions = dict(_by_day(store.report_rows(conn, "sessions_by_day", **window)))
         of_model = {
             (_day(d), str(m)): int(n) for d, m, n in store.report_rows(conn, "sessions_by_model", **window)
         }
-        replays = sorted((_day(d), int(n)) for d, n in store.report_rows(conn, "replays_by_day", **window))
-        backlog = sorted((_day(d), int(n)) for d, n in store.report_rows(conn, "backlog_by_day"))
+        replayed = store.report_rows(conn, "replays_by_day", **window)
+        waiting = store.report_rows(conn, "backlog_by_day")
     by_day: dict[str, int] = defaultdict(int)
     by_model = []
     for d, model, n in gated:
-        by_day[_day(d)] += int(n)
-        by_model.append((_day(d), str(model), int(n), of_model.get((_day(d), str(model)), 0)))
+        if (day := _day(d)) is None:
+            continue
+        by_day[day] += int(n)
+        by_model.append((day, str(model), int(n), of_model.get((day, str(model)), 0)))
     checked, unverified = _checked(store, decisions, broken)
     by_tool = _rates(checked, mode_of, "tool")
     days = sorted(set(by_day) | set(sessions))
@@ -353,12 +365,12 @@ def figures(
             latency_p95_s=p95s,
             latency_targets=dict(targets or {}),
             proposals=proposals,
-            replays_absorbed=sum(n for _, n in replays),
+            replays_absorbed=sum(int(n) for _, n in replayed),
             gated_by_day=[(d, by_day.get(d, 0), sessions.get(d, 0)) for d in days],
-            needs_reconciliation=sum(n for _, n in backlog),
+            needs_reconciliation=sum(int(n) for _, n in waiting),
             gated_by_model=sorted(by_model),
-            replays_by_day=replays,
-            backlog_by_day=backlog,
+            replays_by_day=_by_day(replayed),
+            backlog_by_day=_by_day(waiting),
             decision_rates=_tool_rates(by_tool),
         ),
         unverified=unverified,

@@ -382,11 +382,11 @@ def append_only_ddl(
 
 def utc_day(conn: Connection, column: str) -> str:
     """SQL for the UTC day of an epoch-seconds column, as whole days since 1970-01-01 (the floor,
-    as `datetime.fromtimestamp(t, UTC).date()` counts them). PostgreSQL: floor(). SQLite has
-    floor() only when built with its math functions, so the day is the integer cast, which
+    as `datetime.fromtimestamp(t, UTC).date()` counts them). PostgreSQL: floor(), held within
+    +-1e15 days so its cast cannot fail (an edited row's time). SQLite may lack floor(): its cast
     truncates toward zero, less one for a time before the epoch that is not on a day boundary."""
     if conn.dialect.name == "postgresql":
-        return f"CAST(floor({column} / 86400.0) AS BIGINT)"
+        return f"CAST(floor(LEAST(GREATEST({column} / 86400.0, -1e15), 1e15)) AS BIGINT)"
     day = f"CAST({column} / 86400.0 AS INTEGER)"
     return f"({day} - ({column} < 0 AND {column} / 86400.0 <> {day}))"
 
