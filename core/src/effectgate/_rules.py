@@ -7,11 +7,15 @@ audit does for an approval made under an older table.
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from .canonical import digest
+from .errors import ArgumentError, TableError
 
 
 def _main_module_name(obj: object) -> str:
@@ -46,6 +50,34 @@ def _qualname(obj: object) -> str | None:
     return f"{module}.{name}"
 
 
+#: Keywords of JSON Schema 2019-09 and 2020-12 that the fast validator (fastjsonschema, draft 7)
+#: does not know, and so would let through whatever they refuse.
+_LATER_KEYWORDS = frozenset(
+    {"prefixItems", "dependentRequired", "dependentSchemas", "unevaluatedItems", "unevaluatedProperties"}
+    | {"minContains", "maxContains", "$dynamicRef"}
+)
+_BESIDE_REF = frozenset({"$ref", "title", "description", "default", "examples", "$comment", "$defs"})
+
+
+def fast_validates(schema: Any) -> bool:
+    """Whether the fast validator enforces all a row's schema says (under 2020-12, as jsonschema
+    does): no keyword it lacks (`_LATER_KEYWORDS`), no constraint beside a `$ref` (draft 7
+    ignores them), no `$schema` naming draft 4 or 6 (it would drop `const`, `if`...). Otherwise
+    jsonschema alone validates: the fast one may only ever accept what the full one accepts."""
+    version = schema.get("$schema") if isinstance(schema, Mapping) else None
+    if isinstance(version, str) and ("draft-04" in version or "draft-06" in version):
+        return False
+    return _draft7(schema)
+
+
+def _draft7(node: Any) -> bool:
+    if isinstance(node, Mapping):
+        if _LATER_KEYWORDS & node.keys() or ("$ref" in node and node.keys() - _BESIDE_REF):
+            return False
+        return all(_draft7(value) for value in node.values())
+    return all(_draft7(value) for value in node) if isinstance(node, list) else True
+
+
 @dataclass(frozen=True)
 class Reconciled:
     """What a tool's `reconcile(key)` learned from the provider.
@@ -58,6 +90,17 @@ class Reconciled:
     found: bool
     result: Any = None
     provider_ref: str | None = None
+
+
+def check_fingerprint(name: str, canonical: Mapping[str, Any]) -> None:
+    """TableError unless a row's canonical form (`ToolSpec.canonical`) has a JSON form: its
+    fingerprint, and the table's, recorded with every call of every tool, are its digest. A row
+    without one (a lone surrogate in an upstream's description) is refused when it is built."""
+    try:
+        digest(canonical)
+    except ArgumentError as exc:
+        field = exc.pointer.split("/")[1] if exc.pointer.count("/") else "row"
+        raise TableError(name, field, f"has no JSON form ({exc}), so the row has no fingerprint") from exc
 
 
 def exceeds(args: Mapping[str, Any], arg: str, limit: int | float) -> bool:
@@ -139,7 +182,10 @@ class Escalate:
         if ("above" in rule or "count_above" in rule) and not isinstance(rule.get("arg"), str):
             raise ValueError(f"escalation rule {dict(rule)} needs the argument it tests (arg = ...)")
         if "above" in rule:
-            return cls.above(str(rule["arg"]), rule["above"], role=role, note=note)
+            limit = rule["above"]  # compared with every call's argument, and part of the fingerprint
+            if not isinstance(limit, int | float) or isinstance(limit, bool) or not math.isfinite(limit):
+                raise ValueError(f"escalation rule {dict(rule)}: above must be a finite number")
+            return cls.above(str(rule["arg"]), limit, role=role, note=note)
         if "count_above" in rule:
             return cls.count_above(str(rule["arg"]), int(rule["count_above"]), role=role, note=note)
         if "when" in rule:

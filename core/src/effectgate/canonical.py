@@ -71,6 +71,13 @@ def _child(schema: Any, root: Schema, key: str | int) -> Any:
             props = branch.get("properties")
             if isinstance(props, Mapping) and key in props:
                 return props[key]
+            patterns = branch.get("patternProperties")  # a match excludes additionalProperties
+            for pattern, sub in patterns.items() if isinstance(patterns, Mapping) else ():
+                try:
+                    if re.search(pattern, key):
+                        return sub
+                except (re.error, TypeError):  # not a pattern Python reads: jsonschema judges it
+                    continue
             extra = branch.get("additionalProperties")
             if isinstance(extra, Mapping):
                 return extra

@@ -6,9 +6,18 @@ authenticated user, the originating user message). None of it comes from model o
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
+
+#: The fields stored as text columns (the model-written `tool_call_id` is stored as escaped JSON)
+_TEXT_FIELDS = ("session_id", "origin_message_id", "user_id", "agent_id", "run_id", "model_id")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _storable(value: object) -> bool:
+    return not isinstance(value, str) or ("\x00" not in value and not _SURROGATE.search(value))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,6 +47,13 @@ class CallContext:
                 raise ValueError(f"CallContext.{name} must be a non-empty string")
         if not isinstance(self.model_id, str):
             raise ValueError("CallContext.model_id must be a string")
+        # every record of the call stores them: text no database stores would fail a batch of
+        # other callers' read records too (one join and one scan: a context is built per call)
+        text = f"{self.session_id}{self.origin_message_id}{self.user_id}{self.agent_id}"
+        text += f"{self.run_id}{self.model_id}"
+        if "\x00" in text or (not text.isascii() and _SURROGATE.search(text)):
+            name = next(n for n in _TEXT_FIELDS if not _storable(getattr(self, n)))
+            raise ValueError(f"CallContext.{name} holds a NUL character or a lone surrogate: not storable")
 
     def as_record(self) -> dict[str, str | None]:
         return {

@@ -19,7 +19,9 @@ grant. The verdict:
   fit the schema, the caller is out of scope, a check fails, the recorded approvers may not decide).
 
 Stored arguments are re-derived before they are used: an approval whose record no longer hashes
-to its args hash is reported `refused` (tampered), never replayed. An approval whose arguments
+to its args hash is reported `refused` (tampered), never replayed. Given the ledger's `keyring`
+(as `effectgate replay` does), so is an approval whose seal does not verify, and a decision whose
+seal does not verify is not one of its recorded approvers. An approval whose arguments
 were erased by `effectgate.redact` cannot be replayed: it is listed in `redacted` (the audit
 checks its redaction entry), not counted as changed.
 """
@@ -36,6 +38,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ._ledger import context_of
+from ._seal import approval_sealed, decision_intact
 from .canonical import hash_of_text
 from .context import Approver
 from .effects import Policy
@@ -52,6 +55,7 @@ from .tokens import Keyring
 
 Verdict = Literal["same", "rerouted", "refused"]
 REPLAYED = ("approved", "executing", "executed", "failed", "needs_reconciliation")
+_TAMPERED = "tampered: the stored record does not verify (its arguments, hash or seal)"
 
 
 @dataclass(frozen=True)
@@ -118,13 +122,14 @@ def replay(
     policy: Policy | None = None,
     *,
     stubs: Mapping[str, Callable[..., Any]] | None = None,
+    keyring: Keyring | None = None,
 ) -> ReplayReport:
     """Replay every approved intent of `store` against `table` and `policy` in a sandbox (see
-    the module docstring). `store` is only read."""
+    the module docstring). `store` is only read; with its `keyring`, only sealed rows count."""
     calls: dict[str, list[dict[str, Any]]] = defaultdict(list)
     approvers: dict[tuple[str, int], list[Approver]] = defaultdict(list)
     for d in store.all_decisions():
-        if d.decision == "approve":
+        if d.decision == "approve" and (keyring is None or decision_intact(keyring, d)):
             approvers[(d.approval_id, d.version)].append(Approver(d.approver_id, d.role))
     rows = sorted(store.approvals(status=list(REPLAYED)), key=lambda r: (r.created_at, r.id))
     redacted = tuple(r.id for r in rows if is_redacted(r.args_json))  # the audit checks their entries
@@ -143,6 +148,9 @@ def replay(
         try:
             for row in rows:
                 recorded = approvers[(row.id, row.version)]
+                if keyring is not None and not approval_sealed(keyring, row):
+                    results.append(Replayed(row.id, row.version, row.tool, "refused", _TAMPERED))
+                    continue
                 results.append(_one(gate, row, recorded, calls, shadow=row.row_fingerprint in shadow))
         finally:
             gate.close()
@@ -165,7 +173,7 @@ def _one(
         return Replayed(row.id, row.version, row.tool, kind, detail)
 
     if hash_of_text(row.tool, row.args_json) != row.args_hash:
-        return verdict("refused", "tampered: the stored arguments do not hash to the approval's hash")
+        return verdict("refused", _TAMPERED)
     args = json.loads(row.args_json)
     ctx = context_of(row)
     before = len(calls[row.tool])

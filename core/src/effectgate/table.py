@@ -22,8 +22,8 @@ import pydantic
 
 from ._rules import Escalate as Escalate
 from ._rules import Reconciled as Reconciled
-from ._rules import _qualname
-from .canonical import canonical_json, digest, plain_checker
+from ._rules import _qualname, check_fingerprint, fast_validates
+from .canonical import _SURROGATE, canonical_json, digest, plain_checker
 from .context import CallContext, Confirmation, ToolContext
 from .effects import Effect, Policy, Reversibility
 from .errors import TableError
@@ -111,8 +111,7 @@ class _NoFetch(Mapping[str, Callable[[str], Any]]):
 
 def _compile(schema: Mapping[str, Any]) -> Callable[[Any], Any] | None:
     try:
-        # use_default=False: validation only. Filling defaults would change the (caller's own)
-        # arguments after they were frozen, and the hash would depend on the validator.
+        # use_default=False: validation only (filled defaults would change the frozen arguments)
         return fastjsonschema.compile(dict(schema), handlers=_NoFetch(), use_default=False)
     except Exception:  # a construct the fast compiler lacks: the full validator alone decides
         return None
@@ -157,8 +156,8 @@ class ToolSpec:
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
-        if not isinstance(self.name, str) or not self.name.strip():
-            raise TableError(str(self.name), "name", "a tool needs a non-empty name")
+        if not isinstance(self.name, str) or not self.name.strip() or _SURROGATE.search(self.name):
+            raise TableError(str(self.name), "name", "a tool needs a non-empty name (valid Unicode text)")
         effect: object = self.effect  # callers may pass a label from another taxonomy
         if not isinstance(effect, Effect):
             if not isinstance(effect, str):
@@ -205,8 +204,9 @@ class ToolSpec:
         context_names, _ = _context_params(self.fn)
         self._derived["context_params"] = frozenset(context_names)
         self._derived["validator"] = jsonschema.Draft202012Validator(dict(schema))
-        self._derived["fast"] = _compile(schema)
+        self._derived["fast"] = _compile(schema) if fast_validates(schema) else None
         self._derived["plain_text"] = plain_checker(schema)  # None unless the schema is simple
+        check_fingerprint(self.name, self.canonical())
 
     def check_policy(self, policy: Policy) -> None:
         """Refuse a gated row (under this policy) that names no approver role."""

@@ -280,7 +280,7 @@ def _cmd_verify(args: argparse.Namespace, out: Console) -> int:
 
 def _cmd_replay(args: argparse.Namespace, out: Console) -> int:
     with _gate(args, need_app=True) as gate:
-        report = replay(gate.store, gate.table, gate.policy)
+        report = replay(gate.store, gate.table, gate.policy, keyring=gate.keyring)
     args.verdict = EXIT_OK if report.clean else EXIT_FINDINGS
     if args.json:
         _write_json(report.to_dict())
