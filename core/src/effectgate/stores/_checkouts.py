@@ -36,7 +36,7 @@ class Checkouts:
         self._overflow: Callable[[], int] = pool.overflow if isinstance(pool, QueuePool) else lambda: 0
         self._spare = overflow if overflow >= 0 else float("inf")
         self._idle: list[tuple[Connection, Any, int]] = []
-        self._epoch, self._pid = 0, os.getpid()
+        self._epoch, self._pid, self._origin = 0, os.getpid(), os.getpid()
         self.cursors: dict[Connection, Any] = {}  #: what runs the statements of each one taken
 
     def take(self) -> tuple[Connection, Any, int]:
@@ -69,6 +69,12 @@ class Checkouts:
         while self._pid == os.getpid() and self._idle:
             with suppress(IndexError):  # another thread took the last one
                 self._close(self._idle.pop()[0])
+
+    def close(self) -> None:
+        """`drain`, then close the engine's pooled connections; in a forked child only forget
+        them: those its parent opened are still the parent's (closing one ends its session)."""
+        self.drain()
+        self.engine.dispose(close=os.getpid() == self._origin)
 
     def _close(self, conn: Connection) -> None:
         self.cursors.pop(conn, None)

@@ -40,7 +40,7 @@ def make_engine(url: str, *, pool_size: int | None = None) -> Engine:
         except ImportError as exc:
             raise MissingDependency("psycopg", "postgres") from exc
         return _postgresql_engine(parsed, pool_size)
-    raise StoreError(f"unsupported database URL {url!r}: use sqlite:///... or postgresql+psycopg://...")
+    raise StoreError(f"unsupported database URL '{parsed}': use sqlite:///... or postgresql+psycopg://...")
 
 
 def _postgresql_engine(parsed: sa.engine.URL, pool_size: int | None) -> Engine:
@@ -59,11 +59,11 @@ def _postgresql_engine(parsed: sa.engine.URL, pool_size: int | None) -> Engine:
 
     @sa.event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
-        # psycopg would send the same BEGIN before the first statement; none when
-        # `driver_begin` already began one
+        # none when `driver_begin` began one; a reading is one snapshot, as SQLite's (not per statement)
         driver: Any = conn.connection.driver_connection
         if driver.info.transaction_status == _PG_IDLE:
-            run(conn, "BEGIN")
+            readonly = conn.get_execution_options().get(READONLY, False)
+            run(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" if readonly else "BEGIN")
 
     return engine
 

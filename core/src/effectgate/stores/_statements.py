@@ -124,6 +124,13 @@ def transition(
     return f"{sql} RETURNING {_IDEMPOTENCY}"
 
 
+def no_nul(value: Any) -> Any:
+    """A value as a column stores it: text holding a NUL (a tool's error that quotes the model's
+    arguments) with U+FFFD in its place, on both databases: PostgreSQL's text cannot hold NUL
+    (the statement failed, leaving a definite failure's record in flight); JSON escapes it."""
+    return value.replace("\x00", "\ufffd") if type(value) is str and "\x00" in value else value
+
+
 def possible_id(approval_id: object) -> bool:
     """Whether `approval_id` could name a row: text without NUL (anything else names none, and
     PostgreSQL refuses it in a query rather than finding nothing)."""

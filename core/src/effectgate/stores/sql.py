@@ -158,8 +158,7 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, ReadingSQL, IdempotencyStor
         self._ready = True
 
     def close(self) -> None:
-        self._checkouts.drain()
-        self.engine.dispose()
+        self._checkouts.close()
 
     def __enter__(self) -> SQLStore:
         return self
@@ -224,7 +223,7 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, ReadingSQL, IdempotencyStor
         )
         params = {"p_key": key, "p_owner": owner, "p_before": lease_expired_before}
         for k, v in values.items():
-            params["v_" + k] = v
+            params["v_" + k] = S.no_nul(v)
         row = self._x(conn, sql, params).fetchone()
         return None if row is None else S.record_of(row)
 
@@ -322,7 +321,7 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, ReadingSQL, IdempotencyStor
         )
         params = {"p_id": approval_id, "p_version": expect_version}
         for k, v in values.items():
-            params["v_" + k] = v
+            params["v_" + k] = S.no_nul(v)
         return self._x(conn, sql, params).fetchone() is not None
 
     def add_key(self, conn: Connection, key: str, approval_id: str, version: int, origin: str) -> bool:
@@ -396,4 +395,5 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, ReadingSQL, IdempotencyStor
             _dialect.run_many(conn, sql, list(rows[whole:]), driver=cursor)
 
     def append_execution(self, conn: Connection, **values: Any) -> None:
-        self._x(conn, S.APPEND_EXECUTION, {**S.EXECUTION_DEFAULTS, "at": self.clock.now(), **values})
+        row = {**S.EXECUTION_DEFAULTS, "at": self.clock.now(), **values}
+        self._x(conn, S.APPEND_EXECUTION, {k: S.no_nul(v) for k, v in row.items()})
