@@ -85,6 +85,7 @@ class Calls:
         return out
 
     def step(self, calls: Sequence[ToolCallLike], ctx: CallContext) -> list[tuple[Any, Outcome | None]]:
+        calls = tuple(calls)  # read twice: an iterator given would be spent by the count
         counts: dict[str, int] = {}
         for call in calls:
             counts[call[0]] = counts.get(call[0], 0) + 1
@@ -148,6 +149,9 @@ class Calls:
                 if not self.retrying(spec, ctx, frozen, attempt, exc):
                     raise
                 attempt += 1
+            except Exception as exc:  # not transient: recorded as a failed read, then raised
+                self.reads.add(self.events.read_row("read_failed", spec, ctx, frozen, attempt, repr(exc)))
+                raise
         self.reads.add(self.events.read_row("read", spec, ctx, frozen, attempt))
         return executed(spec.name, result)
 
@@ -256,6 +260,9 @@ class Calls:
                 if not self.retrying(spec, ctx, frozen, attempt, exc):
                     raise
                 attempt += 1
+            except Exception as exc:  # not transient: recorded as a failed read, then raised
+                self.reads.add(self.events.read_row("read_failed", spec, ctx, frozen, attempt, repr(exc)))
+                raise
         self.reads.add(self.events.read_row("read", spec, ctx, frozen, attempt))
         return executed(spec.name, result)
 

@@ -287,7 +287,11 @@ class Decisions:
                 raise_expired = True
             else:
                 raise_expired = False
-                if row.token_used_at is not None:  # the grant was presented: too late to revoke
+                # the grant was presented: too late to revoke. The append-only rows decide, not
+                # token_used_at alone (unsealed: a denial must not land on an effect that ran)
+                if row.token_used_at is not None or (
+                    row.grants and self.store.grant_spent(conn, row.id, row.version)
+                ):
                     raise AlreadyDecided(approval_id, "executing")
                 if version is not None and (type(version) is not int or version != row.version):
                     raise StaleApproval(approval_id, version, row.version)

@@ -30,6 +30,7 @@ from .stores.records import ApprovalRow
 from .table import ToolSpec
 
 log = logging.getLogger(__name__)
+_PROPOSER = ("origin_message_id", "user_id", "agent_id", "run_id", "model_id")  # a version's, on amend
 
 
 def subject_keys(subject: Any, *parts: str) -> tuple[str, str]:
@@ -281,7 +282,9 @@ class Proposals:
             error = TamperedRecord(row.id, broken(self.keyring, row, granted=bool(row.grants)))
             log.warning("tampered approval record: approval=%s tool=%s: %s", row.id, row.tool, error)
             raise error
-        if row.args_hash == frozen:
+        # a new message's same arguments under a row or policy not the sealed ones: amended (`bar`)
+        current = (row.row_fingerprint, row.policy_fingerprint) == (spec.fingerprint, self.policy.fingerprint)
+        if row.args_hash == frozen and (current or replay):
             if not replay:
                 self.store.add_key(conn, intent, row.id, row.version, ctx.origin_message_id)
             self.store.append_events(conn, [self.events.event("replay", row=row, ctx=ctx)])
@@ -313,7 +316,8 @@ class Proposals:
             "row_fingerprint": spec.fingerprint,
             "table_fingerprint": self.table.fingerprint,
             "policy_fingerprint": self.policy.fingerprint,
-            "origin_message_id": ctx.origin_message_id,
+            # who proposed this version (sealed: the user may not approve it), not who proposed v1
+            **{f: getattr(ctx, f) for f in _PROPOSER},
         }
         values["seal"] = seal_approval(self.keyring, row, values)
         if not self.store.update_approval(

@@ -78,25 +78,6 @@ class Settlement:
         # the lease is renewed from the claim to the stored outcome, snapshots included
         self.leases.hold(key, owner)
         try:
-            try:
-                before = spec.snapshot(args) if spec.snapshot else None
-                before_json = to_json(before) if spec.snapshot else None
-            except Exception as exc:  # nothing ran: a definite failure
-                self.leases.release(key, owner)  # the outcome is stored now (no renewal races it)
-                error = f"snapshot failed: {type(exc).__name__}: {exc}"
-                with self.store.transaction() as conn:
-                    self.store.fail(key, owner, error, conn=conn)
-                    self.fail_approval(conn, row, error)
-                    self.store.append_events(
-                        conn,
-                        [
-                            self.events.event(
-                                "failed", spec=spec, ctx=ctx, row=row, args_hash_=frozen, key=key, error=error
-                            )
-                        ],
-                    )
-                log_outcome("failed (definite)", spec.name, row, key, error)
-                raise
             execution = {
                 "approval_id": row.id if row else None,
                 "version": row.version if row else None,
@@ -115,8 +96,17 @@ class Settlement:
                 "agent_id": ctx.agent_id,
                 "run_id": ctx.run_id,
                 "model_id": ctx.model_id,
-                "before_json": before_json,
+                "before_json": None,
             }
+            try:
+                before = spec.snapshot(args) if spec.snapshot else None
+                execution["before_json"] = before_json = to_json(before) if spec.snapshot else None
+            except Exception as exc:  # nothing ran: a definite failure, recorded as one (a failed
+                # execution: the grant presented is no outcome left unknown in the subject's history)
+                self.leases.release(key, owner)  # the outcome is stored now (no renewal races it)
+                failed = (spec, ctx, row, frozen, key, owner, execution, exc)
+                self.record_failure(*failed, what="snapshot failed: ")
+                raise
             refs: list[str] = []  # what the tool recorded with tool_context.set_provider_ref
 
             def on_ref(ref: str) -> None:
@@ -323,10 +313,11 @@ class Settlement:
         owner: str,
         execution: dict[str, Any],
         exc: Exception,
+        what: str = "",
     ) -> None:
         """A definite failure: the record is `failed`; a gated approval ends `failed` (terminal).
         Raises LeaseLost (from `exc`) when the lease was lost: see `record_lease_lost`."""
-        error = f"{type(exc).__name__}: {exc}"
+        error = f"{what}{type(exc).__name__}: {exc}"
         try:
             with self.store.transaction() as conn:
                 self.store.fail(key, owner, error, conn=conn)

@@ -14,11 +14,23 @@ Control-flow outcomes (a call waiting for approval, a refusal) are values, not e
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 
 class EffectGateError(Exception):
     """The root of every error effectgate raises on purpose."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # pickle and copy rebuild an exception by calling its class with `args` (one message),
+        # which most of these refuse (TypeError): a process pool could not return one at all
+        return (_restore, (type(self), self.args, self.__dict__))
+
+
+def _restore(cls: type[EffectGateError], args: tuple[Any, ...], state: dict[str, Any]) -> EffectGateError:
+    exc = cls.__new__(cls)
+    exc.args = args
+    exc.__dict__.update(state)
+    return exc
 
 
 class TableError(EffectGateError, ValueError):
