@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +40,7 @@ def when(epoch: float | None) -> str:
         return "-"
     try:
         return datetime.fromtimestamp(epoch, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    except (OverflowError, OSError, ValueError):  # a stored time no calendar holds (edited)
+    except (OverflowError, OSError, ValueError, TypeError):  # a stored time no calendar holds (edited)
         return f"{epoch!r} (not a date)"
 
 
@@ -46,6 +48,8 @@ def remaining(seconds: float) -> str:
     """A countdown: "in 4m 10s", "in 2h 0m 5s", "in 3d 1h 20m", or "expired"."""
     if seconds <= 0:
         return "expired"
+    if not math.isfinite(seconds):  # a stored time no clock reaches (edited)
+        return f"{seconds!r} (not a time)"
     s = int(seconds)
     days, s = divmod(s, 86400)
     hours, s = divmod(s, 3600)
@@ -125,10 +129,12 @@ def card_view(gate: EffectGate, approval_id: str) -> dict[str, Any]:
     return {
         "card": card,
         "intact": TAMPERED_WARNING not in checked.warnings,
-        "args": fold(dict(card.args)),
+        "args": fold(dict(card.args) if isinstance(card.args, Mapping) else card.args),  # edited: any
         "view": view,
         "in_flight": [e for e in view.history if e.status in ("pending", "approved")],
         "decisions": decisions,
         "result": result,
-        "expires": remaining(card.expires_at - gate.clock.now()),
+        "expires": remaining(card.expires_at - gate.clock.now())
+        if isinstance(card.expires_at, int | float)
+        else f"{card.expires_at!r} (not a time)",  # text edited into the column (SQLite keeps it)
     }

@@ -170,7 +170,7 @@ class Ledger:
         redacted = row.args_json.startswith(REDACTED_PREFIX)
         intact = self.verifies(row)
         given = self.approvers(conn, row, round_=row.grants) if intact else []
-        if not given and row.grants > 0 and intact:  # a granted row shows the round that granted it
+        if not given and intact and row.grants > 0:  # a granted row shows the round that granted it
             given = self.approvers(conn, row, round_=row.grants - 1)
         shown = self.as_derived(row) if intact and not redacted else None
         extra: tuple[str, ...] = () if shown is None else (UNSEALED_WARNING,)
@@ -190,15 +190,13 @@ class Ledger:
         except Exception:  # a callable of the table's that cannot decide: nothing to compare with
             return None
         notes = [*notes, SHADOW_NOTE] if spec.shadow else list(notes)
-        stored_subject = parse(row.subject_json) if row.subject_json else None
+        try:
+            stored = (parse(row.subject_json) if row.subject_json else None, parse(row.notes_json))
+        except ValueError:  # edited into text that is not JSON: not what the row derives
+            stored = None
         subject = parse(json.dumps(subject)) if subject is not None else None  # as stored: lists
         reversibility = str(spec.reversibility)
-        if (stored_subject, parse(row.notes_json), row.reversibility, row.owner) == (
-            subject,
-            notes,
-            reversibility,
-            spec.owner,
-        ):
+        if (stored, row.reversibility, row.owner) == ((subject, notes), reversibility, spec.owner):
             return None
         return dataclasses.replace(
             row,

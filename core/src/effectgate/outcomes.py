@@ -76,9 +76,9 @@ class Card:
         """The card of a stored row. `warnings` flags text that is not what it looks like
         (bidirectional controls, invisible characters, mixed-script words) in the arguments and
         subject, and a record that does not verify (`intact=False`)."""
-        args = parse(row.args_json)
-        subject = parse(row.subject_json) if row.subject_json else None
-        notes = parse(row.notes_json)
+        args = _stored(row.args_json)
+        subject = _stored(row.subject_json) if row.subject_json else None
+        notes = _stored(row.notes_json)
         stored = row.args_json + (row.subject_json or "")
         # JSON text of printable ASCII with no escape decodes to printable ASCII strings only,
         # which `text_warnings` passes: the common case skips the walk over the values
@@ -127,9 +127,9 @@ class Card:
             "tool": self.tool,
             "effect": self.effect,
             "reversibility": self.reversibility,
-            "args": dict(self.args),
+            "args": _plain(self.args),  # a row edited in the database may hold any JSON
             "args_hash": self.args_hash,
-            "subject": dict(self.subject) if self.subject is not None else None,
+            "subject": _plain(self.subject),
             "approver_role": self.approver_role,
             "notes": list(self.notes),
             "approvals_required": self.approvals_required,
@@ -153,12 +153,25 @@ class Card:
             f"   approvals: {self.approvals_given} of {self.approvals_required}",
             f"subject: {json.dumps(self.subject, sort_keys=True) if self.subject else '-'}",
             "arguments:",
-            *("  " + line for line in json.dumps(dict(self.args), indent=2, sort_keys=True).splitlines()),
+            *("  " + line for line in json.dumps(_plain(self.args), indent=2, sort_keys=True).splitlines()),
             f"args sha256: {self.args_hash}",
             *(f"note: {n}" for n in self.notes),
             *([f"reason: {self.reason}"] if self.reason else []),
         ]
         return "\n".join(lines)
+
+
+def _plain(value: Any) -> Any:
+    return dict(value) if isinstance(value, Mapping) else value
+
+
+def _stored(text: str) -> Any:
+    """A JSON column's value; its text as it is when it was edited into text that is not JSON (a
+    row that no longer verifies: its card is flagged, and it still shows what is stored)."""
+    try:
+        return parse(text)
+    except ValueError:
+        return text
 
 
 @dataclass(frozen=True, kw_only=True, init=False)

@@ -132,7 +132,7 @@ def check_export_file(url: str, path: str) -> None:
         for number, line in read_lines(target):
             try:
                 parsed = strict_loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):  # RecursionError: nested past the parser's depth
                 parsed = None
             if not isinstance(parsed, dict) or not isinstance(parsed.get("record"), dict):
                 raise UsageError(f"--export {path}: line {number} is not an export line; nothing was erased")

@@ -72,7 +72,7 @@ def _cmd_redact(args: argparse.Namespace, out: Console) -> int:
     if args.subject is not None:
         try:
             subject = json.loads(args.subject, parse_constant=_no_constant)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested past the parser's depth
             raise UsageError(f"--subject must be a JSON object: {exc}") from exc
         if not isinstance(subject, dict) or not subject:  # {} would match every write of the user
             raise UsageError(

@@ -91,8 +91,11 @@ def _short(value: Any, width: int = ARG_WIDTH) -> str:
     return f"{first}{', '.join(shown)}, … (+{hidden} more {noun}){last}"
 
 
-def _fields(values: Mapping[str, Any]) -> list[str]:
-    """One `name: value` line per argument, each value shortened; at most LISTED_ARGS lines."""
+def _fields(values: Any) -> list[str]:
+    """One `name: value` line per argument, each value shortened; at most LISTED_ARGS lines.
+    Arguments edited in the database into something else than an object are one line."""
+    if not isinstance(values, Mapping):
+        return [_short(values)]
     items = sorted(values.items())
     lines = [f"{_cut(_escape(name), 24)}: {_short(v)}" for name, v in items[:LISTED_ARGS]]
     if len(items) > LISTED_ARGS:
@@ -124,6 +127,11 @@ def _write_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=True) + "\n")
 
 
+def _plain(value: Any) -> Any:
+    """A card's arguments or subject as JSON can print them (what an edit left, if no object)."""
+    return dict(value) if isinstance(value, Mapping) else value
+
+
 def _card_panel(card: Card, *, now: float | None = None) -> Text:
     """The whole card as `key  value` lines: every argument in full, the expiry with its
     countdown, the warnings first, the reason. No box and no padding, so a pipe gets each value
@@ -135,8 +143,8 @@ def _card_panel(card: Card, *, now: float | None = None) -> Text:
         ("status", _escape(f"{card.status}, version {card.version}"), ""),
         ("approver role", _escape(card.approver_role), ""),
         ("approvals", _escape(f"{card.approvals_given} of {card.approvals_required}"), ""),
-        ("subject", _pretty(dict(card.subject)) if card.subject else "-", ""),
-        ("arguments", _pretty(dict(card.args)), ""),
+        ("subject", _pretty(_plain(card.subject)) if card.subject else "-", ""),
+        ("arguments", _pretty(_plain(card.args)), ""),
         ("args sha256", _escape(card.args_hash), ""),
         ("session / user", _escape(f"{card.session_id} / {card.user_id}"), ""),
         ("owner", _escape(card.owner or "-"), ""),

@@ -88,7 +88,9 @@ def check_listen(host: str, port: int) -> None:
 
 
 def _masked(url: str) -> str:
-    return re.sub(r"(://[^/@:]*:)[^@/]*@", r"\1***@", url)
+    """`url` with everything from the user's `:` to the last `@` hidden: a password may hold `/`
+    or an unescaped `@` (which SQLAlchemy takes as the end of the password)."""
+    return re.sub(r"(://[^/@:]*:).*@", r"\1***@", url)
 
 
 _HOST = re.compile(r"[A-Za-z0-9._%:,-]*")  # names, IPv4, IPv6 (zone ids), host lists
@@ -101,6 +103,10 @@ def _parse(url: str) -> sa.engine.URL:
     except (sa.exc.ArgumentError, ValueError) as exc:
         raise StoreUnavailable(f"cannot parse the database URL {_masked(url)!r}: {exc}") from exc
     where = parsed.render_as_string(hide_password=True)
+    if parsed.host is not None and "@" in parsed.host:  # the rest of a password with an `@` in it
+        raise StoreUnavailable(
+            f"cannot parse the database URL {_masked(url)!r}: escape @ in a password as %40"
+        )
     if parsed.host is not None and not _HOST.fullmatch(parsed.host):
         raise StoreUnavailable(
             f"cannot parse the database URL {where!r}: {parsed.host!r} is not a host name or address"

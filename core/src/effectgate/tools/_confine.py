@@ -53,7 +53,8 @@ class PathRefused(EffectGateError, ValueError):
 
     `code` says why, for programs: `empty`, `nul`, `encoding`, `absolute`, `escapes`, `too_long`,
     `too_deep`, `symlink`, `not_a_directory`, `not_regular`, `work_directory`, `too_large`,
-    `not_text`. The message says it for people (and the model)."""
+    `not_text`, `denied` (the file system refused a delete). The message says it for people
+    (and the model)."""
 
     def __init__(self, path: str, code: str, reason: str) -> None:
         self.path = path
@@ -208,16 +209,27 @@ def open_root(root: str) -> int:
 
 def walk(root_fd: int, target: Target, walk_steps: Sequence[str], *, create: bool = False) -> int:
     """A new descriptor of the directory `walk_steps` lead to from `root_fd` (see the module
-    docstring). `create` makes missing directories on the way (each then opened as any other)."""
+    docstring). `create` makes missing directories on the way (each then opened as any other),
+    but not one a later `..` climbs out of, nor one above it: `new/../a.txt` names a.txt only
+    where `new` exists, as the snapshot's walk (which makes nothing) finds it, and a walk that
+    fails there has made nothing."""
+    kept: list[int] = []  # the steps that stay in the path the walk ends at
+    for i, name in enumerate(walk_steps):
+        if name != "..":
+            kept.append(i)
+        elif kept:
+            kept.pop()
+    # the last step a `..` climbs out of: it must exist, and so must every directory above it
+    climbed = max((i for i, name in enumerate(walk_steps) if name != ".." and i not in kept), default=-1)
     held = [os.dup(root_fd)]
     try:
-        for name in walk_steps:
+        for i, name in enumerate(walk_steps):
             if name == "..":
                 if len(held) == 1:  # `steps` refuses this already; never leave the root
                     raise PathRefused(target.given, "escapes", "the path escapes the work directory")
                 os.close(held.pop())
             else:
-                held.append(_open_dir(held[-1], name, target, create=create))
+                held.append(_open_dir(held[-1], name, target, create=create and i > climbed))
         return held.pop()
     finally:
         for fd in held:
@@ -297,8 +309,8 @@ def replace_file(dir_fd: int, name: str, target: Target, data: bytes) -> bool:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
-            if old is not None:
-                os.fchmod(fd, stat.S_IMODE(old.st_mode))
+            if old is not None:  # its permissions, never set-ID bits (a write into it clears them)
+                os.fchmod(fd, stat.S_IMODE(old.st_mode) & ~(stat.S_ISUID | stat.S_ISGID))
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -310,7 +322,10 @@ def replace_file(dir_fd: int, name: str, target: Target, data: bytes) -> bool:
         if isinstance(exc, OSError):
             _fail(exc, dir_fd, name, target)
         raise
-    os.fsync(dir_fd)  # the rename itself survives a crash
+    # The file is replaced now, for every reader. Syncing the directory makes the rename survive
+    # a crash; where it fails (a file system that cannot sync a directory) the write still happened.
+    with suppress(OSError):
+        os.fsync(dir_fd)
     return old is not None
 
 
@@ -327,5 +342,11 @@ def remove_file(dir_fd: int, name: str, target: Target) -> int:
     try:
         os.unlink(name, dir_fd=dir_fd)
     except OSError as exc:
+        if exc.errno in _UNLINK_REFUSED:  # unlinkat removes all or nothing: nothing was removed
+            raise PathRefused(target.given, "denied", f"the file system refused: {exc.strerror}") from exc
         _fail(exc, dir_fd, name, target)
     return old.st_size
+
+
+#: unlinkat's refusals (an immutable file, a sticky directory, a read-only or busy mount)
+_UNLINK_REFUSED = frozenset({errno.EPERM, errno.EACCES, errno.EROFS, errno.EBUSY})

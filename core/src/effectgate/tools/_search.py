@@ -79,7 +79,9 @@ class Search:
                 os.close(fd)
         except (OSError, PathRefused, UnicodeDecodeError):
             return  # too large, not text, or not a regular file any more: not searched
-        for number, line in enumerate(text.splitlines(), start=1):
+        # lines end at "\n" only, as grep and editors count them (splitlines also breaks at \f, U+2028...)
+        lines = text.removesuffix("\n").split("\n") if text else []
+        for number, line in enumerate(lines, start=1):
             if self.contains in line:
                 self.found.append({"path": shown, "line": number, "text": line.strip()[:200]})
                 if self._full():
