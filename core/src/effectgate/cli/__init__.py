@@ -29,6 +29,8 @@ Exit codes (a failure prints one line, `effectgate: error: ...`, on stderr, neve
     5   store unavailable: the server is unreachable, the database file is corrupt, the URL cannot
         be parsed, the database has no effectgate schema or another schema version, or its
         driver is not installed
+    6   approved, then the run failed: `approve --execute` recorded the approval, and its run
+        then failed or its outcome is unknown (`effectgate show ID` says which)
     70  internal error: an unexpected exception (a bug); EFFECTGATE_DEBUG=1 shows the traceback
     141 the reader of the output went away (`effectgate audit | head -1`) before `audit`, `verify`,
         `replay` or `demo` reached its verdict; one reached is still its exit code (1 on findings)
@@ -112,7 +114,8 @@ def _parser() -> argparse.ArgumentParser:
         "EFFECTGATE_WEB_SECRET (the inbox's cookie key), EFFECTGATE_SSO_SECRET (the secret the "
         "proxy sends with --sso-header), EFFECTGATE_DEBUG (tracebacks). "
         "exit codes: 0 ok, 1 audit findings, 2 usage error, 3 not found, 4 refused, "
-        "5 store unavailable, 70 internal error, 141 output closed before the verdict",
+        "5 store unavailable, 6 approved then the run failed, 70 internal error, "
+        "141 output closed before the verdict",
         parents=[top],
     )
     parser.add_argument("--version", action="version", version=f"effectgate {__version__}")

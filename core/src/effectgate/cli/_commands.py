@@ -46,6 +46,7 @@ from ._store import (
     _sqlite_file,
     check_listen,
     keyring_for,
+    run_approved,
 )
 
 
@@ -124,7 +125,7 @@ def _cmd_approve(args: argparse.Namespace, out: Console) -> int:
         decision = gate.approve(args.id, version=args.version, approver=Approver(args.approver, args.role))
         now = gate.clock.now()
         # --execute: the approver runs the grant now (its token is spent here and never printed)
-        done = gate.execute(decision.token) if args.execute and isinstance(decision, Grant) else None
+        done = run_approved(gate, decision, args.db) if args.execute and isinstance(decision, Grant) else None
     if args.json:
         kind = {Grant: "grant", PartialApproval: "partial_approval", Recorded: "shadow_recorded"}[
             type(decision)

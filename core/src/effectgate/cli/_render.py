@@ -18,6 +18,7 @@ from ..outcomes import Card
 DEFAULT_DB = "sqlite:///effectgate.db"
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_UNAVAILABLE = 0, 1, 2, 3, 4, 5
+EXIT_RAN_FAILED = 6  # approve --execute: the approval is recorded, then its run failed
 EXIT_INTERNAL = 70
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a reader that went away
 

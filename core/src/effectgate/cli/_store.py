@@ -26,6 +26,7 @@ from ..errors import (
 )
 from ..export import ExportError
 from ..gate import EffectGate
+from ..outcomes import Executed, Grant
 from ..redact import RedactionError
 from ..stores.sql import SQLStore, open_store
 from ..table import EffectTable
@@ -34,6 +35,7 @@ from ..tokens import keyring_for as _keyring_for
 from ._render import (
     EXIT_INTERNAL,
     EXIT_NOT_FOUND,
+    EXIT_RAN_FAILED,
     EXIT_REFUSED,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
@@ -54,6 +56,23 @@ class NotFound(CommandError):
     """No database file at the path given; exit 3."""
 
     exit_code = EXIT_NOT_FOUND
+
+
+class RunFailed(CommandError):
+    """`approve --execute`: the approval was recorded, then its run failed or its outcome is
+    unknown (not "nothing changed"); exit 6."""
+
+    exit_code = EXIT_RAN_FAILED
+
+
+def run_approved(gate: EffectGate, grant: Grant, url: str) -> Executed:
+    """The execution of a grant just recorded; its failure is a `RunFailed`."""
+    try:
+        return gate.execute(grant.token)
+    except Exception as exc:
+        _, why = _failure(exc, url)
+        approval = f"{grant.approval_id} v{grant.version}"
+        raise RunFailed(f"approved {approval} (recorded), then its run failed: {why}") from exc
 
 
 class StoreUnavailable(CommandError):
