@@ -53,6 +53,7 @@ from effectgate import CallContext, EffectGate, Executed, Invalid, Outcome, Pend
 from effectgate.adapter import Unknown, check_wrappable, is_gated
 from effectgate.errors import EffectGateError, TokenError
 
+from ._arguments import call_of, parse
 from ._context import STATE_KEY, MissingIdentity, TamperedState, adapter_state, call_context, resumed
 from ._deferred import deferred_payload, is_deferred, remember_deferred
 from ._native import calling, check_own_approval, failed, invalid_error, model_output, own_policy
@@ -65,15 +66,8 @@ from ._restored import observe
 Mode = Literal["approval", "deferred"]
 
 _CACHE_LIMIT = 4096
+_Step = dict[str, Outcome]
 _INVOKE_ANNOTATIONS: dict[str, Any] = {"ctx": ToolContext[Any], "arguments": str, "return": Any}
-
-
-def _parse(arguments: str) -> Any:
-    """The model's arguments as JSON; what does not parse goes to the gate as is (-> Invalid)."""
-    try:
-        return json.loads(arguments) if arguments.strip() else {}
-    except ValueError:
-        return arguments
 
 
 def as_function_tool(tool: FunctionTool | Callable[..., Any]) -> FunctionTool:
@@ -105,10 +99,12 @@ class GatedTools:
         self.names: set[str] = set()
         self.tools: dict[str, FunctionTool] = {}  # each tool as given: its failure policy
         self.native = NativeDecisions(gate, agent_id=agent_id, approver=native_approver, tools=self.names)
-        # outcomes decided before the call runs (needs_approval), taken once by on_invoke
-        self._decided: OrderedDict[tuple[str, str, str], Outcome] = OrderedDict()
-        # one registration per model turn: (session, origin, call ids) -> task
-        self._steps: OrderedDict[tuple[str, str, tuple[str, ...]], asyncio.Future[dict[str, Outcome]]] = (
+        # outcomes decided before the call runs (needs_approval), taken once by on_invoke for the
+        # same call id, tool and arguments (the SDK may skip a call: a later turn may reuse its id)
+        self._decided: OrderedDict[tuple[str, str, str, str], Outcome] = OrderedDict()
+        # one registration per model response: (session, origin, call ids) -> (its calls as
+        # `on_llm_end` recorded them, the task); never served to a response reusing the ids
+        self._steps: OrderedDict[tuple[str, str, tuple[str, ...]], tuple[Any, asyncio.Future[_Step]]] = (
             OrderedDict()
         )
 
@@ -187,7 +183,7 @@ class GatedTools:
 
     # -- registration
 
-    def _remember(self, key: tuple[str, str, str], outcome: Outcome) -> None:
+    def _remember(self, key: tuple[str, str, str, str], outcome: Outcome) -> None:
         self._decided[key] = outcome
         while len(self._decided) > _CACHE_LIMIT:
             self._decided.popitem(last=False)
@@ -199,18 +195,23 @@ class GatedTools:
         if isinstance(turn, Mapping) and call_id in turn:
             for cid, (tname, targs) in turn.items():
                 if tname in self.names and is_gated(self.gate, tname):
-                    calls.append((tname, _parse(targs), cid))
+                    calls.append((tname, parse(targs), cid))
         if not any(cid == call_id for _, _, cid in calls):
             return await self._call(name, args, cctx)
         key = (cctx.session_id, cctx.origin_message_id, tuple(cid for _, _, cid in calls))
-        step = self._steps.get(key)
-        if step is None:
-            step = asyncio.ensure_future(self._register_step(calls, cctx))
-            self._steps[key] = step
+        entry = self._steps.get(key)
+        if entry is None or entry[0] is not turn:  # another model response: registered afresh
+            entry = (turn, asyncio.ensure_future(self._register_step(calls, cctx)))
+            self._steps[key] = entry
             while len(self._steps) > _CACHE_LIMIT:
                 self._steps.popitem(last=False)
-        outcomes = await step
-        # each outcome is taken once: a later turn that reuses these call ids registers afresh
+        try:
+            outcomes = await entry[1]
+        except BaseException:  # the store failed (or the run was cancelled): not kept for a retry
+            if self._steps.get(key) is entry:
+                del self._steps[key]
+            raise
+        # each outcome is taken once, and only by a call of the response that registered it
         outcome = outcomes.pop(call_id, None)
         if not outcomes:
             self._steps.pop(key, None)
@@ -231,14 +232,16 @@ class GatedTools:
             ctx.context, agent_id=self.agent_id, tool_call_id=call_id, gate=self.gate, resumed=resumed(ctx)
         )
         outcome = await self._register(name, ctx.context, params, call_id, cctx)
+        key = (cctx.session_id, cctx.origin_message_id, call_id, call_of(name, params))
         if isinstance(outcome, Pending):
             record = paused_record(self.gate, cctx, call_id, outcome)
             adapter_state(ctx.context)["approvals"][call_id] = record
             # the run pauses: what the application decides on this state (or the copy
             # `result.to_state()` makes) from now on is a decision made in this process
             observe(ctx)
+            self._decided.pop(key, None)
             return True
-        self._remember((cctx.session_id, cctx.origin_message_id, call_id), outcome)
+        self._remember(key, outcome)
         return False
 
     # -- execution
@@ -251,8 +254,11 @@ class GatedTools:
             gate=self.gate,
             resumed=resumed(ctx),
         )
-        decided = self._decided.pop((cctx.session_id, cctx.origin_message_id, ctx.tool_call_id), None)
-        args = _parse(arguments)
+        args = parse(arguments)
+        decided = None
+        if gated and self._decided:  # only a gated call's needs_approval decides before it runs
+            key = (cctx.session_id, cctx.origin_message_id, ctx.tool_call_id, call_of(name, args))
+            decided = self._decided.pop(key, None)
         with calling(ctx):  # a native tool's function runs the SDK tool with this call's context
             return await self._invoke(name, ctx, cctx, args, decided, gated=gated)
 

@@ -4,7 +4,8 @@ told to the model.
 `bind` first binds every decision to the call it is filed under (`effectgate.adapter.bind_decision`):
 a grant for another approval, or for a version the approval has moved past, raises
 `DecisionMismatch` before anything runs. `apply_decisions` then records denials and executes
-approved calls through the gate (once: a second resume gets the stored result). `GatedAgent.resume`
+approved calls through the gate (once: a second resume gets the stored result; a denial that comes
+after the call ran or closed gets how it ended, and the others still apply). `GatedAgent.resume`
 continues the run with `agent.run(..., reset=False)`, its task the `continuation`: how each call
 ended. A model that issues the approved call again is matched by the stable key (session, origin
 message, tool, subject) and the args hash, and gets the stored result: one effect.
@@ -19,7 +20,9 @@ from dataclasses import dataclass
 from effectgate import Approver, EffectGate, Executed, Grant, Outcome, Pending, Refused
 from effectgate.adapter import DecisionMismatch, Paused, bind_decision, verify_state
 from effectgate.errors import (
+    AlreadyDecided,
     ApprovalError,
+    ApprovalExpired,
     LeaseLost,
     NeedsReconciliation,
     PolicyViolation,
@@ -150,9 +153,34 @@ def _deny(gate: EffectGate, paused: Paused, decision: Deny) -> Outcome:
             tool=row.tool,
             approval_id=row.id,
         )
-    return gate.deny(
-        paused.approval_id, approver=decision.approver, reason=decision.reason, version=paused.version
-    )
+    try:
+        return gate.deny(
+            paused.approval_id, approver=decision.approver, reason=decision.reason, version=paused.version
+        )
+    except AlreadyDecided as exc:  # the record verified: it ran, or closed, before this denial
+        return _closed(gate, paused.approval_id, exc.status)
+    except ApprovalExpired:
+        return _closed(gate, paused.approval_id, "expired")
+
+
+def _closed(gate: EffectGate, approval_id: str, status: str) -> Outcome:
+    """How an approval a denial came too late for ended: its stored result if it ran, else a
+    refusal saying where it stands. The resume's other decisions still apply; nothing runs."""
+    stored = gate.result(approval_id)
+    if stored is not None:
+        return stored
+    card = gate.card(approval_id)
+    if status == "denied":
+        message = f"{card.tool} was denied: {card.reason}"
+        return Refused(code="denied", message=message, tool=card.tool, approval_id=approval_id)
+    if status == "expired":
+        message = f"{card.tool} did not run: its approval expired"
+        return Refused(code="expired", message=message, tool=card.tool, approval_id=approval_id)
+    if status == "failed":
+        message = f"{card.tool} did not run: it failed when it was approved"
+        return Refused(code="failed", message=message, tool=card.tool, approval_id=approval_id)
+    message = f"{card.tool} was approved and may have run ({status}); the denial came too late"
+    return Refused(code="needs_reconciliation", message=message, tool=card.tool, approval_id=approval_id)
 
 
 def _token(decision: Approve) -> str:
