@@ -22,19 +22,22 @@ from .context import CallContext, Confirmation, SubjectEntry
 from .errors import PolicyViolation, TamperedRecord, UnknownApproval
 from .outcomes import UNSEALED_WARNING, Card, SubjectView, VersionEntry
 from .stores._dialect import REDACTED_PREFIX
+from .stores._statements import no_nul
 from .stores.records import ApprovalRow, DecisionRow
 from .table import ToolSpec
 
 
 def context_of(row: ApprovalRow) -> CallContext:
-    """The identity a stored approval was proposed with."""
+    """The identity a stored approval was proposed with. A NUL (SQLite kept one written before
+    contexts refused it, or edited into an unsealed field) as every write now stores it, U+FFFD:
+    a ValueError here would come after an execution's claim."""
     return CallContext(
-        session_id=row.session_id,
-        origin_message_id=row.origin_message_id,
-        user_id=row.user_id,
-        agent_id=row.agent_id,
-        run_id=row.run_id,
-        model_id=row.model_id,
+        session_id=no_nul(row.session_id),
+        origin_message_id=no_nul(row.origin_message_id),
+        user_id=no_nul(row.user_id),
+        agent_id=no_nul(row.agent_id),
+        run_id=no_nul(row.run_id),
+        model_id=no_nul(row.model_id),
     )
 
 

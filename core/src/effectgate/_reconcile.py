@@ -187,6 +187,7 @@ class Reconciliation:
                 "settle it with gate.settle(happened=False)",
                 code=exc.code,
             ) from exc
+        flow.refuse_async_on_loop(spec.fn)  # before the release and the claim, as `execute`
         with self.settling(key, f"approval {approval_id}") as conn:
             self.store.release(key, "provider never saw the key", conn=conn)
             self.store.append_events(conn, [self.events.event("released", row=row, key=key, by=by)])

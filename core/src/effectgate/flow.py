@@ -76,7 +76,10 @@ def refuse_async_on_loop(fn: Callable[..., Any]) -> None:
     coroutine only after the claim: an async tool driven synchronously on a thread whose event
     loop is running (a notebook cell calling `execute`). The async driver runs a flow's steps in
     worker threads, where no loop runs, so this passes there."""
-    if inspect.iscoroutinefunction(fn):
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    # an object whose `__call__` is a coroutine function is as async as an `async def`
+    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__):
         try:
             asyncio.get_running_loop()
         except RuntimeError:

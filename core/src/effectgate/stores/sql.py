@@ -338,7 +338,8 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, ReadingSQL, IdempotencyStor
         self._x(
             conn,
             S.ADD_DECISION,
-            {"grant_round": 0, "reason": None, "seal": "", "at": self.clock.now(), **values},
+            {"grant_round": 0, "reason": None, "seal": "", "at": self.clock.now(), **values}
+            | {"reason": S.no_nul(values.get("reason"))},  # a reviewer's text (unsealed)
         )
 
     def add_rules(self, conn: Connection, rules: Sequence[tuple[str, str, str]]) -> None:
