@@ -30,7 +30,8 @@ Exit codes (a failure prints one line, `effectgate: error: ...`, on stderr, neve
         be parsed, the database has no effectgate schema or another schema version, or its
         driver is not installed
     6   approved, then the run failed: `approve --execute` recorded the approval, and its run
-        then failed or its outcome is unknown (`effectgate show ID` says which)
+        then failed or its outcome is unknown (`effectgate show ID` says which); a store that
+        became unavailable is still 5, and a bug 70
     70  internal error: an unexpected exception (a bug); EFFECTGATE_DEBUG=1 shows the traceback
     141 the reader of the output went away (`effectgate audit | head -1`) before `audit`, `verify`,
         `replay` or `demo` reached its verdict; one reached is still its exit code (1 on findings)

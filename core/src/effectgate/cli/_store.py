@@ -70,7 +70,9 @@ def run_approved(gate: EffectGate, grant: Grant, url: str) -> Executed:
     try:
         return gate.execute(grant.token)
     except Exception as exc:
-        _, why = _failure(exc, url)
+        code, why = _failure(exc, url)
+        if code in (EXIT_UNAVAILABLE, EXIT_INTERNAL):  # the database, or a bug: said as such
+            raise
         approval = f"{grant.approval_id} v{grant.version}"
         raise RunFailed(f"approved {approval} (recorded), then its run failed: {why}") from exc
 
