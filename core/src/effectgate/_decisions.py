@@ -18,7 +18,7 @@ from typing import Any
 
 from ._deps import Deps, Events
 from ._json import parse
-from ._ledger import Ledger, context_of, in_scope
+from ._ledger import Ledger, context_of, in_scope, past
 from ._seal import approval_intact, broken, seal_approval, seal_decision
 from .context import Approver
 from .errors import (
@@ -176,7 +176,7 @@ class Decisions:
         now = self.clock.now()
         if row.token_used_at is not None or (row.token_expires_at or 0) > now:
             raise AlreadyDecided(row.id, "approved")  # a usable or presented grant exists
-        if row.expires_at <= now:
+        if past(row.expires_at, now):
             raise ApprovalExpired(row.id)
         busy = self.store.in_flight_elsewhere(conn, row.subject_key, row.session_id, now)
         if busy is not None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._seal import decision_intact, foreign_key, mismatch
 from .chain import check_keyring
-from .errors import ForeignSeal, TamperedRecord, TokenError
+from .errors import ForeignSeal, StoreError, TamperedRecord, TokenError
 from .outcomes import TAMPERED_WARNING, Card
 
 if TYPE_CHECKING:
@@ -125,7 +125,10 @@ def card_view(gate: EffectGate, approval_id: str) -> dict[str, Any]:
     view = gate.subject_view(approval_id)
     with gate.store.reading() as conn:  # only the decisions whose seal verifies are the card's
         decisions = [d for d in gate.store.decisions(conn, approval_id) if decision_intact(gate.keyring, d)]
-    result = gate.result(approval_id) if card.status == "executed" else None
+    try:
+        result = gate.result(approval_id) if card.status == "executed" else None
+    except StoreError as exc:  # its stored result edited outside effectgate: the card says so
+        result, card = None, dataclasses.replace(card, warnings=(*card.warnings, str(exc)))
     return {
         "card": card,
         "intact": TAMPERED_WARNING not in checked.warnings,

@@ -41,6 +41,12 @@ def context_of(row: ApprovalRow) -> CallContext:
     )
 
 
+def past(deadline: object, now: float) -> bool:
+    """Whether an approval's deadline has passed; one that is not a number (text edited into a
+    SQLite column) has: such a row is never decidable."""
+    return not (isinstance(deadline, int | float) and deadline > now)
+
+
 def in_scope(spec: ToolSpec, args: Mapping[str, Any], ctx: CallContext) -> bool:
     """The row's `scope` check; a check that cannot decide denies."""
     if spec.scope is None:
@@ -151,8 +157,9 @@ class Ledger:
         """Of `pending` approvals (as read in `conn`), mark those past their deadline as expired;
         the others, in their order."""
         now = self.clock.now()
-        self._expire(conn, [r for r in pending if r.expires_at <= now], now)
-        return [r for r in pending if r.expires_at > now]
+        live = [not past(r.expires_at, now) for r in pending]
+        self._expire(conn, [r for r, ok in zip(pending, live, strict=True) if not ok], now)
+        return [r for r, ok in zip(pending, live, strict=True) if ok]
 
     def _expire(self, conn: Any, due: list[ApprovalRow], now: float) -> None:
         for row in due:

@@ -20,7 +20,7 @@ from ._answers import SHADOW_NOTE, log_outcome, shadowed
 from ._deps import Deps, Events
 from ._execution import exec_key
 from ._json import dumps
-from ._ledger import Ledger, in_scope
+from ._ledger import Ledger, in_scope, past
 from ._seal import approval_intact, broken, seal_approval
 from .canonical import ENCODE, digest, key_of, plain_json, sha256_hex
 from .context import CallContext
@@ -382,7 +382,7 @@ class Proposals:
                 idempotency_key=exec_key(row),
             )
         now = self.clock.now()
-        lapsed = (row.token_expires_at or 0) <= now and row.expires_at <= now  # nothing can run it now
+        lapsed = (row.token_expires_at or 0) <= now and past(row.expires_at, now)  # nothing can run it
         if row.status == "approved" and row.grants and row.token_used_at is None and lapsed:
             return Refused(
                 code="expired",

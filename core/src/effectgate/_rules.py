@@ -7,14 +7,18 @@ audit does for an approval made under an older table.
 
 from __future__ import annotations
 
+import inspect
 import math
 import sys
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .canonical import digest
+from .context import ToolContext
+from .effects import Effect
 from .errors import ArgumentError, TableError
 
 
@@ -48,6 +52,29 @@ def _qualname(obj: object) -> str | None:
         module = _main_module_name(obj)
     name = getattr(obj, "__qualname__", None) or type(obj).__qualname__
     return f"{module}.{name}"
+
+
+def _context_params(fn: Callable[..., Any]) -> tuple[set[str], dict[str, Any]]:
+    """Names of parameters that receive a ToolContext, and the resolved hints."""
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:  # unresolvable forward references: fall back to raw annotations
+        hints = dict(getattr(fn, "__annotations__", {}))
+    names = {name for name, hint in hints.items() if hint is ToolContext}
+    return names, hints
+
+
+def read_context(name: str, effect: Effect, fn: Callable[..., Any]) -> frozenset[str]:
+    """A row's ToolContext parameters. A read gets none (it has no idempotency key): a read row
+    whose fn requires one is refused here, not by a TypeError on every call."""
+    names, _ = _context_params(fn)
+    if names and effect is Effect.READ:
+        params = inspect.signature(fn).parameters
+        for required in sorted(n for n in names if n in params and params[n].default is params[n].empty):
+            raise TableError(
+                name, "fn", f"a read gets no ToolContext: give {required!r} a default (None) or drop it"
+            )
+    return frozenset(names)
 
 
 #: Keywords of JSON Schema 2019-09 and 2020-12 that the fast validator (fastjsonschema, draft 7)

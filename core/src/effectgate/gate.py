@@ -62,6 +62,11 @@ from .tokens import Keyring, keyring_for
 __all__ = ["EffectGate", "Flows", "ReconciliationNotice", "SubjectView", "ToolCallLike", "VersionEntry"]
 
 
+def _text_reason(reason: object) -> None:
+    if not isinstance(reason, str):  # before any row is read: nothing changes
+        raise TypeError(f"a denial reason must be text (got {type(reason).__name__})")
+
+
 class Flows:
     """The gate's operations as flows (`effectgate.flow`): generators an adapter composes into
     its own with `yield from` and runs with `flow.drive` / `flow.adrive`. Each is the same body
@@ -108,6 +113,7 @@ class Flows:
     def deny(
         self, approval_id: str, *, approver: Approver, reason: str, version: int | None = None
     ) -> flow.Flow[Refused]:
+        _text_reason(reason)
         return flow.done(self._decisions.deny, approval_id, approver=approver, reason=reason, version=version)
 
 
@@ -131,8 +137,7 @@ class EffectGate:
         """`tracer_provider`: the OpenTelemetry `TracerProvider` for the gate's spans (the global
         one when None; spans are no-ops without `opentelemetry-api`)."""
         policy = policy or Policy()
-        for spec in table:
-            spec.check_policy(policy)
+        table.bind(policy)  # every row, and each registered later, meets the policy
         # One resolution with the CLI and the inbox: $EFFECTGATE_KEYRING, else a SQLite file's key
         # file beside it, else (a server database) MissingKeyring saying how to configure one.
         keyring = keyring or keyring_for(store.url)
@@ -240,9 +245,14 @@ class EffectGate:
         longer match its approval); the refusal is an event like the gate's own."""
         return self._events.refuse(code, message, name, ctx, self.table.get(name), approval_id)
 
-    def note(self, kind: str, **detail: Any) -> None:
-        """Append an application event (e.g. "demo_started") to the gate's log."""
-        self._events.record(self._events.event(kind, **detail))
+    def note(self, kind: str, *, ctx: CallContext | None = None, **detail: Any) -> None:
+        """Append an application event (e.g. "demo_started") to the gate's log, about the call
+        `ctx` if given. Every other keyword is detail (`tool=` too: never the event's own fields)."""
+        if ctx is not None and not isinstance(ctx, CallContext):
+            raise TypeError(f"ctx must be a CallContext (got {type(ctx).__name__})")
+        event = self._events.event(kind, ctx=ctx)
+        event["detail_json"] = {**detail, **event["detail_json"]}  # with the tool call id, if any
+        self._events.record(event)
 
     def versions(self, approval_id: str) -> tuple[VersionEntry, ...]:
         """Each version of an approval, oldest first, with its args hash and proposing message."""
@@ -285,6 +295,7 @@ class EffectGate:
         self, approval_id: str, *, approver: Approver, reason: str, version: int | None = None
     ) -> Refused:
         """Close a pending (or approved, not yet executed) approval; the model will be told why."""
+        _text_reason(reason)
         return self._decisions.deny(approval_id, approver=approver, reason=reason, version=version)
 
     async def adeny(
@@ -327,6 +338,8 @@ class EffectGate:
     ) -> Executed | None:
         """A person settles a reconciliation (an approval, or a write by its idempotency key): it
         happened (with its result), or it did not."""
+        if type(happened) is not bool:  # "false" is truthy: it would settle as happened
+            raise TypeError(f"happened must be True or False (got {type(happened).__name__})")
         return self._reconciliation.settle(
             approval_id, happened=happened, result=result, by=by, provider_ref=provider_ref
         )

@@ -22,9 +22,9 @@ import pydantic
 
 from ._rules import Escalate as Escalate
 from ._rules import Reconciled as Reconciled
-from ._rules import _qualname, check_fingerprint, fast_validates
+from ._rules import _context_params, _qualname, check_fingerprint, fast_validates, read_context
 from .canonical import _SURROGATE, canonical_json, digest, plain_checker
-from .context import CallContext, Confirmation, ToolContext
+from .context import CallContext, Confirmation
 from .effects import Effect, Policy, Reversibility
 from .errors import TableError
 
@@ -52,16 +52,6 @@ class SchemaError:
 
     pointer: str
     message: str
-
-
-def _context_params(fn: Callable[..., Any]) -> tuple[set[str], dict[str, Any]]:
-    """Names of parameters that receive a ToolContext, and the resolved hints."""
-    try:
-        hints = typing.get_type_hints(fn)
-    except Exception:  # unresolvable forward references: fall back to raw annotations
-        hints = dict(getattr(fn, "__annotations__", {}))
-    names = {name for name, hint in hints.items() if hint is ToolContext}
-    return names, hints
 
 
 def derive_schema(name: str, fn: Callable[..., Any]) -> dict[str, Any]:
@@ -201,8 +191,7 @@ class ToolSpec:
         if not self.description:
             set_(self, "description", inspect.getdoc(self.fn) or "")
         self.check_policy(Policy())
-        context_names, _ = _context_params(self.fn)
-        self._derived["context_params"] = frozenset(context_names)
+        self._derived["context_params"] = read_context(self.name, self.effect, self.fn)
         self._derived["validator"] = jsonschema.Draft202012Validator(dict(schema))
         self._derived["fast"] = _compile(schema) if fast_validates(schema) else None
         self._derived["plain_text"] = plain_checker(schema)  # None unless the schema is simple
@@ -299,6 +288,7 @@ class EffectTable:
     ) -> None:
         self._specs: dict[str, ToolSpec] = {}
         self._allow: dict[str, frozenset[str]] = {}
+        self._policies: list[Policy] = []  # of the gates built over it (`bind`)
         for spec in specs:
             self.register(spec)
         for agent, names in (allow or {}).items():
@@ -307,9 +297,18 @@ class EffectTable:
     def register(self, spec: ToolSpec) -> ToolSpec:
         if spec.name in self._specs:
             raise TableError(spec.name, "name", "a tool of this name is already registered")
+        for policy in self._policies:  # a row added after a gate was built meets its policy too
+            spec.check_policy(policy)
         self._specs[spec.name] = spec
         self.__dict__.pop("fingerprint", None)
         return spec
+
+    def bind(self, policy: Policy) -> None:
+        """Check every row against a gate's `policy`, and every row registered from now on."""
+        for spec in self:
+            spec.check_policy(policy)
+        if policy not in self._policies:  # one table under many gates: each policy once
+            self._policies.append(policy)
 
     def allow(self, agent_id: str, names: Iterable[str]) -> None:
         """Set the tools `agent_id` may call; each must already be a row of the table."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -125,7 +126,23 @@ def _console(*, demo: bool = False) -> Console:
 
 
 def _write_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=True) + "\n")
+    """Standard JSON: a number that has none (an expiry edited to infinity) is written as its
+    name in a string ("Infinity", "-Infinity", "NaN"), never as a bare non-standard constant."""
+    try:
+        text = json.dumps(data, indent=2, ensure_ascii=True, allow_nan=False)
+    except ValueError:
+        text = json.dumps(_finite(data), indent=2, ensure_ascii=True, allow_nan=False)
+    sys.stdout.write(text + "\n")
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return json.dumps(value)  # its name as JSON's encoder spells it
+    if isinstance(value, Mapping):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _plain(value: Any) -> Any:

@@ -215,7 +215,8 @@ def origin_for(name: str, args: Any, spec: ToolSpec | None = None) -> str:
         frozen = freeze(args, spec.schema if spec is not None else None)
         return "mcp:" + args_hash(name, frozen)
     except (EffectGateError, TypeError, ValueError):
-        return "mcp:" + digest({"tool": str(name)})
+        # a client's name may hold a lone surrogate: escaped, so this fallback cannot raise
+        return "mcp:" + digest({"tool": str(name).encode("utf-8", "backslashreplace").decode()})
 
 
 def context_for(

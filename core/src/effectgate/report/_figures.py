@@ -209,7 +209,11 @@ def edited_approvals(store: Store) -> set[str]:
     """Approvals a reviewer edited (an amendment recorded with `edited_by`)."""
     edited: set[str] = set()
     for event in store.events(kind="amended"):
-        if event.approval_id and json.loads(event.detail_json or "{}").get("edited_by"):
+        try:
+            detail = json.loads(event.detail_json or "{}")
+        except ValueError:  # edited outside effectgate: not an edit (as the report's SQL reads it)
+            continue
+        if event.approval_id and isinstance(detail, dict) and detail.get("edited_by"):
             edited.add(event.approval_id)
     return edited
 

@@ -216,6 +216,17 @@ REPORT_QUERIES: dict[str, str] = {
         "GROUP BY {day_updated_at}"
     ),
 }
+_ESCAPE = (
+    r'\\(["\\/bfnrt]|u(?![dD][89a-fA-F]|0000)[0-9a-fA-F]{4}'
+    r"|u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+)
+_STRING = '"(' + r'[^"\\\x01-\x1f]|' + _ESCAPE + ')*"'  # no NUL escape nor lone surrogate: ->> fails on them
+_VALUE = f"({_STRING}|null|true|false|-?(0|[1-9][0-9]*)(\\.[0-9]+)?([eE][+-]?[0-9]+)?)"
+_MEMBER = f"{_STRING}\\s*:\\s*{_VALUE}\\s*"
+#: A flat JSON object (what effectgate writes as an amendment's detail): PostgreSQL (15 has no
+#: error-free JSON test) parses only a detail this matches, so a detail edited into something
+#: else is not an edit, never a failed report; SQLite asks `json_valid`.
+_FLAT_OBJECT = f"^\\s*\\{{\\s*({_MEMBER}(,\\s*{_MEMBER})*)?\\}}\\s*$"
 #: The `rank`-th smallest (from 0) approval latency of one role's decided approvals in the window.
 LATENCY_AT = (
     "SELECT decided_at - created_at FROM eg_approvals WHERE approver_role = :role "
@@ -227,7 +238,10 @@ LATENCY_AT = (
 def report(conn: Any, what: ReportQuery) -> Any:
     """The report's aggregate `what` for `conn`'s database (the dialect supplies days and JSON)."""
     day = {f"day_{c}": _dialect.utc_day(conn, c) for c in ("created_at", "at", "updated_at")}
-    fragments = {**day, "edited_by": _dialect.json_field(conn, "detail_json", "edited_by")}
+    edited_by = _dialect.json_field(conn, "detail_json", "edited_by")
+    pg = conn.dialect.name == "postgresql"
+    valid = f"detail_json ~ '{_FLAT_OBJECT}'" if pg else "json_valid(detail_json)"
+    fragments = {**day, "edited_by": f"CASE WHEN {valid} THEN {edited_by} END"}
     return sa.text(REPORT_QUERIES[what].format_map(fragments))
 
 

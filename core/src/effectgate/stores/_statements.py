@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import fields
 from typing import Any
 
+from ..errors import StoreError
 from ._queries import T_EXECUTIONS, T_IDEMPOTENCY
 from .base import IdempotencyRecord, Status, from_json
 from .records import APPROVAL_COLUMNS, DECISION_COLUMNS, ApprovalRow, DecisionRow
@@ -222,9 +223,15 @@ assert tuple("result" if c == "result_json" else c for c in IDEMPOTENCY_COLUMNS)
 def record_of(row: Sequence[Any]) -> IdempotencyRecord:
     """An idempotency record read in `IDEMPOTENCY_COLUMNS` order, its result parsed. Its fields
     are set as one dict (a frozen dataclass's __init__ sets them one `object.__setattr__` at a
-    time), as `approval_of` sets an approval's."""
+    time), as `approval_of` sets an approval's. A result that is not JSON is a StoreError naming
+    the record: its call is neither answered with that text nor run again."""
     values = dict(zip(_RECORD_FIELDS, row, strict=True))
-    values["result"] = from_json(values["result"])
+    try:
+        values["result"] = from_json(values["result"])
+    except ValueError:  # edited outside effectgate: never replayed as the result, nor run again
+        raise StoreError(
+            f"idempotency record {values['key']}: its stored result is not JSON (edited outside effectgate)"
+        ) from None
     record: IdempotencyRecord = _new(IdempotencyRecord)
     record.__dict__.update(values)
     return record
