@@ -12,6 +12,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import suppress
 from typing import Any
 
 import rfc8785
@@ -73,11 +74,9 @@ def _child(schema: Any, root: Schema, key: str | int) -> Any:
                 return props[key]
             patterns = branch.get("patternProperties")  # a match excludes additionalProperties
             for pattern, sub in patterns.items() if isinstance(patterns, Mapping) else ():
-                try:
+                with suppress(re.error, TypeError):  # not a pattern Python reads: jsonschema judges it
                     if re.search(pattern, key):
                         return sub
-                except (re.error, TypeError):  # not a pattern Python reads: jsonschema judges it
-                    continue
             extra = branch.get("additionalProperties")
             if isinstance(extra, Mapping):
                 return extra
