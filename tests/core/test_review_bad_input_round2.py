@@ -14,7 +14,6 @@ import pytest
 import sqlalchemy as sa
 
 from effectgate import (
-    Approver,
     Effect,
     EffectTable,
     Executed,
@@ -27,10 +26,9 @@ from effectgate.errors import ApprovalError, NeedsReconciliation, StoreError, Ta
 from effectgate.examples.shop import context
 from effectgate.stores import SQLStore
 
-from ._bank import Tags
+from ._bank import FINANCE, Tags
 from .conftest import MakeGate, ShopGate
 
-FINANCE = Approver("fiona", "finance")
 REFUND = {"order_id": "1042", "amount": 1200, "currency": "GBP"}
 
 
@@ -38,6 +36,14 @@ def _pending_refund(shop_gate: ShopGate, message: str = "m1") -> Pending:
     pending = shop_gate.gate.call("refund_order", REFUND, context(message))
     assert isinstance(pending, Pending), pending
     return pending
+
+
+def _edit_result(store: SQLStore, key: object, text: str) -> None:
+    """Overwrite a record's stored result, as someone with database access could."""
+    with store.engine.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE eg_idempotency SET result_json = :v WHERE key = :k"), {"v": text, "k": key}
+        )
 
 
 # -- 1. deny / settle with values of the wrong type
@@ -134,11 +140,7 @@ def test_an_edited_result_is_a_clear_error_naming_its_record(shop_gate: ShopGate
     assert isinstance(done, Executed)
     key = done.idempotency_key
     ran = shop_gate.shop.receiver.count()
-    with store.engine.begin() as conn:
-        conn.execute(
-            sa.text("UPDATE eg_idempotency SET result_json = :v WHERE key = :k"),
-            {"v": "forged, not JSON", "k": key},
-        )
+    _edit_result(store, key, "forged, not JSON")
     with pytest.raises(StoreError, match=str(key)):
         gate.call("update_ticket_tags", args, context("m1"))
     assert shop_gate.shop.receiver.count() == ran
@@ -153,11 +155,7 @@ def test_result_of_an_approval_whose_result_was_edited_names_the_record(
     pending = _pending_refund(shop_gate)
     grant = gate.approve(pending.approval_id, version=pending.version, approver=FINANCE)
     done = gate.execute(grant.token)  # type: ignore[union-attr]
-    with store.engine.begin() as conn:
-        conn.execute(
-            sa.text("UPDATE eg_idempotency SET result_json = :v WHERE key = :k"),
-            {"v": "{nope", "k": done.idempotency_key},
-        )
+    _edit_result(store, done.idempotency_key, "{nope")
     with pytest.raises(StoreError, match=str(done.idempotency_key)):
         gate.result(pending.approval_id)
 
@@ -227,13 +225,11 @@ def test_a_read_row_with_an_optional_tool_context_still_works(make_gate: MakeGat
 def test_a_row_registered_later_is_checked_against_the_gates_policy(make_gate: MakeGate) -> None:
     """Under a policy that gates writes, a write row without approver_role was accepted by
     `register` (only the default policy is checked) and its call hit `assert role is not None`."""
-    calls: list[str] = []
 
     def read(x: str) -> str:
         return x
 
     def write(x: str) -> str:
-        calls.append(x)
         return x
 
     table = EffectTable([ToolSpec(name="read", effect=Effect.READ, fn=read)])
@@ -241,7 +237,6 @@ def test_a_row_registered_later_is_checked_against_the_gates_policy(make_gate: M
     with pytest.raises(TableError, match="approver_role"):
         table.register(ToolSpec(name="write", effect=Effect.WRITE, fn=write))
     assert table.get("write") is None
-    assert calls == []
 
 
 def test_the_report_still_counts_a_reviewers_edit(shop_gate: ShopGate, store: SQLStore) -> None:
@@ -273,11 +268,7 @@ def test_the_card_of_an_approval_whose_result_was_edited_still_shows(
     pending = _pending_refund(shop_gate)
     grant = gate.approve(pending.approval_id, version=pending.version, approver=FINANCE)
     done = gate.execute(grant.token)  # type: ignore[union-attr]
-    with store.engine.begin() as conn:
-        conn.execute(
-            sa.text("UPDATE eg_idempotency SET result_json = :v WHERE key = :k"),
-            {"v": "{nope", "k": done.idempotency_key},
-        )
+    _edit_result(store, done.idempotency_key, "{nope")
     view = card_view(gate, pending.approval_id)
     assert view["result"] is None
     assert any(str(done.idempotency_key) in w for w in view["card"].warnings)

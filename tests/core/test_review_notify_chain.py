@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from effectgate import Approver, EffectGate, Executed, Grant, Pending
+from effectgate import EffectGate, Executed, Grant, Pending
 from effectgate.audit import audit
 from effectgate.chain import ChainError, seal_chain, verify_chain
 from effectgate.examples.shop import context
@@ -26,10 +26,10 @@ from effectgate.report import figures, render_html
 from effectgate.stores import SQLStore
 from effectgate.testing import FakeClock
 
+from ._bank import FINANCE
 from .conftest import ShopGate
 
 TAGS = {"ticket_id": "t-17", "tags": ["billing", "urgent"]}
-FINANCE = Approver("fiona", "finance")
 
 
 def _refund(gate: EffectGate) -> None:

@@ -29,7 +29,8 @@ from effectgate.examples.shop import SHOP_POLICY, Shop, context
 from effectgate.replay import replay
 from effectgate.stores import SQLStore
 from effectgate.testing import FakeClock
-from tests.core.conftest import MakeGate
+
+from .conftest import MakeGate
 
 
 def ctx(message: str = "m1") -> CallContext:

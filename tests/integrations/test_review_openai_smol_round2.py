@@ -11,20 +11,8 @@ from effectgate import Executed, Grant, Refused
 from effectgate.testing import Script, call, say, step
 from effectgate_smolagents import Approve, AwaitingApproval, Deny, Finished
 from effectgate_smolagents.testing import ScriptedModel
-from tests._helpers import refuse_remote_sockets
 from tests.conformance.adapters import EMAIL, FINANCE, REFUND, SUPPORT_LEAD, ShopGate
 from tests.integrations.smolagents._harness import support_agent
-
-
-@pytest.fixture(autouse=True)
-def no_real_models(monkeypatch: pytest.MonkeyPatch) -> None:
-    """As the adapters' suites: no model key, no tracing export, no socket off this machine."""
-    from agents import set_tracing_disabled
-
-    set_tracing_disabled(True)
-    for key in ("OPENAI_API_KEY", "HF_TOKEN", "HUGGINGFACE_API_KEY", "ANTHROPIC_API_KEY"):
-        monkeypatch.delenv(key, raising=False)
-    refuse_remote_sockets(monkeypatch)
 
 
 def _status(shop_gate: ShopGate, approval_id: str) -> str:
