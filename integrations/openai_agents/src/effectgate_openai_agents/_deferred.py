@@ -172,9 +172,15 @@ def _check_run(gate: EffectGate, operation: Operation, operation_id: str, contex
         return
     if len(named) == len(_IDENTITY):
         check_owner(gate, row, CallContext(**named, agent_id="-"))
-    elif {k: getattr(row, k) for k in named if k != "origin_message_id"} != {
-        k: v for k, v in named.items() if k != "origin_message_id"
-    }:
+        return
+    # as `check_owner`: the row's (latest version's) identity, or one the gate recorded for it
+    # (the user of an earlier version, which another user of the session amended)
+    wanted = {k: v for k, v in named.items() if k != "origin_message_id"}
+    if all(getattr(row, k) == v for k, v in wanted.items()):
+        return
+    if row.session_id != named.get("session_id", row.session_id) or not any(
+        all(getattr(e, k) == v for k, v in wanted.items()) for e in gate.store.events(approval_id=row.id)
+    ):
         raise TamperedState(f"operation {operation_id} belongs to another session or user than this context")
 
 
