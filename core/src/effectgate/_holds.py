@@ -5,10 +5,12 @@ holds before it, and one that starts after sees it."""
 
 from __future__ import annotations
 
+import math
 import secrets
 import time
 from typing import Any
 
+from .canonical import _SURROGATE
 from .chain import ERASURE_LOCK
 from .errors import EffectGateError
 from .stores.protocol import Store
@@ -26,7 +28,19 @@ def _event(kind: str, at: float, **detail: Any) -> dict[str, Any]:
 def _text(name: str, value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
         raise RedactionError(f"{name} must be a non-empty string")
+    if "\x00" in value or _SURROGATE.search(value):  # no database stores (or matches) it
+        raise RedactionError(f"{name} holds a NUL character or a lone surrogate: nothing was changed")
     return value
+
+
+def _at(now: float | None) -> float:
+    """The time of an erasure or hold: `now`, which must be finite (NaN or infinity would make a
+    retention cut-off every record on PostgreSQL), or the wall clock."""
+    if now is None:
+        return time.time()
+    if isinstance(now, bool) or not isinstance(now, int | float) or not math.isfinite(now):
+        raise RedactionError(f"now must be a finite number of seconds (got {now!r}): nothing was changed")
+    return float(now)
 
 
 def hold(store: Store, *, user_id: str, by: str, reason: str, now: float | None = None) -> HoldRow:
@@ -39,7 +53,7 @@ def hold(store: Store, *, user_id: str, by: str, reason: str, now: float | None 
         user_id=_text("user_id", user_id),
         reason=_text("reason", reason),
         placed_by=_text("by", by),
-        at=time.time() if now is None else now,
+        at=_at(now),
     )
     with store.transaction() as conn:
         store.lock(conn, ERASURE_LOCK)  # never committed under a running erasure (see above)
@@ -51,7 +65,8 @@ def hold(store: Store, *, user_id: str, by: str, reason: str, now: float | None 
 def release(store: Store, hold_id: str, *, by: str, now: float | None = None) -> None:
     """Release a hold; RedactionError if no active hold has that id. Under the erasure lock, as
     `hold`: a running erasure's refusal of a held user stands until it ends."""
-    at = time.time() if now is None else now
+    at = _at(now)
+    _text("hold_id", hold_id)
     with store.transaction() as conn:
         store.lock(conn, ERASURE_LOCK)
         if not store.release_hold(conn, hold_id, by=_text("by", by), at=at):

@@ -48,13 +48,12 @@ from __future__ import annotations
 import json
 import math
 import secrets
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ._commitments import commitment, commitment_holds, commitment_part, keyed_hash
-from ._holds import RedactionError, _event, _text, hold, holds, release
+from ._holds import RedactionError, _at, _event, _text, hold, holds, release
 from ._seal import stored_args_hash
 from .canonical import canonical_json, digest
 from .chain import ERASURE_LOCK, check_keyring
@@ -265,7 +264,7 @@ def redact(
             "user's records, give no subject: nothing was redacted"
         )
     keep = _keep(keep)
-    at = time.time() if now is None else now
+    at = _at(now)
     rid = f"r-{secrets.token_hex(8)}"
     with store.transaction() as conn:
         store.lock(conn, ERASURE_LOCK)  # a seal never reads a redaction half-way (`chain`)
@@ -319,7 +318,7 @@ def retain(
         if isinstance(days, bool) or not isinstance(days, int | float) or not math.isfinite(days) or days < 0:
             raise RedactionError(f"retention for {effect} must be a number of days >= 0 (got {days!r})")
     keep = _keep(keep)
-    at = time.time() if now is None else now
+    at = _at(now)
     rid = f"r-{secrets.token_hex(8)}"
     rows = values = 0
     with store.transaction() as conn:
