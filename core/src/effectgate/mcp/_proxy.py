@@ -165,11 +165,12 @@ class GatedProxy:
         then the pass keeps nothing it read: listings are kept only with the table and gate built
         from them (all or nothing), so the next pass sees their changes again."""
         names = [server] if server is not None else list(self._connections)
+        # Read before taking the lock: an upstream whose listing hangs holds its own calls only.
+        listings = {name: await self._connections[name].list_tools() for name in names}
         async with self._lock:
             fresh: dict[str, tuple[str, list[ToolSpec]]] = {}
-            for name in names:
+            for name, tools in listings.items():
                 connection = self._connections[name]
-                tools = await connection.list_tools()
                 listing = digest([t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in tools])
                 if name in self._listed and self._listed[name][0] == listing:
                     continue

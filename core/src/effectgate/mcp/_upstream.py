@@ -103,8 +103,8 @@ class UpstreamListingError(EffectGateError):
         super().__init__(f"upstream {server!r}: {problem}; its listing was not used")
 
 
-#: Bounds on one upstream's `tools/list`: a listing is read while the proxy's table is locked,
-#: so an upstream that pages forever must not hold every other server's calls.
+#: Bounds on one upstream's `tools/list`: every call re-reads its upstream's listing first, so an
+#: upstream that pages forever must not hold its calls (or the proxy's memory) for ever.
 MAX_PAGES = 100
 MAX_TOOLS = 10_000
 
