@@ -4,7 +4,8 @@ A read must cost microseconds, and a SQLite commit costs tens of them, so reads 
 a buffer here, as rows already built on the call path (`records.READ_COLUMNS`, the args hash
 computed when the call was made), and written: by a background thread at most `interval`
 seconds later (sooner when `batch` records wait), on `flush()` and `close()`, and at interpreter
-exit. A batch whose write fails goes back to the buffer.
+exit. A batch whose write fails goes back to the buffer. A forked child starts with an empty
+buffer and a writer of its own (the rows buffered before the fork are the parent's to write).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import atexit
 import collections
 import logging
+import os
 import threading
 import weakref
 from typing import Any
@@ -28,15 +30,21 @@ class ReadLog:
         self._store = store
         self._batch = max(1, batch)
         self._interval = interval
+        self._exiting = False  # the interpreter exits: no thread starts any more
+        self._forked()
+        atexit.register(_close_at_exit, weakref.ref(self))
+        _LOGS.add(self)
+
+    def _forked(self) -> None:
+        """Fresh state: at construction, and in a forked child (whose parent's writer thread and
+        locks are not its own, and whose parent writes the rows it buffered)."""
         # deque.append and popleft are atomic: the caller appends without a lock, and the writer
         # takes exactly the rows it pops, so no row lands in a batch already written
         self._items: collections.deque[ReadRow] = collections.deque()
         self._lock = threading.Lock()  # starting the background thread
         self._writing = threading.Lock()  # one writer at a time, so flush() sees every record
-        self._wake = threading.Event()
-        self._stopped = False
+        self._wake = threading.Event()  # the running thread's: close() gives a later one its own
         self._thread: threading.Thread | None = None
-        atexit.register(_close_at_exit, weakref.ref(self))
 
     def add(self, row: ReadRow) -> None:
         """Buffer one read record (a tuple in `records.READ_COLUMNS` order)."""
@@ -49,8 +57,10 @@ class ReadLog:
 
     def _start(self) -> None:
         with self._lock:
-            if self._thread is None and not self._stopped:
-                self._thread = threading.Thread(target=self._run, name="effectgate-readlog", daemon=True)
+            if self._thread is None and not self._exiting:
+                self._thread = threading.Thread(
+                    target=self._run, args=(self._wake,), name="effectgate-readlog", daemon=True
+                )
                 self._thread.start()
 
     def _take(self) -> list[ReadRow]:
@@ -73,28 +83,43 @@ class ReadLog:
                 self._restore(items)
                 raise
 
-    def _run(self) -> None:
-        while not self._stopped:
-            self._wake.wait(self._interval)
-            self._wake.clear()
+    def _run(self, wake: threading.Event) -> None:
+        while wake is self._wake:  # until close() (a later add starts another thread)
+            wake.wait(self._interval)
+            wake.clear()
             try:
                 self.flush()
             except Exception:  # the records stay buffered; the next round or close() retries
                 _log.warning("effectgate: writing read records failed; retrying", exc_info=True)
 
     def close(self) -> None:
-        self._stopped = True
-        self._wake.set()
-        thread = self._thread
+        """Stop the thread and write what is buffered. A later add starts the thread again."""
+        with self._lock:
+            wake, thread = self._wake, self._thread
+            self._wake, self._thread = threading.Event(), None
+        wake.set()
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5)
         self.flush()
+
+
+_LOGS: weakref.WeakSet[ReadLog] = weakref.WeakSet()  # the live logs, renewed in a forked child
+
+
+def _forked() -> None:
+    for log in list(_LOGS):
+        log._forked()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
 
 
 def _close_at_exit(ref: weakref.ref[ReadLog]) -> None:
     log = ref()
     if log is None:
         return
+    log._exiting = True
     try:
         log.close()
     except Exception:  # the store may already be gone at exit; nothing more can be done
