@@ -6,14 +6,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ._seal import decision_intact, foreign_key, mismatch
 from .chain import check_keyring
 from .errors import ForeignSeal, StoreError, TamperedRecord, TokenError
-from .outcomes import TAMPERED_WARNING, Card
+from .outcomes import TAMPERED_WARNING, Card, json_value
 
 if TYPE_CHECKING:
     from .gate import EffectGate
@@ -132,7 +131,7 @@ def card_view(gate: EffectGate, approval_id: str) -> dict[str, Any]:
     return {
         "card": card,
         "intact": TAMPERED_WARNING not in checked.warnings,
-        "args": fold(dict(card.args) if isinstance(card.args, Mapping) else card.args),  # edited: any
+        "args": fold(json_value(card.args)),  # edited in the database: any JSON
         "view": view,
         "in_flight": [e for e in view.history if e.status in ("pending", "approved")],
         "decisions": decisions,

@@ -10,8 +10,8 @@ import secrets
 import time
 from typing import Any
 
-from .canonical import _SURROGATE
 from .chain import ERASURE_LOCK
+from .context import _storable
 from .errors import EffectGateError
 from .stores.protocol import Store
 from .stores.records import HoldRow
@@ -28,7 +28,7 @@ def _event(kind: str, at: float, **detail: Any) -> dict[str, Any]:
 def _text(name: str, value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
         raise RedactionError(f"{name} must be a non-empty string")
-    if "\x00" in value or _SURROGATE.search(value):  # no database stores (or matches) it
+    if not _storable(value):  # no database stores (or matches) it
         raise RedactionError(f"{name} holds a NUL character or a lone surrogate: nothing was changed")
     return value
 

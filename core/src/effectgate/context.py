@@ -6,17 +6,18 @@ authenticated user, the originating user message). None of it comes from model o
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from .canonical import _SURROGATE
+
 #: The fields stored as text columns (the model-written `tool_call_id` is stored as escaped JSON)
 _TEXT_FIELDS = ("session_id", "origin_message_id", "user_id", "agent_id", "run_id", "model_id")
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _storable(value: object) -> bool:
+    """Whether text can be stored as it is (no NUL, no lone surrogate: no database keeps them)."""
     return not isinstance(value, str) or ("\x00" not in value and not _SURROGATE.search(value))
 
 

@@ -127,9 +127,9 @@ class Card:
             "tool": self.tool,
             "effect": self.effect,
             "reversibility": self.reversibility,
-            "args": _plain(self.args),  # a row edited in the database may hold any JSON
+            "args": json_value(self.args),  # a row edited in the database may hold any JSON
             "args_hash": self.args_hash,
-            "subject": _plain(self.subject),
+            "subject": json_value(self.subject),
             "approver_role": self.approver_role,
             "notes": list(self.notes),
             "approvals_required": self.approvals_required,
@@ -153,7 +153,7 @@ class Card:
             f"   approvals: {self.approvals_given} of {self.approvals_required}",
             f"subject: {json.dumps(self.subject, sort_keys=True) if self.subject else '-'}",
             "arguments:",
-            *("  " + line for line in json.dumps(_plain(self.args), indent=2, sort_keys=True).splitlines()),
+            *("  " + ln for ln in json.dumps(json_value(self.args), indent=2, sort_keys=True).splitlines()),
             f"args sha256: {self.args_hash}",
             *(f"note: {n}" for n in self.notes),
             *([f"reason: {self.reason}"] if self.reason else []),
@@ -161,7 +161,9 @@ class Card:
         return "\n".join(lines)
 
 
-def _plain(value: Any) -> Any:
+def json_value(value: Any) -> Any:
+    """A card's arguments or subject as JSON writes them: a mapping as a dict, anything else (what
+    an edit in the database left) as it is."""
     return dict(value) if isinstance(value, Mapping) else value
 
 

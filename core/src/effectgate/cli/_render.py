@@ -14,7 +14,7 @@ from rich.text import Text
 from .._clock import SYSTEM_CLOCK
 from .._display import remaining, when
 from .._textcheck import hidden
-from ..outcomes import Card
+from ..outcomes import Card, json_value
 
 DEFAULT_DB = "sqlite:///effectgate.db"
 
@@ -145,11 +145,6 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def _plain(value: Any) -> Any:
-    """A card's arguments or subject as JSON can print them (what an edit left, if no object)."""
-    return dict(value) if isinstance(value, Mapping) else value
-
-
 def _card_panel(card: Card, *, now: float | None = None) -> Text:
     """The whole card as `key  value` lines: every argument in full, the expiry with its
     countdown, the warnings first, the reason. No box and no padding, so a pipe gets each value
@@ -161,8 +156,8 @@ def _card_panel(card: Card, *, now: float | None = None) -> Text:
         ("status", _escape(f"{card.status}, version {card.version}"), ""),
         ("approver role", _escape(card.approver_role), ""),
         ("approvals", _escape(f"{card.approvals_given} of {card.approvals_required}"), ""),
-        ("subject", _pretty(_plain(card.subject)) if card.subject else "-", ""),
-        ("arguments", _pretty(_plain(card.args)), ""),
+        ("subject", _pretty(json_value(card.subject)) if card.subject else "-", ""),
+        ("arguments", _pretty(json_value(card.args)), ""),
         ("args sha256", _escape(card.args_hash), ""),
         ("session / user", _escape(f"{card.session_id} / {card.user_id}"), ""),
         ("owner", _escape(card.owner or "-"), ""),
