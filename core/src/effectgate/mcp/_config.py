@@ -13,6 +13,7 @@ env = { ROOT = "/srv/files" }  # the upstream sees this and a minimal safe envir
 prefix = "files"               # served as files__<tool> (default: the server's name; "" for none)
 default = "read"               # optional: the row of a tool the table does not name
 approver_role = "ops"          # optional: who approves when annotations raise a row to destructive
+timeout = 60.0                 # optional: seconds one request to it may take (default 60)
 
 [servers.files.tools.delete]
 effect = "destructive"
@@ -31,11 +32,19 @@ names the server by its prefix, the rest is the upstream tool (`split_served`); 
 (its tools' names would split elsewhere), and a tool is served only if its served name splits back
 into its own server's prefix and its own name (`Upstream.routes_back`): the "" prefix server's
 tools may not contain `__`, so no upstream can list a name that routes as another server's tool.
+
+**No wait on an upstream is unbounded.** A server's `timeout` (seconds, a positive finite number;
+`DEFAULT_TIMEOUT`, 60, the MCP TypeScript SDK's request timeout, when unset) bounds one
+`tools/call`, its handshake, and its whole `tools/list` listing. A call that gets no answer in
+time is `UpstreamUnreachable`, an unknown outcome: a write or gated call ends
+`needs_reconciliation` (it may have taken effect), a read answers an error. Raise it for tools
+that legitimately run longer.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -54,6 +63,9 @@ ENV_SESSION = "EFFECTGATE_MCP_SESSION"
 
 #: Between the server's prefix and the upstream tool's name in a served name (files__delete).
 SEPARATOR = "__"
+
+#: Seconds an upstream may take to answer one request (see the module docstring).
+DEFAULT_TIMEOUT = 60.0
 
 ToolErrors = Literal["definite", "unknown"]
 
@@ -102,6 +114,7 @@ class Upstream:
     tools: Mapping[str, Row] = field(default_factory=dict[str, Row])
     default: Row | None = None
     approver_role: str | None = None
+    timeout: float = DEFAULT_TIMEOUT
 
     def served_name(self, tool: str) -> str:
         return f"{self.prefix}{SEPARATOR}{tool}" if self.prefix else tool
@@ -140,6 +153,19 @@ def check_prefix(where: str, prefix: object) -> str:
     return prefix
 
 
+def check_timeout(where: str, timeout: object) -> float:
+    """A usable timeout in seconds (a positive finite number), else `ProxyConfigError` naming
+    `where`."""
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not math.isfinite(timeout)
+        or timeout <= 0
+    ):
+        raise ProxyConfigError(f"{where} must be a positive, finite number of seconds (e.g. 60.0)")
+    return float(timeout)
+
+
 @dataclass(frozen=True, kw_only=True)
 class ProxyConfig:
     """The upstreams, and whatever identity the file names (flags and environment override it)."""
@@ -155,6 +181,7 @@ class ProxyConfig:
         prefixes: dict[str, str] = {}
         for server in self.servers:
             check_prefix(f"[servers.{server.name}].prefix", server.prefix)
+            check_timeout(f"[servers.{server.name}].timeout", server.timeout)
             if server.prefix in prefixes:
                 other = prefixes[server.prefix]
                 raise ProxyConfigError(
@@ -237,7 +264,11 @@ def _server(name: str, server: Any) -> Upstream:
     where = f"[servers.{name}]"
     if not isinstance(server, Mapping):
         raise ProxyConfigError(f"{where} must be a table")
-    _unknown(where, server, {"command", "url", "env", "cwd", "prefix", "tools", "default", "approver_role"})
+    _unknown(
+        where,
+        server,
+        {"command", "url", "env", "cwd", "prefix", "tools", "default", "approver_role", "timeout"},
+    )
     prefix = check_prefix(f"{where}.prefix", server.get("prefix", name))
     tools = server.get("tools", {})
     if not isinstance(tools, Mapping):
@@ -249,6 +280,7 @@ def _server(name: str, server: Any) -> Upstream:
         tools={tool: _row(f"[servers.{name}.tools.{tool}]", row) for tool, row in tools.items()},
         default=_row(f"{where}.default", server["default"]) if "default" in server else None,
         approver_role=_optional(where, server, "approver_role"),
+        timeout=check_timeout(f"{where}.timeout", server.get("timeout", DEFAULT_TIMEOUT)),
     )
 
 
@@ -283,6 +315,7 @@ def load_config(path: str | Path) -> ProxyConfig:
 
 
 __all__ = [
+    "DEFAULT_TIMEOUT",
     "ENV_CONFIG",
     "SEPARATOR",
     "Http",
@@ -292,6 +325,7 @@ __all__ = [
     "Stdio",
     "Upstream",
     "check_prefix",
+    "check_timeout",
     "default_session",
     "load_config",
     "parse_config",

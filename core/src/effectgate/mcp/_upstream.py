@@ -27,7 +27,8 @@ call was proposed changes the row: the gate refuses to decide or run the old app
 upstream could make the proxy request any address it can reach, or read a local file.
 
 **Errors** follow the gate's rules for the row's class. A transport failure (connection lost,
-timeout, a protocol error) is `UpstreamUnreachable`, an `OutcomeUnknown`: the call may or may not
+no answer within the server's `timeout`, a protocol error) is `UpstreamUnreachable`, an
+`OutcomeUnknown`: the call may or may not
 have reached the upstream, so a write or gated call ends `needs_reconciliation` and is never
 re-run blindly. An error result (`isError`) from the upstream is `UpstreamToolError`: for a gated
 row it is an unknown outcome unless the row says `tool_errors = "definite"` (the upstream's
@@ -58,6 +59,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, cast
 
+import anyio
 import mcp.types as types
 from mcp import Client, StdioServerParameters
 
@@ -120,20 +122,22 @@ def unreachable(server: str, doing: str, exc: BaseException) -> UpstreamUnreacha
     """`UpstreamUnreachable` naming the server and what failed (the upstream's text as repr:
     it may hold control characters)."""
     leaf = _leaf(exc)
-    return UpstreamUnreachable(f"upstream {server!r}: {doing} failed: {type(leaf).__name__}: {str(leaf)!r}")
+    text = str(leaf) or ("no answer within the server's timeout" if isinstance(leaf, TimeoutError) else "")
+    return UpstreamUnreachable(f"upstream {server!r}: {doing} failed: {type(leaf).__name__}: {text!r}")
 
 
-def client_for(target: Any) -> Client:
-    """An `mcp.Client` for a configured upstream (or an in-process server, in tests). Responses
-    are never cached: every listing is the upstream's current one."""
+def client_for(target: Any, timeout: float | None = None) -> Client:
+    """An `mcp.Client` for a configured upstream (or an in-process server, in tests), each of
+    whose requests waits at most `timeout` seconds for its answer (the SDK sends the upstream a
+    cancellation, and the session stays usable). Responses are never cached: every listing is the
+    upstream's current one."""
     if isinstance(target, Stdio):
-        params = StdioServerParameters(
+        target = StdioServerParameters(
             command=target.command, args=list(target.args), env=dict(target.env) or None, cwd=target.cwd
         )
-        return Client(params, cache=None)
-    if isinstance(target, Http):
-        return Client(target.url, cache=None)
-    return Client(target, cache=None)
+    elif isinstance(target, Http):
+        target = target.url
+    return Client(target, cache=None, read_timeout_seconds=timeout)
 
 
 def _payload(result: types.CallToolResult) -> dict[str, Any]:
@@ -164,7 +168,7 @@ class Connection:
         """Connect (start the process, or reach the URL); `UpstreamUnreachable` naming the server
         if it cannot."""
         try:
-            self._client = await stack.enter_async_context(client_for(self.upstream.target))
+            self._client = await stack.enter_async_context(self._client_of())
         except Exception as exc:  # the SDK raises an ExceptionGroup, or OSError for a bad command
             raise unreachable(self.name, "connecting", exc) from exc
 
@@ -173,16 +177,20 @@ class Connection:
         if self._client is not None:
             yield self._client
             return
-        async with client_for(self.upstream.target) as client:
+        async with self._client_of() as client:
             yield client
+
+    def _client_of(self) -> Client:
+        return client_for(self.upstream.target, self.upstream.timeout)
 
     async def list_tools(self) -> list[types.Tool]:
         """Every tool the upstream lists now (all pages). Raises `UpstreamListingError` past the
         bounds (`MAX_PAGES`, `MAX_TOOLS`, a repeated cursor) and `UpstreamUnreachable` when the
-        listing fails; both name the server."""
+        listing fails or takes longer than the server's `timeout` in all; both name the server."""
         try:
-            async with self._session() as client:
-                return await _pages(self.name, client)
+            with anyio.fail_after(self.upstream.timeout):
+                async with self._session() as client:
+                    return await _pages(self.name, client)
         except UpstreamListingError:
             raise
         except Exception as exc:
@@ -193,7 +201,8 @@ class Connection:
 
     async def call(self, tool: str, arguments: dict[str, Any], *, key: str | None) -> dict[str, Any]:
         """Call one upstream tool; with `key` (a write or gated call), an error result raises
-        `UpstreamToolError`. A transport failure raises `UpstreamUnreachable`."""
+        `UpstreamToolError`. A transport failure, or no answer within the server's `timeout`
+        (`client_for`), raises `UpstreamUnreachable`."""
         meta = cast(types.RequestParamsMeta, {IDEMPOTENCY_META: key}) if key is not None else None
         try:
             async with self._session() as client:
