@@ -34,7 +34,7 @@ from ._seal import approval_intact
 from ._settle import Settlement, log_outcome
 from .canonical import args_hash, freeze
 from .context import ToolContext
-from .errors import ArgumentError, NeedsReconciliation, TamperedRecord, TokenError
+from .errors import ArgumentError, NeedsReconciliation, PolicyViolation, TamperedRecord, TokenError
 from .outcomes import Executed
 from .stores.base import Claimed, Stored
 from .stores.records import ApprovalRow
@@ -154,16 +154,18 @@ class Execution:
                     self.store.append_events(
                         conn, [self.events.event("token_used", row=row, attempt=claim.attempt)]
                     )
-        except TokenError as exc:
-            # The transaction rolled back; the refusal is recorded on its own.
-            refused = self.events.event("token_refused", reason=exc.reason)
+        except (TokenError, PolicyViolation) as exc:
+            # The transaction rolled back; the refusal is recorded on its own (a grant for a row
+            # changed since its proposal is refused as PolicyViolation "reclassified").
+            reason = exc.reason if isinstance(exc, TokenError) else exc.code
+            refused = self.events.event("token_refused", reason=reason)
             # As the token claims it (may name nothing); a malformed token names no approval.
             refused["approval_id"] = claims.approval_id if claims is not None else None
             self.events.record(refused)
             log.log(
-                logging.WARNING if exc.reason == "tampered" else logging.INFO,
+                logging.WARNING if reason == "tampered" else logging.INFO,
                 "grant refused (%s): approval=%s version=%s",
-                exc.reason,
+                reason,
                 claims.approval_id if claims is not None else None,
                 claims.version if claims is not None else None,
             )

@@ -7,6 +7,7 @@ audit does for an approval made under an older table.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import sys
@@ -54,13 +55,28 @@ def _qualname(obj: object) -> str | None:
     return f"{module}.{name}"
 
 
+def _annotated(fn: Any) -> Any:
+    """What holds the annotations of `fn`'s parameters: a partial's function, a callable
+    object's `__call__` (an object reads its class's variable annotations as its own)."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if inspect.isroutine(fn) or isinstance(fn, type) or "__annotations__" in getattr(fn, "__dict__", {}):
+        return fn
+    return type(fn).__call__ if callable(fn) else fn
+
+
 def _context_params(fn: Callable[..., Any]) -> tuple[set[str], dict[str, Any]]:
     """Names of parameters that receive a ToolContext, and the resolved hints."""
+    annotated = _annotated(fn)
     try:
-        hints = typing.get_type_hints(fn)
+        hints = typing.get_type_hints(annotated)
     except Exception:  # unresolvable forward references: fall back to raw annotations
-        hints = dict(getattr(fn, "__annotations__", {}))
-    names = {name for name, hint in hints.items() if hint is ToolContext}
+        hints = dict(getattr(annotated, "__annotations__", {}))
+    try:  # not one a partial already binds (it would get the argument twice)
+        params: Any = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        params = hints
+    names = {name for name, hint in hints.items() if hint is ToolContext and name in params}
     return names, hints
 
 

@@ -12,6 +12,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from . import _dialect
 from . import _queries as Q
+from ._memory import in_memory
 from ._queries import AuditTable, ReportQuery
 
 #: The approval id each audit stream is keyed (and ordered) by, as its query orders it: an
@@ -51,10 +52,7 @@ class AggregateSQL:
         """An approval id that splits the approvals into two halves of the byte order (the
         audit scans them in two processes), or None: fewer than `at_least` approvals, an id
         outside the plain alphabet, or a database another process cannot open (in memory)."""
-        url = self.engine.url
-        if url.get_backend_name() == "sqlite" and (
-            url.database in (None, "", ":memory:") or url.query.get("mode") == "memory"
-        ):
+        if in_memory(self.engine.url):
             return None
         count = conn.exec_driver_sql("SELECT count(*) FROM eg_approvals").scalar_one()
         if count < max(at_least, 2):

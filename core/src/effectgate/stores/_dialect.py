@@ -17,6 +17,7 @@ from sqlalchemy.pool import StaticPool
 
 from ..errors import MissingDependency, StoreError
 from ._fork import fork_safe
+from ._memory import in_memory
 from .records import SCHEMA_VERSION, SchemaVersionRow
 
 READONLY = "effectgate_readonly"
@@ -69,10 +70,9 @@ def _postgresql_engine(parsed: sa.engine.URL, pool_size: int | None) -> Engine:
 
 
 def _sqlite_engine(parsed: sa.engine.URL, pool_size: int | None) -> Engine:
-    memory = parsed.database in (None, "", ":memory:")
+    memory = in_memory(parsed)  # one shared connection, or each checkout could see another database
     kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False, "timeout": 30}}
     if memory:
-        # One shared connection, or every pool checkout would see a different empty database.
         kwargs["poolclass"] = StaticPool
     elif pool_size is not None:
         kwargs |= {"pool_size": pool_size, "max_overflow": 32}
