@@ -31,6 +31,7 @@ from effectgate.errors import PolicyViolation
 from effectgate.examples.shop import SHOP_POLICY, context
 from effectgate.stores import SQLStore, open_store
 from effectgate.testing import FakeClock
+from effectgate.tokens import keyring_for
 
 from .conftest import MakeGate, ShopGate
 
@@ -205,3 +206,17 @@ def test_reclassified_execute_is_recorded_as_token_refused(
     assert shop.receiver.count("refund") == 0
     refused = [e for e in store.events(kind="token_refused") if e.approval_id == grant.approval_id]
     assert [json.loads(e.detail_json) for e in refused] == [{"reason": "reclassified"}]
+
+
+@pytest.mark.parametrize("url", MEMORY_URLS)
+def test_in_memory_uri_store_leaves_no_key_file(
+    url: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An in-memory database outlives nothing, so its keyring is a fresh one: no key file is
+    written for a name that is not a file (it was `file:eg_private.keys` in the working
+    directory), and none is asked for."""
+    monkeypatch.delenv("EFFECTGATE_KEYRING", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert keyring_for(url, create=True).kids
+    assert keyring_for(url, create=False).kids
+    assert list(tmp_path.iterdir()) == []

@@ -332,12 +332,14 @@ def keyring_for(url: str, *, create: bool = True) -> Keyring:
         return ring
     import sqlalchemy as sa
 
+    from .stores._memory import in_memory
+
     try:
         parsed = sa.engine.make_url(url)
     except sa.exc.ArgumentError as exc:
         raise MissingKeyring(f"cannot tell where the keys for {url!r} live: {exc}") from exc
     if parsed.get_backend_name() == "sqlite":
-        if parsed.database in (None, "", ":memory:"):
+        if in_memory(parsed):  # any in-memory form, URI ones too: no key file for it
             return Keyring.generate()
         keys = Path(f"{parsed.database}.keys")
         if not create and not keys.exists():
