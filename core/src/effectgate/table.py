@@ -243,10 +243,11 @@ class ToolSpec:
         A subject argument that is a list names a set (an email's recipients): its items in one
         order, each once (`_as_set`), so a model that writes the same recipients in another
         order, or one twice, names the same subject, and a replay of its message finds the same
-        operation (the subject is part of the intent key) and the same history."""
-        if not self.subject:
-            return None
-        return {arg: _as_set(args.get(arg)) for arg in self.subject}
+        operation (the subject is part of the intent key) and the same history. A call with none
+        of its subject arguments names no subject (None): it is keyed by its arguments, not by
+        one subject {arg: null} that every such call of every session would share."""
+        subject = {arg: _as_set(args.get(arg)) for arg in self.subject}
+        return subject if any(v is not None for v in subject.values()) else None
 
     @cached_property
     def fingerprint(self) -> str:
