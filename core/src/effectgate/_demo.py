@@ -22,6 +22,7 @@ from .errors import EffectGateError, NeedsReconciliation, StaleApproval, TokenEr
 from .examples.shop import SUMMARY_AGENT, Shop, app, context
 from .gate import ReconciliationNotice
 from .outcomes import Executed, Grant, Invalid, Outcome, PartialApproval, Pending, Refused
+from .stores._dialect import make_engine
 from .stores.sql import open_store
 from .testing import Say, Script, Step, call, say, step
 
@@ -35,26 +36,32 @@ def _expect(ok: bool, what: str) -> None:
         raise DemoFailed(what)
 
 
-def _prepare(url: str) -> None:
-    """Start from an empty demo database; refuse to delete a database the demo did not make."""
-    parsed = sa.engine.make_url(url)
-    if parsed.get_backend_name() != "sqlite" or not parsed.database or not Path(parsed.database).exists():
-        return
-    path = Path(parsed.database)
-    engine = sa.create_engine(url)
+def _count(url: str, where: str) -> int:
+    """How many eg_events rows match `where` (0 without the table); SQLite with no pragma set."""
+    sqlite = sa.engine.make_url(url).get_backend_name() == "sqlite"
+    engine = sa.create_engine(url) if sqlite else make_engine(url)
     try:
         with engine.connect() as conn:
-            marker = conn.exec_driver_sql(
-                "SELECT count(*) FROM eg_events WHERE kind = 'demo_started' AND kind <> 'read'"
-            ).scalar()
+            return int(conn.exec_driver_sql(f"SELECT count(*) FROM eg_events WHERE {where}").scalar() or 0)
     except sa.exc.DatabaseError:
-        marker = 0
+        return 0
     finally:
         engine.dispose()
-    if not marker:
-        raise DemoFailed(f"{path} exists and was not made by the demo; pass another --db")
+
+
+def _prepare(url: str) -> None:
+    """Start from an empty demo database; refuse to delete a database the demo did not make, or
+    to write into a server's database that holds records: it cannot be started afresh, and its
+    pending list would show the demo's refunds to real reviewers."""
+    parsed = sa.engine.make_url(url)
+    if parsed.get_backend_name() != "sqlite" and _count(url, "true"):
+        raise DemoFailed(f"{parsed!r} holds effectgate records; pass an empty database as --db")
+    if parsed.get_backend_name() != "sqlite" or not parsed.database or not Path(parsed.database).exists():
+        return
+    if not _count(url, "kind = 'demo_started'"):
+        raise DemoFailed(f"{parsed.database} exists and was not made by the demo; pass another --db")
     for suffix in ("", "-wal", "-shm"):
-        Path(f"{path}{suffix}").unlink(missing_ok=True)
+        Path(f"{parsed.database}{suffix}").unlink(missing_ok=True)
 
 
 def _fold(value: Any) -> Any:

@@ -16,14 +16,26 @@ from .table import EffectTable, ToolSpec
 def load_toml(source: str | Path, bindings: Mapping[str, Callable[..., Any]]) -> EffectTable:
     """See `EffectTable.from_toml`."""
     text = source if isinstance(source, str) and "\n" in source else Path(source).read_text()
-    data = tomllib.loads(text)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        where = "the TOML text" if isinstance(source, str) and "\n" in source else str(source)
+        raise TableError("<toml>", "toml", f"{where} is not TOML: {exc}") from exc
     unknown_top = set(data) - {"tools", "agents"}
     if unknown_top:
         raise TableError("<toml>", "sections", f"unknown sections {sorted(unknown_top)}")
+    tools, agents = data.get("tools", {}), data.get("agents", {})
+    for section, value in (("tools", tools), ("agents", agents)):
+        if not isinstance(value, dict):
+            raise TableError("<toml>", section, f"[{section}] must be a table")
     table = EffectTable()
-    for name, row in data.get("tools", {}).items():
+    for name, row in tools.items():
+        if not isinstance(row, dict):
+            raise TableError(name, "row", f"[tools.{name}] must be a table of fields")
         table.register(_spec_from_toml(name, row, bindings))
-    for agent, names in data.get("agents", {}).items():
+    for agent, names in agents.items():
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise TableError("<toml>", "agents", f"agent {agent!r}: its allowlist must list tool names")
         table.allow(agent, names)
     return table
 
@@ -56,6 +68,36 @@ def _reversibility(name: str, value: Any) -> Reversibility:
         raise TableError(name, "reversibility", f"{value!r} is not one of {known}") from None
 
 
+def _text(name: str, row: Mapping[str, Any], field_name: str) -> Any:
+    """A text field's value (None when absent); an approver role must also name someone."""
+    value = row.get(field_name)
+    if value is not None and not isinstance(value, str):
+        raise TableError(name, field_name, f"must be text, not {value!r}")
+    if field_name == "approver_role" and value is not None and not value.strip():
+        raise TableError(name, field_name, "an approver role must be a non-blank name")
+    return value
+
+
+def _subject(name: str, value: Any) -> tuple[str, ...]:
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise TableError(name, "subject", "must be an argument name or a list of argument names")
+    return tuple(names)
+
+
+def _escalation(name: str, rule: Any, bindings: Mapping[str, Callable[..., Any]]) -> Escalate:
+    """One rule; its limit and argument checked here (a wrong one would never escalate)."""
+    if not isinstance(rule, dict):
+        raise TableError(name, "escalate", f"each rule must be a table, not {rule!r}")
+    limit = rule.get("count_above", 0)
+    if not isinstance(limit, int) or isinstance(limit, bool):
+        raise TableError(name, "escalate", f"rule {rule}: count_above must be a whole number")
+    try:
+        return Escalate.from_rule(rule, bindings)
+    except ValueError as exc:
+        raise TableError(name, "escalate", str(exc)) from exc
+
+
 def _spec_from_toml(
     name: str, row: Mapping[str, Any], bindings: Mapping[str, Callable[..., Any]]
 ) -> ToolSpec:
@@ -69,9 +111,7 @@ def _spec_from_toml(
         ref = row.get(field_name, default)
         if ref is None:
             return None
-        if ref not in bindings:
-            raise TableError(name, field_name, f"{ref!r} is not among the bound callables")
-        return bindings[ref]
+        return bound_name(field_name, ref)
 
     def exceptions(field_name: str) -> tuple[type[Exception], ...]:
         names = row.get(field_name, [])
@@ -80,30 +120,35 @@ def _spec_from_toml(
         return tuple(bound_name(field_name, n) for n in names)
 
     def bound_name(field_name: str, ref: Any) -> Any:
-        if ref not in bindings:
+        if not isinstance(ref, str) or ref not in bindings:
             raise TableError(name, field_name, f"{ref!r} is not among the bound callables")
         return bindings[ref]
 
-    try:
-        escalate = tuple(Escalate.from_rule(rule, bindings) for rule in row.get("escalate", []))
-    except ValueError as exc:
-        raise TableError(name, "escalate", str(exc)) from exc
-    return ToolSpec(
+    rules = row.get("escalate", [])
+    if not isinstance(rules, list):
+        raise TableError(name, "escalate", "must be a list of rules")
+    escalate = tuple(_escalation(name, rule, bindings) for rule in rules)
+    spec = ToolSpec(
         name=name,
         effect=row["effect"],
         fn=bound("fn", name),
         schema=row.get("schema"),
-        approver_role=row.get("approver_role"),
-        owner=row.get("owner"),
+        approver_role=_text(name, row, "approver_role"),
+        owner=_text(name, row, "owner"),
         reversibility=_reversibility(name, row.get("reversibility", "irreversible")),
-        subject=tuple([row["subject"]] if isinstance(row.get("subject"), str) else row.get("subject", ())),
+        subject=_subject(name, row.get("subject", [])),
         scope=bound("scope"),
         confirm=bound("confirm"),
         snapshot=bound("snapshot"),
         reconcile=bound("reconcile"),
         escalate=escalate,
-        description=row.get("description", ""),
+        description=_text(name, row, "description") or "",
         definite_failures=exceptions("definite_failures"),
         unknown_outcome=exceptions("unknown_outcome"),
         transient=exceptions("transient"),
     )
+    properties = (spec.schema or {}).get("properties", {})
+    for rule in spec.escalate:  # a rule on an argument the tool lacks would never escalate
+        if "arg" in rule.rule and rule.rule["arg"] not in properties:
+            raise TableError(name, "escalate", f"{rule.rule['arg']!r} is not an argument of the tool")
+    return spec

@@ -1,12 +1,17 @@
 from __future__ import annotations
 
+import math
 import threading
 
 
 class FakeClock:
-    """A clock that moves only when told: `advance(seconds)`; `sleep` advances instead of waiting."""
+    """A clock that moves only when told: `advance(seconds)`; `sleep` advances instead of waiting.
+
+    It never goes backwards, and never to a time no comparison can order (NaN, infinity)."""
 
     def __init__(self, start: float = 1_800_000_000.0) -> None:
+        if not math.isfinite(start):
+            raise ValueError(f"a clock starts at a finite time, not {start!r}")
         self._now = start
         self._lock = threading.Lock()
         self.slept: list[float] = []
@@ -16,11 +21,11 @@ class FakeClock:
             return self._now
 
     def advance(self, seconds: float) -> None:
-        if seconds < 0:
-            raise ValueError("a clock does not go backwards")
+        if not (math.isfinite(seconds) and seconds >= 0):  # `nan < 0` is False: test it as finite
+            raise ValueError(f"a clock does not go backwards, or by {seconds!r}")
         with self._lock:
             self._now += seconds
 
     def sleep(self, seconds: float) -> None:
+        self.advance(seconds)  # first: a refused sleep is not recorded as slept
         self.slept.append(seconds)
-        self.advance(seconds)

@@ -50,10 +50,17 @@ class EffectRecorder:
             return list(self._effects)
 
     def count(self, kind: str | None = None, **match: Any) -> int:
+        """Effects of `kind` whose fields (the payload and `idempotency_key`) equal `match`; a
+        field an effect never recorded matches nothing, not None."""
+
+        def fields(e: Effect) -> Mapping[str, Any]:
+            return {"idempotency_key": e.idempotency_key, **e.payload}
+
         return sum(
             1
             for e in self.effects
-            if (kind is None or e.kind == kind) and all(e.payload.get(k) == v for k, v in match.items())
+            if (kind is None or e.kind == kind)
+            and all(k in (f := fields(e)) and f[k] == v for k, v in match.items())
         )
 
     def clear(self) -> None:

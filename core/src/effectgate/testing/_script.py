@@ -58,6 +58,10 @@ class Script:
 
     def __init__(self, turns: Iterable[Call | Say | Step]) -> None:
         self.turns: tuple[Turn, ...] = tuple(Step((t,)) if isinstance(t, Call) else t for t in turns)
+        for n, turn in enumerate(self.turns, 1):  # a str meant as say(), a list meant as step()
+            calls = turn.calls if isinstance(turn, Step) else ()
+            if not (isinstance(turn, Say) or (calls and all(isinstance(c, Call) for c in calls))):
+                raise TypeError(f"turn {n} is {turn!r}: each turn is call(...), say(...) or step(...)")
         self._pos = 0
         self._lock = threading.Lock()
         self.seen: list[Any] = []
