@@ -3,13 +3,12 @@ line for a gated call's outcome (logged on "effectgate._proposals")."""
 
 from __future__ import annotations
 
-import logging
-
+from ._logging import logger
 from .context import CallContext
 from .outcomes import Outcome, Pending, Refused
 from .table import ToolSpec
 
-log = logging.getLogger("effectgate._proposals")
+log = logger("effectgate._proposals")
 
 #: On the card of every call proposed in shadow mode.
 SHADOW_NOTE = "shadow mode: recorded for review; this call never runs, whatever is decided"

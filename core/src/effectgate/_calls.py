@@ -15,7 +15,6 @@ path, and their record is the read log.
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -23,6 +22,7 @@ from . import flow
 from ._deps import Deps, Events
 from ._execution import WRITE_PREFIX
 from ._ledger import in_scope
+from ._logging import logger
 from ._notice import Notices
 from ._proposals import Proposals
 from ._readlog import ReadLog
@@ -37,7 +37,7 @@ from .stores._dialect import REDACTED_PREFIX
 from .stores.base import Stored
 from .table import SchemaError, ToolSpec
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 #: Arguments whose canonical text starts like an erasure marker (`{"$redacted": ...`, the smallest
 #: key "$redacted") would be taken for erased ones by the audit, `redact`, the card and replay: the

@@ -13,12 +13,12 @@ with its error and code; a tampered record at WARNING. Never a token.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from ._deps import Deps, Events
 from ._json import parse
 from ._ledger import Ledger, context_of, in_scope, past
+from ._logging import logger
 from ._seal import approval_intact, broken, seal_approval, seal_decision
 from .context import Approver
 from .errors import (
@@ -38,7 +38,7 @@ from .stores.records import ApprovalRow
 from .table import ToolSpec
 from .tokens import token_hash
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 
 def _log_refused(what: str, approval_id: str, approver: Approver, exc: EffectGateError) -> None:

@@ -15,12 +15,12 @@ never the arguments. A refusal of a tool absent from the table names it in its d
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ._clock import Clock
+from ._logging import logger
 from ._seal import rule_seal
 from .canonical import canonical_json
 from .context import CallContext
@@ -31,7 +31,7 @@ from .stores.records import ApprovalRow
 from .table import EffectTable, ToolSpec
 from .tokens import Keyring
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 _ONE_ATTEMPT = json.dumps({"attempts": 1})
 

@@ -29,6 +29,7 @@ from . import flow
 from ._deps import Deps, Events
 from ._json import parse
 from ._ledger import Ledger, context_of
+from ._logging import logger
 from ._notice import Notices
 from ._seal import approval_intact
 from ._settle import Settlement, log_outcome
@@ -41,7 +42,7 @@ from .stores.records import ApprovalRow
 from .table import ToolSpec
 from .tokens import Keyring, TokenClaims, token_hash
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 EXEC_PREFIX = "eg_"
 WRITE_PREFIX = "w_"

@@ -25,14 +25,14 @@ process can recover it, and a second thread's transaction would collide with the
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 import time
 
+from ._logging import logger
 from .stores.protocol import Store
 
-log = logging.getLogger("effectgate._execution")
+log = logger("effectgate._execution")
 
 LOOK = 1.0  #: the longest the thread waits between looks at what it holds
 IDLE = 30.0  #: seconds with nothing held after which the thread ends (a later hold starts another)

@@ -6,17 +6,17 @@ committed, and records a hook that raises. A hook never blocks or breaks a call.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ._deps import Deps, Events
 from ._ledger import Ledger
-from .outcomes import Card, ReconciliationNotice
+from ._logging import logger
+from .outcomes import TAMPERED_WARNING, Card, ReconciliationNotice
 from .stores.records import ApprovalRow
 
-log = logging.getLogger("effectgate.notify")
+log = logger("effectgate.notify")
 
 NotificationKind = Literal["pending", "expiring", "needs_reconciliation"]
 
@@ -32,10 +32,12 @@ class Notification:
     `kind`: "pending" (a new approval or a new version of one), "expiring" (a pending approval
     whose deadline is near; sent once per version), "needs_reconciliation" (the provider's
     outcome is unknown: page the role). `approver_role` is who should look: the approval's role
-    after escalation, or the tool's owner for a write. `intact`: whether the approval record
-    behind a notice without a card verifies (None: there is none, a write's unknown outcome); a
-    card says it itself (`Card.warnings`). `record(kind, detail)` appends an event about this
-    notice to the gate's log (how a notifier records its deliveries)."""
+    after escalation, or the tool's owner for a write; for an approval record that does not
+    verify, the table's approver role of its tool (never the role an edit wrote). `intact`:
+    whether the approval record behind a notice without a card verifies (None: there is none, a
+    write's unknown outcome); a card says it itself (`Card.warnings`). `record(kind, detail)`
+    appends an event about this notice to the gate's log (how a notifier records its
+    deliveries)."""
 
     kind: NotificationKind
     tool: str
@@ -140,7 +142,14 @@ class Notices:
                     log.exception("could not record a failed %s notice for %s", kind, tool)
 
     def announce_card(self, kind: NotificationKind, card: Card) -> None:
-        self.announce(kind, tool=card.tool, role=card.approver_role, card=card)
+        role = card.approver_role if TAMPERED_WARNING not in card.warnings else self._tables_role(card.tool)
+        self.announce(kind, tool=card.tool, role=role, card=card)
+
+    def _tables_role(self, tool: str) -> str | None:
+        """Whom to tell about a record that does not verify: never the role its edit names, but
+        the table's approver role of the tool (its owner for a write); None for no such tool."""
+        spec = self.table.get(tool)
+        return None if spec is None else spec.approver_role or spec.owner
 
     def unknown_outcome(
         self, row: ApprovalRow | None, key: str, reason: str, ref: str | None, *, tool: str | None = None
@@ -150,16 +159,18 @@ class Notices:
         (it may have been read back raw, as `recover` does): a notice of a row that does not
         verify says so (`intact` False), and a notifier never presents it as effectgate's."""
         intact = self.ledger.verifies(row) if row is not None else None
+        role: str | None = None  # a write: its tool's owner (below)
+        if row is not None:  # a row that does not verify: the table's role, never its edit's
+            role = row.approver_role if intact else self._tables_role(tool or row.tool)
         notice = ReconciliationNotice(
             key=key,
             tool=row.tool if row else (tool or ""),
             reason=reason,
             approval_id=row.id if row else None,
-            approver_role=row.approver_role if row else None,
+            approver_role=role,
             provider_ref=ref,
             intact=intact,
         )
-        role = notice.approver_role
         if role is None and (spec := self.table.get(notice.tool)) is not None:
             role = spec.owner
         self.announce(

@@ -12,7 +12,6 @@ with their code, a tampered record at WARNING.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,6 +20,7 @@ from ._deps import Deps, Events
 from ._execution import exec_key
 from ._json import dumps
 from ._ledger import Ledger, in_scope, past
+from ._logging import INFO, logger
 from ._seal import approval_intact, broken, seal_approval
 from .canonical import ENCODE, digest, key_of, plain_json, sha256_hex
 from .context import CallContext
@@ -29,7 +29,7 @@ from .outcomes import Card, Executed, Outcome, Pending, RefusalCode, Refused
 from .stores.records import ApprovalRow
 from .table import ToolSpec
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 _PROPOSER = ("origin_message_id", "user_id", "agent_id", "run_id", "model_id")  # a version's, on amend
 
 
@@ -99,7 +99,7 @@ class Proposals:
                 now=now,
             )
         noted()
-        if log.isEnabledFor(logging.INFO):
+        if log.isEnabledFor(INFO):
             log_outcome(outcome, spec, ctx, edited_by)
         return shadowed(spec, outcome) if spec.shadow else outcome
 

@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import atexit
 import collections
-import logging
 import os
 import threading
 import weakref
 from typing import Any
 
+from ._logging import logger
 from .stores.protocol import Store
 
-_log = logging.getLogger("effectgate")
+_log = logger("effectgate")
 
 ReadRow = tuple[Any, ...]
 

@@ -20,7 +20,6 @@ tampered record at WARNING.
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -29,6 +28,7 @@ from . import flow
 from ._deps import Deps, Events
 from ._execution import EXEC_PREFIX, WRITE_PREFIX, exec_key
 from ._ledger import Ledger, context_of
+from ._logging import logger
 from ._notice import Notices
 from ._seal import approval_intact, broken
 from ._settle import Settlement, storable
@@ -38,7 +38,7 @@ from .outcomes import Executed
 from .stores.base import Stored
 from .stores.records import ApprovalRow
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 
 def _tool_of_write_key(key: object) -> str | None:

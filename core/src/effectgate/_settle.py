@@ -15,7 +15,6 @@ idempotency key and the reason. Never the arguments or the result.
 from __future__ import annotations
 
 import json
-import logging
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -23,6 +22,7 @@ from typing import Any
 from . import flow
 from ._deps import Deps, Events
 from ._leases import LeaseKeeper
+from ._logging import logger
 from ._notice import Notices
 from .context import CallContext, ToolContext
 from .errors import LeaseLost, NeedsReconciliation, OutcomeUnknown
@@ -31,7 +31,7 @@ from .stores.base import IdempotencyRecord, to_json
 from .stores.records import ApprovalRow
 from .table import ToolSpec
 
-log = logging.getLogger("effectgate._execution")
+log = logger("effectgate._execution")
 
 
 def _definite(spec: ToolSpec, *, gated: bool, exc: Exception) -> bool:

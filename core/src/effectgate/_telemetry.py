@@ -24,16 +24,16 @@ cannot be detached in another.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable, Generator
 from typing import Any, TypeVar
 
+from ._logging import logger
 from .errors import TokenError
 from .outcomes import Decision, Executed, Grant, Outcome, Pending, Recorded, Refused
 from .table import EffectTable
 from .tokens import Keyring
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 T = TypeVar("T")
 Attributes = dict[str, str | int | bool]

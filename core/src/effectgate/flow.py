@@ -18,16 +18,16 @@ import asyncio
 import contextvars
 import functools
 import inspect
-import logging
 import threading
 from collections.abc import Callable, Generator, Mapping
 from typing import Any, TypeVar
 
+from ._logging import logger
 from .context import ToolContext
 from .errors import EffectGateError
 
 T = TypeVar("T")
-_log = logging.getLogger("effectgate._execution")
+_log = logger("effectgate._execution")  # a raising handler must not skip _abandon
 
 
 class Invoke:

@@ -36,7 +36,6 @@ result as an error result that says so.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from types import TracebackType
@@ -48,6 +47,7 @@ from mcp.server.context import ServerRequestContext
 
 from .. import __version__
 from .._clock import Clock
+from .._logging import logger
 from ..canonical import digest
 from ..context import CallContext
 from ..effects import Policy
@@ -72,7 +72,7 @@ from ._config import ProxyConfig, Upstream, split_served
 from ._serve import card_link
 from ._upstream import CONTEXT_PARAM, Connection, UpstreamToolError, specs_for, table_of
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 #: The `_meta` key under which a client application may send a grant token with a re-issued call
 #: (set by the application, never by the model: a model writes a tool's name and arguments only).

@@ -54,7 +54,6 @@ HOME, ...), never the proxy's own environment, so never $EFFECTGATE_KEYRING.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, cast
@@ -63,13 +62,14 @@ import anyio
 import mcp.types as types
 from mcp import Client, StdioServerParameters
 
+from .._logging import logger
 from ..context import ToolContext
 from ..effects import Effect, Policy
 from ..errors import EffectGateError, OutcomeUnknown, TableError
 from ..table import EffectTable, ToolSpec
 from ._config import SEPARATOR, Http, Row, Stdio, Upstream
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 #: The `_meta` key that carries the idempotency key of a write or gated call upstream.
 IDEMPOTENCY_META = "effectgate/idempotency_key"

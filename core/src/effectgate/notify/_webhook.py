@@ -11,7 +11,6 @@ that quotes the URL (or its path) is recorded and logged with the host in its pl
 from __future__ import annotations
 
 import json
-import logging
 import queue
 import random
 import re
@@ -24,12 +23,13 @@ from urllib.parse import urlsplit
 import httpx
 
 from .._clock import SYSTEM_CLOCK, Clock
+from .._logging import logger
 from .._notice import Notification, NotificationKind
 from ..tokens import Keyring
 from ._message import delivery_id, message
 from ._signature import DELIVERY, EVENT, sign
 
-log = logging.getLogger("effectgate.notify")
+log = logger("effectgate.notify")
 
 ALL_KINDS: tuple[NotificationKind, ...] = ("pending", "expiring", "needs_reconciliation")
 RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
