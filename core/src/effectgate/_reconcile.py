@@ -52,7 +52,7 @@ def _approval_of_key(key: str) -> tuple[str, int] | None:
     if not key.startswith(EXEC_PREFIX) or "_v" not in key:
         return None
     approval_id, _, version = key[len(EXEC_PREFIX) :].rpartition("_v")
-    return (approval_id, int(version)) if version.isdigit() else None
+    return (approval_id, int(version)) if version.isascii() and version.isdigit() else None
 
 
 def _not_reconcilable(what: str) -> PolicyViolation:
