@@ -1,7 +1,5 @@
-"""Every difference between SQLite and PostgreSQL, each with the reason it exists.
-
-Nothing outside this module may branch on the dialect.
-"""
+"""Every difference between SQLite and PostgreSQL, each with the reason it exists. Nothing
+outside this module may branch on the dialect."""
 
 from __future__ import annotations
 
@@ -45,11 +43,11 @@ def make_engine(url: str, *, pool_size: int | None = None) -> Engine:
 
 
 def _postgresql_engine(parsed: sa.engine.URL, pool_size: int | None) -> Engine:
-    # No pool_pre_ping: it costs a round trip per transaction. A connection the server
-    # dropped fails its first statement before anything is written (the caller may retry),
-    # and SQLAlchemy then discards the pool's stale connections.
+    # No pool_pre_ping: it costs a round trip per transaction. A connection the server dropped
+    # fails its first statement before anything is written (the caller may retry), and
+    # SQLAlchemy then discards the pool's stale connections. hide_parameters: see SQLite's.
     url = parsed.set(drivername="postgresql+psycopg")
-    engine = fork_safe(sa.create_engine(url, pool_size=pool_size or 8, max_overflow=32))
+    engine = fork_safe(sa.create_engine(url, pool_size=pool_size or 8, max_overflow=32, hide_parameters=True))
 
     @sa.event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -71,7 +69,9 @@ def _postgresql_engine(parsed: sa.engine.URL, pool_size: int | None) -> Engine:
 
 def _sqlite_engine(parsed: sa.engine.URL, pool_size: int | None) -> Engine:
     memory = in_memory(parsed)  # one shared connection, or each checkout could see another database
+    # hide_parameters: an error's text is printed, logged and recorded, so never with its values
     kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False, "timeout": 30}}
+    kwargs["hide_parameters"] = True
     if memory:
         kwargs["poolclass"] = StaticPool
     elif pool_size is not None:
