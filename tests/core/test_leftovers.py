@@ -27,9 +27,10 @@ from effectgate import (
     ToolContext,
     ToolSpec,
 )
-from effectgate.errors import PolicyViolation
+from effectgate.errors import PolicyViolation, TableError
 from effectgate.examples.shop import SHOP_POLICY, context
 from effectgate.stores import SQLStore, open_store
+from effectgate.table import Escalate
 from effectgate.testing import FakeClock
 from effectgate.tokens import keyring_for
 
@@ -220,3 +221,42 @@ def test_in_memory_uri_store_leaves_no_key_file(
     assert keyring_for(url, create=True).kids
     assert keyring_for(url, create=False).kids
     assert list(tmp_path.iterdir()) == []
+
+
+# -- 4. an escalation rule on an argument the tool lacks (a typo) would never escalate
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        Escalate.above("amout", 100_000, role="finance_lead"),
+        Escalate.count_above("recipients", 500, role="marketing_lead"),
+    ],
+)
+def test_a_code_built_escalation_on_an_argument_the_tool_lacks_is_refused(rule: Escalate) -> None:
+    def refund(order_id: str, amount: int) -> dict[str, bool]:
+        """Refund an order."""
+        return {"ok": True}
+
+    with pytest.raises(TableError) as caught:
+        ToolSpec(name="refund", effect=Effect.MONEY, fn=refund, approver_role="finance", escalate=(rule,))
+    assert caught.value.field == "escalate"
+
+
+def test_an_escalation_on_a_real_argument_and_a_predicate_rule_still_build() -> None:
+    def refund(order_id: str, amount: int) -> dict[str, bool]:
+        """Refund an order."""
+        return {"ok": True}
+
+    spec = ToolSpec(
+        name="refund",
+        effect=Effect.MONEY,
+        fn=refund,
+        approver_role="finance",
+        escalate=(
+            Escalate.above("amount", 100_000, role="finance_lead"),
+            Escalate.when(lambda args: args.get("order_id") == "vip", role="cfo", note="vip"),
+        ),
+    )
+    assert spec.role_for({"order_id": "o1", "amount": 200_000})[0] == "finance_lead"
+    assert spec.role_for({"order_id": "vip", "amount": 1})[0] == "cfo"

@@ -176,6 +176,13 @@ def possible_roles(row: Mapping[str, Any], args: Mapping[str, Any]) -> set[str]:
     return roles | {row["approver_role"]}
 
 
+def named_args(subject: Sequence[str], escalate: Sequence[Escalate]) -> list[tuple[str, str]]:
+    """The arguments a row names, by field: its subject's and its escalation rules' (`above`,
+    `count_above`); each must be one of the tool's, or the row could never match it."""
+    rules = [str(e.rule["arg"]) for e in escalate if isinstance(e.rule, Mapping) and "arg" in e.rule]
+    return [("subject", arg) for arg in subject] + [("escalate", arg) for arg in rules]
+
+
 @dataclass(frozen=True, kw_only=True)
 class Escalate:
     """An argument-dependent rule that raises the approver role; the first matching rule wins.

@@ -128,7 +128,7 @@ def _spec_from_toml(
     if not isinstance(rules, list):
         raise TableError(name, "escalate", "must be a list of rules")
     escalate = tuple(_escalation(name, rule, bindings) for rule in rules)
-    spec = ToolSpec(
+    return ToolSpec(  # an escalation on an argument the tool lacks is refused there, as a subject's
         name=name,
         effect=row["effect"],
         fn=bound("fn", name),
@@ -147,8 +147,3 @@ def _spec_from_toml(
         unknown_outcome=exceptions("unknown_outcome"),
         transient=exceptions("transient"),
     )
-    properties = (spec.schema or {}).get("properties", {})
-    for rule in spec.escalate:  # a rule on an argument the tool lacks would never escalate
-        if "arg" in rule.rule and rule.rule["arg"] not in properties:
-            raise TableError(name, "escalate", f"{rule.rule['arg']!r} is not an argument of the tool")
-    return spec

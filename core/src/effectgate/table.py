@@ -22,7 +22,7 @@ import pydantic
 
 from ._rules import Escalate as Escalate
 from ._rules import Reconciled as Reconciled
-from ._rules import _context_params, _qualname, check_fingerprint, fast_validates, read_context
+from ._rules import _context_params, _qualname, check_fingerprint, fast_validates, named_args, read_context
 from .canonical import _SURROGATE, canonical_json, digest, plain_checker
 from .context import CallContext, Confirmation
 from .effects import Effect, Policy, Reversibility
@@ -184,10 +184,9 @@ class ToolSpec:
             jsonschema.Draft202012Validator.check_schema(dict(schema))
         except jsonschema.SchemaError as exc:
             raise TableError(self.name, "schema", f"not a valid JSON schema: {exc.message}") from exc
-        properties = schema.get("properties", {})
-        for arg in self.subject:
-            if arg not in properties:
-                raise TableError(self.name, "subject", f"{arg!r} is not an argument of the tool")
+        for field_name, arg in named_args(self.subject, self.escalate):  # a typo would never match
+            if arg not in schema.get("properties", {}):
+                raise TableError(self.name, field_name, f"{arg!r} is not an argument of the tool")
         if not self.description:
             set_(self, "description", inspect.getdoc(self.fn) or "")
         self.check_policy(Policy())
