@@ -43,6 +43,7 @@ from effectgate.adapter import DecisionMismatch, Paused, bind_token
 from effectgate.outcomes import Decision
 
 from ._context import TamperedState, adapter_state, has_signed_identity, mark_resumed
+from ._native_decisions import ran_first
 from ._reach import agent_gate, tool_gate
 from ._records import verified_approval
 from ._restored import observe
@@ -286,7 +287,9 @@ def reject(
 ) -> Refused | None:
     """Deny in effectgate (when it registered the call) and reject in the SDK with the reason, so
     the model is told why and the call never runs. Returns the core's refusal, if any. A state
-    whose identity or record does not verify is refused (`TamperedState`), nothing denied."""
+    whose identity or record does not verify is refused (`TamperedState`), nothing denied. A call
+    that already ran (another copy of this state was approved and resumed first) is not denied:
+    the model is told its stored result."""
     _mark(state)
     refused: Refused | None = None
     message = f"Refused (denied): {paused.tool} was denied: {reason}"
@@ -294,8 +297,11 @@ def reject(
         record = _verified(gate, state, paused)  # TamperedState: the state was edited, nothing denied
         approval_id, version = str(record["approval_id"]), int(record["version"])
         row = gate.store.get_approval(approval_id)
+        done = gate.result(approval_id) if row is not None and row.status == "executed" else None
         if row is not None and row.status == "denied":
             message = f"Refused (denied): {paused.tool} was denied: {row.reason}"
+        elif done is not None:  # it ran first (another copy of this state was approved and resumed)
+            message = ran_first(paused.tool, approval_id, done)
         else:
             refused = gate.deny(approval_id, approver=approver, reason=reason, version=version)
             message = refused.for_model()

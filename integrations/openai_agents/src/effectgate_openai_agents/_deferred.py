@@ -64,6 +64,8 @@ def deferred_payload(outcome: Pending | Executed) -> dict[str, Any]:
         body["message"] = (
             f"{tool} is waiting for approval by {outcome.card.approver_role}; it has not run. "
             f"Tell the user it is pending review."
+            if outcome.status == "pending"
+            else f"{tool} is {outcome.status} and has not run yet; its result will follow."
         )
     else:
         body["message"] = f"{tool} has already run for this request; its result is on record."

@@ -16,6 +16,8 @@ turn, including the resumed one):
   recorded as the configured `native_approver` when its role may decide the call, else (and
   always for one a restored snapshot carried) as the system identity `sdk-reject` with the row's
   role: the application rejected in the SDK, and a rejection cannot raise anyone's privileges.
+  A call that already ran (another copy of the same state was approved and resumed first) is
+  not rejected: the model is told its stored result instead of the rejection message.
 - A native approve goes through `gate.approve` as the configured `native_approver` (an `Approver`,
   or a function of the run context returning one): role, version, args hash, self-approval and the
   two-person rule all hold. A grant is attached and the call runs once; a `PartialApproval` (a
@@ -48,11 +50,12 @@ from typing import Any
 from agents import RunContextWrapper
 from agents.tool import DEFAULT_APPROVAL_REJECTION_MESSAGE
 
-from effectgate import Approver, EffectGate, Grant
+from effectgate import Approver, EffectGate, Executed, Grant, Pending
 from effectgate.adapter import native_approver, rejecting_approver
-from effectgate.errors import EffectGateError
+from effectgate.errors import AlreadyDecided, EffectGateError, NeedsReconciliation, TokenError
 
 from ._context import STATE_KEY, TamperedState
+from ._native import model_output
 from ._records import verified_approval
 from ._restored import observe
 
@@ -188,6 +191,8 @@ class NativeDecisions:
         approval_id, tool = str(record["approval_id"]), str(record["tool"])
         row = await self._owned_row(ctx, call_id)
         record["native"] = "rejected"
+        if row is not None and row.status == "executed":  # it ran first (another copy of the state)
+            await self._ran_first(ctx, call_id, tool, approval_id)
         if row is None or row.status not in ("pending", "approved"):
             return  # already closed (denied with effectgate's `reject`, expired, ran)
         reason = ctx.get_rejection_message(tool, call_id) or DEFAULT_APPROVAL_REJECTION_MESSAGE
@@ -200,6 +205,24 @@ class NativeDecisions:
             )
         except EffectGateError as exc:  # decided meanwhile, or moved to a newer version
             log.info("state.reject() of approval %s not recorded: %s", approval_id, exc)
+            running = isinstance(exc, AlreadyDecided) and exc.status == "executing"
+            await self._ran_first(ctx, call_id, tool, approval_id, running=running)
+
+    async def _ran_first(
+        self, ctx: RunContextWrapper[Any], call_id: str, tool: str, approval_id: str, *, running: bool = False
+    ) -> None:
+        """A rejection that came after the call ran, or while it runs (a copy of the same snapshot
+        was approved and resumed first): the model is told so, not that the call was rejected."""
+        done = await asyncio.to_thread(self.gate.result, approval_id)
+        if done is None and not running:
+            return
+        text = running_elsewhere(tool, approval_id) if done is None else ran_first(tool, approval_id, done)
+        for key, sdk in getattr(ctx, "_approvals", {}).items():  # the SDK's text for the call (0.24)
+            rejected = getattr(sdk, "rejected", None)
+            if (isinstance(rejected, list) and call_id in rejected) or (
+                rejected is True and getattr(key, "tool_key", key) == tool
+            ):
+                sdk.rejection_messages[call_id] = text
 
 
 def refusal(
@@ -219,4 +242,63 @@ def refusal(
     return f"{text} {why if isinstance(why, str) else NO_APPROVER}."
 
 
-__all__ = ["NO_APPROVER", "SDK_REJECT", "NativeApprover", "NativeDecisions", "refusal"]
+def ran_first(tool: str, approval_id: str, done: Executed) -> str:
+    """What the model is told of a call rejected after it ran (a copy of the same run state was
+    approved and resumed first): its stored result, not a rejection."""
+    return (
+        f"{tool} had already run for this request (approval {approval_id}) when this rejection "
+        f"was made, so it was not rejected. Its result: {model_output(done)}"
+    )
+
+
+def running_elsewhere(tool: str, approval_id: str) -> str:
+    """What the model is told of an approved call another resume of the run is running now."""
+    return (
+        f"{tool} was approved and is being run for this request elsewhere (approval {approval_id}, "
+        "by another resume of this run, say); it was not started again here, and its result is "
+        "not known yet. Do not call it again."
+    )
+
+
+def unknown_outcome(name: str, exc: NeedsReconciliation) -> str:
+    """What the model is told of a call whose outcome is unknown (it raised while it ran, or an
+    earlier run of it did): not a refusal, since the effect may have happened, and not to retry."""
+    return (
+        f"{name} needs reconciliation: its outcome is unknown ({exc.reason}), so it may have "
+        "happened; a person will reconcile it. Do not call it again."
+    )
+
+
+async def execute_grant(
+    gate: EffectGate, pending: Pending, token: str, args: Any, *, sync: bool
+) -> Executed | str:
+    """Run an approved call with its grant. A grant another resume of the same run spent (one
+    snapshot resumed twice at once) is not a refusal: the model is told the stored result, or,
+    while that resume is still running the call, that it runs there (never "Refused")."""
+    try:
+        if sync:
+            return await asyncio.to_thread(gate.execute, token, args)
+        return await gate.aexecute(token, args)
+    except TokenError as exc:
+        if exc.reason != "used":
+            raise
+        done = await asyncio.to_thread(gate.result, pending.approval_id)
+        if done is not None:
+            return done
+        row = await asyncio.to_thread(gate.store.get_approval, pending.approval_id)
+        if row is None or row.status != "approved":
+            raise
+        return running_elsewhere(pending.card.tool, pending.approval_id)
+
+
+__all__ = [
+    "NO_APPROVER",
+    "SDK_REJECT",
+    "NativeApprover",
+    "NativeDecisions",
+    "execute_grant",
+    "ran_first",
+    "refusal",
+    "running_elsewhere",
+    "unknown_outcome",
+]

@@ -51,13 +51,13 @@ from agents.tool_context import ToolContext
 
 from effectgate import CallContext, EffectGate, Executed, Invalid, Outcome, Pending, ToolSpec
 from effectgate.adapter import Unknown, check_wrappable, is_gated
-from effectgate.errors import EffectGateError, TokenError
+from effectgate.errors import EffectGateError, NeedsReconciliation, TokenError
 
 from ._arguments import call_of, parse
 from ._context import STATE_KEY, MissingIdentity, TamperedState, adapter_state, call_context, resumed
 from ._deferred import deferred_payload, is_deferred, remember_deferred
 from ._native import calling, check_own_approval, failed, invalid_error, model_output, own_policy
-from ._native_decisions import NativeApprover, NativeDecisions, refusal
+from ._native_decisions import NativeApprover, NativeDecisions, execute_grant, refusal, unknown_outcome
 from ._reach import mark
 from ._records import paused_record
 from ._restored import gated as mark_gated
@@ -295,6 +295,8 @@ class GatedTools:
             raise
         except TokenError as exc:
             return f"Refused (token_{exc.reason}): {exc}"
+        except NeedsReconciliation as exc:  # it may have happened: not a refusal
+            return unknown_outcome(name, exc)
         except EffectGateError as exc:
             return f"Refused: {exc}"
         except Exception as exc:  # the tool's own failure: recorded by the gate, then its policy
@@ -328,16 +330,12 @@ class GatedTools:
                 pending.status,
                 granted=isinstance(token, str),
             )
-        executed = (
-            await asyncio.to_thread(self.gate.execute, token, args)
-            if self._sync(pending.card.tool)
-            else await self.gate.aexecute(token, args)
-        )
+        executed = await execute_grant(self.gate, pending, token, args, sync=self._sync(pending.card.tool))
         grants.pop(pending.approval_id, None)
         record = adapter_state(ctx.context)["approvals"].get(ctx.tool_call_id)
         if isinstance(record, MutableMapping):
             record["native"] = "ran"  # the SDK's approval stays; there is nothing left to settle
-        return model_output(executed)
+        return model_output(executed) if isinstance(executed, Executed) else executed
 
 
 def gate_tools(
