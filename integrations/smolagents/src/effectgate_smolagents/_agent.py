@@ -6,7 +6,9 @@ smolagents has no pause primitive, so `GatedAgent` builds one from what it has:
   description, inputs and output type). Its `forward` sends the call through the gate, with the
   identity of the current run (never anything the model wrote).
 - A read or a write runs through the gate and returns its result. A refusal returns the gate's
-  message as the tool's result, so the model can correct itself. A bad argument (nothing runs)
+  message as the tool's result, so the model can correct itself; in a `CodeAgent` it is raised
+  there (`GateRefusal`), so the snippet stops and the model reads it before it can answer (code
+  cannot go on to a `final_answer` claiming the call done, unread). A bad argument (nothing runs)
   raises `AgentToolCallError` with the gate's message where smolagents raises it, and is the
   call's result elsewhere (`_arguments`). A tool that raises fails as smolagents shows a plain
   tool's error (`_errors`), except that the other calls of a parallel step keep their
@@ -46,20 +48,20 @@ from smolagents import CodeAgent, ToolCallingAgent
 from smolagents.agents import MultiStepAgent
 from smolagents.utils import AgentError, AgentToolCallError
 
-from effectgate import CallContext, EffectGate, Executed, Invalid, Outcome, Pending
+from effectgate import CallContext, EffectGate, Executed, Invalid, Outcome, Pending, Refused
 from effectgate.adapter import Paused, Unknown, check_wrappable, is_gated
-from effectgate.canonical import args_hash
 from effectgate.errors import EffectGateError
 from effectgate.rows import DEFAULT_DB, Row, gate_for
 
 from ._arguments import bad_argument, received
-from ._calling import route_tool_calls
+from ._calling import route_tool_calls, step_key
 from ._code import ApprovalRequired, keep_logs_at_a_stop
 from ._decisions import Decision, apply_decisions, continuation
-from ._errors import tool_failed
+from ._errors import refused, tool_failed
 from ._identity import Stop, model_id_of, outside_a_run, refuse_plain_runs, run_context
 from ._imports import acknowledged, freeze
 from ._managed import adopt, check_team, check_tools, own, serve_as_member
+from ._memory import check_resumable
 from ._outcomes import AwaitingApproval, Finished, RunOutcome, signed
 from ._result import run_result, wants_full_result
 from ._saving import mark_saved_agent
@@ -144,6 +146,7 @@ class GatedAgent:
         # of the run raises again and runs nothing, until the run is resumed.
         self._stopped: Pending | None = None
         self._parallel = False  # the ToolCallingAgent step in progress has more than one call
+        self._memory_of: tuple[str, str, list[Any]] | None = None  # the last run's session, user, steps
         for name, tool in list(agent.tools.items()):
             if is_wrapped(tool):
                 continue
@@ -165,9 +168,6 @@ class GatedAgent:
 
     # -- smolagents hooks
 
-    def _gated(self, name: str) -> bool:
-        return is_gated(self.gate, name)
-
     def _register_step(self, tool_calls: Sequence[Any]) -> None:
         """Register one model step's gated calls together (the core's parallel rule)."""
         runs = {c.id: c for c in tool_calls}  # smolagents runs the last call under each id only
@@ -175,7 +175,7 @@ class GatedAgent:
         calls = []
         for c in runs.values():
             tool = self.agent.tools.get(c.function.name)
-            if self._gated(c.function.name) and isinstance(tool, GatedTool):
+            if is_gated(self.gate, c.function.name) and isinstance(tool, GatedTool):
                 # what execute_tool_call will send (smolagents gives it `arguments or {}`)
                 calls.append((c.function.name, received(self.agent, tool, c.function.arguments or {}), c.id))
         if not calls:
@@ -183,19 +183,12 @@ class GatedAgent:
         outcomes = self.gate.call_step(calls, self._context())
         with self._lock:
             for (name, args, _), outcome in zip(calls, outcomes, strict=True):
-                self._step.setdefault(self._step_key(name, args), []).append(outcome)
+                self._step.setdefault(step_key(name, args), []).append(outcome)
 
     def _end_step(self) -> None:
         self._parallel = False
         with self._lock:
             self._step.clear()
-
-    @staticmethod
-    def _step_key(name: str, args: Any) -> tuple[str, str]:
-        try:
-            return name, args_hash(name, args)
-        except Exception:
-            return name, repr(args)
 
     def _context(self) -> CallContext:
         ctx = self._current
@@ -209,12 +202,12 @@ class GatedAgent:
         ctx = self._context()
         self._check_stopped()
         with self._lock:
-            queued = self._step.get(self._step_key(name, args))
+            queued = self._step.get(step_key(name, args))
             decided = queued.pop(0) if queued else None
         try:
             outcome = decided if decided is not None else self.gate.call(name, args, ctx)
         except EffectGateError as exc:
-            return f"Refused: {exc}"
+            return refused(f"Refused: {exc}", code=self.code)
         except Exception as exc:  # the tool's own failure, recorded: shown as smolagents shows it
             return tool_failed(
                 name, args, exc, code=self.code, parallel=self._parallel, logger=self.agent.logger
@@ -232,6 +225,8 @@ class GatedAgent:
             if self.code:
                 self._stopped = outcome
                 raise ApprovalRequired(outcome)
+        if isinstance(outcome, Refused):
+            return refused(outcome.for_model(), code=self.code)
         return outcome.for_model()
 
     def _check_stopped(self) -> None:
@@ -320,6 +315,8 @@ class GatedAgent:
                     if isinstance(event.error, AgentToolCallError) and len(step_calls) == 1:
                         observations.append((step_calls[0], str(event.error)))
                     step_calls = []
+                    if self._pending:  # stop here: at max_steps smolagents would ask the model for an answer
+                        break
                 elif kind == "FinalAnswerStep":
                     final = event.output
         except ApprovalRequired:
@@ -331,6 +328,7 @@ class GatedAgent:
             raise stop.error from None
         finally:
             self._current = None
+            self._memory_of = (ctx.session_id, ctx.user_id, self.agent.memory.steps)
             self.agent.interrupt_switch = False
         with self._lock:
             pending = tuple(self._pending.values())
@@ -349,11 +347,9 @@ class GatedAgent:
                 ),
                 self.gate,
             )
-        full = (
-            run_result(self.agent, final, started=started)
-            if wants_full_result(self.agent, return_full_result)
-            else None
-        )
+        full = None
+        if wants_full_result(self.agent, return_full_result):
+            full = run_result(self.agent, final, started=started)
         return Finished(output=final, observations=tuple(observations), run_result=full)
 
     def decide(self, awaiting: AwaitingApproval, decisions: Mapping[str, Decision]) -> dict[str, Outcome]:
@@ -373,6 +369,7 @@ class GatedAgent:
 
         The outcome's `decided` holds each decided approval's outcome (what the model is told);
         `return_full_result` is `run`'s."""
+        check_resumable(self.gate, self.agent, self._memory_of, awaiting)  # not in another's memory
         done = self.decide(awaiting, decisions)
         outcome = self.run(
             continuation(awaiting, done),

@@ -15,6 +15,8 @@ from typing import Any
 
 from smolagents import ToolCallingAgent
 
+from effectgate.canonical import args_hash
+
 from ._arguments import keywords, received
 from ._tools import GatedTool
 
@@ -50,3 +52,11 @@ def route_tool_calls(
 
     agent.execute_tool_call = types.MethodType(execute_tool_call, agent)
     agent.process_tool_calls = types.MethodType(process_tool_calls, agent)
+
+
+def step_key(name: str, args: Any) -> tuple[str, str]:
+    """What a step's registered gated call is found by when it runs: its tool and args hash."""
+    try:
+        return name, args_hash(name, args)
+    except Exception:
+        return name, repr(args)

@@ -29,6 +29,7 @@ from effectgate.errors import (
     TokenError,
     WrongApprover,
 )
+from effectgate.outcomes import RefusalCode
 
 from ._outcomes import AWAITING, AwaitingApproval
 
@@ -124,6 +125,10 @@ def apply_decisions(
     return {p.approval_id: done[p.approval_id] for p, _ in named}
 
 
+#: how a refused grant is reported (any other refusal: "denied")
+_TOKEN_REFUSALS: dict[str, RefusalCode] = {"expired": "expired", "used": "failed"}
+
+
 def _execute(gate: EffectGate, pending: Pending, decision: Approve) -> Outcome:
     stored = gate.result(pending.approval_id)
     if stored is not None:
@@ -131,7 +136,17 @@ def _execute(gate: EffectGate, pending: Pending, decision: Approve) -> Outcome:
     tool, approval_id = pending.card.tool, pending.approval_id
     try:
         return gate.execute(_token(decision))
-    except (TokenError, ApprovalError) as exc:
+    except TokenError as exc:  # a denial only if it says so: not an expired grant, nor a spent one
+        if exc.reason == "used":  # another resume ran it or runs it now, or it ran and failed
+            stored = gate.result(approval_id)
+            if stored is not None:
+                return stored
+            if gate.card(approval_id).status != "failed":
+                message = f"another resume started it ({exc}); it may be running now"
+                return Refused(code="in_progress", message=message, tool=tool, approval_id=approval_id)
+        code = _TOKEN_REFUSALS.get(exc.reason, "denied")
+        return Refused(code=code, message=str(exc), tool=tool, approval_id=approval_id)
+    except ApprovalError as exc:
         return Refused(code="denied", message=str(exc), tool=tool, approval_id=approval_id)
     except (NeedsReconciliation, LeaseLost) as exc:  # recorded; the resume goes on with the others
         message = f"the outcome is unknown ({exc}); a person will reconcile it"
@@ -198,7 +213,7 @@ def continuation(awaiting: AwaitingApproval, done: Mapping[str, Outcome]) -> str
             lines.append(
                 f"- {call} was approved and has run; result: {outcome.for_model()}. Do not call it again."
             )
-        elif isinstance(outcome, Refused) and outcome.code == "needs_reconciliation":
+        elif isinstance(outcome, Refused) and outcome.code in ("needs_reconciliation", "in_progress"):
             lines.append(
                 f"- {call} was approved; it may have run: {outcome.for_model()} Do not call it again."
             )

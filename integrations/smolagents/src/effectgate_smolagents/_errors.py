@@ -43,3 +43,16 @@ def tool_failed(
     if parallel:
         return text
     raise AgentToolExecutionError(text, logger) from exc
+
+
+class GateRefusal(Exception):
+    """A gated call the gate refused (nothing ran), raised in a CodeAgent's code at the call."""
+
+
+def refused(text: str, *, code: bool) -> str:
+    """A refusal as the call's result, so the model can correct the call. In a CodeAgent's code it
+    is raised (`GateRefusal`): the snippet stops there, as at a plain tool's failure, and the model
+    reads it before it answers (the rest of the snippet cannot claim the call done unread)."""
+    if code:
+        raise GateRefusal(text)
+    return text

@@ -24,13 +24,13 @@ from typing import Any
 
 from smolagents.agents import MultiStepAgent
 
-from effectgate import Keyring
-from effectgate.adapter import missing_identity
+from effectgate import EffectGate, Keyring
+from effectgate.adapter import DecisionMismatch, missing_identity, verify_state
 from effectgate.canonical import canonical_json
 from effectgate.errors import TokenError
 
 from ._managed import owner_of
-from ._outcomes import AwaitingApproval
+from ._outcomes import AWAITING, AwaitingApproval
 
 _MAGIC = b"effectgate-smolagents-memory/2\n"
 _PURPOSE = "smolagents-memory/2"  # not format 1's purpose: its MACs verify nothing here
@@ -100,6 +100,25 @@ def restore_memory(
     if not isinstance(steps, list):
         raise TokenError("malformed", "the memory blob does not hold a list of steps")
     agent.memory.steps = steps
+
+
+def check_resumable(
+    gate: EffectGate, agent: MultiStepAgent, held: tuple[str, str, list[Any]] | None, out: AwaitingApproval
+) -> None:
+    """`DecisionMismatch` (nothing decided, nothing run) when the agent's memory holds what its
+    GatedAgent last ran for another session or user than the paused run `out`: continuing in it
+    would show that conversation to the model acting for this user. `held` is (session, user,
+    steps) of that last run; memory replaced since (`restore_memory`, a reset) is not judged."""
+    if held is None or held[2] is not agent.memory.steps or not held[2]:
+        return
+    if (held[0], held[1]) != (out.session_id, out.user_id):
+        verify_state(gate, AWAITING, out.signed_fields(), out.signature)  # a changed record: TamperedState
+        raise DecisionMismatch(
+            out.paused[0].approval_id if out.paused else "",
+            "this agent's memory holds another session's or user's conversation, not the paused "
+            "run's: nothing was decided. Restore the paused run's memory first (restore_memory(agent, "
+            "blob, keyring, ..., awaiting=out)), or resume with an agent of its own",
+        )
 
 
 def _binding(
