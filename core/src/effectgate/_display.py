@@ -59,6 +59,14 @@ def remaining(seconds: float) -> str:
     return "in " + " ".join(parts)
 
 
+def countdown(expires_at: Any, now: float) -> str:
+    """`remaining` until `expires_at`; the stored value itself when an edit in the database left
+    something else than a number in the column (SQLite keeps text written into it)."""
+    if isinstance(expires_at, int | float):
+        return remaining(expires_at - now)
+    return f"{expires_at!r} (not a time)"
+
+
 def duration(seconds: float) -> str:
     """A length of time: "0s", "45s", "12m 30s", "2h 0m 5s", "3d 1h 20m"."""
     return "0s" if seconds < 1 else remaining(seconds).removeprefix("in ")
@@ -136,7 +144,5 @@ def card_view(gate: EffectGate, approval_id: str) -> dict[str, Any]:
         "in_flight": [e for e in view.history if e.status in ("pending", "approved")],
         "decisions": decisions,
         "result": result,
-        "expires": remaining(card.expires_at - gate.clock.now())
-        if isinstance(card.expires_at, int | float)
-        else f"{card.expires_at!r} (not a time)",  # text edited into the column (SQLite keeps it)
+        "expires": countdown(card.expires_at, gate.clock.now()),
     }

@@ -2,9 +2,10 @@
 
 A model (or a prompt injection) can write arguments that render differently from what they
 are: a right-to-left override that reverses part of an address, a zero-width space inside an
-account number, a Cyrillic "а" inside a Latin domain name. Every reviewer surface (CLI, web,
-Jupyter, webhook) shows the warnings of `text_warnings` next to the values, so an approver sees
-that the text needs a closer look. The values themselves are always shown unchanged.
+account number, a Cyrillic "а" (or a mathematical "𝖺") inside a Latin domain name. Every
+reviewer surface (CLI, web, Jupyter, webhook) shows the warnings of `text_warnings` next to the
+values, so an approver sees that the text needs a closer look. The values themselves are always
+shown unchanged.
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ _SCRIPTS = ("LATIN", "CYRILLIC", "GREEK", "ARMENIAN", "CHEROKEE")
 
 
 def _script(ch: str) -> str | None:
+    if not ch.isascii():  # a variant of one Latin letter (𝖺, ａ, the Roman numeral ⅼ) is a lookalike
+        folded = unicodedata.normalize("NFKC", ch)
+        if len(folded) == 1 and folded.isascii() and folded.isalpha():
+            return "LATIN LOOKALIKE"
     if not ch.isalpha():
         return None
     name = unicodedata.name(ch, "")

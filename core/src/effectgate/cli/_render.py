@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.text import Text
 
 from .._clock import SYSTEM_CLOCK
-from .._display import remaining, when
+from .._display import countdown, when
 from .._textcheck import hidden
 from ..outcomes import Card, json_value
 
@@ -162,8 +162,8 @@ def _card_panel(card: Card, *, now: float | None = None) -> Text:
         ("session / user", _escape(f"{card.session_id} / {card.user_id}"), ""),
         ("owner", _escape(card.owner or "-"), ""),
         ("created", when(card.created_at), ""),
-        ("expires", f"{when(card.expires_at)} ({remaining(card.expires_at - now)})", ""),
-        *(("note", _escape(n), "") for n in card.notes),
+        ("expires", _escape(f"{when(card.expires_at)} ({countdown(card.expires_at, now)})"), ""),
+        *(("note", _escape(n) if isinstance(n, str) else _compact(n), "") for n in card.notes),
         *((("reason", _escape(card.reason), ""),) if card.reason else ()),
     ]
     view = Text(_escape(f"approval {card.approval_id}"), style="bold red" if card.warnings else "bold")
@@ -182,7 +182,7 @@ def _pending_entry(card: Card, now: float) -> Text:
         _text(
             f"  v{card.version}  {card.tool}  role {card.approver_role}  "
             f"{card.approvals_given}/{card.approvals_required} approvals  "
-            f"expires {remaining(card.expires_at - now)}"
+            f"expires {countdown(card.expires_at, now)}"
         ),
     )
     if card.warnings:

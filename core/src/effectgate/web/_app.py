@@ -58,6 +58,7 @@ from ..outcomes import Card, Executed, Grant, PartialApproval, Recorded
 from ..report import figures
 from ..report._html import STYLE as REPORT_STYLE
 from ..report._html import body as report_body
+from ..stores._statements import possible_id
 from ..stores.base import from_json
 from ._auth import ApproverRegistry, RegisteredApprover, csrf_ok, csrf_token
 from ._guard import LOCAL_HOSTS, MIN_SSO_SECRET, PROXY_HEADER, SecurityHeaders, from_proxy, host_guard
@@ -108,7 +109,8 @@ def create_app(
     env = Environment(loader=FileSystemLoader(_TEMPLATES), autoescape=select_autoescape(default=True))
     env.filters["pretty"] = pretty
     env.filters["when"] = when
-    env.filters["reveal"] = reveal
+    # a value edited in the database may be any JSON (a note that is null): shown as its JSON
+    env.filters["reveal"] = lambda value: reveal(value if isinstance(value, str) else pretty(value))
     templates = Jinja2Templates(env=env)
     sessions = Sessions(gate.clock, max_age=SESSION_SECONDS)
     throttle = LoginThrottle(
@@ -191,7 +193,9 @@ def create_app(
         show_all = request.query_params.get("all") == "1"
         session = request.query_params.get("session") or None
         role = (request.query_params.get("role") or None) if show_all else me.role
-        pending = await run_in_threadpool(gate.pending, role=role, session_id=session)
+        # a NUL names no session (PostgreSQL's text cannot hold one: the query would fail)
+        named = session is None or possible_id(session)
+        pending = await run_in_threadpool(gate.pending, role=role, session_id=session) if named else []
         cards = await run_in_threadpool(keyring_warnings, gate, pending)
         yours = {c.approval_id for c in cards if may_decide(me, c)}
         return page(
