@@ -269,6 +269,7 @@ def test_destructive_needs_two_distinct_approvers(inbox: Inbox) -> None:
     r = first.post(f"/approvals/{p.approval_id}/approve", data=form(p, csrf))
     assert r.status_code == 200
     assert "1 of 2" in r.text
+    assert "1 more distinct approver is needed" in r.text
     assert "1 of 2" in first.get(f"/approvals/{p.approval_id}").text
     again = first.post(f"/approvals/{p.approval_id}/approve", data=form(p, csrf))
     assert again.status_code in (403, 409)
@@ -286,9 +287,9 @@ def test_deny_records_the_reason(inbox: Inbox) -> None:
     before = snapshot(inbox)
     assert c.post(f"/approvals/{p.approval_id}/deny", data=form(p, csrf, reason="  ")).status_code == 409
     assert snapshot(inbox) == before
-    assert (
-        c.post(f"/approvals/{p.approval_id}/deny", data=form(p, csrf, reason="delivered")).status_code == 200
-    )
+    denied = c.post(f"/approvals/{p.approval_id}/deny", data=form(p, csrf, reason="delivered"))
+    assert denied.status_code == 200
+    assert f"Denied version {p.version}." in denied.text
     row = inbox.store.get_approval(p.approval_id)
     assert row is not None
     assert (row.status, row.reason) == ("denied", "delivered")

@@ -179,3 +179,30 @@ def test_a_compatibility_lookalike_inside_an_address_is_warned(inbox: Inbox) -> 
     plain = inbox.gate.call("send_email", args, context("m9"))
     assert isinstance(plain, Pending), plain
     assert inbox.gate.card(plain.approval_id).warnings == ()
+
+
+def test_a_line_separator_in_model_text_is_warned_and_written_out(inbox: Inbox) -> None:
+    """U+2028 (and U+2029) break a line inside the web's <pre> where the text shows none: the
+    card warns about it, as about a control character, and writes it out in the result."""
+
+    def pay(payee: str) -> dict[str, Any]:
+        """Pay someone."""
+        return {"paid": payee}
+
+    spec = ToolSpec(name="pay", effect=Effect.MONEY, fn=pay, approver_role="finance")
+    table = EffectTable([spec])
+    table.allow_all("support")
+    gate = EffectGate(table, inbox.store, keyring=Keyring.generate(), clock=inbox.clock)
+    try:
+        p = gate.call("pay", {"payee": "acme\u2028evil\u2029corp"}, context("m1"))
+        assert isinstance(p, Pending), p
+        assert any("U+2028" in w and "control character" in w for w in gate.card(p.approval_id).warnings)
+        app = create_app(gate, registry(), secret_key="k", on_grant=lambda grant: gate.execute(grant.token))
+        c = TestClient(app, base_url="http://127.0.0.1", follow_redirects=False)
+        csrf = login(c, "fiona")
+        decided = c.post(f"/approvals/{p.approval_id}/approve", data=form(p, csrf)).text
+        assert inbox.store.get_approval(p.approval_id).status == "executed"  # type: ignore[union-attr]
+    finally:
+        gate.close()
+    assert "\u2028" not in decided
+    assert "acme&lt;U+2028&gt;evil&lt;U+2029&gt;corp" in decided

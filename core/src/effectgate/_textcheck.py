@@ -29,6 +29,11 @@ _SHOWN = 80  # characters of a mixed-script token quoted in its warning
 # Scripts whose letters are commonly confused with Latin ones.
 _SCRIPTS = ("LATIN", "CYRILLIC", "GREEK", "ARMENIAN", "CHEROKEE")
 
+#: Controls, and the line and paragraph separators (U+2028, U+2029) that break a line where the
+#: text shows none (in a browser's <pre>): warned about and written out like control characters.
+_BREAKING = ("Cc", "Zl", "Zp")
+_HIDDEN = ("Cf", *_BREAKING)
+
 
 def _script(ch: str) -> str | None:
     if not ch.isascii():  # a variant of one Latin letter (𝖺, ａ, the Roman numeral ⅼ) is a lookalike
@@ -81,7 +86,7 @@ def text_warnings(value: Any, *, limit: int = 20) -> tuple[str, ...]:
         )
         if invisible:
             found.append("invisible character " + ", ".join(_describe(c) for c in invisible))
-        controls = sorted({c for c in text if unicodedata.category(c) == "Cc" and c not in "\n\t"})
+        controls = sorted({c for c in text if unicodedata.category(c) in _BREAKING and c not in "\n\t"})
         if controls:
             found.append("control character " + ", ".join(_describe(c) for c in controls))
         for token in _TOKEN.findall(text):
@@ -100,8 +105,9 @@ def text_warnings(value: Any, *, limit: int = 20) -> tuple[str, ...]:
 
 def hidden(ch: str) -> bool:
     """Whether `ch` renders as nothing or reorders the text around it (bidirectional controls,
-    zero-width and other format characters, fillers, controls other than newline and tab)."""
-    return ch in _INVISIBLE or ch in _BIDI or (unicodedata.category(ch) in ("Cf", "Cc") and ch not in "\n\t")
+    zero-width and other format characters, fillers, controls other than newline and tab, line
+    and paragraph separators)."""
+    return ch in _INVISIBLE or ch in _BIDI or (unicodedata.category(ch) in _HIDDEN and ch not in "\n\t")
 
 
 def reveal(text: str) -> str:

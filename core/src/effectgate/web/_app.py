@@ -291,6 +291,7 @@ def create_app(
             shown=shown,
             token=token,
             approval_id=approval_id,
+            version=version,
         )
 
     def history_context() -> dict[str, Any]:
