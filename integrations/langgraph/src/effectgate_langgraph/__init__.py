@@ -45,7 +45,7 @@ from langgraph.types import Command, Interrupt
 
 from effectgate.adapter import DecisionMismatch, MissingIdentity, TamperedState
 
-from ._decisions import ApprovalPayload, ApprovalRequest, RefusedDecision
+from ._decisions import PAYLOAD_TYPE, ApprovalPayload, ApprovalRequest, RefusedDecision
 from ._messages import ARTIFACT_KEY
 from ._middleware import EffectGateMiddleware
 from ._native import InvalidToolArguments, gated_middleware, gated_node, native_tool
@@ -101,13 +101,15 @@ def resume(
 ) -> Command[Any]:
     """The Command answering gated calls with decisions keyed by approval id.
 
-    With the pending interrupt(s) given, each interrupt is addressed by its id and gets the
-    decisions for the approvals its payload lists (a decision naming none of them goes to every
-    interrupt, to be refused there in the open). Without, `Command(resume=decisions)`."""
+    With the pending interrupt(s) given, each of the gate's interrupts is addressed by its id and
+    gets the decisions for the approvals its payload lists (a decision naming none of them goes to
+    every one, to be refused there in the open); any other interrupt is left unanswered. Without,
+    `Command(resume=decisions)`."""
     value = {key: dict(d) for key, d in decisions.items()}
     if interrupts is None:
         return Command(resume=value)
-    pending = [interrupts] if isinstance(interrupts, Interrupt) else list(interrupts)
+    given = [interrupts] if isinstance(interrupts, Interrupt) else list(interrupts)
+    pending = [i for i in given if isinstance(i.value, Mapping) and i.value.get("type") == PAYLOAD_TYPE]
     listed = {i.id: _approval_ids(i) for i in pending}
     known = set().union(*listed.values())
     return Command(

@@ -81,6 +81,7 @@ from typing import Any, TypedDict
 
 from effectgate import CallContext, EffectGate, Pending
 from effectgate.adapter import sign_state
+from effectgate.outcomes import VersionEntry
 
 PAYLOAD_TYPE = "effectgate.approval"
 ALLOWED: tuple[str, ...] = ("approve", "deny", "edit")
@@ -187,6 +188,19 @@ def payload(
     }
 
 
+def edited(history: Sequence[VersionEntry], call_hash: str, version: int, ctx: CallContext) -> bool:
+    """Whether reviewers' edits alone turned the checkpoint's call (`call_hash`) into `version`."""
+    earlier = [v for v in history if v.args_hash == call_hash and v.version < version]
+    later = [v for v in history if earlier and earlier[-1].version < v.version <= version]
+    # A reviewer's edit is recorded as one (`edited_by`): a version the same message proposed
+    # again (a re-run of an edited checkpoint) is not an edit, whoever approved it.
+    return (
+        bool(earlier)
+        and earlier[-1].origin_message_id == ctx.origin_message_id
+        and all(v.edited_by is not None and v.args_hash != call_hash for v in later)
+    )
+
+
 @dataclass(frozen=True)
 class Approve:
     token: str
@@ -269,7 +283,7 @@ def read_decision(
             raise DecisionRefused("deny needs a reason the model can be told")
         if "approver" in raw:
             raise DecisionRefused(DENY_NAMES_APPROVER)
-        return Deny(reason)
+        return Deny(_kept(reason))
     if kind == "edit":
         args = raw.get("args")
         action = raw.get("edited_action")
@@ -298,8 +312,21 @@ def read_hitl(raw: Mapping[str, Any], waiting: Waiting) -> Decision:
     if message is not None and not isinstance(message, str):
         raise DecisionRefused("a reject's 'message' is text the model can be told")
     if message and message.strip():
-        return Reject(message)
+        return Reject(_kept(message))
     return Reject(
         f"User rejected the tool call for `{waiting.tool}`. The tool was not executed. Do not "
         "retry this tool call unless the user explicitly requests it."
     )
+
+
+def _kept(reason: str) -> str:
+    """A reason the store can keep: one with a lone surrogate (what JSON's "\\ud800" decodes to)
+    is refused here, before it reaches the database's encoder."""
+    try:
+        reason.encode("utf-8")
+    except UnicodeEncodeError:
+        raise DecisionRefused(
+            "the reason holds a lone surrogate (an unpaired \\ud800-\\udfff escape), which no "
+            "database can keep; nothing was applied: send it as plain text"
+        ) from None
+    return reason

@@ -21,6 +21,7 @@ affected (its decisions name their approvals, and a token binds version and args
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from langgraph.types import interrupt
 from effectgate import CallContext, EffectGate
 
 from ._decisions import ApprovalPayload, Waiting
-from ._hitl import HOW_TO_ANSWER, is_hitl, next_slot, provenance
+from ._hitl import HOW_TO_ANSWER, is_hitl, next_slot, provenance, slot_interrupt_id
 
 #: The event kind of an interrupt's record (detail: `interrupt_id`, `shown`).
 SHOWN = "langgraph_interrupt_shown"
@@ -42,6 +43,9 @@ SHOWN = "langgraph_interrupt_shown"
 # plain `Command(resume={approval_id: decision})` lands in this config entry instead of reaching
 # `interrupt()`. Reading our own approval ids from it keeps that documented form working.
 _RESUME_MAP_KEY = "__pregel_resume_map"
+# The task's answers in order, and its namespace (as `_hitl` reads them).
+_SCRATCHPAD_KEY = "__pregel_scratchpad"
+_NS_KEY = "checkpoint_ns"
 
 #: Each listed call as [approval id, version, args hash], sorted.
 Shown = list[list[Any]]
@@ -122,10 +126,11 @@ def refusal(gate: EffectGate, interrupt_id: str, slot: int, calls: Shown, sessio
 Raised = tuple[GraphInterrupt, Shown, CallContext, int | None]
 
 
-def asker(raised: list[Raised]) -> Callable[[Ask], Answer]:
-    """`interrupt()`, noting each raised interrupt in `raised` (the driver records it) and the
-    interrupt a HITL answer answers, except that a plain `{approval_id: decision}` resume is
-    read once from the run's resume map (see `_RESUME_MAP_KEY`)."""
+def asker(raised: list[Raised], asked: list[int]) -> Callable[[Ask], Answer]:
+    """`interrupt()`, noting each raised interrupt in `raised` (the driver records it), how many
+    times it was called in `asked[0]`, and the interrupt a HITL answer answers, except that a
+    plain `{approval_id: decision}` resume is read once from the run's resume map (see
+    `_RESUME_MAP_KEY`)."""
     used = False
 
     def ask(op: Ask) -> Answer:
@@ -137,6 +142,7 @@ def asker(raised: list[Raised]) -> Callable[[Ask], Answer]:
                 picked = {k: v for k, v in resume_map.items() if k in op.approval_ids}
                 if picked:
                     return Answer(picked)
+        asked[0] += 1
         try:
             value = interrupt(op.payload)
         except GraphInterrupt as exc:
@@ -156,6 +162,50 @@ def asker(raised: list[Raised]) -> Callable[[Ask], Answer]:
     return ask
 
 
+def _unasked(asked: int) -> tuple[str, str, int] | None:
+    """The task's thread, namespace and number of answers when it holds more than the `asked`
+    this run's step took (its interrupt() calls come first in the task): None otherwise."""
+    conf = get_config().get("configurable", {})
+    answers = getattr(conf.get(_SCRATCHPAD_KEY), "resume", None)
+    ns, thread = conf.get(_NS_KEY), conf.get("thread_id")
+    if not isinstance(answers, list) or len(answers) <= asked or not isinstance(ns, str) or thread is None:
+        return None
+    return str(thread), ns, len(answers)
+
+
+def _step_slots(gate: EffectGate, session_id: str, ns: str) -> set[int]:
+    """The answer slots of the task `ns` at which the step paused (its records, `record`)."""
+    details = [_detail(e.detail_json) for e in gate.store.events(kind=SHOWN, session_id=session_id)]
+    return {
+        d["slot"]
+        for d in details
+        if isinstance(d.get("slot"), int) and d.get("interrupt_id") == slot_interrupt_id(ns, d["slot"])
+    }
+
+
+def _take(asked: int, slots: set[int], answered: int) -> None:
+    """Take, without applying, the answers at the step's own slots from `asked` on: LangGraph
+    matches a task's answers to its interrupt() calls by order, and a step settled from the store
+    asks fewer times than it paused, so a tool's own interrupt() in the same task would be handed
+    an answer given to the gate (an approval's grant token) instead of its own. A pause not
+    answered yet is left alone (`answered`: the task's stored answers)."""
+    while asked in slots and asked < answered:
+        interrupt(None)  # the slot holds an answer: it is returned, nothing is raised
+        asked += 1
+
+
+def skip_answered(gate: EffectGate, asked: int) -> None:
+    """After a settled step: the answers its earlier pauses got that this run did not ask for."""
+    if (where := _unasked(asked)) is not None:
+        _take(asked, _step_slots(gate, *where[:2]), where[2])
+
+
+async def askip_answered(gate: EffectGate, asked: int) -> None:
+    """`skip_answered`, the store read in a worker thread."""
+    if (where := _unasked(asked)) is not None:
+        _take(asked, await asyncio.to_thread(_step_slots, gate, *where[:2]), where[2])
+
+
 def _detail(text: str) -> dict[str, Any]:
     try:
         value = json.loads(text)
@@ -171,7 +221,9 @@ __all__ = [
     "Raised",
     "Shown",
     "asker",
+    "askip_answered",
     "record",
     "refusal",
     "shown",
+    "skip_answered",
 ]

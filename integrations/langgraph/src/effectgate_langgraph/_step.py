@@ -31,7 +31,7 @@ from typing import Any
 from langchain_core.messages import ToolCall
 from langgraph.errors import GraphInterrupt
 
-from effectgate import Approver, CallContext, EffectGate, Grant, Outcome, Pending, flow
+from effectgate import Approver, CallContext, EffectGate, Executed, Grant, Outcome, Pending, flow
 from effectgate.adapter import DecisionMismatch, Paused, bind_decision, is_gated, rejecting_approver
 from effectgate.canonical import args_hash, freeze
 from effectgate.errors import ApprovalError, ArgumentError, EffectGateError, PolicyViolation, TokenError
@@ -46,6 +46,7 @@ from ._decisions import (
     RefusedDecision,
     Reject,
     Waiting,
+    edited,
     payload,
     read_decision,
 )
@@ -59,7 +60,7 @@ from ._hitl import (
     matched,
 )
 from ._identity import call_id, reused_ids
-from ._shown import Answer, Ask, Raised, asker, record, refusal, shown
+from ._shown import Answer, Ask, Raised, asker, askip_answered, record, refusal, shown, skip_answered
 
 #: The application's approver for HITL decisions in this run (`effectgate.adapter.native_approver`).
 ApproverOf = Callable[[], Approver | None]
@@ -112,6 +113,11 @@ def _slot(gate: EffectGate, call: ToolCall, outcome: Outcome, ctx: CallContext) 
     slot = _Slot(
         call=call, outcome=outcome, args=call["args"], call_hash=call_hash(gate, call["name"], call["args"])
     )
+    if isinstance(outcome, Executed) and outcome.approval_id and (ran := outcome.version or 1) > 1:
+        # settled on an earlier run (a sibling waited, or a replay): the model is told of an edit too
+        if edited(gate.versions(outcome.approval_id), slot.call_hash, ran, ctx):
+            slot.edited_args = dict(gate.card(outcome.approval_id).args)
+        return slot
     if not isinstance(outcome, Pending):
         return slot
     card = outcome.card
@@ -125,16 +131,7 @@ def _slot(gate: EffectGate, call: ToolCall, outcome: Outcome, ctx: CallContext) 
         return slot
     if card.args_hash == slot.call_hash:
         return slot
-    history = gate.versions(outcome.approval_id)
-    earlier = [v for v in history if v.args_hash == slot.call_hash and v.version < outcome.version]
-    later = [v for v in history if earlier and v.version > earlier[-1].version]
-    # A reviewer's edit is recorded as one (`edited_by`): a version the same message proposed
-    # again (a re-run of an edited checkpoint) is not an edit, whoever approved it.
-    if (
-        earlier
-        and earlier[-1].origin_message_id == ctx.origin_message_id
-        and all(v.edited_by is not None for v in later)
-    ):
+    if edited(gate.versions(outcome.approval_id), slot.call_hash, outcome.version, ctx):
         slot.args = slot.edited_args = dict(outcome.card.args)
         return slot
     slot.args = dict(outcome.card.args)
@@ -311,11 +308,10 @@ def _apply_one(
             yield from _refresh(gate, slot, w, call_ctx)
             raise DecisionRefused(f"the denial was refused: {exc}") from exc
         return
-    spec = gate.table[w.tool]
-    if spec.subject_of(decision.args) != spec.subject_of(w.args):
-        raise DecisionRefused(
-            f"an edit cannot change what {w.tool} acts on ({spec.subject_of(w.args)}); deny it instead"
-        )
+    if (subject := gate.table[w.tool].subject_of(w.args)) is None:  # the core would propose anew
+        raise DecisionRefused(f"{w.tool} names no subject, so its call cannot be edited; deny it instead")
+    if gate.table[w.tool].subject_of(decision.args) != subject:
+        raise DecisionRefused(f"an edit cannot change what {w.tool} acts on ({subject}); deny it instead")
     out = yield from gate.flows.edit(w.tool, decision.args, call_ctx, editor=resume_identity)
     if not isinstance(out, Pending):
         raise DecisionRefused(f"the edited call was not accepted: {out.for_model()}")
@@ -369,22 +365,29 @@ def _refresh(gate: EffectGate, slot: _Slot, w: Waiting, ctx: CallContext) -> Gen
 
 def drive(step: StepFlow, gate: EffectGate) -> dict[str, Settled]:
     """Settle a step on this thread; an `Ask` is LangGraph's interrupt (it raises: the pause),
-    whose payload the gate's log records (`_shown`)."""
+    whose payload the gate's log records (`_shown`). Settled, the answers the step's earlier
+    pauses got and this run did not ask for again are taken (`_shown.skip_answered`)."""
     raised: list[Raised] = []
+    asked = [0]
     try:
-        return flow.drive(step, other=asker(raised))
+        settled = flow.drive(step, other=asker(raised, asked))
     except GraphInterrupt:
         for r in raised:
             record(gate, *r)
         raise
+    skip_answered(gate, asked[0])
+    return settled
 
 
 async def adrive(step: StepFlow, gate: EffectGate) -> dict[str, Settled]:
     """As `drive`: the store work and sync tools run in a worker thread, the pause on the loop."""
     raised: list[Raised] = []
+    asked = [0]
     try:
-        return await flow.adrive(step, other=asker(raised))
+        settled = await flow.adrive(step, other=asker(raised, asked))
     except GraphInterrupt:
         for r in raised:
             await asyncio.to_thread(record, gate, *r)
         raise
+    await askip_answered(gate, asked[0])
+    return settled
