@@ -20,6 +20,7 @@ from ._json import parse
 from ._ledger import Ledger, context_of, in_scope, past
 from ._logging import logger
 from ._seal import approval_intact, broken, seal_approval, seal_decision
+from .canonical import _SURROGATE
 from .context import Approver
 from .errors import (
     AlreadyDecided,
@@ -279,6 +280,8 @@ class Decisions:
     ) -> tuple[Refused, int]:
         if not reason or not reason.strip():
             raise PolicyViolation("a denial needs a reason the model can be told")
+        if _SURROGATE.search(reason):  # (a NUL is stored as U+FFFD, as everywhere)
+            raise PolicyViolation("a denial reason cannot hold a lone surrogate: no database keeps one")
         if reason.startswith(REDACTED_PREFIX):  # only `redact` writes a value that starts like one
             raise PolicyViolation("a denial reason may not start like an erasure marker ('{\"$redacted\":')")
         with self.store.transaction() as conn:

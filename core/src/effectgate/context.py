@@ -81,6 +81,8 @@ class Approver:
             raise TypeError(f"Approver id and role must be text (got {self.id!r}, {self.role!r})")
         if not self.id or not self.role:
             raise ValueError("Approver needs a non-empty id and role")
+        if not (_storable(self.id) and _storable(self.role)):  # it is stored with every decision
+            raise ValueError("Approver id and role cannot hold NUL or a lone surrogate (never stored)")
 
 
 @dataclass(frozen=True, kw_only=True)
