@@ -81,7 +81,8 @@ class Scan:
         self.reported_policies: set[str] = set()
         self.statuses: Counter[str] = Counter()
         self.latencies: list[float] = []
-        self.redacted = entries(store)
+        self.redacted = entries(store)  # read again once on a miss: a redaction committed since
+        self.reread = False
         self.approval_sealed = seal_checker(keyring, "approval") if keyring is not None else None
         self.decision_sealed = seal_checker(keyring, "decision") if keyring is not None else None
         # What each (table row, policy) pair of recorded rules implies, derived once (only for
@@ -211,6 +212,8 @@ class Scan:
         approval: str | None,
         ex: int | None = None,
     ) -> None:
+        if (*where, "args_json") not in self.redacted and not self.reread:  # its markers and entries
+            self.redacted, self.reread = entries(self.store), True  # commit together: read them again
         problem = marker_problem(self.redacted.get((*where, "args_json")), self.keyring, args, args_hash)
         if problem is not None:
             self.add("redaction_forged", tool, f"the arguments: {problem}", approval, ex)

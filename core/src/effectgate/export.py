@@ -114,9 +114,9 @@ def decision_records(
         for column, text in (("args_json", ex.args_json), ("error", ex.error)):
             if text is None:
                 continue
-            if is_redacted(text):
-                entry = erased.get(("eg_executions", str(ex.id), column))
-                committed[column] = entry.commitment if entry is not None else ""
+            if is_redacted(text):  # its entry: read again if erased since (another process)
+                erased = erased if (k := ("eg_executions", str(ex.id), column)) in erased else entries(store)
+                committed[column] = erased[k].commitment if k in erased else ""
             else:
                 personal[column] = text
                 committed[column] = commitment(keyring, text)
