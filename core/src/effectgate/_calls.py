@@ -49,6 +49,15 @@ _RESERVED = SchemaError(
 ToolCallLike = tuple[str, Mapping[str, Any]] | tuple[str, Mapping[str, Any], str | None]
 
 
+def _repr(exc: Exception) -> str:
+    """A failed read's error text: `repr(exc)`, its type's name when that raises (the read is
+    still recorded, and the tool's own exception raised)."""
+    try:
+        return repr(exc)
+    except Exception:
+        return f"{type(exc).__name__}(...)"
+
+
 def with_call_id(ctx: CallContext, call_id: str | None) -> CallContext:
     return ctx if call_id is None else dataclasses.replace(ctx, tool_call_id=call_id)
 
@@ -150,7 +159,7 @@ class Calls:
                     raise
                 attempt += 1
             except Exception as exc:  # not transient: recorded as a failed read, then raised
-                self.reads.add(self.events.read_row("read_failed", spec, ctx, frozen, attempt, repr(exc)))
+                self.reads.add(self.events.read_row("read_failed", spec, ctx, frozen, attempt, _repr(exc)))
                 raise
         self.reads.add(self.events.read_row("read", spec, ctx, frozen, attempt))
         return executed(spec.name, result)
@@ -261,7 +270,7 @@ class Calls:
                     raise
                 attempt += 1
             except Exception as exc:  # not transient: recorded as a failed read, then raised
-                self.reads.add(self.events.read_row("read_failed", spec, ctx, frozen, attempt, repr(exc)))
+                self.reads.add(self.events.read_row("read_failed", spec, ctx, frozen, attempt, _repr(exc)))
                 raise
         self.reads.add(self.events.read_row("read", spec, ctx, frozen, attempt))
         return executed(spec.name, result)
@@ -270,7 +279,7 @@ class Calls:
         """After attempt `attempt` of a read failed transiently: back off and True, or, with the
         retries spent, record the failed read and False (the caller re-raises)."""
         if attempt > self.policy.read_retries:
-            self.reads.add(self.events.read_row("read_failed", spec, ctx, frozen, attempt, repr(exc)))
+            self.reads.add(self.events.read_row("read_failed", spec, ctx, frozen, attempt, _repr(exc)))
             return False
         self.clock.sleep(self.policy.retry_backoff * 2 ** (attempt - 1))
         return True

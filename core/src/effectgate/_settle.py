@@ -41,7 +41,9 @@ def _definite(spec: ToolSpec, *, gated: bool, exc: Exception) -> bool:
     lists in `definite_failures` (e.g. a provider's 4xx "card declined"); anything else, a
     connection reset or an HTTP client's timeout included, is an unknown outcome. A write fails
     definitely unless the exception is `OutcomeUnknown`, a `TimeoutError` or one its row lists in
-    `unknown_outcome`."""
+    `unknown_outcome`. A coroutine closed before it started (`flow.NotStarted`) did nothing."""
+    if isinstance(exc, flow.NotStarted):
+        return True
     if isinstance(exc, (OutcomeUnknown, TimeoutError, *spec.unknown_outcome)):
         return False
     if gated:
@@ -123,7 +125,7 @@ class Settlement:
                     self.record_failure(spec, ctx, row, frozen, key, owner, execution, exc)
                     raise
 
-                reason = f"{type(exc).__name__}: {exc}"
+                reason = describe(exc)
                 ref = getattr(exc, "provider_ref", None) or (refs[-1] if refs else None)
                 try:
                     with self.store.transaction() as conn:
@@ -154,7 +156,7 @@ class Settlement:
             try:
                 after = spec.snapshot(args) if spec.snapshot else None
             except Exception as exc:  # the effect happened: keep its result, note the missing snapshot
-                after = {"snapshot_failed": f"{type(exc).__name__}: {exc}"}
+                after = {"snapshot_failed": describe(exc)}
             # The effect happened: what cannot be stored as JSON is stored as what it was, never lost
             # with the record left in flight (the outcome is known; see `storable`)
             result, result_json = storable(result, "result", spec.name, key)
@@ -283,7 +285,7 @@ class Settlement:
         execution row with its result or error, needing reconciliation (it may have happened
         twice; only a provider that refuses a repeated key prevents that), and the approver role
         is notified. The caller raises LeaseLost (from `exc`: the tool's error is kept)."""
-        error = f"{type(exc).__name__}: {exc}" if exc is not None else None
+        error = describe(exc) if exc is not None else None
         what = f"{'raised' if error else 'returned'} after its lease was lost"
         reason = f"the tool {what} (another worker took the operation over)" + (f": {error}" if error else "")
         detail = {"reason": reason, "error": error} if error else {"reason": reason}
@@ -317,7 +319,7 @@ class Settlement:
     ) -> None:
         """A definite failure: the record is `failed`; a gated approval ends `failed` (terminal).
         Raises LeaseLost (from `exc`) when the lease was lost: see `record_lease_lost`."""
-        error = f"{what}{type(exc).__name__}: {exc}"
+        error = what + describe(exc)
         try:
             with self.store.transaction() as conn:
                 self.store.fail(key, owner, error, conn=conn)
@@ -357,6 +359,15 @@ class Settlement:
             expect_status=["approved"],
             values={"status": "failed", "reason": error, "updated_at": now},
         )
+
+
+def describe(exc: BaseException) -> str:
+    """`Type: text` of an exception, its type alone when its `str()` raises (a tool's exception
+    must not keep the record it ran under from being settled)."""
+    try:
+        return f"{type(exc).__name__}: {exc}"
+    except Exception:
+        return f"{type(exc).__name__}: (no text)"
 
 
 def storable(value: Any, what: str, tool: str, key: str) -> tuple[Any, str]:

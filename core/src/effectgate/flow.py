@@ -97,12 +97,20 @@ def run_sync(fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:
         asyncio.get_running_loop()
     except RuntimeError:
         return asyncio.run(_await(value))
+    unrun = inspect.iscoroutine(value) and inspect.getcoroutinestate(value) == inspect.CORO_CREATED
     close = getattr(value, "close", None)
     if callable(close):
         close()
-    raise RuntimeError(_ASYNC_ON_LOOP)
+    raise (NotStarted if unrun else RuntimeError)(_ASYNC_ON_LOOP)
 
 
+class NotStarted(RuntimeError):
+    """A tool's coroutine refused on a running loop before its first step (a plain function that
+    returns one, which `refuse_async_on_loop` cannot tell from a sync tool): nothing ran, so its
+    record is a definite failure, not an unknown outcome."""
+
+
+_ASYNC_CANCELLED = "the call was cancelled before its coroutine ran"
 _PLAIN = frozenset({dict, list, str, int, float, bool, type(None), tuple})
 
 
@@ -262,8 +270,11 @@ class _Worker:
         """Store a tool's outcome in an abandoned flow (a value it returned, or the exception it
         raised), then close the flow: whatever it asks for next is not run."""
         if returned and inspect.isawaitable(value):  # an async result nobody awaits now
+            unrun = inspect.iscoroutine(value) and inspect.getcoroutinestate(value) == inspect.CORO_CREATED
             getattr(value, "close", lambda: None)()
-        elif returned or isinstance(value, Exception):
+            # nothing ran: a definite failure (`NotStarted`); else its outcome is unknown (in flight)
+            returned, value = False, NotStarted(_ASYNC_CANCELLED) if unrun else None
+        if returned or isinstance(value, Exception):
             try:
                 (self.flow.send if returned else self.flow.throw)(value)
             except StopIteration:
