@@ -123,19 +123,24 @@ def test_a_session_filter_holding_nul_lists_nothing(inbox: Inbox) -> None:
     assert c.get("/", params={"all": "1", "session": "\x00"}).status_code == 200
 
 
-def test_a_result_quoting_model_text_is_written_out_on_every_page(inbox: Inbox) -> None:
-    """The tool's result quotes the model-written payee (with a right-to-left override): the page
-    after Approve, the card's Result and the History page write it out; only the stored argument
-    itself is shown as stored (once, on the card, beside its revealed copy)."""
+def _pay_gate(inbox: Inbox) -> EffectGate:
+    """A gate over the inbox's store with one money tool whose result quotes its payee."""
 
     def pay(payee: str) -> dict[str, Any]:
         """Pay someone."""
         return {"paid": payee}
 
-    spec = ToolSpec(name="pay", effect=Effect.MONEY, fn=pay, approver_role="finance")
-    table = EffectTable([spec])
+    table = EffectTable([ToolSpec(name="pay", effect=Effect.MONEY, fn=pay, approver_role="finance")])
     table.allow_all("support")
-    gate = EffectGate(table, inbox.store, keyring=Keyring.generate(), clock=inbox.clock)
+    return EffectGate(table, inbox.store, keyring=Keyring.generate(), clock=inbox.clock)
+
+
+def test_a_result_quoting_model_text_is_written_out_on_every_page(inbox: Inbox) -> None:
+    """The tool's result quotes the model-written payee (with a right-to-left override): the page
+    after Approve, the card's Result and the History page write it out; only the stored argument
+    itself is shown as stored (once, on the card, beside its revealed copy)."""
+
+    gate = _pay_gate(inbox)
     try:
         p = gate.call("pay", {"payee": "acme\u202eevil"}, context("m1"))
         assert isinstance(p, Pending), p
@@ -185,14 +190,7 @@ def test_a_line_separator_in_model_text_is_warned_and_written_out(inbox: Inbox) 
     """U+2028 (and U+2029) break a line inside the web's <pre> where the text shows none: the
     card warns about it, as about a control character, and writes it out in the result."""
 
-    def pay(payee: str) -> dict[str, Any]:
-        """Pay someone."""
-        return {"paid": payee}
-
-    spec = ToolSpec(name="pay", effect=Effect.MONEY, fn=pay, approver_role="finance")
-    table = EffectTable([spec])
-    table.allow_all("support")
-    gate = EffectGate(table, inbox.store, keyring=Keyring.generate(), clock=inbox.clock)
+    gate = _pay_gate(inbox)
     try:
         p = gate.call("pay", {"payee": "acme\u2028evil\u2029corp"}, context("m1"))
         assert isinstance(p, Pending), p
