@@ -123,7 +123,7 @@ def test_a_session_filter_holding_nul_lists_nothing(inbox: Inbox) -> None:
     assert c.get("/", params={"all": "1", "session": "\x00"}).status_code == 200
 
 
-def _pay_gate(inbox: Inbox) -> EffectGate:
+def _quoting_pay_gate(inbox: Inbox) -> EffectGate:
     """A gate over the inbox's store with one money tool whose result quotes its payee."""
 
     def pay(payee: str) -> dict[str, Any]:
@@ -140,7 +140,7 @@ def test_a_result_quoting_model_text_is_written_out_on_every_page(inbox: Inbox) 
     after Approve, the card's Result and the History page write it out; only the stored argument
     itself is shown as stored (once, on the card, beside its revealed copy)."""
 
-    gate = _pay_gate(inbox)
+    gate = _quoting_pay_gate(inbox)
     try:
         p = gate.call("pay", {"payee": "acme\u202eevil"}, context("m1"))
         assert isinstance(p, Pending), p
@@ -190,7 +190,7 @@ def test_a_line_separator_in_model_text_is_warned_and_written_out(inbox: Inbox) 
     """U+2028 (and U+2029) break a line inside the web's <pre> where the text shows none: the
     card warns about it, as about a control character, and writes it out in the result."""
 
-    gate = _pay_gate(inbox)
+    gate = _quoting_pay_gate(inbox)
     try:
         p = gate.call("pay", {"payee": "acme\u2028evil\u2029corp"}, context("m1"))
         assert isinstance(p, Pending), p
