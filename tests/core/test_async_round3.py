@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from effectgate import Effect, EffectGate, EffectTable, ToolSpec
+from effectgate import Effect, EffectGate, EffectTable, Refused, ToolSpec
 from effectgate.errors import NeedsReconciliation
 from effectgate.examples.shop import context
 from effectgate.stores import SQLStore
@@ -171,3 +171,40 @@ def test_a_coroutine_a_cancelled_calls_sync_tool_returned_unrun_is_no_unknown_ou
     assert gate._settlement.leases._held == {}
     [record] = store.idempotency_records()
     assert record.status == "failed"
+
+
+# -- the same text, where a store's run, a confirm check or a reconcile hook raised it
+
+
+def test_a_store_run_whose_exception_has_no_text_is_recorded_failed(store: SQLStore) -> None:
+    def fn() -> Any:
+        raise Unprintable
+
+    with pytest.raises(Unprintable):
+        store.run("k-unprintable", "0" * 64, fn)
+    record = store.get("k-unprintable")
+    assert record is not None
+    assert record.status == "failed"
+    assert record.error == "Unprintable: (no text)"
+
+
+def test_a_confirm_check_whose_exception_has_no_text_refuses_the_call(make_gate: MakeGate) -> None:
+    ran: list[str] = []
+
+    def pay(ref: str) -> str:
+        """Pay a reference."""
+        ran.append(ref)
+        return "paid"
+
+    def confirm(args: Any, seen: Any) -> str | None:
+        raise Unprintable
+
+    table = EffectTable(
+        [ToolSpec(name="pay", effect=Effect.MONEY, fn=pay, approver_role="finance", confirm=confirm)]
+    )
+    table.allow_all("support")
+    gate = make_gate(table)
+    out = gate.call("pay", {"ref": "r1"}, context("m1"))
+    assert isinstance(out, Refused)
+    assert (out.code, out.message) == ("confirm_failed", "pay: confirm check raised Unprintable: (no text)")
+    assert ran == []

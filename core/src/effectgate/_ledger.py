@@ -19,7 +19,7 @@ from ._deps import Deps, Events
 from ._json import parse
 from ._seal import approval_intact, approval_sealed, decision_intact
 from .context import CallContext, Confirmation, SubjectEntry
-from .errors import PolicyViolation, TamperedRecord, UnknownApproval
+from .errors import PolicyViolation, TamperedRecord, UnknownApproval, describe
 from .outcomes import UNSEALED_WARNING, Card, SubjectView, VersionEntry
 from .stores._dialect import REDACTED_PREFIX
 from .stores._statements import no_nul
@@ -87,7 +87,7 @@ class Ledger:
         try:
             return spec.confirm(args, Confirmation(call=ctx, history=history))
         except Exception as exc:
-            return f"confirm check raised {type(exc).__name__}: {exc}"
+            return f"confirm check raised {describe(exc)}"
 
     def history(
         self, conn: Any, tool: str, subject_key: str, exclude: str | None

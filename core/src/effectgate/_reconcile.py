@@ -33,7 +33,7 @@ from ._notice import Notices
 from ._seal import approval_intact, broken
 from ._settle import Settlement, storable
 from .context import Approver, ToolContext
-from .errors import PolicyViolation, StoreError, TamperedRecord, UnknownApproval, WrongApprover
+from .errors import PolicyViolation, StoreError, TamperedRecord, UnknownApproval, WrongApprover, describe
 from .outcomes import Executed
 from .stores.base import Stored
 from .stores.records import ApprovalRow
@@ -391,7 +391,7 @@ class Reconciliation:
                 try:
                     self.reconcile(row.id if row is not None else record.key)
                 except Exception as exc:  # each record on its own: logged, recorded, and on
-                    error = f"{type(exc).__name__}: {exc}"
+                    error = describe(exc)
                     log.warning("recover: reconcile failed: key=%s error=%s", record.key, error)
                     failed = self.events.event("reconcile_failed", row=row, key=record.key, error=error)
                     self.events.record(failed)

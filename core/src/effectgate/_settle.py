@@ -25,7 +25,7 @@ from ._leases import LeaseKeeper
 from ._logging import logger
 from ._notice import Notices
 from .context import CallContext, ToolContext
-from .errors import LeaseLost, NeedsReconciliation, OutcomeUnknown
+from .errors import LeaseLost, NeedsReconciliation, OutcomeUnknown, describe
 from .outcomes import Executed
 from .stores.base import IdempotencyRecord, to_json
 from .stores.records import ApprovalRow
@@ -359,15 +359,6 @@ class Settlement:
             expect_status=["approved"],
             values={"status": "failed", "reason": error, "updated_at": now},
         )
-
-
-def describe(exc: BaseException) -> str:
-    """`Type: text` of an exception, its type alone when its `str()` raises (a tool's exception
-    must not keep the record it ran under from being settled)."""
-    try:
-        return f"{type(exc).__name__}: {exc}"
-    except Exception:
-        return f"{type(exc).__name__}: (no text)"
 
 
 def storable(value: Any, what: str, tool: str, key: str) -> tuple[Any, str]:

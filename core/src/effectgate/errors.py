@@ -255,6 +255,15 @@ class OutcomeUnknown(EffectGateError):
         super().__init__(message)
 
 
+def describe(exc: BaseException) -> str:
+    """`Type: text` of an exception, its type alone when its `str()` raises (an exception a tool
+    or a hook raised must not keep the record it ran under from being settled)."""
+    try:
+        return f"{type(exc).__name__}: {exc}"
+    except Exception:
+        return f"{type(exc).__name__}: (no text)"
+
+
 __all__ = [
     "AlreadyDecided",
     "ApprovalError",

@@ -36,6 +36,7 @@ from ..errors import (
     NeedsReconciliation,
     OutcomeUnknown,
     StoreError,
+    describe,
 )
 from ._dialect import REDACTED_PREFIX
 
@@ -357,7 +358,7 @@ class IdempotencyStore(ABC):
             self.mark_needs_reconciliation(key, claim.owner, str(exc), provider_ref=exc.provider_ref)
             raise NeedsReconciliation(key, str(exc), provider_ref=exc.provider_ref) from exc
         except Exception as exc:
-            self.fail(key, claim.owner, f"{type(exc).__name__}: {exc}")
+            self.fail(key, claim.owner, describe(exc))
             raise
         return self.complete(key, claim.owner, result).result
 
