@@ -229,7 +229,7 @@ def test_a_write_that_fails_midway_leaves_the_file_as_it_was(
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(os, "write", full_disk)
-    with pytest.raises(OSError, match="No space"):
+    with pytest.raises(PathRefused, match="No space"):  # nothing changed: a definite failure
         write("a.txt", "new content")
     monkeypatch.undo()
     assert (tree.root / "a.txt").read_text() == "alpha\n"

@@ -53,15 +53,16 @@ class PathRefused(EffectGateError, ValueError):
 
     `code` says why, for programs: `empty`, `nul`, `encoding`, `absolute`, `escapes`, `too_long`,
     `too_deep`, `symlink`, `not_a_directory`, `not_regular`, `work_directory`, `too_large`,
-    `not_text`, `denied` (the file system refused a delete). The message says it for people
-    (and the model)."""
+    `not_text`, `denied` (the file system refused a write or a delete: read-only, full, immutable).
+    The message says it for people (and the model)."""
 
     def __init__(self, path: str, code: str, reason: str) -> None:
         self.path = path
         self.code = code
-        self.reason = reason
+        # a name in it may hold terminal escapes or a bidi override: shown escaped, as repr does
+        self.reason = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in reason)
         shown = path if len(path) <= 80 else path[:77] + "..."
-        super().__init__(f"refused {shown!r}: {reason}")
+        super().__init__(f"refused {shown!r}: {self.reason}")
 
 
 def _supported() -> bool:
@@ -169,8 +170,13 @@ def _explain(exc: OSError, dir_fd: int, name: str, target: Target) -> Exception:
     return exc
 
 
-def _fail(exc: OSError, dir_fd: int, name: str, target: Target) -> NoReturn:
+def _fail(
+    exc: OSError, dir_fd: int, name: str, target: Target, *, refused: frozenset[int] = frozenset()
+) -> NoReturn:
+    """Raise what `_explain` says; an errno in `refused` (a call that changed nothing) as `denied`."""
     explained = _explain(exc, dir_fd, name, target)
+    if explained is exc and exc.errno in refused:
+        explained = PathRefused(target.given, "denied", f"the file system refused: {exc.strerror}")
     if explained is exc:
         raise exc
     raise explained from exc
@@ -189,7 +195,7 @@ def _open_dir(dir_fd: int, name: str, target: Target, *, create: bool) -> int:
     except FileExistsError:
         pass  # made meanwhile: the open below checks what it is
     except OSError as exc:
-        _fail(exc, dir_fd, name, target)
+        _fail(exc, dir_fd, name, target, refused=_REFUSED)
     return _open_dir(dir_fd, name, target, create=False)
 
 
@@ -257,7 +263,12 @@ def parent(root_fd: int, target: Target, *, create: bool = False) -> Iterator[tu
 
 def open_file(dir_fd: int, name: str, target: Target) -> int:
     """A read descriptor of the regular file `name` in `dir_fd`; anything else is refused
-    (checked on the open descriptor, so what is read is what was checked)."""
+    (checked on the open descriptor, so what is read is what was checked). What is seen not to
+    be a regular file is refused unopened: opening a FIFO, even without blocking, releases a
+    writer waiting for a reader (whose write then fails), and opening a device runs its driver."""
+    seen = lstat_at(dir_fd, name)
+    if seen is not None and not stat.S_ISREG(seen.st_mode) and not stat.S_ISLNK(seen.st_mode):
+        raise not_regular(target, seen.st_mode)
     try:
         fd = os.open(name, _READ, dir_fd=dir_fd)
     except OSError as exc:
@@ -303,24 +314,29 @@ def replace_file(dir_fd: int, name: str, target: Target, data: bytes) -> bool:
     if old is not None and not stat.S_ISREG(old.st_mode):
         raise not_regular(target, old.st_mode)
     temp = f".effectgate-{secrets.token_hex(8)}.tmp"
-    fd = os.open(temp, _CREATE, 0o666, dir_fd=dir_fd)
+    try:  # private until it has the old file's mode: no one else can open it and read the new text
+        fd = os.open(temp, _CREATE, 0o666 if old is None else 0o600, dir_fd=dir_fd)
+    except OSError as exc:
+        _fail(exc, dir_fd, name, target, refused=_ANY)  # nothing was made
+    refused = _ANY  # until the rename, the target is untouched: any failure changed nothing
     try:
         try:
+            if old is not None:  # its permissions, never set-ID bits (a write into it clears them)
+                os.fchmod(fd, stat.S_IMODE(old.st_mode) & ~(stat.S_ISUID | stat.S_ISGID))
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
-            if old is not None:  # its permissions, never set-ID bits (a write into it clears them)
-                os.fchmod(fd, stat.S_IMODE(old.st_mode) & ~(stat.S_ISUID | stat.S_ISGID))
             os.fsync(fd)
         finally:
             os.close(fd)
+        refused = _REFUSED
         # renameat replaces the entry `name`, whatever it is now; it never follows a symlink.
         os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException as exc:
         with suppress(OSError):
             os.unlink(temp, dir_fd=dir_fd)
         if isinstance(exc, OSError):
-            _fail(exc, dir_fd, name, target)
+            _fail(exc, dir_fd, name, target, refused=refused)
         raise
     # The file is replaced now, for every reader. Syncing the directory makes the rename survive
     # a crash; where it fails (a file system that cannot sync a directory) the write still happened.
@@ -341,12 +357,12 @@ def remove_file(dir_fd: int, name: str, target: Target) -> int:
         raise not_regular(target, old.st_mode)
     try:
         os.unlink(name, dir_fd=dir_fd)
-    except OSError as exc:
-        if exc.errno in _UNLINK_REFUSED:  # unlinkat removes all or nothing: nothing was removed
-            raise PathRefused(target.given, "denied", f"the file system refused: {exc.strerror}") from exc
-        _fail(exc, dir_fd, name, target)
+    except OSError as exc:  # unlinkat removes all or nothing: a refusal removed nothing
+        _fail(exc, dir_fd, name, target, refused=_REFUSED)
     return old.st_size
 
 
-#: unlinkat's refusals (an immutable file, a sticky directory, a read-only or busy mount)
-_UNLINK_REFUSED = frozenset({errno.EPERM, errno.EACCES, errno.EROFS, errno.EBUSY})
+#: the file system's refusals of a mkdir, rename or unlink, which then did nothing (an immutable
+#: file, a sticky directory, a read-only, busy or full mount)
+_REFUSED = frozenset({errno.EPERM, errno.EACCES, errno.EROFS, errno.EBUSY, errno.ENOSPC, errno.EDQUOT})
+_ANY = frozenset(errno.errorcode)  # a write's failure before its rename: the target is untouched

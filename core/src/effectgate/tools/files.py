@@ -25,7 +25,7 @@ also pointing inside: refused, not followed), device files, FIFOs, directories w
 expected, and files over the size limit are refused with `PathRefused`, whose message says why.
 A symlink swapped in between a check and the use cannot escape: the check is the `O_NOFOLLOW`
 open itself. `PathRefused` and `FileNotFoundError` are the rows' definite failures: a gated
-delete that raises one is recorded as failed, with nothing changed.
+delete or write that raises one is recorded as failed, with nothing changed.
 
 Two calls naming one file differently (`a.txt`, `./a.txt`) are two subjects to the gate. The
 work directory and the limits are not part of a row's fingerprint (the code is, by name). POSIX
@@ -188,7 +188,9 @@ class _Files:
             return {"size": size, "sha256": None}
         digest = hashlib.sha256()
         head = b""
-        while chunk := os.read(fd, 1 << 16):
+        left = size  # the size found: a file another process keeps appending to is read once
+        while left > 0 and (chunk := os.read(fd, min(1 << 16, left))):
+            left -= len(chunk)
             digest.update(chunk)
             if len(head) <= self.snapshot_text_bytes:
                 head += chunk[: self.snapshot_text_bytes + 1 - len(head)]
