@@ -36,6 +36,7 @@ from ._deps import Deps, Events
 from ._execution import Execution
 from ._ledger import Ledger
 from ._notice import Notices, Notify
+from ._owned import own_store
 from ._proposals import Proposals
 from ._readlog import ReadLog
 from ._reconcile import Reconciliation
@@ -141,6 +142,7 @@ class EffectGate:
         # One resolution with the CLI and the inbox: $EFFECTGATE_KEYRING, else a SQLite file's key
         # file beside it, else (a server database) MissingKeyring saying how to configure one.
         keyring = keyring or keyring_for(store.url)
+        own_store(store.url)  # its database, journals and key file: never the file tools' (`_owned`)
         notifiers = () if notify is None else tuple(notify) if isinstance(notify, Sequence) else (notify,)
         for hook in notifiers:
             # A webhook receiver holds its signing key: it must never be able to mint grants.

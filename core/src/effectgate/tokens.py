@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ._owned import own
 from .errors import MissingKeyring, TokenError
 
 PREFIX = "eg1"
@@ -155,6 +156,7 @@ class Keyring:
         refused with the fix in the message.
         """
         path = Path(path)
+        own(path)  # never the file tools' to read or write (`_owned`)
         for _ in range(3):
             try:
                 return cls._load_file(path)

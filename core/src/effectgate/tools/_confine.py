@@ -36,6 +36,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import NoReturn
 
+from .._owned import owned
 from ..errors import EffectGateError
 
 MAX_PATH_BYTES = 4096
@@ -53,7 +54,8 @@ class PathRefused(EffectGateError, ValueError):
 
     `code` says why, for programs: `empty`, `nul`, `encoding`, `absolute`, `escapes`, `too_long`,
     `too_deep`, `symlink`, `not_a_directory`, `not_regular`, `work_directory`, `too_large`,
-    `not_text`, `denied` (the file system refused a write or a delete: read-only, full, immutable).
+    `not_text`, `denied` (the file system refused a write or a delete: read-only, full, immutable),
+    `protected` (one of effectgate's own files: a store's database, its journals, a key file).
     The message says it for people (and the model)."""
 
     def __init__(self, path: str, code: str, reason: str) -> None:
@@ -267,6 +269,7 @@ def open_file(dir_fd: int, name: str, target: Target) -> int:
     be a regular file is refused unopened: opening a FIFO, even without blocking, releases a
     writer waiting for a reader (whose write then fails), and opening a device runs its driver."""
     seen = lstat_at(dir_fd, name)
+    refuse_owned(dir_fd, name, target, seen)
     if seen is not None and not stat.S_ISREG(seen.st_mode) and not stat.S_ISLNK(seen.st_mode):
         raise not_regular(target, seen.st_mode)
     try:
@@ -298,6 +301,17 @@ def read_capped(fd: int, target: Target, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+def refuse_owned(dir_fd: int, name: str, target: Target, seen: os.stat_result | None) -> None:
+    """Refuse one of effectgate's own files (`_owned`): its grant keys, its ledger."""
+    if owned(dir_fd, name, seen):
+        raise PathRefused(
+            target.given,
+            "protected",
+            f"{target.shown} is one of effectgate's own files (a store's database, its journal or its "
+            "keys): the file tools never read, write or delete it",
+        )
+
+
 def lstat_at(dir_fd: int, name: str) -> os.stat_result | None:
     try:
         return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
@@ -309,6 +323,7 @@ def replace_file(dir_fd: int, name: str, target: Target, data: bytes) -> bool:
     """Write `data` as the file `name` in `dir_fd` atomically (temporary file, fsync, renameat);
     a symlink or non-regular file at `name` is refused. True when the file already existed."""
     old = lstat_at(dir_fd, name)
+    refuse_owned(dir_fd, name, target, old)
     if old is not None and stat.S_ISLNK(old.st_mode):
         raise PathRefused(target.given, "symlink", f"symlinks are not followed: {name!r} is a symlink")
     if old is not None and not stat.S_ISREG(old.st_mode):
@@ -349,6 +364,7 @@ def remove_file(dir_fd: int, name: str, target: Target) -> int:
     """Unlink the regular file `name` in `dir_fd` (unlinkat: a symlink swapped in is removed
     itself, never followed); a symlink or non-regular file is refused. Returns its size."""
     old = lstat_at(dir_fd, name)
+    refuse_owned(dir_fd, name, target, old)
     if old is None:
         raise FileNotFoundError(errno.ENOENT, "no such file or directory", target.shown)
     if stat.S_ISLNK(old.st_mode):
