@@ -67,8 +67,10 @@ from .tokens import Keyring
 
 FACTS = ("amount", "currency")
 #: What an erased event detail keeps: the approval chain it records (who edited or approved a
-#: call, in what role, and the args hash an amendment replaced), kept as decisions keep it.
-EVENT_FACTS = ("approver", "edited_by", "previous_hash", "role")
+#: call, in what role, and the args hash an amendment replaced), kept as decisions keep it; and
+#: where an adapter's pause was answered (a LangGraph interrupt's id and answer slot: the task's
+#: later answers are matched by them once the calls it showed are closed and erased).
+EVENT_FACTS = ("approver", "edited_by", "previous_hash", "role", "interrupt_id", "slot")
 MARK = "$redacted"
 ENTRY = "redaction"  # the keyring purpose of an eg_redacted entry's seal
 DAY = 86400.0

@@ -18,7 +18,8 @@ Interrupt payload (one per model step, `type == "effectgate.approval"`)::
           "status": "pending",            # or "approved": a grant exists, not yet presented
           "card": {...},                  # effectgate Card.to_dict(): frozen args, subject,
                                           # reversibility, approver_role, expiry, notes, ...
-          "allowed_decisions": ["approve", "deny", "edit"],   # ["deny"] on a mismatch
+          "allowed_decisions": ["approve", "deny", "edit"],   # ["deny"] on a mismatch; no
+                                          # "edit" where none can apply (`_offered`)
           "mismatch": None,               # or why the call no longer matches its approval
         }
       ],
@@ -26,7 +27,7 @@ Interrupt payload (one per model step, `type == "effectgate.approval"`)::
       # the same requests in langchain's HITL shape, for tools that render HITLRequest:
       "action_requests": [{"name": "refund_order", "args": {...}, "description": "<card>"}],
       "review_configs": [{"action_name": "refund_order",
-                          "allowed_decisions": ["approve", "edit", "reject"]}],
+                          "allowed_decisions": ["approve", "edit", "reject"]}],  # as above
       "signature": "<kid>.<mac>",         # see below
     }
 
@@ -152,6 +153,23 @@ def signed_fields(requests: Sequence[ApprovalRequest], ctx: CallContext) -> dict
     }
 
 
+def _offered(gate: EffectGate, w: Waiting) -> tuple[str, ...]:
+    """The decisions the step can apply to `w`: only a deny on a mismatch. An edit only where
+    the step can apply one: not for a call that names no subject (the core would propose it
+    anew), nor for an approval already approved, nor one a reviewer's edit already moved past
+    the checkpoint's call (the core answers either with the approval as it stands)."""
+    if w.mismatch:
+        return ("deny",)
+    spec = gate.table.get(w.tool)
+    editable = (
+        spec is not None
+        and spec.subject_of(w.args) is not None
+        and w.pending.status == "pending"
+        and w.call_hash == w.pending.card.args_hash
+    )
+    return ALLOWED if editable else tuple(d for d in ALLOWED if d != "edit")
+
+
 def payload(
     gate: EffectGate, waiting: Sequence[Waiting], refused: Sequence[RefusedDecision], ctx: CallContext
 ) -> ApprovalPayload:
@@ -170,12 +188,13 @@ def payload(
                 "call_args_hash": w.call_hash,
                 "status": w.pending.status,
                 "card": card.to_dict(),
-                "allowed_decisions": ["deny"] if w.mismatch else list(ALLOWED),
+                "allowed_decisions": list(offered := _offered(gate, w)),
                 "mismatch": w.mismatch,
             }
         )
         actions.append({"name": w.tool, "args": dict(card.args), "description": card.render()})
-        reviews.append({"action_name": w.tool, "allowed_decisions": list(HITL_ALLOWED)})
+        hitl = [d for d in HITL_ALLOWED if ("deny" if d == "reject" else d) in offered]
+        reviews.append({"action_name": w.tool, "allowed_decisions": hitl})
     return {
         "type": PAYLOAD_TYPE,
         "session_id": ctx.session_id,
