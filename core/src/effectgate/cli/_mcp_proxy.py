@@ -19,7 +19,7 @@ from rich.console import Console
 
 from ..mcp._config import ENV_AGENT, ENV_CONFIG, ENV_SESSION, ENV_USER, default_session  # SDK-free
 from ._render import EXIT_OK, _text
-from ._store import UsageError, _open, keyring_for
+from ._store import UsageError, _open, check_listen, keyring_for
 
 if TYPE_CHECKING:  # the MCP SDK is imported only when the command runs
     from ..mcp._common import Identity
@@ -58,7 +58,8 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--session",
         default=os.environ.get(ENV_SESSION),
-        help=f"the session id (default ${ENV_SESSION}, else the config's, else mcp:AGENT:USER); the "
+        help=f"the session id (default ${ENV_SESSION}, else the config's when its agent and user are "
+        "the ones in effect, else mcp:AGENT:USER); the "
         "same call in the same session is the same request: it finds its approval, or its stored result",
     )
     p.add_argument(
@@ -91,7 +92,10 @@ def _identity(args: argparse.Namespace, config: ProxyConfig) -> Identity:
             f"mcp proxy needs --{flag} (or ${env}, or {flag} in the config's [identity]): "
             "identity is configured, never model-written"
         )
-    session = args.session or config.session or default_session(agent, user)
+    # The file's session is its own identity's: never another user's or agent's (they would
+    # share requests, and be handed each other's stored results).
+    own = config.session if (config.agent, config.user) == (agent, user) else None
+    session = args.session or own or default_session(agent, user)
     return Identity(user_id=user, session_id=session, agent_id=agent)
 
 
@@ -132,6 +136,8 @@ def run(args: argparse.Namespace, out: Console) -> int:
             f"--host {args.host!r}: mcp proxy listens on a local address only "
             f"({', '.join(LOCAL_HOSTS)}); every client acts as --user"
         )
+    if args.transport == "http":
+        check_listen(args.host, args.port)
     store = _open(args.db)
     try:
         proxy = GatedProxy(

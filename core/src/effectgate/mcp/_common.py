@@ -73,6 +73,7 @@ from ..errors import EffectGateError, NeedsReconciliation, TokenError
 from ..gate import EffectGate
 from ..outcomes import Executed, Grant, Invalid, Outcome, Pending, RefusalCode, Refused
 from ..table import ToolSpec
+from ..tokens import Keyring
 
 #: The `_meta` key of every result: what the gate did, for programs (the text is for the model).
 META_KEY = "effectgate/outcome"
@@ -243,24 +244,37 @@ class Grants:
     """Grants delivered to an MCP server by the approving side, held until the client re-issues
     the approved call. Thread-safe; the tokens never leave the process (not even in `repr`).
 
-    `deliver` fits any `on_grant` hook (`effectgate.web.create_app`, Jupyter cards)."""
+    `deliver` fits any `on_grant` hook (`effectgate.web.create_app`, Jupyter cards). Of two
+    grants for one approval version (a regrant after a lapse) the later-expiring one is kept,
+    whatever order they arrive in; the server drops expired grants after each call (`prune`):
+    one that is never taken (its approval denied, or run by the approver) is not held forever."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._tokens: dict[tuple[str, int], str] = {}
+        self._grants: dict[tuple[str, int], Grant] = {}
 
     def deliver(self, grant: Grant) -> None:
+        key = (grant.approval_id, grant.version)
         with self._lock:
-            self._tokens[(grant.approval_id, grant.version)] = grant.token
+            held = self._grants.get(key)
+            if held is None or grant.expires_at >= held.expires_at:  # a late, older one stays out
+                self._grants[key] = grant
 
     def take(self, approval_id: str, version: int) -> str | None:
         """The token for this approval version, removed (a grant is used at most once)."""
         with self._lock:
-            return self._tokens.pop((approval_id, version), None)
+            grant = self._grants.pop((approval_id, version), None)
+        return grant.token if grant is not None else None
+
+    def prune(self, now: float) -> None:
+        """Drop the grants expired at `now` (the gate's clock): no gate would run them."""
+        with self._lock:
+            for key in [k for k, g in self._grants.items() if g.expires_at <= now]:
+                del self._grants[key]
 
     def __len__(self) -> int:
         with self._lock:
-            return len(self._tokens)
+            return len(self._grants)
 
     def __repr__(self) -> str:
         return f"Grants({len(self)} held)"
@@ -269,11 +283,16 @@ class Grants:
 async def gated_call(
     gate: EffectGate, name: str, args: Mapping[str, Any], ctx: CallContext, *, grants: Grants | None
 ) -> Outcome:
-    """`gate.acall`, and for a call the gate answers "approved": `run_approved`."""
-    outcome = await gate.acall(name, args, ctx)
-    if not isinstance(outcome, Pending) or outcome.status != "approved":
-        return outcome
-    return await run_approved(gate, name, args, outcome, grants=grants)
+    """`gate.acall`, and for a call the gate answers "approved": `run_approved`. Then the
+    expired grants are dropped (after the call: its own expired grant is refused as such)."""
+    try:
+        outcome = await gate.acall(name, args, ctx)
+        if not isinstance(outcome, Pending) or outcome.status != "approved":
+            return outcome
+        return await run_approved(gate, name, args, outcome, grants=grants)
+    finally:
+        if grants is not None:
+            grants.prune(gate.clock.now())
 
 
 async def run_approved(
@@ -304,6 +323,14 @@ async def run_approved(
         return await gate.aexecute(token, args)
     except TokenError as exc:
         return Refused(code=_token_code(exc), message=f"{name}: the grant was refused: {exc}", tool=name)
+    except Exception:
+        # Failed before its claim committed (the store), the token is still good: keep it. Once
+        # claimed, the next re-issue gets what became of it (`_spent`) and never presents it.
+        expires = Keyring.read(token).expires_at
+        grants.deliver(
+            Grant(approval_id=pending.approval_id, version=pending.version, token=token, expires_at=expires)
+        )
+        raise
 
 
 def _spent(gate: EffectGate, pending: Pending) -> Outcome | None:

@@ -5,7 +5,8 @@ is calling. Read from TOML (`load_config`), strictly: an unknown key is an error
 [identity]                     # who is calling: the application's configuration, never the model
 agent = "desktop"
 user = "u-42"
-session = "desktop-u-42"       # optional (default "mcp:AGENT:USER", see `default_session`)
+session = "desktop-u-42"       # optional (default "mcp:AGENT:USER", see `default_session`);
+                               # kept only while this agent and user are the ones in effect
 
 [servers.files]                # one upstream: stdio (command) or streamable HTTP (url)
 command = ["python", "-m", "files_server"]

@@ -308,6 +308,8 @@ class GatedProxy:
             )
         except Exception as exc:  # an unknown outcome, a refused grant, a broken tool
             return error_result(name, exc)
+        finally:
+            self.grants.prune(gate.clock.now())  # expired ones (after this call took its own)
         return self._result(outcome)
 
     async def _waiting(
