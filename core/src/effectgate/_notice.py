@@ -37,7 +37,10 @@ class Notification:
     whether the approval record behind a notice without a card verifies (None: there is none, a
     write's unknown outcome); a card says it itself (`Card.warnings`). `record(kind, detail)`
     appends an event about this notice to the gate's log (how a notifier records its
-    deliveries)."""
+    deliveries). `nonce` tells apart two notices of one kind about one record: an unknown outcome
+    carries its operation's attempt, so a run again that ends unknown again is a page of its own,
+    while the same outcome told again (a grant presented once more) is the same page; None for
+    "pending" and "expiring", which come once per version."""
 
     kind: NotificationKind
     tool: str
@@ -50,6 +53,7 @@ class Notification:
     key: str | None = None
     provider_ref: str | None = None
     intact: bool | None = None
+    nonce: str | None = None
     record: Callable[[str, Mapping[str, Any]], None] = field(default=_no_record, repr=False, compare=False)
 
 
@@ -183,6 +187,7 @@ class Notices:
             key=key,
             provider_ref=ref,
             intact=intact,
+            nonce=self._attempt(key),
         )
         hook = self.on_needs_reconciliation
         if hook is None:
@@ -198,6 +203,15 @@ class Notices:
             if row is None:  # a write: name its user, as `_recorder` does
                 failed.update(self._call_of(None, key, notice.tool))
             self.events.record(failed)
+
+    def _attempt(self, key: str) -> str | None:
+        """Which run of the operation `key` an unknown outcome is about (its record's attempts)."""
+        try:
+            record = self.store.get(key)
+        except Exception:  # a page is never lost to a failing read: without it, as before
+            log.warning("unknown outcome: the attempt of key=%s could not be read", key, exc_info=True)
+            return None
+        return None if record is None else f"attempt-{record.attempts}"
 
     def warn_expiring(self, *, within: float) -> list[Card]:
         """Notify about every pending approval that lapses within `within` seconds, once per

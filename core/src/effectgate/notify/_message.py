@@ -104,9 +104,13 @@ def intact(n: Notification) -> bool | None:
 
 
 def delivery_id(n: Notification) -> str:
-    """Stable for one notice (kind, approval version, operation key): retries and duplicate
-    scans carry the same id, so a receiver can drop what it has already shown."""
-    basis = json.dumps([n.kind, n.approval_id, n.version, n.key], separators=(",", ":"))
+    """Stable for one notice (kind, approval version, operation key and, for an unknown outcome,
+    its `nonce`): retries and duplicate scans carry the same id, so a receiver can drop what it
+    has already shown; a second unknown outcome of one key is a new page, with a new id."""
+    fields: list[object] = [n.kind, n.approval_id, n.version, n.key]
+    if n.nonce is not None:
+        fields.append(n.nonce)
+    basis = json.dumps(fields, separators=(",", ":"))
     return hashlib.sha256(basis.encode()).hexdigest()[:32]
 
 

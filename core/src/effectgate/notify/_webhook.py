@@ -121,7 +121,9 @@ class WebhookNotifier:
         self._own_client = client is None
         self._client = client or httpx.Client(timeout=timeout, follow_redirects=False)
         self._background = background
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_size)
+        # Unbounded, so close() can always queue its stop; `queue_size` is kept by __call__.
+        self._queue: queue.Queue[Any] = queue.Queue()
+        self._queue_size = queue_size
         self._worker: threading.Thread | None = None
         self._lock = threading.Lock()
         self._random = random.Random()  # noqa: S311 - jitter, not a secret
@@ -140,14 +142,17 @@ class WebhookNotifier:
         if not self._background:
             self.deliver(n)
             return
-        if self._closed:
-            self._record(n, "webhook_dropped", {"why": "the notifier is closed"})
-            return
-        self._start()
-        try:
-            self._queue.put_nowait(n)
-        except queue.Full:
-            self._record(n, "webhook_dropped", {"why": f"queue full ({self._queue.maxsize})"})
+        # One step under the lock, as close() takes it: a notice is queued before close()'s stop
+        # (and delivered) or refused as closed, never queued behind the stop, left undelivered.
+        with self._lock:
+            why = "the notifier is closed" if self._closed else None
+            if why is None and 0 < self._queue_size <= self._queue.qsize():  # 0: unbounded, as Queue
+                why = f"queue full ({self._queue_size})"
+            if why is None:
+                self._start()
+                self._queue.put_nowait(n)
+        if why is not None:
+            self._record(n, "webhook_dropped", {"why": why})
 
     # -- delivery
 
@@ -236,10 +241,10 @@ class WebhookNotifier:
     # -- the worker thread and the lifecycle
 
     def _start(self) -> None:
-        with self._lock:
-            if self._worker is None or not self._worker.is_alive():
-                self._worker = threading.Thread(target=self._run, name="effectgate-webhook", daemon=True)
-                self._worker.start()
+        """Start the worker unless it runs; the caller holds the lock."""
+        if self._worker is None or not self._worker.is_alive():
+            self._worker = threading.Thread(target=self._run, name="effectgate-webhook", daemon=True)
+            self._worker.start()
 
     def _run(self) -> None:
         while True:
@@ -259,11 +264,15 @@ class WebhookNotifier:
             return self._queue.all_tasks_done.wait_for(lambda: self._queue.unfinished_tasks == 0, timeout)
 
     def close(self, timeout: float | None = 30.0) -> None:
-        """Deliver what is queued (up to `timeout`), stop the worker, close the HTTP client."""
-        self._closed = True
-        if self._worker is not None and self._worker.is_alive():
-            self._queue.put(_STOP)
-            self._worker.join(timeout)
+        """Deliver what is queued (up to `timeout`), stop the worker, close the HTTP client.
+        A worker still delivering after `timeout` ends once the queue is drained."""
+        with self._lock:
+            stop, self._closed = not self._closed, True
+            worker = self._worker
+            if stop and worker is not None and worker.is_alive():
+                self._queue.put_nowait(_STOP)  # after every notice queued so far (see __call__)
+        if worker is not None and worker.is_alive():
+            worker.join(timeout)
         if self._own_client:
             self._client.close()
 
