@@ -25,7 +25,7 @@ from ._leases import LeaseKeeper
 from ._logging import logger
 from ._notice import Notices
 from .context import CallContext, ToolContext
-from .errors import LeaseLost, NeedsReconciliation, OutcomeUnknown, describe
+from .errors import LeaseLost, NeedsReconciliation, OutcomeUnknown, describe, storable_text
 from .outcomes import Executed
 from .stores.base import IdempotencyRecord, to_json
 from .stores.records import ApprovalRow
@@ -126,7 +126,8 @@ class Settlement:
                     raise
 
                 reason = describe(exc)
-                ref = getattr(exc, "provider_ref", None) or (refs[-1] if refs else None)
+                ref = getattr(exc, "provider_ref", None)
+                ref = storable_text(ref) if isinstance(ref, str) and ref else (refs[-1] if refs else None)
                 try:
                     with self.store.transaction() as conn:
                         self.store.mark_needs_reconciliation(key, owner, reason, provider_ref=ref, conn=conn)

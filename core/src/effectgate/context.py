@@ -109,6 +109,8 @@ class ToolContext:
         longer holds its lease; ValueError for an empty reference."""
         if not isinstance(provider_ref, str) or not provider_ref:
             raise ValueError("provider_ref must be a non-empty string")
+        if _SURROGATE.search(provider_ref):
+            raise ValueError("provider_ref must be UTF-8 text: it holds a lone surrogate")
         if self._on_provider_ref is None:
             raise RuntimeError("this ToolContext is not running a call: nothing to record against")
         self._on_provider_ref(provider_ref)

@@ -256,12 +256,24 @@ class OutcomeUnknown(EffectGateError):
 
 
 def describe(exc: BaseException) -> str:
-    """`Type: text` of an exception, its type alone when its `str()` raises (an exception a tool
-    or a hook raised must not keep the record it ran under from being settled)."""
+    """`Type: text` of an exception, its type alone when its `str()` raises, a lone surrogate in it
+    escaped (`\\udcff`: no database stores one): an exception a tool or a hook raised must not
+    keep the record it ran under from being settled."""
     try:
-        return f"{type(exc).__name__}: {exc}"
+        text = f"{type(exc).__name__}: {exc}"
     except Exception:
         return f"{type(exc).__name__}: (no text)"
+    return storable_text(text)
+
+
+def storable_text(text: str) -> str:
+    """`text` with a lone surrogate escaped (`\\udcff`), as a database stores it: text decoded
+    with surrogateescape (a provider's raw bytes) cannot be encoded as UTF-8."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 __all__ = [
