@@ -57,11 +57,11 @@ from ._arguments import bad_argument, received
 from ._calling import route_tool_calls, step_key
 from ._code import ApprovalRequired, keep_logs_at_a_stop
 from ._decisions import Decision, apply_decisions, continuation
-from ._errors import refused, tool_failed
+from ._errors import Snippet, refused, tool_failed
 from ._identity import Stop, model_id_of, outside_a_run, refuse_plain_runs, run_context
 from ._imports import acknowledged, freeze
 from ._managed import adopt, check_team, check_tools, own, serve_as_member
-from ._memory import check_resumable
+from ._memory import check_resumable, forget_others
 from ._outcomes import AwaitingApproval, Finished, RunOutcome, signed
 from ._result import run_result, wants_full_result
 from ._saving import mark_saved_agent
@@ -136,11 +136,11 @@ class GatedAgent:
         self.agent_id = agent_id
         self.allow_imports = allowed  # the modules acknowledged, checked again at each run
         self.code = isinstance(agent, CodeAgent)
+        self._snippet = Snippet()  # what a CodeAgent's code block in progress was refused
         self._lock = threading.Lock()
         self._pending: dict[str, Pending] = {}
         self._step: dict[tuple[str, str], list[Outcome]] = {}
-        # the identity of the run in progress: an attribute, not a ContextVar, because a CodeAgent's
-        # executor may run the code in a worker thread that does not inherit the caller's context
+        # the run's identity: not a ContextVar, the CodeAgent's executor may run code in another thread
         self._current: CallContext | None = None
         # The CodeAgent stop: set by the first gated call that stops a snippet; every later call
         # of the run raises again and runs nothing, until the run is resumed.
@@ -158,7 +158,7 @@ class GatedAgent:
         if isinstance(agent, ToolCallingAgent):
             route_tool_calls(agent, call=self._call, start_step=self._register_step, end_step=self._end_step)
         if isinstance(agent, CodeAgent):
-            keep_logs_at_a_stop(agent)  # the step keeps the snippet's output up to a gated call
+            keep_logs_at_a_stop(agent, self._snippet)  # the step keeps its output up to a gated call
             freeze(agent)  # the checked import lists, as tuples
         # smolagents' own run has no identity: refused, unless a gated manager's run calls it
         self._plain_run = refuse_plain_runs(agent, serve_as_member(self))
@@ -200,14 +200,14 @@ class GatedAgent:
 
     def _call(self, name: str, args: Any) -> Any:
         ctx = self._context()
-        self._check_stopped()
+        self._check_stopped(answer=name == "final_answer")  # a final_answer of the user's too
         with self._lock:
             queued = self._step.get(step_key(name, args))
             decided = queued.pop(0) if queued else None
         try:
             outcome = decided if decided is not None else self.gate.call(name, args, ctx)
         except EffectGateError as exc:
-            return refused(f"Refused: {exc}", code=self.code)
+            return refused(f"Refused: {exc}", code=self._snippet if self.code else None)
         except Exception as exc:  # the tool's own failure, recorded: shown as smolagents shows it
             return tool_failed(
                 name, args, exc, code=self.code, parallel=self._parallel, logger=self.agent.logger
@@ -226,14 +226,17 @@ class GatedAgent:
                 self._stopped = outcome
                 raise ApprovalRequired(outcome)
         if isinstance(outcome, Refused):
-            return refused(outcome.for_model(), code=self.code)
+            return refused(outcome.for_model(), code=self._snippet if self.code else None)
         return outcome.for_model()
 
-    def _check_stopped(self) -> None:
-        """After a gated call stopped this CodeAgent run, refuse every later call (nothing runs)."""
+    def _check_stopped(self, answer: bool = False) -> None:
+        """After a gated call stopped this CodeAgent run, refuse every later call (nothing runs);
+        a final answer (`answer`) also after a refused call of its code block (`Snippet`)."""
         stopped = self._stopped
         if stopped is not None:
             raise ApprovalRequired(stopped)
+        if answer:
+            self._snippet.check_answer()
 
     # -- lifecycle
 
@@ -290,10 +293,11 @@ class GatedAgent:
         """One run as `ctx`; refused before the model is asked anything if a tool, a managed agent
         or an import a CodeAgent's code may make was added after wrapping."""
         check_tools(self.agent, "the agent", self.allow_imports)
-        adopt(self, check_team(self.agent, self.gate, self.allow_imports))
+        adopt(self, check_team(self.agent, self.gate, self.allow_imports, owner=self))
         with self._lock:  # one run at a time; a second one changes nothing of the first
             if self._current is not None:
                 raise RuntimeError("this GatedAgent is already running (smolagents agents are not reentrant)")
+            forget_others(self.agent, self._memory_of, ctx, reset=reset)  # before anything changes
             self._current = ctx
             self._pending.clear()
             self._step.clear()

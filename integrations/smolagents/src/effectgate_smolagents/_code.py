@@ -19,6 +19,8 @@ from smolagents import CodeAgent
 
 from effectgate import Pending
 
+from ._errors import Snippet
+
 
 class ApprovalRequired(BaseException):
     """Raised inside a CodeAgent's code at the gated call: stops the snippet there.
@@ -36,13 +38,15 @@ def stopped_observation(logs: str, pending: Pending) -> str:
     return f"Execution logs:\n{logs}{pending.for_model()} The rest of the code did not run."
 
 
-def keep_logs_at_a_stop(agent: CodeAgent) -> None:
-    """Make the agent's step record its observations when a gated call stops its snippet."""
+def keep_logs_at_a_stop(agent: CodeAgent, snippet: Snippet) -> None:
+    """Make the agent's step record its observations when a gated call stops its snippet, and
+    start each step with no refusal in `snippet` (the code block in progress)."""
     step_stream = agent._step_stream
     if getattr(step_stream, "_effectgate_logs", False):
         return
 
     def _step_stream(self_: CodeAgent, memory_step: Any) -> Generator[Any]:
+        snippet.refusal = ""
         try:
             yield from step_stream(memory_step)
         except ApprovalRequired as stop:

@@ -49,10 +49,28 @@ class GateRefusal(Exception):
     """A gated call the gate refused (nothing ran), raised in a CodeAgent's code at the call."""
 
 
-def refused(text: str, *, code: bool) -> str:
-    """A refusal as the call's result, so the model can correct the call. In a CodeAgent's code it
-    is raised (`GateRefusal`): the snippet stops there, as at a plain tool's failure, and the model
-    reads it before it answers (the rest of the snippet cannot claim the call done unread)."""
-    if code:
+class Snippet:
+    """The refusal raised in a CodeAgent's code block in progress, if any. Code can catch it (it is
+    an Exception, as a plain tool's failure is), so the block's `final_answer` is refused after
+    it: the run does not end on an answer written before the model read the refusal. Cleared at
+    each step (`keep_logs_at_a_stop`)."""
+
+    refusal = ""
+
+    def check_answer(self) -> None:
+        if self.refusal:
+            raise GateRefusal(
+                f"final_answer did not run: a call of this code block was refused ({self.refusal}); "
+                "read that before answering"
+            )
+
+
+def refused(text: str, *, code: Snippet | None) -> str:
+    """A refusal as the call's result, so the model can correct the call. In a CodeAgent's code
+    (`code`: its block in progress) it is raised (`GateRefusal`): the snippet stops there, as at a
+    plain tool's failure, and the model reads it before it answers (the rest of the snippet, or
+    code that catches it, cannot claim the call done unread: `Snippet`)."""
+    if code is not None:
+        code.refusal = text
         raise GateRefusal(text)
     return text

@@ -110,13 +110,18 @@ def check_tools(agent: MultiStepAgent, who: str, allowed: frozenset[str]) -> Non
             )
 
 
-def check_team(agent: MultiStepAgent, gate: EffectGate | None, allowed: frozenset[str]) -> list[GatedAgent]:
+def check_team(
+    agent: MultiStepAgent, gate: EffectGate | None, allowed: frozenset[str], owner: GatedAgent | None = None
+) -> list[GatedAgent]:
     """The GatedAgents of `agent`'s managed agents, after checking that every managed agent at
     every depth is wrapped by a GatedAgent on `gate` with no tool added since. `UnknownTool`
     otherwise; with `gate` None (the manager's gate is not built yet) every managed agent is.
     `agent`'s own executor is checked too (`check_executor`, with `allowed`, the `allow_imports`
     it is wrapped with); its tools are its `GatedAgent`'s. A member's imports are checked against
-    its own `GatedAgent`'s `allow_imports`."""
+    its own `GatedAgent`'s `allow_imports`. TypeError if a GatedAgent other than `owner` gated
+    `agent` already: its tools would call that one, outside its runs."""
+    if owner_of(agent) not in (None, owner):
+        raise TypeError("this agent is already gated by another GatedAgent: wrap a new agent instead")
     check_executor(agent, "the agent", allowed)
     direct: list[GatedAgent] = []
     seen = {id(agent)}

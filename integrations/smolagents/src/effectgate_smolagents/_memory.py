@@ -24,7 +24,7 @@ from typing import Any
 
 from smolagents.agents import MultiStepAgent
 
-from effectgate import EffectGate, Keyring
+from effectgate import CallContext, EffectGate, Keyring
 from effectgate.adapter import DecisionMismatch, missing_identity, verify_state
 from effectgate.canonical import canonical_json
 from effectgate.errors import TokenError
@@ -119,6 +119,32 @@ def check_resumable(
             "run's: nothing was decided. Restore the paused run's memory first (restore_memory(agent, "
             "blob, keyring, ..., awaiting=out)), or resume with an agent of its own",
         )
+
+
+def forget_others(
+    agent: MultiStepAgent, held: tuple[str, str, list[Any]] | None, ctx: CallContext, *, reset: bool
+) -> None:
+    """Clear what a CodeAgent's executor (and the agent's `state`) kept from the last run when it
+    was for another session or user than this one (`held`: that run's session, user, steps).
+    smolagents keeps the executor's variables and functions across runs, even reset ones: the
+    next user's code could read the last one's (their order, a tool result) with no tool call.
+    A run that continues (`reset` False) in memory holding that other conversation is refused
+    (ValueError, nothing changed): the model acting for this user would read it."""
+    if held is None or (held[0], held[1]) == (ctx.session_id, ctx.user_id):
+        return
+    if not reset and held[2] and held[2] is agent.memory.steps:
+        raise ValueError(
+            "this agent's memory holds another session's or user's conversation: nothing ran. Run "
+            "with reset=True, restore this conversation's memory first (restore_memory), or use an "
+            "agent of its own"
+        )
+    agent.state.clear()
+    executor = getattr(agent, "python_executor", None)
+    for name, fresh in (("state", {"__name__": "__main__"}), ("custom_tools", {})):
+        kept = getattr(executor, name, None)
+        if isinstance(kept, dict):
+            kept.clear()
+            kept.update(fresh)
 
 
 def _binding(

@@ -27,7 +27,7 @@ class Owner(Protocol):
 
     def _call(self, name: str, args: Any) -> Any: ...
 
-    def _check_stopped(self) -> None: ...
+    def _check_stopped(self, answer: bool = False) -> None: ...
 
 
 class GatedTool(Tool):
@@ -101,7 +101,7 @@ class StopGuard(Tool):
 
 def _guarded(owner: Owner, inner: Tool) -> Callable[..., Any]:
     def answer(*args: Any, **kwargs: Any) -> Any:
-        owner._check_stopped()
+        owner._check_stopped(answer=True)
         return inner(*args, **kwargs)
 
     return answer
