@@ -5,9 +5,10 @@ Infinity, is not JSON the exporter writes)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 #: The longest line `verify_export` and `redact_export` read (bytes, without its newline): a
 #: longer one is refused before it is held in memory whole.
@@ -73,3 +74,27 @@ def read_small(path: str | Path, *, limit: int) -> bytes:
     if len(data) > limit:
         raise ValueError(f"{path} is longer than {limit} bytes")
     return data
+
+
+@contextmanager
+def rewrite(target: Path, busy: Callable[[str], Exception]) -> Iterator[TextIO]:
+    """Write `target` anew: into `target.partial`, created by this writer alone, renamed over
+    `target` when the block ends and removed if it fails. `busy(message)` is raised, nothing
+    written, when the partial exists: another rewrite of `target` is under way (two writers of one
+    file would interleave, and the last rename would bring back what the other erased), or one
+    was interrupted and left it."""
+    partial = target.with_name(target.name + ".partial")
+    try:
+        out = partial.open("x", encoding="utf-8")
+    except FileExistsError:
+        raise busy(
+            f"{target} was not changed: {partial} exists (another rewrite of it is under way, or an "
+            "interrupted one left it: if none is running, remove it and run again)"
+        ) from None
+    try:
+        with out:
+            yield out
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    partial.replace(target)

@@ -52,7 +52,7 @@ from typing import Any
 
 from . import _pins
 from ._commitments import commitment, commitment_holds, commitment_part
-from ._export_file import MAX_LINE, LineError, line_text, read_lines, strict_loads
+from ._export_file import MAX_LINE, LineError, line_text, read_lines, rewrite, strict_loads
 from ._manifest import (  # noqa: F401 - the manifest's names, as `effectgate.export` has always had them
     FORMAT,
     GENESIS,
@@ -187,8 +187,7 @@ def export_chain(
     start = after.head if after is not None else GENESIS
     after_seq = after.after_seq if after is not None else 0
     head, first, last, count = start, None, None, 0
-    partial = target.with_name(target.name + ".partial")
-    with partial.open("w", encoding="utf-8") as out:
+    with rewrite(target, ExportError) as out:  # renamed over `target` once its manifest is signed
         for record, personal in decision_records(store, keyring, after_seq=after_seq, before=at - settle):
             digest = link(head, record)
             line = {
@@ -201,20 +200,19 @@ def export_chain(
             out.write(line_text(line) + "\n")
             head, last, count = digest, record["seq"], count + 1
             first = record["seq"] if first is None else first
-    manifest = Manifest(
-        format=FORMAT,
-        key_id=keyring.current,
-        first_seq=first,
-        last_seq=last,
-        count=count,
-        start=start,
-        head=head,
-        after_seq=after_seq if last is None else last,
-        created_at=at,
-        heads=_pins.heads(store),
-    )
-    signed = Manifest(**{**asdict(manifest), "signature": keyring.sign(PURPOSE, manifest.body())})
-    partial.replace(target)
+        manifest = Manifest(
+            format=FORMAT,
+            key_id=keyring.current,
+            first_seq=first,
+            last_seq=last,
+            count=count,
+            start=start,
+            head=head,
+            after_seq=after_seq if last is None else last,
+            created_at=at,
+            heads=_pins.heads(store),
+        )
+        signed = Manifest(**{**asdict(manifest), "signature": keyring.sign(PURPOSE, manifest.body())})
     manifest_path(target).write_text(signed.dumps())
     return signed
 
@@ -259,10 +257,9 @@ def redact_export(
     if not isinstance(user_id, str) or not user_id:
         raise ExportError("user_id must be a non-empty string")
     target = Path(path)
-    partial = target.with_name(target.name + ".partial")
     changed = 0
-    try:
-        with partial.open("w", encoding="utf-8") as out:
+    try:  # written beside it by this rewrite alone (another one under way is refused), then renamed
+        with rewrite(target, ExportError) as out:
             for number, text in read_lines(target, max_line=max_line):
                 try:
                     line = strict_loads(text)
@@ -288,12 +285,7 @@ def redact_export(
                         text = line_text(line)
                 out.write(text + "\n")
     except LineError as exc:
-        partial.unlink(missing_ok=True)
         raise ExportError(f"{target} was not changed: {exc}") from exc
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
-    partial.replace(target)
     return changed
 
 

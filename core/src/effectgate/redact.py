@@ -236,6 +236,12 @@ def _keep(keep: Sequence[str]) -> tuple[str, ...]:
     return names
 
 
+def _live(store: Store, at: float) -> float:
+    """The time a call's openness is judged at: `at`, or the ledger's clock when `at` is later (a
+    grant the gate still honours is a call that may run, whatever time the pass was given)."""
+    return min(at, store.clock.now())
+
+
 def _entered(store: Store, conn: Any) -> set[tuple[str, str, str]]:
     """The (table, row key, column) of every redaction entry, read in the pass's transaction
     (under `ERASURE_LOCK`): never kept across transactions, another process may add entries."""
@@ -283,7 +289,7 @@ def redact(
                     '(values compare as JSON: "1042" is not 1042; a write already erased no longer '
                     "shows its arguments): nothing was redacted"
                 )
-        open_ = sorted({call_id(t) for t in targets if is_open(t, at)})
+        open_ = sorted({call_id(t) for t in targets if is_open(t, _live(store, at))})
         if open_:
             raise RedactionError(
                 f"user {user_id!r} has {len(open_)} call(s) that may still run or are being decided "
@@ -328,11 +334,12 @@ def retain(
         check_keyring(store, conn, keyring, every_checkpoint=True)
         held = sorted({h.user_id for h in store.holds(conn)})
         erased = _entered(store, conn) if rules else set()  # once per pass, kept current by `_erase`
+        live = _live(store, at)
         for effect, days in sorted(rules.items()):
             targets = [
                 t
                 for t in store.redaction_targets(conn, effect=effect, before=at - days * DAY, held=held)
-                if not is_open(t, at)
+                if not is_open(t, live)
             ]
             r, v = _erase(store, conn, keyring, targets, rid, keep, at, erased)
             rows, values = rows + r, values + v

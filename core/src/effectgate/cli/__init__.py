@@ -21,7 +21,7 @@ Exit codes (a failure prints one line, `effectgate: error: ...`, on stderr, neve
         an intent the current table would refuse or route differently (or the demo failed one of
         its checks)
     2   usage error: bad arguments or options, a bad --app, no usable keyring
-    3   not found: no approval with that id, no database file at that path
+    3   not found: no approval with that id, no database (or manifest, export) file at that path
     4   refused: the gate refused the decision and recorded none (stale version, wrong role or
         approver, expired, already decided, confirm check failed, tampered record, policy
         violation, token error), `export` refused (audit findings, a foreign manifest), or
@@ -81,7 +81,7 @@ from ._render import (
     _short,
 )
 from ._report import _cmd_report
-from ._store import UsageError, _failure, keyring_for
+from ._store import UsageError, _failure, hidden, keyring_for
 
 __all__ = ["_card_panel", "_short", "keyring_for", "main"]
 
@@ -362,5 +362,5 @@ def _main(argv: Sequence[str] | None) -> int:
         if os.environ.get("EFFECTGATE_DEBUG"):
             raise
         code, message = _failure(exc, url)
-        print(f"effectgate: error: {_one_line(message)}", file=sys.stderr)
+        print(f"effectgate: error: {_one_line(hidden(message))}", file=sys.stderr)
         return code

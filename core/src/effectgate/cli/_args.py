@@ -7,12 +7,16 @@ import argparse
 import ipaddress
 import math
 import os
-from collections.abc import Iterable
+import sys
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TextIO
 
-from .._export_file import LineError, read_lines, strict_loads
+from .._export_file import LineError, read_lines, rewrite, strict_loads
 from ..effects import Effect
+from ..export import ExportError
 from ..stores._redaction import UNCLASSIFIED
 from ._store import UsageError, _parse, _sqlite_file
 
@@ -101,10 +105,14 @@ def _same(a: Path, b: Path) -> bool:
         return False
 
 
-def check_output(url: str, option: str, path: str, *, also: Iterable[Path] = ()) -> None:
+def check_output(
+    url: str, option: str, path: str, *, also: Iterable[Path] = (), renamed: bool = False
+) -> None:
     """Refuse (usage error, nothing written) an output that would overwrite the ledger or its key
     file (`path`, or a file written beside it: `also`), is a directory, or lies in a directory that
-    does not exist or cannot be written."""
+    does not exist or cannot be written; `renamed` (a file written beside `path`, then renamed over
+    it): a `path` that is not a regular file (a device, a pipe, a symlink: the rename would replace
+    it, not write into it)."""
     ledger = _ledger_files(url)
     for out in (Path(path), *also):
         for own, what in ledger:
@@ -112,6 +120,8 @@ def check_output(url: str, option: str, path: str, *, also: Iterable[Path] = ())
                 raise UsageError(f"{option} {path}: that is {what} ({own}); nothing was written")
         if out.is_dir():
             raise UsageError(f"{option} {path}: {out} is a directory")
+        if renamed and out == Path(path) and not _plain(out):
+            raise UsageError(f"{option} {path}: not a regular file (it would be replaced, not written into)")
         parent = out.parent
         if not parent.is_dir():
             raise UsageError(f"{option} {path}: no directory {parent}")
@@ -127,7 +137,13 @@ def check_export_file(url: str, path: str) -> None:
     target = Path(path)
     if not target.is_file():
         raise UsageError(f"--export {path}: no such export file; nothing was erased")
-    check_output(url, "--export", path, also=[target.with_name(target.name + ".partial")])
+    partial = target.with_name(target.name + ".partial")
+    check_output(url, "--export", path, also=[partial])
+    if partial.exists():  # `redact_export` would refuse it after the ledger is erased
+        raise ExportError(
+            f"--export {path}: {partial} exists (another rewrite of it is under way, or an interrupted "
+            "one left it: if none is running, remove it); nothing was erased"
+        )
     try:  # as the export's own reader reads it (`_export_file`): streamed, strict, bounded
         for number, line in read_lines(target):
             try:
@@ -151,6 +167,25 @@ def check_export_file(url: str, path: str) -> None:
         raise UsageError(f"--export {path}: {exc}; nothing was erased") from exc
     except OSError as exc:
         raise UsageError(f"--export {path}: cannot read it ({exc}); nothing was erased") from exc
+
+
+@contextmanager
+def jsonl_output(path: str | None) -> Iterator[TextIO]:
+    """Where `export --jsonl` writes: stdout; a device or pipe, written into; or a file, written
+    beside it and renamed over it once whole (a failure half-way leaves the previous one as it was)."""
+    if path is None:
+        yield sys.stdout
+    elif not _plain(Path(path)):
+        with Path(path).open("w", encoding="utf-8") as f:
+            yield f
+    else:
+        with rewrite(Path(path), ExportError) as f:
+            yield f
+
+
+def _plain(path: Path) -> bool:
+    """No file yet, or a regular file that is not a symlink: what a rename may replace."""
+    return not path.is_symlink() and (path.is_file() or not path.exists())
 
 
 def _is_str(value: object) -> bool:

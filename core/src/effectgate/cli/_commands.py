@@ -23,7 +23,7 @@ from ..outcomes import Grant, PartialApproval, Recorded
 from ..replay import replay
 from ..stores.records import SCHEMA_VERSION
 from ..stores.sql import open_store
-from ._args import check_output
+from ._args import check_output, jsonl_output
 from ._render import (
     EXIT_FINDINGS,
     EXIT_OK,
@@ -44,6 +44,7 @@ from ._store import (
     _open,
     _parse,
     _sqlite_file,
+    _where,
     check_listen,
     keyring_for,
     run_approved,
@@ -56,7 +57,7 @@ def _cmd_setup(args: argparse.Namespace, out: Console) -> int:
         store.setup()
         with store.engine.connect() as conn:
             empty = not any(conn.execute(sa.text(f"SELECT 1 FROM {t} LIMIT 1")).first() for t in _SEALED)
-    where = parsed.render_as_string(hide_password=True)
+    where = _where(parsed)
     key_file, keys = _setup_keys(args.db, parsed, empty=empty)
     if args.json:
         _write_json({"db": where, "schema_version": SCHEMA_VERSION, "key_file": key_file})
@@ -207,17 +208,13 @@ def _cmd_audit(args: argparse.Namespace, out: Console) -> int:
 def _cmd_export(args: argparse.Namespace, out: Console) -> int:
     if args.jsonl:
         if args.out:
-            check_output(args.db, "--out", args.out)
+            check_output(args.db, "--out", args.out, also=[Path(args.out + ".partial")])
         written = 0
-        with _open(args.db) as store:  # streamed: memory stays flat however large the ledger
-            if args.out:
-                with Path(args.out).open("w", encoding="utf-8") as f:
-                    for line in export_jsonl(store):
-                        f.write(line + "\n")
-                        written += 1
-            else:
-                for line in export_jsonl(store):
-                    sys.stdout.write(line + "\n")
+        # streamed: memory stays flat however large the ledger
+        with _open(args.db) as store, jsonl_output(args.out) as f:
+            for line in export_jsonl(store):
+                f.write(line + "\n")
+                written += 1
         if args.out:
             out.print(_text(f"wrote {written} records to {args.out}"))
         return EXIT_OK
@@ -225,15 +222,13 @@ def _cmd_export(args: argparse.Namespace, out: Console) -> int:
         raise UsageError("export needs --out FILE (the signed manifest is written beside it)")
     out_file = Path(args.out)
     # every file the export writes, checked before the ledger's chain gets its checkpoints
-    check_output(
-        args.db,
-        "--out",
-        args.out,
-        also=[out_file.with_name(out_file.name + ".partial"), manifest_path(out_file)],
-    )
+    partial = out_file.with_name(out_file.name + ".partial")
+    check_output(args.db, "--out", args.out, also=[partial, manifest_path(out_file)], renamed=True)
+    if args.after and not Path(args.after).is_file():
+        raise NotFound(f"export --after {args.after}: no such file")
     after = Manifest.load(args.after) if args.after else None
-    keyring = keyring_for(args.db, create=False)
-    with _open(args.db) as store:
+    with _open(args.db) as store:  # a mistyped path is "no database at" (3), not "no keyring"
+        keyring = keyring_for(args.db, create=False)
         manifest = export_chain(store, keyring, args.out, after=after, settle=args.settle)
     if args.json:
         _write_json(asdict(manifest))
@@ -337,7 +332,7 @@ def _cmd_serve(args: argparse.Namespace, out: Console) -> int:
         https_only=args.https_only,
         latency_targets=_targets(args.target),
     )
-    where = _parse(args.db).render_as_string(hide_password=True)
+    where = _where(_parse(args.db))
     out.print(
         _text(f"effectgate inbox on http://{args.host}:{args.port}/ ({len(approvers)} approvers; {where})")
     )

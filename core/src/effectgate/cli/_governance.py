@@ -6,13 +6,13 @@ prints what it did, or with `--json` one JSON object; a refusal exits 4 having c
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from rich.console import Console
 
+from .._export_file import strict_loads
 from ..audit import seal_rules
-from ..export import redact_export
+from ..export import ExportError, redact_export
 from ..redact import FACTS, SubjectNotFound, entries, hold, holds, redact, release, retain
 from ._args import check_export_file, retention_rule
 from ._render import EXIT_OK, _text, _write_json
@@ -71,7 +71,7 @@ def _cmd_redact(args: argparse.Namespace, out: Console) -> int:
     subject = None
     if args.subject is not None:
         try:
-            subject = json.loads(args.subject, parse_constant=_no_constant)
+            subject = strict_loads(args.subject)  # no NaN, and no field named twice (which value?)
         except (ValueError, RecursionError) as exc:  # RecursionError: nested past the parser's depth
             raise UsageError(f"--subject must be a JSON object: {exc}") from exc
         if not isinstance(subject, dict) or not subject:  # {} would match every write of the user
@@ -81,8 +81,8 @@ def _cmd_redact(args: argparse.Namespace, out: Console) -> int:
             )
     for path in args.export:  # every export file checked before anything is erased
         check_export_file(args.db, path)
-    keyring = keyring_for(args.db, create=False)
-    with _open(args.db) as store:
+    with _open(args.db) as store:  # a mistyped path is "no database at" (3), not "no keyring"
+        keyring = keyring_for(args.db, create=False)
         try:
             done = redact(
                 store,
@@ -97,7 +97,7 @@ def _cmd_redact(args: argparse.Namespace, out: Console) -> int:
             raise NotFound(str(exc)) from exc
         # the files lose exactly what the ledger erased (with --subject: that subject's records)
         erased = entries(store) if args.export else {}
-    files = {path: redact_export(path, user_id=args.user, erased=erased) for path in args.export}
+    files = {path: _redact_file(path, args.user, erased, done.id) for path in args.export}
     if args.json:
         _write_json({**done.to_dict(), "exports": files})
         return EXIT_OK
@@ -112,14 +112,24 @@ def _cmd_redact(args: argparse.Namespace, out: Console) -> int:
     return EXIT_OK
 
 
+def _redact_file(path: str, user: str, erased: dict[Any, Any], rid: str) -> int:
+    try:
+        return redact_export(path, user_id=user, erased=erased)
+    except (ExportError, OSError) as exc:  # the ledger's erasure is done: say so, and how to finish
+        raise ExportError(
+            f"redaction {rid} erased the ledger's values, but not yet the export file's: {exc}; "
+            "run the same `effectgate redact` again to erase them from the file"
+        ) from exc
+
+
 def _cmd_retain(args: argparse.Namespace, out: Console) -> int:
     rules: dict[str, float] = {}  # (kind, days) pairs, each checked by `_args.retention_rule`
     for kind, days in args.rule:
         if kind in rules:  # which one was meant? (the last would silently win)
             raise UsageError(f"--rule {kind}= is given twice: give each kind once; nothing was erased")
         rules[kind] = days
-    keyring = keyring_for(args.db, create=False)
     with _open(args.db) as store:
+        keyring = keyring_for(args.db, create=False)
         done = retain(store, keyring, rules, by=args.by, keep=_keep(args.keep))
     if args.json:
         _write_json(done.to_dict())
@@ -174,14 +184,10 @@ def _cmd_hold(args: argparse.Namespace, out: Console) -> int:
     return EXIT_OK
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON value")
-
-
 def _cmd_seal_rules(args: argparse.Namespace, out: Console) -> int:
     by = _given(args, "by", "")
-    keyring = keyring_for(args.db, create=False)
     with _open(args.db) as store:
+        keyring = keyring_for(args.db, create=False)
         sealed = seal_rules(store, keyring, by=by)
     if args.json:
         _write_json({"sealed": sealed, "by": by})

@@ -110,8 +110,22 @@ def check_listen(host: str, port: int) -> None:
 
 def _masked(url: str) -> str:
     """`url` with everything from the user's `:` to the last `@` hidden: a password may hold `/`
-    or an unescaped `@` (which SQLAlchemy takes as the end of the password)."""
-    return re.sub(r"(://[^/@:]*:).*@", r"\1***@", url)
+    or an unescaped `@` (which SQLAlchemy takes as the end of the password); and its query's."""
+    return hidden(re.sub(r"(://[^/@:]*:).*@", r"\1***@", url))
+
+
+_QUERY_SECRET = re.compile(r"(?i)(\w*password=)[^&\s]*")
+
+
+def hidden(text: str) -> str:
+    """`text` with the value of every `password=` (or `sslpassword=`) hidden: libpq reads a
+    password from a URL's query, and SQLAlchemy's `hide_password` hides only the user's."""
+    return _QUERY_SECRET.sub(r"\1***", text)
+
+
+def _where(parsed: sa.engine.URL) -> str:
+    """The database URL as printed: no password anywhere."""
+    return hidden(parsed.render_as_string(hide_password=True))
 
 
 _HOST = re.compile(r"[A-Za-z0-9._%:,-]*")  # names, IPv4, IPv6 (zone ids), host lists
@@ -123,7 +137,7 @@ def _parse(url: str) -> sa.engine.URL:
         parsed = sa.engine.make_url(url)
     except (sa.exc.ArgumentError, ValueError) as exc:
         raise StoreUnavailable(f"cannot parse the database URL {_masked(url)!r}: {exc}") from exc
-    where = parsed.render_as_string(hide_password=True)
+    where = _where(parsed)
     if parsed.host is not None and "@" in parsed.host:  # the rest of a password with an `@` in it
         raise StoreUnavailable(
             f"cannot parse the database URL {_masked(url)!r}: escape @ in a password as %40"
@@ -166,7 +180,7 @@ def _open(url: str) -> SQLStore:
     """The store at `url`, checked: NotFound for a missing SQLite file, StoreUnavailable for a URL,
     server or file that cannot be used, StoreError for a missing schema or another version."""
     parsed = _parse(url)
-    where = parsed.render_as_string(hide_password=True)
+    where = _where(parsed)
     path = _sqlite_file(parsed)
     if path is not None and not path.exists():
         raise NotFound(f"no database at {path}")
@@ -243,6 +257,9 @@ def _failure(exc: Exception, url: str) -> tuple[int, str]:
         return EXIT_REFUSED, str(exc)
     if isinstance(exc, StoreError | MissingDependency):
         return EXIT_UNAVAILABLE, str(exc)
+    if isinstance(exc, sa.exc.StatementError) and isinstance(exc.orig, UnicodeError):
+        # a value given (an id from argv with a non-UTF-8 byte) that no database can hold: bad input
+        return EXIT_USAGE, f"{exc.orig}: give the value as UTF-8 text (nothing was changed)"
     if isinstance(exc, sa.exc.SQLAlchemyError):
         return EXIT_UNAVAILABLE, f"database {_masked(url)}: {_first_line(getattr(exc, 'orig', None) or exc)}"
     if isinstance(exc, EffectGateError | ValueError | OSError):
