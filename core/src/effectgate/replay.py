@@ -6,7 +6,8 @@
 Each approved intent in the ledger (an approval that was approved: it ran, failed, awaits
 reconciliation, or holds an unspent grant) is re-run through the current gate code and the given
 table and policy, in a sandbox: a throwaway SQLite ledger, a fresh keyring, and every tool's
-function replaced by a recorder (or the stub given for it), so nothing real is ever called. Each
+function replaced by a recorder (or the stub given for it), its snapshot and reconcile hooks
+dropped, so nothing real is ever called. Each
 intent is proposed again with its recorded arguments and identity (session, origin message, user,
 agent, run), approved by its recorded approvers in their recorded roles, and executed with the
 grant. The verdict:
@@ -22,14 +23,16 @@ Stored arguments are re-derived before they are used: an approval whose record n
 to its args hash is reported `refused` (tampered), never replayed. Given the ledger's `keyring`
 (as `effectgate replay` does), so is an approval whose seal does not verify, and a decision whose
 seal does not verify is not one of its recorded approvers. An approval whose arguments
-were erased by `effectgate.redact` cannot be replayed: it is listed in `redacted` (the audit
-checks its redaction entry), not counted as changed.
+were erased by `effectgate.redact` cannot be replayed: it is listed in `redacted`, not counted
+as changed; a redaction marker its redaction entry does not back (checked as the audit does) is
+`refused` (tampered).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import tempfile
 from collections import defaultdict
 from collections.abc import Callable, Mapping
@@ -37,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from ._audit_rows import marker_problem
 from ._ledger import context_of
 from ._seal import approval_sealed, decision_intact
 from .canonical import hash_of_text
@@ -45,11 +49,11 @@ from .effects import Policy
 from .errors import EffectGateError
 from .gate import EffectGate
 from .outcomes import Executed, Grant, Invalid, PartialApproval, Pending, Recorded, Refused
-from .redact import is_redacted
+from .redact import entries, is_redacted
 from .report import modes
 from .stores import open_store
 from .stores.protocol import Store
-from .stores.records import ApprovalRow
+from .stores.records import ApprovalRow, RedactedRow
 from .table import EffectTable, ToolSpec
 from .tokens import Keyring
 
@@ -106,9 +110,11 @@ class Recorder:
 def sandbox_table(
     table: EffectTable, calls: dict[str, list[dict[str, Any]]], stubs: Mapping[str, Callable[..., Any]]
 ) -> EffectTable:
-    """`table` with every tool's function a recorder (or its stub); schemas, roles, checks kept."""
+    """`table` with every tool's function a recorder (or its stub) and no snapshot or reconcile
+    hook (they call the real system); schemas, roles, checks kept."""
     specs = [
-        dataclasses.replace(s, fn=stubs.get(s.name) or Recorder(s.name, calls), reconcile=None) for s in table
+        dataclasses.replace(s, fn=stubs.get(s.name) or Recorder(s.name, calls), reconcile=None, snapshot=None)
+        for s in table
     ]
     sandbox = EffectTable(specs)
     for agent in table.agents():
@@ -130,10 +136,17 @@ def replay(
     approvers: dict[tuple[str, int], list[Approver]] = defaultdict(list)
     for d in store.all_decisions():
         if d.decision == "approve" and (keyring is None or decision_intact(keyring, d)):
-            approvers[(d.approval_id, d.version)].append(Approver(d.approver_id, d.role))
-    rows = sorted(store.approvals(status=list(REPLAYED)), key=lambda r: (r.created_at, r.id))
-    redacted = tuple(r.id for r in rows if is_redacted(r.args_json))  # the audit checks their entries
-    rows = [r for r in rows if not is_redacted(r.args_json)]
+            try:
+                approver = Approver(d.approver_id, d.role)
+            except (TypeError, ValueError):  # no approver's id and role: edited in, none of them
+                continue
+            approvers[(d.approval_id, d.version)].append(approver)
+    rows = sorted(store.approvals(status=list(REPLAYED)), key=_order)
+    erased = entries(store) if any(is_redacted(r.args_json) for r in rows) else {}
+    # a marker no (sealed) redaction entry backs erased nothing: the row is tampered, replayed as such
+    forged = {r.id for r in rows if is_redacted(r.args_json) and _forged(erased, keyring, r)}
+    redacted = tuple(r.id for r in rows if is_redacted(r.args_json) and r.id not in forged)
+    rows = [r for r in rows if not is_redacted(r.args_json) or r.id in forged]
     shadow = {f for f, mode in modes(store).items() if mode == "shadow"}
     results: list[Replayed] = []
     with tempfile.TemporaryDirectory(prefix="effectgate-replay-") as where:
@@ -148,8 +161,8 @@ def replay(
         try:
             for row in rows:
                 recorded = approvers[(row.id, row.version)]
-                if keyring is not None and not approval_sealed(keyring, row):
-                    results.append(Replayed(row.id, row.version, row.tool, "refused", _TAMPERED))
+                if row.id in forged or (keyring is not None and not approval_sealed(keyring, row)):
+                    results.append(Replayed(row.id, row.version, str(row.tool), "refused", _TAMPERED))
                     continue
                 results.append(_one(gate, row, recorded, calls, shadow=row.row_fingerprint in shadow))
         finally:
@@ -170,12 +183,15 @@ def _one(
     is a shadow proposal that its recorded approvers approve and that never runs."""
 
     def verdict(kind: Verdict, detail: str = "") -> Replayed:
-        return Replayed(row.id, row.version, row.tool, kind, detail)
+        return Replayed(row.id, row.version, str(row.tool), kind, detail)
 
-    if hash_of_text(row.tool, row.args_json) != row.args_hash:
+    try:  # the hash is no seal, and SQLite keeps a value of another type edited into a column
+        if hash_of_text(row.tool, row.args_json) != row.args_hash:
+            return verdict("refused", _TAMPERED)
+        args = json.loads(row.args_json)
+        ctx = context_of(row)
+    except (TypeError, ValueError, RecursionError):  # not text, not JSON, no identity
         return verdict("refused", _TAMPERED)
-    args = json.loads(row.args_json)
-    ctx = context_of(row)
     before = len(calls[row.tool])
     try:
         out = gate.call(row.tool, args, ctx)
@@ -235,6 +251,21 @@ def _shadow_same(
     if isinstance(decision, Recorded) and decision.complete:
         return verdict("same")
     return verdict("refused", f"the recorded approvers ({len(approvers)}) do not approve it now")
+
+
+def _order(row: ApprovalRow) -> tuple[float, str]:
+    """Replay order: by proposal time (text edited into a SQLite column: last), then id."""
+    created: object = row.created_at
+    return (created if isinstance(created, int | float) else math.inf, str(row.id))
+
+
+def _forged(
+    erased: Mapping[tuple[str, str, str], RedactedRow], keyring: Keyring | None, row: ApprovalRow
+) -> bool:
+    """A redaction marker in `row`'s arguments that its redaction entry does not back (as the audit
+    checks it: `_audit_rows.marker_problem`; with `keyring`, the entry's seal too)."""
+    entry = erased.get(("eg_approvals", row.id, "args_json"))
+    return marker_problem(entry, keyring, row.args_json, row.args_hash) is not None
 
 
 def _stubbed(spec: ToolSpec | None) -> bool:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Literal
 
 from rich.console import Console
@@ -27,7 +28,10 @@ def _cmd_report(args: argparse.Namespace, out: Console) -> int:
     since, until = args.since, args.until
     targets = _targets(args.target)
     if args.html:
-        check_output(args.db, "--html", args.html)  # never over the ledger, its key or a missing dir
+        # never over the ledger, its key or a missing dir (nor the partial it is first written to)
+        page = Path(args.html)
+        partial = [page.with_name(page.name + ".partial")] if page.name else []  # "/" has no name
+        check_output(args.db, "--html", args.html, also=partial)
         try:
             check_charts()  # before the ledger is read: a missing extra fails at once
         except MissingDependency as exc:

@@ -37,6 +37,7 @@ _RC: dict[RcKeyType, Any] = {
     "svg.hashsalt": None,  # a fresh salt per chart: ids stay unique when several share a page
     "text.parse_math": False,  # "$...$" in a tool name is text, never mathtext
     "text.usetex": False,
+    "timezone": "UTC",  # the days are UTC days: labelled as such whatever a matplotlibrc says
     "font.family": "sans-serif",
     "font.sans-serif": ["DejaVu Sans", "Arial", "Helvetica"],
     "font.size": 9,

@@ -198,7 +198,7 @@ def modes(store: Store) -> dict[str, Mode]:
             continue
         try:
             body = json.loads(rule.body_json)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested past the parser's depth
             continue
         if isinstance(body, dict) and digest(body) == fingerprint:
             out[fingerprint] = "shadow" if body.get("shadow") is True else "live"
@@ -211,7 +211,7 @@ def edited_approvals(store: Store) -> set[str]:
     for event in store.events(kind="amended"):
         try:
             detail = json.loads(event.detail_json or "{}")
-        except ValueError:  # edited outside effectgate: not an edit (as the report's SQL reads it)
+        except (ValueError, RecursionError):  # edited in: no edit (as the report's SQL reads it)
             continue
         if event.approval_id and isinstance(detail, dict) and detail.get("edited_by"):
             edited.add(event.approval_id)
@@ -234,6 +234,7 @@ def _rates(rows: Sequence[tuple[Any, ...]], mode_of: Mapping[str, Mode], by: str
     for tool, role, fingerprint, status, edited, _decided_at, n in rows:
         # None: an approval whose seal does not verify (`_verify.set_apart`)
         mode = "unverified" if fingerprint is None else mode_of.get(fingerprint, "unverified")
+        tool, role = str(tool), str(role)  # SQLite keeps a blob edited into a text column: as text
         key = tool if by == "tool" else role
         groups.setdefault((key, mode), Rate(key, mode)).add(tool, status, bool(edited), int(n))
     return [groups[k] for k in sorted(groups)]
@@ -337,9 +338,9 @@ def figures(
             proposals += int(n)
             counted = bool(decided_at) and status not in UNDECIDED
             latencies[role] = latencies.get(role, 0) + (int(n) if counted else 0)
-        p95s = {
-            role: store.latency_at(conn, role, p95_rank(n), **window) if n else None
-            for role, n in sorted(latencies.items())
+        p95s = {  # a role edited into another type (SQLite) as text, as `_rates` shows it
+            str(role): store.latency_at(conn, role, p95_rank(n), **window) if n else None
+            for role, n in sorted(latencies.items(), key=lambda item: str(item[0]))
         }
         gated = store.report_rows(conn, "gated_by_day", **window)
         sessions = dict(_by_day(store.report_rows(conn, "sessions_by_day", **window)))

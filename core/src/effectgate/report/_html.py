@@ -14,6 +14,7 @@ from html import escape
 from pathlib import Path
 
 from .._display import duration, when
+from .._export_file import rewrite
 from .._textcheck import reveal
 from ._figures import Figures, Rate, per_1000
 
@@ -149,7 +150,11 @@ def render_html(figures: Figures, *, generated_at: float | None = None) -> str:
 
 
 def write_html(figures: Figures, path: str | Path, *, generated_at: float | None = None) -> Path:
-    """Write `render_html` to `path` (UTF-8); returns the path."""
+    """Write `render_html` to `path` (UTF-8), whole or not at all: into `path.partial`, renamed
+    over `path` once written (a failed write leaves the file that was there); returns the path.
+    FileExistsError, nothing written, when the partial exists (another write is under way)."""
     out = Path(path)
-    out.write_text(render_html(figures, generated_at=generated_at), encoding="utf-8")
+    page = render_html(figures, generated_at=generated_at)
+    with rewrite(out, FileExistsError) as f:
+        f.write(page)
     return out
