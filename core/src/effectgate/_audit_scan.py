@@ -65,6 +65,8 @@ from .stores.protocol import Store
 from .table import EffectTable
 from .tokens import Keyring
 
+_TIME, _UNMET = (int, float), 1 << 30  # a value of another type edited in (SQLite): no time, no bar met
+
 GATED_CLASSES = frozenset({Effect.SEND, Effect.MONEY, Effect.DESTRUCTIVE})
 
 
@@ -115,7 +117,7 @@ class Scan:
         """Check one approval with its decisions; the bar its executions are held to."""
         approval_id, tool, args, status = a[A_ID], a[A_TOOL], a[A_ARGS], a[A_STATUS]
         self.statuses[status] += 1
-        if a[A_DECIDED] is not None and status in ("approved", "executed"):
+        if type(a[A_DECIDED]) in _TIME and type(a[A_CREATED]) in _TIME and status in ("approved", "executed"):
             self.latencies.append(a[A_DECIDED] - a[A_CREATED])
         redacted = is_redacted(args)
         recomputed = None
@@ -127,7 +129,7 @@ class Scan:
             )
         if self.approval_sealed is not None and not self.approval_sealed(a[:A_SEAL], a[A_SEAL]):
             self.add("seal_broken", tool, "the approval's seal does not verify", approval_id)
-        role, required = a[A_ROLE], a[A_REQUIRED]
+        role, required = a[A_ROLE], a[A_REQUIRED] if type(a[A_REQUIRED]) is int else _UNMET
         rule = self.derived.get((a[A_ROW_FP], a[A_POLICY_FP])) or self.derive(a)
         policy = rule.policy if rule is not None else self.rules.policy(a[A_POLICY_FP])
         if rule is not None:
@@ -137,7 +139,7 @@ class Scan:
                 self.add(
                     "bar_lowered",
                     tool,
-                    f"recorded {a[A_EFFECT]}, role {role}, {required} approver(s); the rule at the "
+                    f"recorded {a[A_EFFECT]}, role {role}, {a[A_REQUIRED]} approver(s); the rule at the "
                     f"time says {effect}, role {' or '.join(sorted(roles))}, {needed} approver(s)",
                     approval_id,
                 )
