@@ -113,6 +113,8 @@ def check_output(
     does not exist or cannot be written; `renamed` (a file written beside `path`, then renamed over
     it): a `path` that is not a regular file (a device, a pipe, a symlink: the rename would replace
     it, not write into it)."""
+    if path.endswith(("/", os.sep)):  # Path() drops the slash: `newdir/` would become a file
+        raise UsageError(f"{option} {path}: names a directory; give a file name")
     ledger = _ledger_files(url)
     for out in (Path(path), *also):
         for own, what in ledger:

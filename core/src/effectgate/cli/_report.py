@@ -26,6 +26,8 @@ def _targets(given: list[tuple[str, float]] | None) -> dict[str, float]:
 
 def _cmd_report(args: argparse.Namespace, out: Console) -> int:
     since, until = args.since, args.until
+    if since is not None and until is not None and since >= until:  # an empty report reads as "no calls"
+        raise UsageError(f"--since must be before --until: the window [{since}, {until}) holds no call")
     targets = _targets(args.target)
     if args.html:
         # never over the ledger, its key or a missing dir (nor the partial it is first written to)

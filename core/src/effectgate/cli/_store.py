@@ -23,6 +23,7 @@ from ..errors import (
     StoreError,
     TokenError,
     UnknownApproval,
+    describe,
 )
 from ..export import ExportError
 from ..gate import EffectGate
@@ -222,6 +223,10 @@ def _make_gate(args: argparse.Namespace, store: SQLStore, *, need_app: bool) -> 
             gate = factory(store, keyring=keyring)
         except TypeError as exc:
             raise UsageError(f"--app {args.app} must be factory(store, *, keyring): {exc}") from exc
+        except EffectGateError:
+            raise
+        except Exception as exc:  # the app's own set-up failed (its table, its config): not ours
+            raise UsageError(f"--app {args.app} failed: {describe(exc)}") from exc
         if not isinstance(gate, EffectGate):
             raise UsageError(f"--app {args.app} returned {type(gate).__name__}, not an EffectGate")
         return gate
