@@ -35,6 +35,12 @@ What the tool sees:
   (unless the row names the error in `definite_failures`): the model is told it needs
   reconciliation, whatever the tool's policy, because the effect may have happened.
 
+A tool made from a plain (sync) function runs as the SDK runs it, in a worker thread, and the
+gate knows it as a sync tool (`_run_sync`, driven by the core's async driver, `awaited`): a run
+cancelled while the function runs (a request cancelled on a client disconnect) cannot stop that
+thread, so, as for any sync tool, the call keeps its lease until the function returns and its
+outcome is stored.
+
 The tool's own `needs_approval` can only add a pause (`check_own_approval`): a gated row pauses
 every new call whatever the tool's predicate says, and a read or write row, which effectgate never
 pauses, refuses a tool that asks for approval (`TableError` when it is wrapped).
@@ -42,11 +48,15 @@ pauses, refuses a tool that asks for approval (`TableError` when it is wrapped).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import contextvars
 import copy
 import dataclasses
+import inspect
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextvars import ContextVar
 from typing import Any
 
@@ -144,13 +154,75 @@ def native_tool(tool: FunctionTool) -> NativeTool:
         call.ran, call.output = True, output
         return output
 
-    run_tool.__name__ = run_tool.__qualname__ = name
+    def run_sync_tool(**kwargs: Any) -> Any:
+        return _run_sync(lambda: run_tool(**kwargs))
+
+    # a plain function the SDK runs in a worker thread: the gate runs it as a sync tool, so a
+    # cancelled run leaves it to its thread, whose outcome is stored (module docstring)
+    fn = run_sync_tool if getattr(raw.on_invoke_tool, _SYNC_MARKER, False) else run_tool
+    fn.__name__ = fn.__qualname__ = name
+    setattr(fn, _AWAITED, True)
     return NativeTool(
         name=name,
         description=tool.description or name,
         schema=copy.deepcopy(tool.params_json_schema),
-        fn=run_tool,
+        fn=fn,
     )
+
+
+#: The SDK's mark on the `on_invoke_tool` of a `@function_tool` made from a sync function (0.24).
+_SYNC_MARKER = "__agents_sync_function_tool__"
+_AWAITED = "_effectgate_awaited"
+
+
+def awaited(fn: Any) -> bool:
+    """Whether a gated call of the row function `fn` goes through the core's async driver
+    (`acall` / `aexecute`): a coroutine function, or a native tool's function (a sync one runs in
+    the driver's worker thread, which a cancelled run leaves to finish and store its outcome)."""
+    return inspect.iscoroutinefunction(fn) or getattr(fn, _AWAITED, False) is True
+
+
+class _Inline(ThreadPoolExecutor):
+    """An executor that runs each job at once, in the thread that submits it (it starts none), as
+    a thread of its own would run it: outside the submitting loop (the job may run one itself)."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        done: Future[Any] = Future()
+        loop = asyncio._get_running_loop()
+        asyncio._set_running_loop(None)
+        try:
+            done.set_result(fn(*args, **kwargs))
+        except BaseException as exc:
+            done.set_exception(exc)
+        finally:
+            asyncio._set_running_loop(loop)
+        return done
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        return None
+
+
+_INLINE = _Inline(max_workers=1)
+
+
+def _run_here(invoke: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
+    loop = asyncio.new_event_loop()
+    loop.set_default_executor(_INLINE)  # the SDK's `asyncio.to_thread` of the function: this thread
+    try:
+        return loop.run_until_complete(invoke())
+    finally:
+        loop.close()
+
+
+def _run_sync(invoke: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
+    """Run the SDK's invocation of a sync function tool to its end in this (worker) thread; on a
+    thread that runs an event loop (the sync API called from a coroutine), in a thread of its own."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return _run_here(invoke)
+    with ThreadPoolExecutor(max_workers=1) as own:
+        return own.submit(contextvars.copy_context().run, _run_here, invoke).result()
 
 
 def check_own_approval(gate: EffectGate, tool: FunctionTool, *, gated: bool) -> None:
@@ -207,6 +279,7 @@ def invalid_error(name: str, raw: str, outcome: Invalid) -> ModelBehaviorError:
 
 __all__ = [
     "Call",
+    "awaited",
     "calling",
     "check_own_approval",
     "failed",

@@ -47,8 +47,15 @@ import logging
 from collections.abc import Callable, Mapping, MutableMapping, Set
 from typing import Any
 
-from agents import RunContextWrapper
+from agents import (
+    FunctionTool,
+    RunContextWrapper,
+    ToolGuardrailFunctionOutput,
+    ToolInputGuardrail,
+    ToolInputGuardrailData,
+)
 from agents.tool import DEFAULT_APPROVAL_REJECTION_MESSAGE
+from agents.tool_context import ToolContext
 
 from effectgate import Approver, EffectGate, Executed, Grant, Pending
 from effectgate.adapter import native_approver, rejecting_approver
@@ -65,6 +72,8 @@ log = logging.getLogger(__name__)
 NativeApprover = Approver | Callable[[Any], Approver | None]
 #: The identity a native reject is recorded under when no configured approver may decide the call.
 SDK_REJECT = "sdk-reject"
+#: The identity a call's approval is closed under when its input guardrail refuses it before approval.
+SDK_GUARDRAIL = "sdk-guardrail"
 NO_APPROVER = (
     "state.approve() on a gated call needs gate_agent(..., native_approver=Approver(id, role)) "
     "(or gate_tools(..., native_approver=...)), or approve it with "
@@ -208,6 +217,55 @@ class NativeDecisions:
             running = isinstance(exc, AlreadyDecided) and exc.status == "executing"
             await self._ran_first(ctx, call_id, tool, approval_id, running=running)
 
+    def guarded(self, tool: FunctionTool, *, gated: bool) -> list[ToolInputGuardrail[Any]] | None:
+        """A gated tool's input guardrails, each closing the call's undecided approval when it
+        refuses the call (`withdraw`)."""
+        if not gated or not tool.tool_input_guardrails:
+            return tool.tool_input_guardrails
+
+        def closing(guardrail: ToolInputGuardrail[Any]) -> ToolInputGuardrail[Any]:
+            async def run(data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
+                out = await guardrail.run(data)
+                behavior = out.behavior
+                if behavior["type"] != "allow":
+                    why = behavior.get("message") or f"tool input guardrail {guardrail.get_name()} tripped"
+                    await self.withdraw(data.context, str(why))
+                return out
+
+            return ToolInputGuardrail(guardrail_function=run, name=guardrail.get_name())
+
+        return [closing(g) for g in tool.tool_input_guardrails]
+
+    async def withdraw(self, ctx: ToolContext[Any], reason: str) -> None:
+        """A call an input guardrail refused while it was undecided (the SDK's pre-approval tool
+        input guardrails, which it runs after `needs_approval` registered the call): the SDK does
+        not pause it, so its approval is closed (`gate.deny` as the system identity
+        `sdk-guardrail` with the row's role, the guardrail's message as the reason) and no
+        reviewer is asked to approve what the application's own policy refused. A guardrail run
+        before an approved call executes decides nothing here."""
+        call_id, tool = ctx.tool_call_id, ctx.tool_name
+        found = _records(ctx.context)
+        record = found[0].get(call_id) if found is not None else None
+        if found is None or not isinstance(record, MutableMapping) or tool not in self.tools:
+            return
+        if ctx.is_tool_approved(tool, call_id) is not None or isinstance(
+            found[1].get(str(record.get("approval_id"))), str
+        ):
+            return  # decided (or granted): the guardrail runs before the call executes
+        row = await self._owned_row(ctx, call_id)
+        if row is None or row.status != "pending":
+            return
+        try:
+            await asyncio.to_thread(
+                self.gate.deny,
+                row.id,
+                approver=Approver(SDK_GUARDRAIL, row.approver_role),
+                reason=reason,
+                version=record.get("version"),
+            )
+        except EffectGateError as exc:  # decided meanwhile
+            log.info("guardrail refusal of approval %s not recorded: %s", row.id, exc)
+
     async def _ran_first(
         self, ctx: RunContextWrapper[Any], call_id: str, tool: str, approval_id: str, *, running: bool = False
     ) -> None:
@@ -240,6 +298,31 @@ def refusal(
         return text
     why = record.get("native_error") if isinstance(record, Mapping) else None
     return f"{text} {why if isinstance(why, str) else NO_APPROVER}."
+
+
+async def not_granted(
+    gate: EffectGate, pending: Pending, record: Mapping[str, Any] | None, *, granted: bool
+) -> Any:
+    """What the model is told of an approved call this run holds no grant for: when the grant of
+    its approval (at its version) was presented by another resume of the run (a copy of the same
+    snapshot approved and resumed first), the call's stored result or that it runs there (never
+    "Refused" for a call that runs); else the `refusal`."""
+    if pending.status == "approved" and not granted:
+        spent = await asyncio.to_thread(_grant_spent, gate, pending.approval_id, pending.version)
+        done = await asyncio.to_thread(gate.result, pending.approval_id) if spent else None
+        if done is not None:
+            return model_output(done)
+        if spent:
+            return running_elsewhere(pending.card.tool, pending.approval_id)
+    return refusal(
+        pending.card.tool, record, pending.approval_id, pending.version, pending.status, granted=granted
+    )
+
+
+def _grant_spent(gate: EffectGate, approval_id: str, version: int) -> bool:
+    # the append-only rows (its token_used event, an execution), not the unsealed columns
+    with gate.store.transaction() as conn:
+        return gate.store.grant_spent(conn, approval_id, version)
 
 
 def ran_first(tool: str, approval_id: str, done: Executed) -> str:
@@ -297,6 +380,7 @@ __all__ = [
     "NativeApprover",
     "NativeDecisions",
     "execute_grant",
+    "not_granted",
     "ran_first",
     "refusal",
     "running_elsewhere",

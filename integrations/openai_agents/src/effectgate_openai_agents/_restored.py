@@ -36,7 +36,7 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,8 +105,22 @@ def _gated_tool(key: Any) -> str | None:
     return name if name in _GATED or name.rpartition(".")[2] in _GATED else None
 
 
+def _forget_settled(context: Any) -> None:
+    """Drop the marks `_native_decisions` writes on a call's record once it settled the SDK's
+    decision for it: unsealed, so a mark a context carried in (an edited snapshot, say) would
+    keep a decision made here from being settled (a native reject from closing the approval)."""
+    state = context.get(STATE_KEY) if isinstance(context, Mapping) else None
+    records = state.get("approvals") if isinstance(state, Mapping) else None
+    for record in records.values() if isinstance(records, Mapping) else ():
+        if isinstance(record, MutableMapping):
+            record.pop("native", None)
+            record.pop("native_error", None)
+
+
 def _first_look(wrapper: Any, decisions: dict[Any, Any]) -> Seen:
-    """Drop the approvals a context carried in before effectgate saw it (module docstring)."""
+    """Drop the approvals a context carried in before effectgate saw it (module docstring), and
+    the marks of decisions settled before (`_forget_settled`)."""
+    _forget_settled(getattr(wrapper, "context", None))
     granted = _granted_calls(getattr(wrapper, "context", None))
     dropped: list[str] = []
     rejected_calls: set[str] = set()

@@ -56,8 +56,8 @@ from effectgate.errors import EffectGateError, NeedsReconciliation, TokenError
 from ._arguments import call_of, parse
 from ._context import STATE_KEY, MissingIdentity, TamperedState, adapter_state, call_context, resumed
 from ._deferred import deferred_payload, is_deferred, remember_deferred
-from ._native import calling, check_own_approval, failed, invalid_error, model_output, own_policy
-from ._native_decisions import NativeApprover, NativeDecisions, execute_grant, refusal, unknown_outcome
+from ._native import awaited, calling, check_own_approval, failed, invalid_error, model_output, own_policy
+from ._native_decisions import NativeApprover, NativeDecisions, execute_grant, not_granted, unknown_outcome
 from ._reach import mark
 from ._records import paused_record
 from ._restored import gated as mark_gated
@@ -144,6 +144,7 @@ class GatedTools:
         gated_tool.on_invoke_tool = on_invoke
         gated_tool.needs_approval = needs
         gated_tool.is_enabled = self._enabled(tool.is_enabled)
+        gated_tool.tool_input_guardrails = self.native.guarded(tool, gated=gated)  # refusals close
         return gated_tool
 
     def _enabled(self, own: Any) -> Callable[[RunContextWrapper[Any], Any], bool | Awaitable[bool]]:
@@ -171,12 +172,13 @@ class GatedTools:
 
     def _sync(self, name: str) -> bool:
         spec = self.gate.table.get(name)
-        return spec is None or not inspect.iscoroutinefunction(spec.fn)
+        return spec is None or not awaited(spec.fn)
 
     async def _call(self, name: str, args: Any, cctx: CallContext) -> Outcome:
-        """One call through the core. A sync tool runs the whole call in one worker thread (one
-        hop, as the SDK does for a plain sync function tool); an async tool uses the core's async
-        driver, which awaits it on the loop. Either way the loop never waits on the database."""
+        """One call through the core. A sync table function runs the whole call in one worker
+        thread (one hop, as the SDK does for a plain sync function tool); an async tool, and an SDK
+        tool of `effects=` (`_native.awaited`), uses the core's async driver. Either way the loop
+        never waits on the database."""
         if self._sync(name):
             return await asyncio.to_thread(self.gate.call, name, args, cctx)
         return await self.gate.acall(name, args, cctx)
@@ -322,14 +324,7 @@ class GatedTools:
             settled = False
         if not isinstance(token, str) or (pending.status != "approved" and not settled):
             record = adapter_state(ctx.context)["approvals"].get(ctx.tool_call_id)
-            return refusal(
-                pending.card.tool,
-                record,
-                pending.approval_id,
-                pending.version,
-                pending.status,
-                granted=isinstance(token, str),
-            )
+            return await not_granted(self.gate, pending, record, granted=isinstance(token, str))
         executed = await execute_grant(self.gate, pending, token, args, sync=self._sync(pending.card.tool))
         grants.pop(pending.approval_id, None)
         record = adapter_state(ctx.context)["approvals"].get(ctx.tool_call_id)
