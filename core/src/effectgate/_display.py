@@ -9,13 +9,17 @@ import math
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from ._seal import decision_intact, foreign_key, mismatch
+from ._execution import EXEC_PREFIX
+from ._json import parse
+from ._seal import approval_intact, approval_sealed, decision_intact, foreign_key, mismatch
 from .chain import check_keyring
 from .errors import ForeignSeal, StoreError, TamperedRecord, TokenError
 from .outcomes import TAMPERED_WARNING, Card, json_value
+from .stores._dialect import REDACTED_PREFIX
 
 if TYPE_CHECKING:
     from .gate import EffectGate
+    from .stores.records import ApprovalRow
 
 FOLD = 2000  # characters of one value shown before folding (the rest is one click away, never cut)
 
@@ -32,6 +36,15 @@ def fold(value: Any) -> list[dict[str, Any]]:
         text = pretty(v)
         out.append({"name": name, "text": text, "folded": len(text) > FOLD, "size": len(text)})
     return out
+
+
+def stored_json(text: str | None) -> Any:
+    """A JSON column's value; the text itself when it is not JSON (inserted or edited in the
+    database), so that one row cannot take a page down for the others."""
+    try:
+        return None if text is None else parse(text)
+    except ValueError:
+        return text
 
 
 def when(epoch: float | None) -> str:
@@ -70,6 +83,29 @@ def countdown(expires_at: Any, now: float) -> str:
 def duration(seconds: float) -> str:
     """A length of time: "0s", "45s", "12m 30s", "2h 0m 5s", "3d 1h 20m"."""
     return "0s" if seconds < 1 else remaining(seconds).removeprefix("in ")
+
+
+def row_verifies(gate: EffectGate, row: ApprovalRow) -> bool:
+    """Whether a stored approval row verifies under the gate's keyring, as its card checks: its
+    seal, and its arguments' hash unless `redact` erased them."""
+    if row.args_json.startswith(REDACTED_PREFIX):
+        return approval_sealed(gate.keyring, row)
+    return approval_intact(gate.keyring, row)
+
+
+def reconciliation_queue(gate: EffectGate, role: str) -> list[dict[str, Any]]:
+    """The unknown outcomes, each with the approval behind it (None for a write), whether that
+    record verifies (`intact`: else the gate refuses to settle it), and whether `role` may settle
+    it (`yours`). A record edited outside effectgate raises the store's error naming it."""
+    out = []
+    for record in gate.store.idempotency_records(status="needs_reconciliation"):
+        executes = record.key.startswith(EXEC_PREFIX)
+        approval_id = record.key[len(EXEC_PREFIX) :].rpartition("_v")[0] if executes else None
+        row = gate.store.get_approval(approval_id) if approval_id else None
+        intact = row is not None and row_verifies(gate, row)
+        yours = row is not None and intact and gate.policy.role_satisfies(role, row.approver_role)
+        out.append({"record": record, "approval": row, "yours": yours, "intact": intact})
+    return out
 
 
 def keyring_warnings(gate: EffectGate, cards: list[Card]) -> list[Card]:

@@ -178,8 +178,11 @@ class Ledger:
 
     def card_of(self, conn: Any, row: ApprovalRow) -> Card:
         redacted = row.args_json.startswith(REDACTED_PREFIX)
-        intact = self.verifies(row)
-        given = self.approvers(conn, row, round_=row.grants) if intact else []
+        verified = self.verifies(row)
+        given, denial = self.decided(conn, row, round_=row.grants) if verified else ([], None)
+        # a pending row that was granted, or whose version was denied (sealed): its status was edited
+        intact = verified and not (row.status == "pending" and (row.grants or denial))
+        given = given if intact else []
         if not given and intact and row.grants > 0:  # a granted row shows the round that granted it
             given = self.approvers(conn, row, round_=row.grants - 1)
         shown = self.as_derived(row) if intact and not redacted else None

@@ -357,7 +357,8 @@ class ApprovalCard:
             return
         self._body.value = self.html()
         self._status.value = f"<b>{_e(self.message)}</b>" if self.message else ""
-        open_ = self.card.status == "pending" and self.card.version == self.version
+        # as the inbox offers no form for a record that does not verify (the gate refuses anyway)
+        open_ = self.card.status == "pending" and self.card.version == self.version and self._view["intact"]
         self.approve_button.disabled = self.deny_button.disabled = not open_
 
     # -- display

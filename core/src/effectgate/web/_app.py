@@ -36,8 +36,16 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
-from .._display import card_view, keyring_warnings, pretty, tampered_refusal, when
-from .._execution import EXEC_PREFIX
+from .._display import (
+    card_view,
+    keyring_warnings,
+    pretty,
+    reconciliation_queue,
+    row_verifies,
+    stored_json,
+    tampered_refusal,
+    when,
+)
 from .._seal import decision_intact
 from .._textcheck import reveal
 from ..context import Approver
@@ -47,6 +55,7 @@ from ..errors import (
     ConfirmFailed,
     EffectGateError,
     MissingDependency,
+    NeedsReconciliation,
     PolicyViolation,
     StaleApproval,
     TamperedRecord,
@@ -59,7 +68,6 @@ from ..report import figures
 from ..report._html import STYLE as REPORT_STYLE
 from ..report._html import body as report_body
 from ..stores._statements import possible_id
-from ..stores.base import from_json
 from ._auth import ApproverRegistry, RegisteredApprover, csrf_ok, csrf_token
 from ._guard import LOCAL_HOSTS, MIN_SSO_SECRET, PROXY_HEADER, SecurityHeaders, from_proxy, host_guard
 from ._sessions import LoginThrottle, Sessions
@@ -302,29 +310,22 @@ def create_app(
             if decision_intact(gate.keyring, d):  # a row inserted in the database is no one's decision
                 by_approval[d.approval_id].append(d)
         results = {
-            e.approval_id: {"status": e.status, "result": from_json(e.result_json)}
+            e.approval_id: {"status": e.status, "result": stored_json(e.result_json)}
             for e in gate.store.executions()
             if e.approval_id
         }
-        return {"rows": rows, "decisions": by_approval, "results": results}
+        unverified = {r.id for r in rows if not row_verifies(gate, r)}  # flagged, as on their cards
+        return {"rows": rows, "decisions": by_approval, "results": results, "unverified": unverified}
 
     async def history(request: Request, me: RegisteredApprover) -> Response:
         return page(request, "history.html", **await run_in_threadpool(history_context))
 
-    def queue(me: RegisteredApprover) -> list[dict[str, Any]]:
-        """The unknown outcomes; `yours` when `me`'s role may settle the approval behind one."""
-        out = []
-        for record in gate.store.idempotency_records(status="needs_reconciliation"):
-            approval_id = None
-            if record.key.startswith(EXEC_PREFIX):
-                approval_id = record.key[len(EXEC_PREFIX) :].rpartition("_v")[0]
-            row = gate.store.get_approval(approval_id) if approval_id else None
-            yours = row is not None and gate.policy.role_satisfies(me.role, row.approver_role)
-            out.append({"record": record, "approval": row, "yours": yours})
-        return out
-
     async def reconciliation(request: Request, me: RegisteredApprover) -> Response:
-        return page(request, "reconciliation.html", items=await run_in_threadpool(queue, me))
+        try:
+            items = await run_in_threadpool(reconciliation_queue, gate, me.role)
+            return page(request, "reconciliation.html", items=items)
+        except EffectGateError as exc:  # a record edited outside effectgate (a StoreError naming it)
+            return refused(request, 409, "The queue cannot be read", f"{exc}. Nothing was changed.")
 
     def metrics_context(days: int | None) -> dict[str, Any] | None:
         """The report's figures and charts over the last `days` (all time without), or None
@@ -358,8 +359,11 @@ def create_app(
             return refused(request, 404, "Not found", "No such approval.")
         except WrongApprover as exc:
             return refused(request, 403, "Not yours to settle", f"{exc}. Nothing was changed.", approval_id)
-        except EffectGateError as exc:
-            return refused(request, 409, "Refused", f"{exc}. Nothing was changed.", approval_id)
+        except Exception as exc:  # a refusal changed nothing; a lookup or a run again that raised: said
+            if isinstance(exc, EffectGateError) and not isinstance(exc, NeedsReconciliation):
+                return refused(request, 409, "Refused", f"{exc}. Nothing was changed.", approval_id)
+            message = f"Reconciling raised {type(exc).__name__}: {exc}. Open the card to see where it stands."
+            return refused(request, 502, "Reconciliation failed", message, approval_id)
         message = (
             f"Settled: {pretty(settled.result)}"
             if settled is not None
