@@ -249,19 +249,32 @@ async def aexecute_deferred(
         return await gate.aexecute(token)
 
 
-def outcome_message(outcome: Executed | Refused) -> TResponseInputItem:
-    """The input item that tells the model how a deferred operation ended."""
-    if isinstance(outcome, Executed):
-        text = (
-            f"effectgate: operation {outcome.approval_id} ({outcome.tool}) was approved and executed. "
-            f"Result: {outcome.for_model()}"
-        )
-    else:
+def outcome_message(outcome: Executed | Refused) -> list[TResponseInputItem]:
+    """The input items that tell the model how a deferred operation ended: effectgate's status line
+    as a developer message and, for an executed operation, its result as tool output (a
+    `function_call` of the tool, call id `effectgate-outcome-<operation id>`, and its
+    `function_call_output`; so is a refusal that quotes the tool's error: it ran and failed, or its
+    outcome is unknown). The result is text the tool's far side may control (a provider's reply,
+    an email body): it never reaches the model with developer authority."""
+    ran = {"failed": "ran and failed", "needs_reconciliation": "ran; its outcome is unknown"}
+    if isinstance(outcome, Refused) and outcome.code not in ran:
         text = (
             f"effectgate: operation {outcome.approval_id} ({outcome.tool}) was not executed. "
             f"{outcome.for_model()}"
         )
-    return {"role": "developer", "content": text}
+        return [{"role": "developer", "content": text}]
+    # what it ran gave: its result, or a refusal quoting the tool's error (a provider's text too)
+    call_id = f"effectgate-outcome-{outcome.approval_id}"
+    what = ran[outcome.code] if isinstance(outcome, Refused) else "was approved and executed"
+    text = (
+        f"effectgate: operation {outcome.approval_id} ({outcome.tool}) {what}. "
+        f"What it gave is the output of tool call {call_id}."
+    )
+    return [
+        {"role": "developer", "content": text},
+        {"type": "function_call", "call_id": call_id, "name": outcome.tool, "arguments": "{}"},
+        {"type": "function_call_output", "call_id": call_id, "output": outcome.for_model()},
+    ]
 
 
 def with_outcome(
@@ -271,4 +284,4 @@ def with_outcome(
     items: list[TResponseInputItem] = (
         history.to_input_list() if isinstance(history, RunResult) else [dict(i) for i in history]  # type: ignore[misc]
     )
-    return [*items, outcome_message(outcome)]
+    return [*items, *outcome_message(outcome)]
