@@ -144,8 +144,8 @@ def test_an_error_that_is_not_a_lost_connection_is_raised_as_before(
 def test_the_connection_dropped_in_the_middle_of_storing_the_result(
     make_gate: MakeGate, store: SQLStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Dropped between the transaction's statements: its ROLLBACK fails too, and that error, raised
-    while handling the loss, is what surfaces; the loss is still recognised (`__context__`)."""
+    """Dropped between the transaction's statements: its ROLLBACK fails too, and the loss itself
+    surfaces (the failing ROLLBACK does not replace it), recognised as a lost connection."""
     receiver = EffectRecorder()
     armed: list[bool] = []
     append_execution = store.append_execution

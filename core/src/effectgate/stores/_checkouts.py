@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from contextlib import AbstractContextManager, suppress
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,13 @@ class Checkouts:
         self._idle: list[tuple[Connection, Any, int]] = []
         self._epoch, self._pid, self._origin = 0, os.getpid(), os.getpid()
         self.cursors: dict[Connection, Any] = {}  #: what runs the statements of each one taken
+        #: A store in memory is one connection (StaticPool) that every thread shares: its work
+        #: runs one thread at a time, or a thread's statements ran inside another's transaction
+        #: (and a connection given back rolled that transaction back, half-way).
+        self.serial: Any = None if isinstance(pool, QueuePool) else threading.RLock()
+
+    def serially(self) -> AbstractContextManager[Any]:
+        return nullcontext() if self.serial is None else self.serial
 
     def take(self) -> tuple[Connection, Any, int]:
         """A connection, its driver connection, and the epoch it was checked out in."""
@@ -97,6 +105,16 @@ class Held:
 
     def __enter__(self) -> Connection:
         store = self._store
+        if (serial := store._checkouts.serial) is not None:
+            serial.acquire()
+            try:
+                return self._enter(store)
+            except BaseException:
+                serial.release()
+                raise
+        return self._enter(store)
+
+    def _enter(self, store: SQLStore) -> Connection:
         if not store._ready:
             store.check()
         if _dialect.observed(store.engine):
@@ -115,14 +133,41 @@ class Held:
     def __exit__(
         self, typ: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool | None:
+        try:
+            return self._exit(typ, exc, tb)
+        finally:
+            if (serial := self._store._checkouts.serial) is not None:
+                serial.release()
+
+    def _exit(
+        self, typ: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
         if self._other is not None:
             return self._other.__exit__(typ, exc, tb)
         taken, ok = self._taken, False
         assert taken is not None
         try:
             if self._begin:
-                _dialect.driver_end(taken[0], taken[1], commit=typ is None)
+                try:
+                    _dialect.driver_end(taken[0], taken[1], commit=typ is None)
+                except Exception:
+                    # A ROLLBACK that fails after the block raised (its connection lost: the
+                    # server ended the session mid-transaction) does not replace the block's
+                    # error, which names the loss; the connection is discarded below.
+                    if typ is None:
+                        raise
             ok = typ is None
         finally:
             self._store._checkouts.give(taken, ok)
         return None
+
+
+@contextmanager
+def reading(store: SQLStore) -> Iterator[Connection]:
+    """`SQLStore.reading`: a read-only transaction (SQLite: DEFERRED, so it never waits for the
+    write lock); on a store in memory, one thread at a time (`Checkouts.serial`)."""
+    with store._checkouts.serially():
+        if not store._ready:
+            store.check()
+        with store.engine.connect().execution_options(**{_dialect.READONLY: True}) as conn, conn.begin():
+            yield conn

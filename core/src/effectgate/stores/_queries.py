@@ -162,9 +162,18 @@ AUDIT_QUERIES: dict[str, str] = {
 }
 
 
-def _unreachable(exc: sa.exc.DBAPIError) -> bool:
-    """A connection failure (as opposed to a missing table): the server or file is not there."""
-    return bool(exc.connection_invalidated) or "connect" in str(exc.orig).lower()
+#: PostgreSQL's SQLSTATEs and SQLite's messages for a table or column that does not exist.
+_UNDEFINED = ("42P01", "42703")
+_NO_SUCH = ("no such table", "no such column")
+
+
+def _no_schema(exc: sa.exc.DBAPIError) -> bool:
+    """Whether reading the schema version failed because the table (or its column) is not
+    there: anything else (the server or file unreachable, a role without privileges on the
+    tables) is the database's own error, never "no effectgate schema: run setup"."""
+    if getattr(exc.orig, "sqlstate", None) in _UNDEFINED:
+        return True
+    return not exc.connection_invalidated and str(exc.orig).lower().startswith(_NO_SUCH)
 
 
 ReportQuery = Literal[

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.schema import CreateIndex
 
@@ -44,11 +45,19 @@ ADDED_INDEXES = (*EVENT_INDEXES, APPROVAL_SUBJECT_INDEX, APPROVAL_SESSION_INDEX)
 
 def indexes(conn: Connection) -> None:
     """Bring the indexes to this release's (idempotent, on every setup): an index changes no row
-    and no query's answer, so it needs no schema version."""
+    and no query's answer, so it needs no schema version. Only those to drop or create are
+    touched: PostgreSQL's CREATE INDEX IF NOT EXISTS locks its table even when the index exists,
+    so a worker's setup on a current database, while other workers run, waited for their
+    transactions and deadlocked with them (it holds eg_events, they hold eg_approvals)."""
+    inspector = sa.inspect(conn)
+    tables = ("eg_events", "eg_approvals", "eg_intent_keys")  # those of the indexes above
+    present = {i["name"] for t in tables for i in inspector.get_indexes(t)}
     for name in REPLACED_INDEXES:
-        conn.exec_driver_sql(f"DROP INDEX IF EXISTS {name}")
+        if name in present:
+            conn.exec_driver_sql(f"DROP INDEX IF EXISTS {name}")
     for index in ADDED_INDEXES:
-        conn.execute(CreateIndex(index, if_not_exists=True))
+        if index.name not in present:
+            conn.execute(CreateIndex(index, if_not_exists=True))
 
 
 def upgrade(conn: Connection, found: int, target: int, *, where: str) -> None:

@@ -20,7 +20,7 @@ from sqlmodel import SQLModel
 from .._clock import SYSTEM_CLOCK, Clock
 from .._json import detail_json
 from ..errors import StoreError
-from . import _dialect, _upgrade
+from . import _checkouts, _dialect, _upgrade
 from . import _queries as Q
 from . import _statements as S
 from ._aggregates import AggregateSQL
@@ -147,7 +147,7 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, ReadingSQL, IdempotencyStor
         try:
             row = conn.execute(self._q(("version",), lambda: sa.select(Q.T_VERSION.c.version))).first()
         except sa.exc.DBAPIError as exc:
-            if not isinstance(exc, sa.exc.OperationalError | sa.exc.ProgrammingError) or Q._unreachable(exc):
+            if not Q._no_schema(exc):
                 raise
             row = None
         if row is None:
@@ -185,13 +185,9 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, ReadingSQL, IdempotencyStor
         """A connection for one statement that commits by itself (see `_connected`)."""
         return self._connected(begin=False)
 
-    @contextmanager
-    def reading(self) -> Iterator[Connection]:
+    def reading(self) -> AbstractContextManager[Connection]:
         """A read-only transaction (SQLite: DEFERRED, so it never waits for the write lock)."""
-        if not self._ready:
-            self.check()
-        with self.engine.connect().execution_options(**{_dialect.READONLY: True}) as conn, conn.begin():
-            yield conn
+        return _checkouts.reading(self)
 
     def lock(self, conn: Connection, name: str) -> None:
         _dialect.lock_name(conn, name)
