@@ -50,7 +50,7 @@ from agents.strict_schema import ensure_strict_json_schema
 from agents.tool_context import ToolContext
 
 from effectgate import CallContext, EffectGate, Executed, Invalid, Outcome, Pending, ToolSpec
-from effectgate.adapter import Unknown, check_wrappable, is_gated
+from effectgate.adapter import Paused, Unknown, bind_token, check_wrappable, is_gated
 from effectgate.errors import EffectGateError, NeedsReconciliation, TokenError
 
 from ._arguments import call_of, parse
@@ -325,6 +325,9 @@ class GatedTools:
         if not isinstance(token, str) or (pending.status != "approved" and not settled):
             record = adapter_state(ctx.context)["approvals"].get(ctx.tool_call_id)
             return await not_granted(self.gate, pending, record, granted=isinstance(token, str))
+        # the token read back from the run context (which a stored state carries) must be this
+        # call's approval's, at its version: another approval's grant runs nothing here
+        bind_token(Paused.of(pending), token)
         executed = await execute_grant(self.gate, pending, token, args, sync=self._sync(pending.card.tool))
         grants.pop(pending.approval_id, None)
         record = adapter_state(ctx.context)["approvals"].get(ctx.tool_call_id)
