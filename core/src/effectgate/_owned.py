@@ -58,6 +58,8 @@ def own_store(url: str) -> None:
     database = parsed.database
     if database.startswith("file:"):  # a URI form (uri=true): its path, without the query
         database = database.removeprefix("file:").split("?", 1)[0]
+    with suppress(OSError, ValueError):  # SQLite keeps the journals beside the file a link names
+        database = os.path.realpath(database)
     own(*(f"{database}{suffix}" for suffix in _STORE_SUFFIXES), f"{parsed.database}.keys")
 
 

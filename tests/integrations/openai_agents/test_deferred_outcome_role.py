@@ -70,8 +70,8 @@ def test_outcome_message_keeps_tool_text_out_of_developer_messages() -> None:
     assert kinds == ["developer", "function_call", "function_call_output"]
     assert INJECTED not in str(items[0]["content"])
     assert [i["type"] for i in _items_with(items, INJECTED)] == ["function_call_output"]
-    assert (items[1]["call_id"], items[1]["name"]) == ("effectgate-outcome-ap-1", "send_email")
-    assert items[2]["call_id"] == "effectgate-outcome-ap-1"
+    assert (items[1]["call_id"], items[1]["name"]) == ("eg-ap-1", "send_email")
+    assert items[2]["call_id"] == "eg-ap-1"
     refused = Refused(code="denied", message="the reviewer said no", tool="send_email", approval_id="ap-2")
     [only] = [dict(i) for i in outcome_message(refused)]
     assert only["role"] == "developer"

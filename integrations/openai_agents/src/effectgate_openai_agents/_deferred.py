@@ -26,6 +26,7 @@ its grant only.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping, MutableMapping, Sequence
 from typing import Any
@@ -252,7 +253,7 @@ async def aexecute_deferred(
 def outcome_message(outcome: Executed | Refused) -> list[TResponseInputItem]:
     """The input items that tell the model how a deferred operation ended: effectgate's status line
     as a developer message and, for an executed operation, its result as tool output (a
-    `function_call` of the tool, call id `effectgate-outcome-<operation id>`, and its
+    `function_call` of the tool, call id `eg-<operation id>` (at most 40 characters), and its
     `function_call_output`; so is a refusal that quotes the tool's error: it ran and failed, or its
     outcome is unknown). The result is text the tool's far side may control (a provider's reply,
     an email body): it never reaches the model with developer authority."""
@@ -264,7 +265,10 @@ def outcome_message(outcome: Executed | Refused) -> list[TResponseInputItem]:
         )
         return [{"role": "developer", "content": text}]
     # what it ran gave: its result, or a refusal quoting the tool's error (a provider's text too)
-    call_id = f"effectgate-outcome-{outcome.approval_id}"
+    # at most 40 characters: Chat Completions refuses a longer tool call id (a 400, the next run fails)
+    call_id = f"eg-{outcome.approval_id}"
+    if len(call_id) > 40:
+        call_id = f"eg-{hashlib.sha256(str(outcome.approval_id).encode()).hexdigest()[:37]}"
     what = ran[outcome.code] if isinstance(outcome, Refused) else "was approved and executed"
     text = (
         f"effectgate: operation {outcome.approval_id} ({outcome.tool}) {what}. "
