@@ -1,15 +1,16 @@
 """Files effectgate keeps for itself, which its file tools never read, write or delete.
 
 A SQLite store's database with its journals (`-wal`, `-shm`, `-journal`) and the key file beside it
-(`DB.keys`), and any key file a keyring was loaded from. `file_tools(".")` next to the default
+(`DB.keys`), any key file a keyring was loaded from, and the files that govern the gate: an effect
+table loaded from TOML and the inbox's approver file. `file_tools(".")` next to the default
 `effectgate.db` is a natural first set-up: without this a model could read the grant keys (the key
 file is text, and a search shows its lines) or replace the ledger with a write, which runs at once.
 
-Paths are recorded when a gate is built over a store (`own_store`) and when a keyring file is
-loaded (`own`), for the life of the process. `owned` matches an entry by its directory (device
-and inode) and its name, compared case-insensitively after NFC (a file system that folds case or
-normalizes names opens the same file under another spelling), and, for a file with more than one
-link, by its own device and inode.
+Paths are recorded when a gate is built over a store (`own_store`) and when a keyring, table or
+approver file is loaded (`own`), for the life of the process. `owned` matches an entry by its
+directory (device and inode) and its name, compared case-insensitively after NFC (a file system
+that folds case or normalizes names opens the same file under another spelling), and, for a file
+with more than one link, by its own device and inode.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ._owned import own
 from ._rules import Escalate
 from .effects import Reversibility
 from .errors import TableError
@@ -15,6 +16,8 @@ from .table import EffectTable, ToolSpec
 
 def load_toml(source: str | Path, bindings: Mapping[str, Callable[..., Any]]) -> EffectTable:
     """See `EffectTable.from_toml`."""
+    if not (isinstance(source, str) and "\n" in source):
+        own(source)  # the policy that governs the gate is never the file tools' to rewrite
     text = source if isinstance(source, str) and "\n" in source else Path(source).read_text()
     try:
         data = tomllib.loads(text)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._owned import own
 from ..errors import TableError
 
 _N, _R, _P = 2**14, 8, 1
@@ -99,6 +100,7 @@ class ApproverRegistry:
         Every entry is checked when the file is loaded: an unknown key, a missing id or role, or a
         secret that is not an scrypt hash raises `ValueError` naming the file, the line of the
         entry and the fix (a secret's value is never echoed: it may be a password pasted in)."""
+        own(path)  # who may approve is never the file tools' to rewrite (`_owned`)
         text = Path(path).read_text()
         data = tomllib.loads(text)
         rows: list[dict[str, Any]] = data.get("approver", [])
