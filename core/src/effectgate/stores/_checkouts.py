@@ -42,7 +42,7 @@ class Checkouts:
         #: A store in memory is one connection (StaticPool) that every thread shares: its work
         #: runs one thread at a time, or a thread's statements ran inside another's transaction
         #: (and a connection given back rolled that transaction back, half-way).
-        self.serial: Any = None if isinstance(pool, QueuePool) else threading.RLock()
+        self.serial: Serial | None = None if isinstance(pool, QueuePool) else Serial()
 
     def serially(self) -> AbstractContextManager[Any]:
         return nullcontext() if self.serial is None else self.serial
@@ -87,6 +87,48 @@ class Checkouts:
     def _close(self, conn: Connection) -> None:
         self.cursors.pop(conn, None)
         conn.close()
+
+
+class Serial:
+    """`Checkouts.serial`: a reentrant lock that any thread may release, so that a read
+    transaction streamed by a generator (`SQLStore.every_row`) and ended in another thread than
+    the one that began it (a thread pool serving each chunk: Starlette's StreamingResponse) ends
+    the lock with it; an RLock refused that release and stayed held: every later use hung. A
+    forked child starts with it free: a thread that held it at the fork is not in the child."""
+
+    __slots__ = ("_count", "_free", "_owner", "_pid")
+
+    def __init__(self) -> None:
+        self._free = threading.Condition(threading.Lock())
+        self._owner: int | None = None
+        self._count, self._pid = 0, os.getpid()
+
+    def acquire(self) -> bool:
+        if self._pid != os.getpid():
+            self.__init__()  # type: ignore[misc]
+        me = threading.get_ident()
+        with self._free:
+            if self._owner != me:
+                while self._count:
+                    self._free.wait()
+                self._owner = me
+            self._count += 1
+        return True
+
+    def release(self) -> None:
+        with self._free:
+            if not self._count:
+                raise RuntimeError("release of a free lock")
+            self._count -= 1
+            if not self._count:
+                self._owner = None
+                self._free.notify()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
 
 class Held:
