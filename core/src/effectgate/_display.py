@@ -11,15 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 from ._execution import EXEC_PREFIX
 from ._json import parse
-from ._seal import approval_intact, approval_sealed, decision_intact, foreign_key, mismatch
+from ._seal import approval_verifies, decision_intact, foreign_key, mismatch
 from .chain import check_keyring
 from .errors import ForeignSeal, StoreError, TamperedRecord, TokenError
 from .outcomes import TAMPERED_WARNING, Card, json_value
-from .stores._dialect import REDACTED_PREFIX
 
 if TYPE_CHECKING:
     from .gate import EffectGate
-    from .stores.records import ApprovalRow
 
 FOLD = 2000  # characters of one value shown before folding (the rest is one click away, never cut)
 
@@ -85,14 +83,6 @@ def duration(seconds: float) -> str:
     return "0s" if seconds < 1 else remaining(seconds).removeprefix("in ")
 
 
-def row_verifies(gate: EffectGate, row: ApprovalRow) -> bool:
-    """Whether a stored approval row verifies under the gate's keyring, as its card checks: its
-    seal, and its arguments' hash unless `redact` erased them."""
-    if row.args_json.startswith(REDACTED_PREFIX):
-        return approval_sealed(gate.keyring, row)
-    return approval_intact(gate.keyring, row)
-
-
 def reconciliation_queue(gate: EffectGate, role: str) -> list[dict[str, Any]]:
     """The unknown outcomes, each with the approval behind it (None for a write), whether that
     record verifies (`intact`: else the gate refuses to settle it), and whether `role` may settle
@@ -102,7 +92,7 @@ def reconciliation_queue(gate: EffectGate, role: str) -> list[dict[str, Any]]:
         executes = record.key.startswith(EXEC_PREFIX)
         approval_id = record.key[len(EXEC_PREFIX) :].rpartition("_v")[0] if executes else None
         row = gate.store.get_approval(approval_id) if approval_id else None
-        intact = row is not None and row_verifies(gate, row)
+        intact = row is not None and approval_verifies(gate.keyring, row)
         yours = row is not None and intact and gate.policy.role_satisfies(role, row.approver_role)
         out.append({"record": record, "approval": row, "yours": yours, "intact": intact})
     return out

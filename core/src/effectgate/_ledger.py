@@ -17,7 +17,7 @@ from typing import Any
 from ._answers import SHADOW_NOTE
 from ._deps import Deps, Events
 from ._json import parse
-from ._seal import approval_intact, approval_sealed, decision_intact
+from ._seal import approval_verifies, decision_intact
 from .context import CallContext, Confirmation, SubjectEntry
 from .errors import PolicyViolation, TamperedRecord, UnknownApproval, describe
 from .outcomes import UNSEALED_WARNING, Card, SubjectView, VersionEntry
@@ -126,11 +126,8 @@ class Ledger:
         )
 
     def verifies(self, row: ApprovalRow) -> bool:
-        """Whether the row's seal verifies and, unless `redact` erased them (they cannot be hashed
-        again; the audit checks the redaction's own sealed entry), its arguments hash to it."""
-        if row.args_json.startswith(REDACTED_PREFIX):
-            return approval_sealed(self.keyring, row)
-        return approval_intact(self.keyring, row)
+        """`_seal.approval_verifies` under the gate's keyring."""
+        return approval_verifies(self.keyring, row)
 
     def subject_view(self, approval_id: str) -> SubjectView:
         """What a reviewer sees beside a card: the subject's other approvals of this tool (newest

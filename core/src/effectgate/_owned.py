@@ -23,7 +23,6 @@ from contextlib import suppress
 _LOCK = threading.Lock()
 _OWNED: dict[str, set[str]] = {}  # a folded file name -> the directories it is owned in
 _PATHS: set[str] = set()  # the owned files' absolute paths
-_STORE_SUFFIXES = ("", "-wal", "-shm", "-journal", ".keys")
 
 
 def _fold(name: str) -> str:
@@ -44,8 +43,16 @@ def own(*paths: str | os.PathLike[str]) -> None:
 
 def own_store(url: str) -> None:
     """A SQLite file store's database, its journals and its development key file (`DB.keys`)."""
+    own(*(path for path, _ in store_files(url)))
+
+
+def store_files(url: str) -> list[tuple[str, str]]:
+    """The files of the SQLite file store at `url`, each with what it is: the database and its
+    journals (beside the file a symlink names, where SQLite keeps them) and its development key
+    file (`DB.keys`, beside the name given, as `keyring_for` reads it); none for another store.
+    What the file tools never touch (`own_store`) and the CLI never writes over."""
     if not url.startswith("sqlite"):
-        return
+        return []
     import sqlalchemy as sa
 
     from .stores._memory import in_memory
@@ -53,15 +60,19 @@ def own_store(url: str) -> None:
     try:
         parsed = sa.engine.make_url(url)
     except sa.exc.ArgumentError:
-        return
+        return []
     if parsed.get_backend_name() != "sqlite" or in_memory(parsed) or not parsed.database:
-        return
+        return []
     database = parsed.database
     if database.startswith("file:"):  # a URI form (uri=true): its path, without the query
         database = database.removeprefix("file:").split("?", 1)[0]
     with suppress(OSError, ValueError):  # SQLite keeps the journals beside the file a link names
         database = os.path.realpath(database)
-    own(*(f"{database}{suffix}" for suffix in _STORE_SUFFIXES), f"{parsed.database}.keys")
+    journals = [(f"{database}{end}", f"the database's {end} file") for end in ("-wal", "-shm", "-journal")]
+    keys = [
+        (f"{path}.keys", "the database's key file") for path in dict.fromkeys((database, parsed.database))
+    ]
+    return [(database, "the database"), *journals, *keys]
 
 
 def owned(dir_fd: int, name: str, seen: os.stat_result | None) -> bool:

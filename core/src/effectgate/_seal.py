@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from .canonical import ENCODE, digest, hash_of_text, sha256_hex
 from .errors import ForeignSeal
+from .stores._dialect import REDACTED_PREFIX
 from .stores.records import ApprovalRow, DecisionRow
 from .tokens import Keyring
 
@@ -73,6 +74,14 @@ def approval_sealed(keyring: Keyring, row: ApprovalRow) -> bool:
 def approval_intact(keyring: Keyring, row: ApprovalRow) -> bool:
     """The seal verifies and the stored arguments still hash to the sealed args hash."""
     return approval_sealed(keyring, row) and stored_args_hash(row.tool, row.args_json) == row.args_hash
+
+
+def approval_verifies(keyring: Keyring, row: ApprovalRow) -> bool:
+    """Whether the row's seal verifies and, unless `redact` erased them (they cannot be hashed
+    again; the audit checks the redaction's own sealed entry), its arguments hash to it."""
+    if row.args_json.startswith(REDACTED_PREFIX):
+        return approval_sealed(keyring, row)
+    return approval_intact(keyring, row)
 
 
 def seal_decision(keyring: Keyring, values: dict[str, Any]) -> str:

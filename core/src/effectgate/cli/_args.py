@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import TextIO
 
 from .._export_file import LineError, read_lines, rewrite, strict_loads
+from .._owned import store_files
 from ..effects import Effect
 from ..export import ExportError
 from ..stores._redaction import UNCLASSIFIED
-from ._store import UsageError, _parse, _sqlite_file
+from ._store import UsageError, _parse
 
 # -- argparse types: a bad value is a usage error (exit 2) raised while parsing, before any work
 
@@ -84,16 +85,9 @@ def retention_rule(text: str) -> tuple[str, float]:
 
 
 def _ledger_files(url: str) -> list[tuple[Path, str]]:
-    """The files of a SQLite ledger, each with what it is: the database, its journals, its key file."""
-    db = _sqlite_file(_parse(url))
-    if db is None:
-        return []
-    companions = [(f"{db}{end}", f"the database's {end} file") for end in ("-wal", "-shm", "-journal")]
-    return [
-        (db, "the database"),
-        *((Path(p), what) for p, what in companions),
-        (Path(f"{db}.keys"), "the database's key file"),
-    ]
+    """The files of a SQLite ledger, each with what it is (`_owned.store_files`)."""
+    _parse(url)  # a URL that cannot be parsed: StoreUnavailable, as before anything is opened
+    return [(Path(path), what) for path, what in store_files(url)]
 
 
 def _same(a: Path, b: Path) -> bool:

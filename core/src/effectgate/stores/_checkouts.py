@@ -147,61 +147,55 @@ class Held:
 
     def __enter__(self) -> Connection:
         store = self._store
-        if (serial := store._checkouts.serial) is not None:
+        serial = store._checkouts.serial  # a store in memory: one thread at a time
+        if serial is not None:
             serial.acquire()
-            try:
-                return self._enter(store)
-            except BaseException:
+        try:
+            if not store._ready:
+                store.check()
+            if _dialect.observed(store.engine):
+                self._other = store._observed()
+                return self._other.__enter__()
+            checkouts = store._checkouts
+            self._taken = taken = checkouts.take()
+            if self._begin:
+                try:
+                    _dialect.driver_begin(taken[0], taken[1])
+                except BaseException:
+                    checkouts.give(taken, False)
+                    raise
+            return taken[0]
+        except BaseException:
+            if serial is not None:
                 serial.release()
-                raise
-        return self._enter(store)
-
-    def _enter(self, store: SQLStore) -> Connection:
-        if not store._ready:
-            store.check()
-        if _dialect.observed(store.engine):
-            self._other = store._observed()
-            return self._other.__enter__()
-        checkouts = store._checkouts
-        self._taken = taken = checkouts.take()
-        if self._begin:
-            try:
-                _dialect.driver_begin(taken[0], taken[1])
-            except BaseException:
-                checkouts.give(taken, False)
-                raise
-        return taken[0]
+            raise
 
     def __exit__(
         self, typ: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool | None:
+        serial = self._store._checkouts.serial
         try:
-            return self._exit(typ, exc, tb)
+            if self._other is not None:
+                return self._other.__exit__(typ, exc, tb)
+            taken, ok = self._taken, False
+            assert taken is not None
+            try:
+                if self._begin:
+                    try:
+                        _dialect.driver_end(taken[0], taken[1], commit=typ is None)
+                    except Exception:
+                        # A ROLLBACK that fails after the block raised (its connection lost: the
+                        # server ended the session mid-transaction) does not replace the block's
+                        # error, which names the loss; the connection is discarded below.
+                        if typ is None:
+                            raise
+                ok = typ is None
+            finally:
+                self._store._checkouts.give(taken, ok)
+            return None
         finally:
-            if (serial := self._store._checkouts.serial) is not None:
+            if serial is not None:
                 serial.release()
-
-    def _exit(
-        self, typ: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool | None:
-        if self._other is not None:
-            return self._other.__exit__(typ, exc, tb)
-        taken, ok = self._taken, False
-        assert taken is not None
-        try:
-            if self._begin:
-                try:
-                    _dialect.driver_end(taken[0], taken[1], commit=typ is None)
-                except Exception:
-                    # A ROLLBACK that fails after the block raised (its connection lost: the
-                    # server ended the session mid-transaction) does not replace the block's
-                    # error, which names the loss; the connection is discarded below.
-                    if typ is None:
-                        raise
-            ok = typ is None
-        finally:
-            self._store._checkouts.give(taken, ok)
-        return None
 
 
 @contextmanager

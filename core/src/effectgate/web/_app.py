@@ -41,12 +41,11 @@ from .._display import (
     keyring_warnings,
     pretty,
     reconciliation_queue,
-    row_verifies,
     stored_json,
     tampered_refusal,
     when,
 )
-from .._seal import decision_intact
+from .._seal import approval_verifies, decision_intact
 from .._textcheck import reveal
 from ..context import Approver
 from ..errors import (
@@ -314,7 +313,8 @@ def create_app(
             for e in gate.store.executions()
             if e.approval_id
         }
-        unverified = {r.id for r in rows if not row_verifies(gate, r)}  # flagged, as on their cards
+        # flagged, as on their cards
+        unverified = {r.id for r in rows if not approval_verifies(gate.keyring, r)}
         return {"rows": rows, "decisions": by_approval, "results": results, "unverified": unverified}
 
     async def history(request: Request, me: RegisteredApprover) -> Response:
