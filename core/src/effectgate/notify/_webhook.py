@@ -11,6 +11,7 @@ that quotes the URL (or its path) is recorded and logged with the host in its pl
 from __future__ import annotations
 
 import json
+import math
 import queue
 import random
 import re
@@ -99,6 +100,11 @@ class WebhookNotifier:
             raise ValueError(f"unknown notification kinds {sorted(unknown)}; known: {list(ALL_KINDS)}")
         if attempts < 1:
             raise ValueError("attempts must be at least 1")
+        for name, value in (("backoff", backoff), ("max_backoff", max_backoff)):
+            if not 0 <= value < math.inf:  # NaN too: a retry would otherwise fail as "internal"
+                raise ValueError(f"{name} must be a finite number of seconds, 0 or more; got {value!r}")
+        if not 0 < timeout < math.inf:
+            raise ValueError(f"timeout must be a finite number of seconds above 0; got {timeout!r}")
         self.url = url
         self.target = parts.hostname
         # What an error text may quote of the URL: the whole URL (as given or as httpx spells
