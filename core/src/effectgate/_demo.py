@@ -396,5 +396,5 @@ def _summary(out: Console, run: _Run) -> None:
     if run.waiting is not None:
         out.print(
             f"\nWaiting for a finance approver: refund approval {run.waiting} (decide it in the inbox: "
-            "`make serve`, or `uv run effectgate --db ... pending`)."
+            f"`make serve`, or `uv run effectgate --db {run.store.url} pending`)."
         )

@@ -94,11 +94,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    def options(default: Any, app_default: Any) -> _Parser:
+    def options(default: Any, app_default: Any, db: str = f"$EFFECTGATE_DB or {DEFAULT_DB}") -> _Parser:
         shared = _Parser(add_help=False)
-        shared.add_argument(
-            "--db", default=default, help=f"database URL (default $EFFECTGATE_DB or {DEFAULT_DB})"
-        )
+        shared.add_argument("--db", default=default, help=f"database URL (default {db})")
         shared.add_argument("--app", default=app_default, help="module:factory returning an EffectGate")
         return shared
 
@@ -241,7 +239,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help='the hash as JSON: {"hash": ...}')
     _mcp.add_parser(sub, common)
     _governance.add_parsers(sub, common)
-    p = sub.add_parser("demo", parents=[common], help="run the shop demo (ten conversations)")
+    demo_db = (
+        "sqlite:///effectgate-demo.db; --framework langgraph: effectgate-demo-langgraph.db; "
+        "never $EFFECTGATE_DB"
+    )
+    demo = options(argparse.SUPPRESS, argparse.SUPPRESS, db=demo_db)
+    p = sub.add_parser("demo", parents=[demo], help="run the shop demo (ten conversations)")
     p.add_argument(
         "--framework",
         choices=sorted(_DEMOS),

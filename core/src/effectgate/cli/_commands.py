@@ -138,7 +138,7 @@ def _cmd_approve(args: argparse.Namespace, out: Console) -> int:
             extra["executed"] = {"result": done.result, "replay": done.replay}
         _write_json({"kind": kind, **fields, **extra})
     elif done is not None:
-        out.print(_text(f"approved and executed {args.id} v{args.version}: {_short(done.for_model())}"))
+        out.print(_text(f"approved and executed {args.id} v{args.version}: {_short(done.result)}"))
     elif isinstance(decision, Grant):
         expires = f"{when(decision.expires_at)}, {remaining(decision.expires_at - now)}"
         out.print(

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import re
 import socket
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -137,7 +139,8 @@ def _parse(url: str) -> sa.engine.URL:
     try:
         parsed = sa.engine.make_url(url)
     except (sa.exc.ArgumentError, ValueError) as exc:
-        raise StoreUnavailable(f"cannot parse the database URL {_masked(url)!r}: {exc}") from exc
+        fix = "sqlite:///PATH or postgresql+psycopg://..." if "://" in url else f"sqlite:///{_masked(url)}"
+        raise StoreUnavailable(f"cannot parse the database URL {_masked(url)!r}: {exc}; give {fix}") from exc
     where = _where(parsed)
     if parsed.host is not None and "@" in parsed.host:  # the rest of a password with an `@` in it
         raise StoreUnavailable(
@@ -207,7 +210,16 @@ def _load_app(ref: str) -> Callable[..., EffectGate]:
     if not sep:
         raise UsageError(f"--app takes module:factory, got {ref!r}")
     try:
-        factory = getattr(importlib.import_module(module), attr)
+        try:
+            loaded = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            # The installed script's sys.path[0] is its bin directory: find a module of the working
+            # directory as `python -m effectgate.cli` does (kept: its tools may import lazily).
+            if exc.name != module.partition(".")[0] or os.getcwd() in sys.path:
+                raise
+            sys.path.append(os.getcwd())  # last: never shadows an installed package
+            loaded = importlib.import_module(module)
+        factory = getattr(loaded, attr)
     except (ImportError, AttributeError) as exc:
         raise UsageError(f"cannot load --app {ref}: {exc}") from exc
     if not callable(factory):
