@@ -291,11 +291,6 @@ OPENAI_AGENT = textwrap.dedent(
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="integrations/openai_agents: a gated tool run outside its SDK call raises an "
-    "EffectGateError that the gate takes for an unknown outcome (not in this area)",
-)
 def test_approve_execute_of_an_openai_agents_call_leaves_no_unknown_outcome(workdir: Path) -> None:
     """`effectgate --app agent:factory approve ID ... --execute` on a call an OpenAI Agents agent
     proposed: the tool refuses to run outside its gated SDK call, so nothing happened, yet the
@@ -307,10 +302,15 @@ def test_approve_execute_of_an_openai_agents_call_leaves_no_unknown_outcome(work
     approval_id = _propose(workdir, "eg_newcomer_openai", OPENAI_AGENT, url)
     sys.path.insert(0, str(workdir))
     approve = ["approve", approval_id, "--version", "1", "--as", "finance", "--approver", "fiona"]
-    main(["--db", url, "--app", "eg_newcomer_openai:factory", *approve, "--execute"])
+    code = main(["--db", url, "--app", "eg_newcomer_openai:factory", *approve, "--execute"])
     with open_store(url) as store:
         statuses = [e.status for e in store.executions(approval_id=approval_id)]
-    assert "needs_reconciliation" not in statuses
+        idempotency = store.idempotency_records()
+        (row,) = [a for a in store.approvals() if a.id == approval_id]
+    assert code == 6  # approved (recorded), then the run could not start
+    assert statuses == []  # nothing ran, nothing claimed: the grant is kept for the SDK's run
+    assert idempotency == []
+    assert (row.status, row.token_used_at) == ("approved", None)
 
 
 def test_the_demo_names_the_pending_command_it_suggests_whole(

@@ -71,13 +71,23 @@ _ASYNC_ON_LOOP = (
 )
 
 
+#: An attribute a tool function may carry: a callable that raises where the tool cannot run at
+#: all (an adapter's native tool outside the framework's own call), checked before anything is
+#: claimed, so no grant is spent on a run that could not start (and none recorded as unknown).
+READY_CHECK = "_effectgate_ready"
+
+
 def refuse_async_on_loop(fn: Callable[..., Any]) -> None:
     """Raise RuntimeError, before anything is claimed, where `drive` would refuse `fn`'s
     coroutine only after the claim: an async tool driven synchronously on a thread whose event
     loop is running (a notebook cell calling `execute`). The async driver runs a flow's steps in
-    worker threads, where no loop runs, so this passes there."""
+    worker threads, where no loop runs, so this passes there. `fn`'s `READY_CHECK`, if any, runs
+    first."""
     while isinstance(fn, functools.partial):
         fn = fn.func
+    ready = getattr(fn, READY_CHECK, None)
+    if ready is not None:
+        ready()
     # an object whose `__call__` is a coroutine function is as async as an `async def`
     if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__):
         try:

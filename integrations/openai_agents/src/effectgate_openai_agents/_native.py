@@ -72,6 +72,7 @@ from agents.tool_context import ToolContext
 
 from effectgate import EffectGate, Executed, Invalid, Outcome
 from effectgate.errors import EffectGateError, TableError
+from effectgate.flow import READY_CHECK
 from effectgate.rows import NativeTool
 
 
@@ -143,13 +144,17 @@ def native_tool(tool: FunctionTool) -> NativeTool:
     raw = set_function_tool_failure_error_function(copy.copy(tool), None)
     name = tool.name
 
-    async def run_tool(**kwargs: Any) -> Any:
+    def ready() -> Call:
         call = _CURRENT.get()
         if call is None:
             raise EffectGateError(
                 f"{name} runs only inside its own gated call (gate_agent or gate_tools), where the "
                 "SDK's ToolContext is known"
             )
+        return call
+
+    async def run_tool(**kwargs: Any) -> Any:
+        call = ready()
         output = await raw.on_invoke_tool(call.ctx, json.dumps(kwargs, separators=(",", ":")))
         call.ran, call.output = True, output
         return output
@@ -162,6 +167,7 @@ def native_tool(tool: FunctionTool) -> NativeTool:
     fn = run_sync_tool if getattr(raw.on_invoke_tool, _SYNC_MARKER, False) else run_tool
     fn.__name__ = fn.__qualname__ = name
     setattr(fn, _AWAITED, True)
+    setattr(fn, READY_CHECK, ready)  # checked before the claim: elsewhere no grant is spent
     return NativeTool(
         name=name,
         description=tool.description or name,
