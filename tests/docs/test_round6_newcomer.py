@@ -163,12 +163,6 @@ def test_app_module_in_the_working_directory_is_found(workdir: Path) -> None:
     assert _status(url, approval_id) == "executed"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="integrations/langgraph _native.run: run as a script, the wrapper names its tool "
-    "'effectgate_langgraph._native.refund_order' (its __module__ is '__main__' but its globals "
-    "are _native's), imported 'MODULE.refund_order': the row is reclassified (not in this area)",
-)
 def test_a_langgraph_agent_run_as_a_script_is_approved_through_app(workdir: Path) -> None:
     """README "A script's tools fingerprint as imported", on the "three lines" LangGraph path:
     the agent file run as a script proposes; `--app agent:factory` over the middleware's table

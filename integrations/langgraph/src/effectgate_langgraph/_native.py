@@ -62,6 +62,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.types import Command
 
 from effectgate import Effect, EffectGate, ToolSpec
+from effectgate._rules import _main_module_name
 from effectgate.errors import TableError
 from effectgate.rows import DEFAULT_DB, NativeTool, Row, gate_for, table_for
 from effectgate.stores.base import to_json
@@ -139,8 +140,11 @@ def native_tool(tool: LangChainTool) -> NativeTool:
         def run(**args: Any) -> Any:  # type: ignore[misc]
             return _content(invoke_tool(tool, args, keys))
 
-    # The row's fingerprint names its function: name the tool's code, not this wrapper.
-    run.__module__ = getattr(code, "__module__", None) or run.__module__
+    # The row's fingerprint names its function: name the tool's code, not this wrapper. A tool
+    # of a script run as `__main__` is named as imported (by its own globals: this wrapper's
+    # are this module's), so the script and `--app script:factory` fingerprint it alike.
+    module = getattr(code, "__module__", None) or run.__module__
+    run.__module__ = _main_module_name(code) if module == "__main__" else module
     run.__qualname__ = getattr(code, "__qualname__", None) or name
     run.__name__ = name
     run.__doc__ = tool.description
