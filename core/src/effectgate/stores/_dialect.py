@@ -27,7 +27,11 @@ def make_engine(url: str, *, pool_size: int | None = None) -> Engine:
     `pool_size`: the pool's idle connections (`open_store`), beside up to 32 more under load."""
     if pool_size is not None and (type(pool_size) is not int or pool_size < 1):
         raise StoreError(f"pool_size must be a positive integer (got {pool_size!r})")
-    parsed = sa.engine.make_url(url)
+    try:
+        parsed = sa.engine.make_url(url)
+    except (sa.exc.ArgumentError, ValueError) as exc:  # the URL is not quoted: it may hold a password
+        fix = f"sqlite:///{url}" if "://" not in url else "sqlite:///PATH or postgresql+psycopg://..."
+        raise StoreError(f"cannot parse the database URL ({exc}); give {fix}") from None
     backend = parsed.get_backend_name()
     if backend == "sqlite":
         return _sqlite_engine(parsed, pool_size)
@@ -259,10 +263,6 @@ def subject_lock_sql(conn: Connection) -> str | None:
             "FROM eg_approvals WHERE id = :p_id",
         )
     return None
-
-
-def is_sqlite(conn: Connection | Engine) -> bool:
-    return conn.dialect.name == "sqlite"
 
 
 def insert_if_absent(conn: Connection, table: sa.Table, key: str) -> Any:
