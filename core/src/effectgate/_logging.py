@@ -37,3 +37,16 @@ class GuardedLogger(logging.LoggerAdapter[logging.Logger]):
 def logger(name: str) -> GuardedLogger:
     """The guarded form of `logging.getLogger(name)`."""
     return GuardedLogger(logging.getLogger(name))
+
+
+def one_line(text: str) -> str:
+    """`text` for a log message, with every character that is not printable (line breaks, `\\r`,
+    terminal escapes, bidirectional controls, line separators) written as an escape (`\\u001b`),
+    as the command's log handler writes them: text a tool or the model wrote (a tool's error
+    quoting its arguments) cannot pass for another log line in a handler that escapes nothing."""
+    if text.isprintable():
+        return text
+    return "".join(
+        ch if ch.isprintable() else f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}"
+        for ch in text
+    )

@@ -280,7 +280,7 @@ class Proposals:
         if not approval_intact(self.keyring, row) or row.grants:
             # a pending row was never granted: its sealed count of grants says its status was edited
             error = TamperedRecord(row.id, broken(self.keyring, row, granted=bool(row.grants)))
-            log.warning("tampered approval record: approval=%s tool=%s: %s", row.id, row.tool, error)
+            log.warning("tampered approval record: approval=%s tool=%r: %s", row.id, row.tool, error)
             raise error
         # a new message's same arguments under a row or policy not the sealed ones: amended (`bar`)
         current = (row.row_fingerprint, row.policy_fingerprint) == (spec.fingerprint, self.policy.fingerprint)

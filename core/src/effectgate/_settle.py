@@ -22,7 +22,7 @@ from typing import Any
 from . import flow
 from ._deps import Deps, Events
 from ._leases import LeaseKeeper
-from ._logging import logger
+from ._logging import logger, one_line
 from ._notice import Notices
 from .context import CallContext, ToolContext
 from .errors import LeaseLost, NeedsReconciliation, OutcomeUnknown, describe, storable_text
@@ -385,4 +385,4 @@ def log_outcome(what: str, tool: str, row: ApprovalRow | None, key: str, reason:
     """A WARNING for an execution (gated, `row`) or a write that did not succeed: an unknown
     outcome or a definite failure, with the idempotency key and the reason."""
     kind, approval = ("execution", f" approval={row.id} version={row.version}") if row else ("write", "")
-    log.warning("%s %s: tool=%s%s key=%s reason=%s", kind, what, tool, approval, key, reason)
+    log.warning("%s %s: tool=%s%s key=%s reason=%s", kind, what, tool, approval, key, one_line(reason))

@@ -12,8 +12,9 @@ Spans: "effectgate.call" (`effectgate.tool`, `effectgate.effect`, `effectgate.ou
 executed/pending/refused/invalid, `effectgate.refusal_code`, `effectgate.replay`, and the approval
 id and version of a gated call), "effectgate.approve" (approval id, version, outcome grant/partial)
 and "effectgate.execute" (approval id and version as the token claims them, outcome executed or
-`error.type`). An exception is recorded on the span, which ends with status ERROR; a refusal is a
-value, not an error. Never an argument value, a result or a token.
+`error.type`). An exception is recorded on the span (an "exception" event with its type, never its
+text: a tool's error may quote its arguments), which ends with status ERROR; a refusal is a value,
+not an error. Never an argument value, a result or a token.
 
 The facade's spans (`EffectGate.call`, `approve`, `execute` and their async forms) are current while
 the operation runs, so a tool's own spans nest under them. The flows handed to adapters
@@ -182,10 +183,13 @@ class Spans:
             span = self.tracer.start_span(name)
             if not span.is_recording():
                 return None
-            span.set_attributes(attributes(subject))
         except Exception:
             log.debug("telemetry: starting span %s failed", name, exc_info=True)
             return None
+        try:  # a span started is ended on every path: one not described goes on without
+            span.set_attributes(attributes(subject))
+        except Exception:
+            log.debug("telemetry: describing span %s failed", name, exc_info=True)
         return span
 
     @staticmethod
@@ -224,7 +228,8 @@ class Spans:
             span.set_attribute("error.type", type(exc).__qualname__)
             if isinstance(exc, TokenError):
                 span.set_attribute("effectgate.token_refusal", exc.reason)
-            span.record_exception(exc)
+            # its type only: an exception's text (and its traceback's) may quote arguments
+            span.add_event("exception", {"exception.type": type(exc).__qualname__})
             span.set_status(trace.Status(trace.StatusCode.ERROR, type(exc).__qualname__))
         except Exception:
             log.debug("telemetry: recording the exception failed", exc_info=True)

@@ -29,7 +29,6 @@ ToolMessage looks like, stays langchain's:
 
 from __future__ import annotations
 
-import logging
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -61,9 +60,10 @@ from langgraph.types import Command
 from pydantic_core import ErrorDetails
 
 from effectgate import EffectGate
+from effectgate._logging import logger as guarded_logger
 from effectgate.errors import NeedsReconciliation
 
-logger = logging.getLogger(__name__)
+logger = guarded_logger(__name__)  # a handler that raises changes no call (effectgate._logging)
 
 #: ToolNode's `_inject_tool_args(call, runtime, tool)`: the call with the trusted values added.
 Inject = Callable[[ToolCall, ToolRuntime[Any, Any], BaseTool], ToolCall]

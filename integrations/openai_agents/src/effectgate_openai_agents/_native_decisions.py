@@ -43,7 +43,6 @@ record pointed at another approval, or two records swapped, decide nothing (`Tam
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable, Mapping, MutableMapping, Set
 from typing import Any
 
@@ -58,6 +57,7 @@ from agents.tool import DEFAULT_APPROVAL_REJECTION_MESSAGE
 from agents.tool_context import ToolContext
 
 from effectgate import Approver, EffectGate, Executed, Grant, Pending
+from effectgate._logging import logger as guarded_logger
 from effectgate.adapter import native_approver, rejecting_approver
 from effectgate.errors import AlreadyDecided, EffectGateError, NeedsReconciliation, TokenError
 
@@ -66,7 +66,7 @@ from ._native import model_output
 from ._records import verified_approval
 from ._restored import observe
 
-log = logging.getLogger(__name__)
+log = guarded_logger(__name__)  # a handler that raises changes no call (effectgate._logging)
 
 #: Who the application's native decision comes from: a fixed approver, or one per run context.
 NativeApprover = Approver | Callable[[Any], Approver | None]

@@ -33,16 +33,17 @@ afresh.
 
 from __future__ import annotations
 
-import logging
 import threading
 import weakref
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
+from effectgate._logging import logger as guarded_logger
+
 from ._context import STATE_KEY
 
-log = logging.getLogger(__name__)
+log = guarded_logger(__name__)  # a handler that raises changes no call (effectgate._logging)
 
 _ATTR = "_effectgate_seen"
 #: The SDK run contexts marked in this process (weakly: a mark dies with its run or state).
