@@ -46,6 +46,10 @@ _RESERVED = SchemaError(
     "/$redacted", '"$redacted" is a reserved key (it marks erased values); call again without it'
 )
 
+#: The longest session id a gated call takes (UTF-8 bytes): PostgreSQL indexes an approval's
+#: session id with its time (eg_approvals_session), and a btree entry holds at most 2704 bytes.
+MAX_SESSION_BYTES = 2048
+
 ToolCallLike = tuple[str, Mapping[str, Any]] | tuple[str, Mapping[str, Any], str | None]
 
 
@@ -233,6 +237,12 @@ class Calls:
         """A gated call (as `route` returned it): proposed (or found, replayed, amended), a new
         card announced."""
         spec, args, text, frozen = routed
+        session = ctx.session_id  # what an approval's index holds (stored rows are not refused later)
+        if len(session) > MAX_SESSION_BYTES // 4 and len(session.encode()) > MAX_SESSION_BYTES:
+            raise ValueError(
+                f"CallContext.session_id is longer than {MAX_SESSION_BYTES} bytes (UTF-8): an approval's "
+                "index cannot hold it on PostgreSQL; use a shorter id (e.g. a hash of this one)"
+            )
         outcome = self.proposals.propose(spec, args, frozen, ctx, text=text, edited_by=edited_by)
         if isinstance(outcome, Pending) and not outcome.replay:
             self.notices.announce_card("pending", outcome.card)  # a new approval, or a new version

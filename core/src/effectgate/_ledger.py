@@ -10,6 +10,7 @@ the policy. Decisions count only when their seal verifies (`approvers`).
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -52,9 +53,13 @@ def in_scope(spec: ToolSpec, args: Mapping[str, Any], ctx: CallContext) -> bool:
     if spec.scope is None:
         return True
     try:
-        return bool(spec.scope(args, ctx))
+        allowed: object = spec.scope(args, ctx)  # an async function returns a coroutine
     except Exception:
         return False
+    if inspect.isawaitable(allowed):  # an async check: never awaited here, it decides nothing
+        getattr(allowed, "close", lambda: None)()
+        return False
+    return bool(allowed)
 
 
 class Ledger:

@@ -21,7 +21,7 @@ from ._execution import exec_key
 from ._json import dumps
 from ._ledger import Ledger, in_scope, past
 from ._logging import INFO, logger
-from ._seal import approval_intact, broken, seal_approval
+from ._seal import approval_intact, approval_sealed, broken, seal_approval
 from .canonical import ENCODE, digest, key_of, plain_json, sha256_hex
 from .context import CallContext
 from .errors import StaleApproval, TamperedRecord
@@ -124,6 +124,8 @@ class Proposals:
         self.store.lock(conn, f"subject:{subject_key}")
         waiting = self.ledger.expire_lapsed(conn, self.store.pending_of_session(conn, ctx.session_id))
         existing = self.store.approval_for_key(conn, intent)
+        if existing is not None:
+            self.keyed(existing, spec, ctx, subject_key)
         if existing is not None and existing.status != "pending":
             return self.replayed(conn, existing, frozen, ctx)
         if existing is not None and (self.store.key_version(conn, intent) or 0) < existing.version:
@@ -140,17 +142,7 @@ class Proposals:
             )
         if existing is None and not in_scope(spec, args, ctx):
             row = self.new_row(
-                spec,
-                args,
-                frozen,
-                ctx,
-                subject,
-                subject_key,
-                role,
-                notes,
-                now,
-                status="rejected",
-                text=text,
+                spec, args, frozen, ctx, subject, subject_key, role, notes, now, status="rejected", text=text
             )
             row.reason = "out of scope: the caller may not act on this subject"
             self.store.insert_approval(conn, row)
@@ -213,6 +205,18 @@ class Proposals:
         self.store.add_key(conn, intent, row.id, 1, ctx.origin_message_id)
         self.store.append_events(conn, [self.events.event("proposed", row=row, spec=spec)])
         return Pending(approval_id=row.id, version=1, card=Card.from_record(row))
+
+    def keyed(self, row: ApprovalRow, spec: ToolSpec, ctx: CallContext, subject_key: str) -> None:
+        """The approval an intent key names (keys are not sealed) is this call's, by its sealed
+        session, tool and (under the same table row: a changed row may derive another) subject."""
+        same_row = row.row_fingerprint == spec.fingerprint
+        ours = (row.session_id, row.tool) == (ctx.session_id, spec.name)
+        ours = ours and (row.subject_key == subject_key or not same_row)
+        if not (ours and approval_sealed(self.keyring, row)):
+            what = broken(self.keyring, row) if ours else "the intent key of another call names it"
+            error = TamperedRecord(row.id, what)
+            log.warning("tampered approval record: approval=%s tool=%r: %s", row.id, row.tool, error)
+            raise error
 
     def new_row(
         self,
@@ -337,14 +341,8 @@ class Proposals:
         """The intent key found a decided approval: answer as before, never a second one."""
         # The intent (session, tool, message, subject) is what counts: a replay whose arguments
         # came out differently still answers with this approval, never a second one.
-        self.store.append_events(
-            conn,
-            [
-                self.events.event(
-                    "replay", row=row, ctx=ctx, status=row.status, same_args=row.args_hash == frozen
-                )
-            ],
-        )
+        detail: dict[str, Any] = {"status": row.status, "same_args": row.args_hash == frozen}
+        self.store.append_events(conn, [self.events.event("replay", row=row, ctx=ctx, **detail)])
         if row.status == "rejected":
             return Refused(
                 code="out_of_scope", message=f"{row.tool}: {row.reason}", tool=row.tool, approval_id=row.id

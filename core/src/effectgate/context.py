@@ -46,8 +46,11 @@ class CallContext:
             value = getattr(self, name)
             if not isinstance(value, str) or not value:
                 raise ValueError(f"CallContext.{name} must be a non-empty string")
-        if not isinstance(self.model_id, str):
-            raise ValueError("CallContext.model_id must be a string")
+        for name in ("run_id", "model_id"):  # stored as text (an execution's run_id is NOT NULL)
+            if not isinstance(getattr(self, name), str):
+                raise ValueError(f"CallContext.{name} must be a string")
+        if self.tool_call_id is not None and not isinstance(self.tool_call_id, str):
+            raise ValueError("CallContext.tool_call_id must be a string or None")
         # every record of the call stores them: text no database stores would fail a batch of
         # other callers' read records too (one join and one scan: a context is built per call)
         text = f"{self.session_id}{self.origin_message_id}{self.user_id}{self.agent_id}"
