@@ -269,6 +269,16 @@ class Ledger:
                 denial = d
         return list(seen.values()), denial
 
+    def granted(self, conn: Any, row: ApprovalRow) -> None:
+        """Refuse (TamperedRecord) settling or running again a version its sealed decisions never
+        granted: in the round that minted its last grant, by as many distinct approvers as its
+        sealed bar (roles as the gate checked them then: a policy changed since blocks nothing),
+        and never denied. An outcome awaiting reconciliation for such a version was written outside
+        effectgate (an idempotency record inserted)."""
+        given, denial = self.decided(conn, row, round_=row.grants - 1)
+        if denial is not None or row.grants < 1 or len(given) < row.approvals_required:
+            raise TamperedRecord(row.id, "an outcome awaits reconciliation for a version never granted")
+
     def current_spec(self, row: ApprovalRow) -> ToolSpec:
         """The table row of a stored call, refused if it changed since the proposal."""
         spec = self.table.get(row.tool)

@@ -31,7 +31,7 @@ from ._ledger import Ledger, context_of
 from ._logging import logger
 from ._notice import Notices
 from ._seal import approval_intact, broken
-from ._settle import Settlement, storable
+from ._settle import Settlement, check_settle, storable
 from .context import Approver, ToolContext
 from .errors import PolicyViolation, StoreError, TamperedRecord, UnknownApproval, WrongApprover, describe
 from .outcomes import Executed
@@ -138,15 +138,17 @@ class Reconciliation:
         return row
 
     @contextmanager
-    def settling(self, key: str, what: str) -> Iterator[Any]:
-        """A transaction that settles `key`'s record. Refused with PolicyViolation(not_reconcilable),
-        nothing changed, unless the record awaits reconciliation; also when it stopped awaiting it
-        meanwhile (another settlement won: the store's compare-and-set raised StoreError)."""
+    def settling(self, key: str, what: str, row: ApprovalRow | None = None) -> Iterator[Any]:
+        """A transaction settling `key`'s record. PolicyViolation(not_reconcilable), nothing changed,
+        unless it awaits reconciliation, also when it stopped meanwhile (another settlement won: the
+        store's compare-and-set raised StoreError); TamperedRecord unless sealed decisions granted `row`."""
         try:
             with self.store.transaction() as conn:
                 record = self.store.load(conn, key)
                 if record is None or record.status != "needs_reconciliation":
                     raise _not_reconcilable(what)
+                if row is not None:
+                    self.ledger.granted(conn, row)
                 yield conn
         except StoreError as exc:
             record = self.store.get(key)
@@ -188,9 +190,10 @@ class Reconciliation:
                 code=exc.code,
             ) from exc
         flow.refuse_async_on_loop(spec.fn)  # before the release and the claim, as `execute`
-        with self.settling(key, f"approval {approval_id}") as conn:
-            self.store.release(key, "provider never saw the key", conn=conn)
+        with self.settling(key, f"approval {approval_id}", row) as conn:  # one commit: a failed claim
+            self.store.release(key, "provider never saw the key", conn=conn)  # releases nothing
             self.store.append_events(conn, [self.events.event("released", row=row, key=key, by=by)])
+            claim = self.store.claim(key, row.args_hash, lease_seconds=self.policy.lease_seconds, conn=conn)
         log.info(
             "reconcile: the provider never saw it, running again under the same key: approval=%s "
             "version=%d key=%s by=%r",
@@ -199,7 +202,6 @@ class Reconciliation:
             key,
             by,
         )
-        claim = self.store.claim(key, row.args_hash, lease_seconds=self.policy.lease_seconds)
         if isinstance(claim, Stored):  # pragma: no cover - released just above
             return None
         tool_context = ToolContext(
@@ -226,7 +228,7 @@ class Reconciliation:
         """It happened: the record succeeds with `result` (or its type's name, when it has no JSON
         form), the approval is executed, under the row it was approved under."""
         result, result_json = storable(result, "reconciled result", row.tool, key)
-        with self.settling(key, f"approval {row.id}") as conn:
+        with self.settling(key, f"approval {row.id}", row) as conn:
             record = self.store.resolve(key, result, provider_ref=ref, conn=conn)
             self.settlement.mark_executed(conn, row)
             self.append_settled(
@@ -284,11 +286,11 @@ class Reconciliation:
         by: str,
         provider_ref: str | None = None,
     ) -> Executed | None:
-        """A person settles a reconciliation: the effect happened (with its result), or it did not:
-        a definite failure, so the record and the approval end `failed` and a `failed` execution
-        is recorded (the subject is free and a new attempt is a new proposal; the spent grant
-        never runs it again). `approval_id` may be a write's idempotency key: it happened (the
-        record succeeds), or it did not (released: the same call runs it again)."""
+        """A person (`by`, recorded) settles a reconciliation: it happened (with its result), or it
+        did not: a definite failure, so the record and the approval end `failed` and a `failed`
+        execution is recorded (the subject is free; the spent grant never runs it again). A write's
+        idempotency key settles a write: it happened (succeeds), or not (released: its call runs again)."""
+        check_settle(by, provider_ref)  # before anything is read
         target = self.target(approval_id, None)
         if isinstance(target, str):
             return self.settle_write(target, happened, result, provider_ref, by=by)
@@ -297,7 +299,7 @@ class Reconciliation:
         if happened:
             return self.settle_found(row, key, result, provider_ref, by=by)
         error = f"settled by {by}: did not happen"
-        with self.settling(key, f"approval {approval_id}") as conn:
+        with self.settling(key, f"approval {approval_id}", row) as conn:
             self.store.release(key, error, conn=conn)
             self.settlement.fail_approval(conn, row, error)
             # under the row the approval was made under (recorded, and what the audit holds the

@@ -24,6 +24,7 @@ from ._deps import Deps, Events
 from ._leases import LeaseKeeper
 from ._logging import logger, one_line
 from ._notice import Notices
+from .canonical import _SURROGATE
 from .context import CallContext, ToolContext
 from .errors import LeaseLost, NeedsReconciliation, OutcomeUnknown, describe, storable_text
 from .outcomes import Executed
@@ -379,6 +380,17 @@ def storable(value: Any, what: str, tool: str, key: str) -> tuple[Any, str]:
         )
         stored = {"unserializable": type(value).__name__}
         return stored, to_json(stored)
+
+
+def check_settle(by: object, provider_ref: object) -> None:
+    """A person's settlement, before anything is read: who settles (`by`, recorded) and the provider's
+    reference (or None) are text (TypeError), not blank, with no lone surrogate (ValueError)."""
+    named = (("by", by), ("provider_ref", provider_ref)) if provider_ref is not None else (("by", by),)
+    for name, value in named:
+        if not isinstance(value, str):
+            raise TypeError(f"settle: {name} must be text (got {type(value).__name__})")
+        if not value.strip() or _SURROGATE.search(value):
+            raise ValueError(f"settle: {name} must be text that is not blank, without a lone surrogate")
 
 
 def log_outcome(what: str, tool: str, row: ApprovalRow | None, key: str, reason: str) -> None:
