@@ -338,8 +338,8 @@ def keyring_for(url: str, *, create: bool = True) -> Keyring:
 
     try:
         parsed = sa.engine.make_url(url)
-    except sa.exc.ArgumentError as exc:
-        raise MissingKeyring(f"cannot tell where the keys for {url!r} live: {exc}") from exc
+    except (sa.exc.ArgumentError, ValueError) as exc:  # the URL unquoted: it may hold a password
+        raise MissingKeyring(f"cannot tell where the keys for this database URL live: {exc}") from None
     if parsed.get_backend_name() == "sqlite":
         if in_memory(parsed):  # any in-memory form, URI ones too: no key file for it
             return Keyring.generate()

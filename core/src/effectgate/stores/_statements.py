@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import fields
 from typing import Any
 
+from ..canonical import _SURROGATE
 from ..errors import StoreError
 from ._queries import T_EXECUTIONS, T_IDEMPOTENCY
 from .base import IdempotencyRecord, Status, from_json
@@ -133,9 +134,11 @@ def no_nul(value: Any) -> Any:
 
 
 def possible_id(approval_id: object) -> bool:
-    """Whether `approval_id` could name a row: text without NUL (anything else names none, and
-    PostgreSQL refuses it in a query rather than finding nothing)."""
-    return type(approval_id) is str and "\x00" not in approval_id
+    """Whether `approval_id` could name a row: text without NUL or a lone surrogate (anything else
+    names none, and the database refuses it in a query rather than finding nothing)."""
+    if type(approval_id) is not str or "\x00" in approval_id:
+        return False
+    return approval_id.isascii() or _SURROGATE.search(approval_id) is None
 
 
 _new = object.__new__
