@@ -22,6 +22,9 @@ from .context import ToolContext
 from .effects import Effect
 from .errors import ArgumentError, TableError
 
+if typing.TYPE_CHECKING:
+    from jsonschema import Draft202012Validator
+
 
 def _main_module_name(obj: object) -> str:
     """The name a module run as `__main__` has when imported, so a row's fingerprint does not
@@ -121,6 +124,53 @@ def _draft7(node: Any) -> bool:
     return all(_draft7(value) for value in node) if isinstance(node, list) else True
 
 
+#: Keywords whose values are data, not subschemas: a "$ref" key in one is a value, not a reference.
+_DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
+
+
+def full_validator(name: str, schema: Mapping[str, Any]) -> Draft202012Validator:
+    """A row's full (2020-12) validator, which fetches nothing. Refused here (TableError): a
+    schema that is not one, or with a `$ref` that does not resolve within it (or to a draft's
+    metaschema): jsonschema would fetch it on the calls that reach it (a URL, a file:// path,
+    whoever wrote the schema) or raise on each of them."""
+    import jsonschema
+    from jsonschema_specifications import REGISTRY  # type: ignore[import-untyped]  # no retrieval
+    from referencing.jsonschema import DRAFT202012, specification_with
+
+    try:
+        jsonschema.Draft202012Validator.check_schema(dict(schema))
+    except jsonschema.SchemaError as exc:
+        raise TableError(name, "schema", f"not a valid JSON schema: {exc.message}") from exc
+    except RecursionError as exc:  # the checker recurses: an upstream's schema may nest without end
+        raise TableError(name, "schema", "nests too deeply to be checked") from exc
+    dialect = schema.get("$schema")
+    spec = specification_with(dialect, default=DRAFT202012) if isinstance(dialect, str) else DRAFT202012
+    root = spec.create_resource(dict(schema))
+    try:
+        _resolve_refs(schema, REGISTRY.resolver_with_root(root), spec)
+    except Exception as exc:  # referencing's Unresolvable and its kin
+        raise TableError(
+            name, "schema", f"a reference does not resolve within the schema ({exc}); none is fetched"
+        ) from exc
+    return jsonschema.Draft202012Validator(dict(schema), registry=REGISTRY)
+
+
+def _resolve_refs(schema: Any, resolver: Any, spec: Any) -> None:
+    """Look every reference up where it stands (without recursion: a schema may nest deeply)."""
+    stack: list[tuple[Any, Any]] = [(schema, resolver)]
+    while stack:
+        node, resolver = stack.pop()
+        if isinstance(node, list):
+            stack.extend((item, resolver) for item in node)
+        elif isinstance(node, Mapping):
+            if isinstance(node.get("$id"), str):  # a base of its own for the references inside it
+                resolver = resolver.in_subresource(spec.create_resource(dict(node)))
+            for key in ("$ref", "$dynamicRef"):
+                if isinstance(node.get(key), str):
+                    resolver.lookup(node[key])
+            stack.extend((value, resolver) for key, value in node.items() if key not in _DATA_KEYWORDS)
+
+
 @dataclass(frozen=True)
 class Reconciled:
     """What a tool's `reconcile(key)` learned from the provider.
@@ -176,11 +226,32 @@ def possible_roles(row: Mapping[str, Any], args: Mapping[str, Any]) -> set[str]:
     return roles | {row["approver_role"]}
 
 
-def named_args(subject: Sequence[str], escalate: Sequence[Escalate]) -> list[tuple[str, str]]:
-    """The arguments a row names, by field: its subject's and its escalation rules' (`above`,
-    `count_above`); each must be one of the tool's, or the row could never match it."""
-    rules = [str(e.rule["arg"]) for e in escalate if isinstance(e.rule, Mapping) and "arg" in e.rule]
-    return [("subject", arg) for arg in subject] + [("escalate", arg) for arg in rules]
+#: The JSON types each declarative test reads: `exceeds` a number, `count_of` a text or a list.
+_READS = {"above": {"number", "integer"}, "count_above": {"string", "array"}}
+
+
+def check_named_args(
+    name: str, schema: Mapping[str, Any], subject: Sequence[str], escalate: Sequence[Escalate]
+) -> None:
+    """TableError unless each argument a row names (its subject's, its escalation rules') is
+    one of the tool's, and each rule's argument is declared as what its test reads: a rule on a
+    text `above`, or on a number `count_above`, would never match (a typo neither), and every
+    call would keep the lower role."""
+    properties = schema.get("properties", {})
+    rules = [e.rule for e in escalate if isinstance(e.rule, Mapping) and "arg" in e.rule]
+    named = [("subject", arg) for arg in subject] + [("escalate", str(rule["arg"])) for rule in rules]
+    for field_name, arg in named:
+        if arg not in properties:
+            raise TableError(name, field_name, f"{arg!r} is not an argument of the tool")
+    for rule in rules:
+        declared = properties[str(rule["arg"])]
+        kind = declared.get("type") if isinstance(declared, Mapping) else None
+        kinds = {kind} if isinstance(kind, str) else set(kind or ())
+        for test, reads in _READS.items():
+            if test in rule and kind is not None and not reads & kinds:
+                raise TableError(
+                    name, "escalate", f"{test} never matches {rule['arg']!r}, declared of type {kind!r}"
+                )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -226,8 +297,13 @@ class Escalate:
     def from_rule(cls, rule: Mapping[str, Any], bindings: Mapping[str, Callable[..., Any]]) -> Escalate:
         """Build a rule from its TOML form: {arg, above | count_above, role, note} or {when, role}."""
         role = rule.get("role")
-        if not isinstance(role, str) or not role:
+        if not isinstance(role, str) or not role.strip():  # as an approver_role: someone to hold it
             raise ValueError(f"escalation rule {dict(rule)} needs a role")
+        unknown = sorted(set(rule) - {"arg", "above", "count_above", "when", "role", "note"})
+        if unknown:
+            raise ValueError(f"escalation rule {dict(rule)}: unknown keys {unknown}")
+        if sum(test in rule for test in ("above", "count_above", "when")) > 1:  # one would be ignored
+            raise ValueError(f"escalation rule {dict(rule)}: give one of above, count_above or when")
         note = str(rule.get("note", ""))
         if ("above" in rule or "count_above" in rule) and not isinstance(rule.get("arg"), str):
             raise ValueError(f"escalation rule {dict(rule)} needs the argument it tests (arg = ...)")

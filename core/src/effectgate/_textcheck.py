@@ -35,6 +35,21 @@ _BREAKING = ("Cc", "Zl", "Zp")
 _HIDDEN = ("Cf", *_BREAKING)
 
 
+_SELECTORS = re.compile("[\ufe00-\ufe0f\U000e0100-\U000e01ef]")
+
+
+def _selector(ch: str) -> bool:
+    """A variation selector: it picks the glyph of the character before it and renders as
+    nothing itself."""
+    return "\ufe00" <= ch <= "\ufe0f" or "\U000e0100" <= ch <= "\U000e01ef"
+
+
+def _stray(text: str, i: int) -> bool:
+    """Whether text[i] is a variation selector with no character to vary (first, or after
+    another selector): a run of them carries hidden text, one byte each, and shows none."""
+    return _selector(text[i]) and (i == 0 or _selector(text[i - 1]))
+
+
 def _script(ch: str) -> str | None:
     if not ch.isascii():  # a variant of one Latin letter (𝖺, ａ, the Roman numeral ⅼ) is a lookalike
         folded = unicodedata.normalize("NFKC", ch)
@@ -89,6 +104,9 @@ def text_warnings(value: Any, *, limit: int = 20) -> tuple[str, ...]:
         controls = sorted({c for c in text if unicodedata.category(c) in _BREAKING and c not in "\n\t"})
         if controls:
             found.append("control character " + ", ".join(_describe(c) for c in controls))
+        strays = [i for i in range(len(text)) if _stray(text, i)] if _SELECTORS.search(text) else []
+        if strays:
+            found.append(f"{len(strays)} variation selectors with no character to vary (hidden text)")
         for token in _TOKEN.findall(text):
             scripts = {s for s in map(_script, token) if s is not None and s != "OTHER"}
             if len(scripts) > 1:
@@ -113,5 +131,6 @@ def hidden(ch: str) -> bool:
 def reveal(text: str) -> str:
     """`text` with every character that renders as nothing or reorders the text around it
     (bidirectional controls, zero-width and other format characters, fillers, controls other
-    than newline and tab) written out as `<U+202E>`, so a reviewer sees where they are."""
-    return "".join(f"<U+{ord(c):04X}>" if hidden(c) else c for c in text)
+    than newline and tab, variation selectors with no character to vary) written out as
+    `<U+202E>`, so a reviewer sees where they are."""
+    return "".join(f"<U+{ord(c):04X}>" if hidden(c) or _stray(text, i) else c for i, c in enumerate(text))

@@ -18,11 +18,11 @@ def load_toml(source: str | Path, bindings: Mapping[str, Callable[..., Any]]) ->
     """See `EffectTable.from_toml`."""
     if not (isinstance(source, str) and "\n" in source):
         own(source)  # the policy that governs the gate is never the file tools' to rewrite
-    text = source if isinstance(source, str) and "\n" in source else Path(source).read_text()
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        where = "the TOML text" if isinstance(source, str) and "\n" in source else str(source)
+    inline = isinstance(source, str) and "\n" in source
+    where = "the TOML text" if inline else str(source)
+    try:  # TOML is UTF-8, whatever the locale's encoding
+        data = tomllib.loads(str(source) if inline else Path(source).read_bytes().decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise TableError("<toml>", "toml", f"{where} is not TOML: {exc}") from exc
     unknown_top = set(data) - {"tools", "agents"}
     if unknown_top:

@@ -16,6 +16,7 @@ Other taxonomies map onto ours with `Effect.from_label`:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -94,13 +95,19 @@ class Policy:
     def __post_init__(self) -> None:
         if Effect.READ not in self.autonomous:
             raise ValueError("a policy cannot gate reads: READ must stay autonomous")
-        for name in ("token_ttl", "pending_ttl", "lease_seconds"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"Policy.{name} must be positive")
+        for name in ("token_ttl", "pending_ttl", "lease_seconds"):  # NaN is never `<= 0`, nor reached
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) > 0):
+                raise ValueError(f"Policy.{name} must be a positive, finite number of seconds")
+        if not (math.isfinite(self.retry_backoff) and self.retry_backoff >= 0):
+            raise ValueError("Policy.retry_backoff must be a finite number of seconds, not negative")
         if self.max_pending_per_session < 1:
             raise ValueError("Policy.max_pending_per_session must be at least 1")
         if self.read_retries < 0:
             raise ValueError("Policy.read_retries cannot be negative")
+        grants: Mapping[str, object] = self.role_grants  # `in` a text tests its substrings ("fin")
+        for held, granted in grants.items():
+            if isinstance(granted, str):
+                raise ValueError(f"Policy.role_grants[{held!r}] must be a set of roles, not {granted!r}")
 
     def canonical(self) -> dict[str, Any]:
         """What decides routing and approval, as JSON (timeouts and retries are left out)."""

@@ -7,9 +7,9 @@ newcomer with existing framework tools, an adapter builds that table from the to
     effects = {"get_order": read(), "refund_order": money("finance", subject="order_id")}
 
 `read()`, `write()`, `send(role)`, `money(role)` and `destructive(role)` make rows; every keyword
-of `ToolSpec` but the function and schema can be given (`scope=`, `confirm=`, `escalate=`,
-`definite_failures=`, ...). A tool with no row is refused when the table is built: the table is
-deny-by-default, and a forgotten row must not become a silent read.
+of `ToolSpec` but the function, schema and description (the tool's) can be given (`scope=`,
+`confirm=`, `escalate=`, `definite_failures=`, ...). A tool with no row is refused when the table
+is built: the table is deny-by-default, and a forgotten row must not become a silent read.
 
 `gate_for(tools, effects, agent_id=...)` builds the table (the agent may call exactly the tools it
 was given), opens the embedded SQLite store (`sqlite:///effectgate.db`, set up on first use, its
@@ -43,7 +43,7 @@ class Row:
 
 
 def _row(effect: Effect, role: str | None, subject: str | Sequence[str], options: Mapping[str, Any]) -> Row:
-    for banned in ("fn", "schema", "name", "effect", "approver_role", "subject"):
+    for banned in ("fn", "schema", "name", "effect", "approver_role", "subject", "description"):
         if banned in options:
             raise TypeError(f"{banned}= is set by the row helper or the tool itself, not as an option")
     return Row(effect, role, (subject,) if isinstance(subject, str) else tuple(subject), dict(options))

@@ -20,9 +20,10 @@ from typing import Any
 import fastjsonschema
 import pydantic
 
+from . import _rules
 from ._rules import Escalate as Escalate
 from ._rules import Reconciled as Reconciled
-from ._rules import _context_params, _qualname, check_fingerprint, fast_validates, named_args, read_context
+from ._rules import _context_params, _qualname, check_fingerprint, fast_validates, read_context
 from .canonical import _SURROGATE, canonical_json, digest, plain_checker
 from .context import CallContext, Confirmation
 from .effects import Effect, Policy, Reversibility
@@ -178,20 +179,13 @@ class ToolSpec:
             raise TableError(
                 self.name, "schema", 'the schema must be a JSON object schema ("type": "object")'
             )
-        import jsonschema  # here: a program with no tool (the CLI's stored-record commands) skips it
-
-        try:
-            jsonschema.Draft202012Validator.check_schema(dict(schema))
-        except jsonschema.SchemaError as exc:
-            raise TableError(self.name, "schema", f"not a valid JSON schema: {exc.message}") from exc
-        for field_name, arg in named_args(self.subject, self.escalate):  # a typo would never match
-            if arg not in schema.get("properties", {}):
-                raise TableError(self.name, field_name, f"{arg!r} is not an argument of the tool")
+        # the validator fetches nothing; built here, as jsonschema is imported only by a tool's row
+        self._derived["validator"] = _rules.full_validator(self.name, schema)
+        _rules.check_named_args(self.name, schema, self.subject, self.escalate)  # else never matched
         if not self.description:
             set_(self, "description", inspect.getdoc(self.fn) or "")
         self.check_policy(Policy())
         self._derived["context_params"] = read_context(self.name, self.effect, self.fn)
-        self._derived["validator"] = jsonschema.Draft202012Validator(dict(schema))
         self._derived["fast"] = _compile(schema) if fast_validates(schema) else None
         self._derived["plain_text"] = plain_checker(schema)  # None unless the schema is simple
         check_fingerprint(self.name, self.canonical())
@@ -369,6 +363,8 @@ class EffectTable:
 
     def replace(self, spec: ToolSpec) -> EffectTable:
         """A copy of this table with one row replaced (e.g. a tool reclassified)."""
+        if spec.name not in self._specs:  # a misspelt name: the row it meant is not reclassified
+            raise TableError(spec.name, "replace", "the table has no row of this name")
         table = EffectTable([spec if s.name == spec.name else s for s in self._specs.values()])
         for agent, names in self._allow.items():
             table.allow(agent, names)

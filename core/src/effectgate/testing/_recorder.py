@@ -5,6 +5,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
+from .._rules import _context_params
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -42,6 +44,9 @@ class EffectRecorder:
         recorded.__name__ = getattr(fn, "__name__", kind)
         recorded.__doc__ = fn.__doc__
         recorded.__wrapped__ = fn  # type: ignore[attr-defined]
+        # fn's hints, resolved: a row derives fn's typed schema and its ToolContext parameters
+        # from the wrapper (not untyped arguments the model would have to supply)
+        recorded.__annotations__ = _context_params(fn)[1]
         return recorded
 
     @property
