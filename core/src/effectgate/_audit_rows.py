@@ -51,6 +51,14 @@ class Finding:
     approval_id: str | None = None
     execution_id: int | None = None
 
+    def __post_init__(self) -> None:
+        # A value SQLite kept as another type (a blob edited in) is named as text: the report is
+        # JSON, and a finding must never be what stops it being written.
+        if type(self.tool) is not str:
+            object.__setattr__(self, "tool", str(self.tool))
+        if self.approval_id is not None and type(self.approval_id) is not str:
+            object.__setattr__(self, "approval_id", str(self.approval_id))
+
 
 # Column positions of the streamed rows (stores/sql.py AUDIT_QUERIES, in this order).
 A_ID, A_VERSION, A_GRANTS, A_SESSION, A_ORIGIN, A_USER, A_AGENT, A_TOOL, A_EFFECT = range(9)
@@ -78,6 +86,7 @@ class Rules:
     `keyring`, the seals of the rows (`_seal.rule_seal`; seal rows are not rules)."""
 
     def __init__(self, rows: dict[str, RuleRow], keyring: Keyring | None = None) -> None:
+        rows = {fp: row for fp, row in rows.items() if type(fp) is str}  # a blob (SQLite) names none
         self._rows = {fp: row for fp, row in rows.items() if row.kind != "seal"}
         self._seals = seals_by_rule(rows)
         self._verifies = keyring.verifier("rule") if keyring is not None else None

@@ -39,7 +39,7 @@ import os
 import sys
 import threading
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import Connection as Pipe
@@ -200,10 +200,14 @@ def _scan_range(
     # Three streams ordered by approval id, merged: each approval is checked with its own
     # decisions and executions, and nothing is kept once it is done (memory stays flat). The
     # streams are stepped by hand, one row ahead: most approvals have one decision and one run.
-    decisions, executions = rows("decisions"), rows("gated_executions")
+    decisions = _texts(rows("decisions"), col.D_APPROVAL, lambda d: None)  # allows nothing
+    executions = _texts(rows("gated_executions"), col.E_APPROVAL, lambda ex: scan.executed(ex, {}))
     d, ex = next(decisions, None), next(executions, None)
     for a in rows("approvals"):
         approval_id = a[col.A_ID]
+        if type(approval_id) is not str:  # no decision or execution names it (`_texts`)
+            scan.approval(a, [])
+            continue
         while ex is not None and ex[col.E_APPROVAL] < approval_id:  # its approval does not exist
             scan.executed(ex, {})
             ex = next(executions, None)
@@ -221,6 +225,18 @@ def _scan_range(
     while ex is not None:
         scan.executed(ex, {})
         ex = next(executions, None)
+
+
+def _texts(
+    stream: Iterator[tuple[Any, ...]], at: int, other: Callable[[tuple[Any, ...]], None]
+) -> Iterator[tuple[Any, ...]]:
+    """The rows whose approval id (column `at`) is text, in order; each other one (SQLite keeps
+    a blob edited in, which no text compares with) goes to `other`: it names no approval."""
+    for row in stream:
+        if type(row[at]) is str:
+            yield row
+        else:
+            other(row)
 
 
 #: From this many approvals on, the upper half of the approval ids is scanned in a second

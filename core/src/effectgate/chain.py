@@ -51,7 +51,8 @@ ERASURE_LOCK = "ledger-erasure"
 
 
 class ChainError(EffectGateError):
-    """The chain cannot be extended: its last checkpoint does not verify (nothing was written)."""
+    """The chain cannot be extended: its last checkpoint does not verify, or a row to cover holds a
+    value no gate writes (a blob or a text time SQLite kept from an edit). Nothing was written."""
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,13 @@ class _Links:
         values = list(row)
         for i, name in self.personal:
             values[i] = self.value(row[self.id_at], name, row[i])
-        body = ENCODE([self.table, *values]).encode("utf-8", "surrogatepass")
+        try:
+            body = ENCODE([self.table, *values]).encode("utf-8", "surrogatepass")
+        except (TypeError, ValueError):  # a blob or NaN that SQLite keeps: edited in the database
+            raise ChainError(
+                f"row {row[self.id_at]} of {self.table} holds a value no gate writes (edited in the "
+                "database): nothing was checkpointed"
+            ) from None
         return hashlib.sha256(prev.encode() + b"\n" + body).hexdigest()
 
 
@@ -187,9 +194,10 @@ def seal_chain(
     """Checkpoint each chained table's rows not yet covered, up to the last one (in id order)
     older than `settle` seconds (module docstring). Raises, writing nothing,
     TokenError("keyring_mismatch") when the ledger was sealed with another keyring
-    (`check_keyring`), and ChainError when a table's last checkpoint does not verify. The
-    redaction entries and the rows are read in one transaction, under the lock every redaction
-    takes, so a redaction committing meanwhile cannot leave a marker sealed as text."""
+    (`check_keyring`), and ChainError when a table's last checkpoint does not verify or a row
+    holds a value no gate writes. The redaction entries and the rows are read in one
+    transaction, under the lock every redaction takes, so a redaction committing meanwhile cannot
+    leave a marker sealed as text."""
     cutoff = (time.time() if now is None else now) - settle
     made: list[ChainRow] = []
     with store.transaction() as conn:
@@ -211,6 +219,11 @@ def seal_chain(
             seen = count = 0
             for row in store.chain_rows(conn, table, after_id=before.last_id if before else 0):
                 running, seen = links.link(running, row), seen + 1
+                if type(row[at_index]) not in (int, float):
+                    raise ChainError(
+                        f"row {row[links.id_at]} of {table} holds a time no gate writes (edited in the "
+                        "database): nothing was checkpointed"
+                    )
                 first = row[links.id_at] if first is None else first
                 if row[at_index] < cutoff:  # settled: it and every row before it are covered
                     head, last_id, count = running, row[links.id_at], seen
@@ -291,7 +304,10 @@ def _verify_table(
         head, count = c.start, 0
         while pending is not None and pending[id_at] <= c.last_id:
             if links is not None:
-                head = links.link(head, pending)
+                try:
+                    head = links.link(head, pending)
+                except ChainError:  # no link: the range's head cannot match (reported below)
+                    head = "edited"
             count += 1
             pending = next(rows, None)
         if links is not None and (count != c.count or head != c.head):
