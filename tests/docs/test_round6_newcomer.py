@@ -217,11 +217,6 @@ def test_approve_execute_prints_the_result_as_json_not_as_an_escaped_string(
     assert json.dumps("re_1") in out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core rows.table_for/spec_of (and effectgate_langgraph._native._gate) read `.options` / "
-    "`.effect` off each effects value: a plain label raises a raw AttributeError (not in this area)",
-)
 def test_an_effect_given_as_a_label_is_a_table_error_naming_the_row_builders() -> None:
     """ "Name each tool's effect next to it": a newcomer writes `{"get_order": "read"}` (TOML and
     `Effect.from_label` take labels). That must be a TableError naming read()/money(...), as a
@@ -322,3 +317,22 @@ def test_the_demo_names_the_pending_command_it_suggests_whole(
     assert [(w["tool"], w["status"]) for w in waiting if w["tool"] == "refund_order"] == [
         ("refund_order", "pending")
     ]
+
+
+def test_an_effect_given_as_a_label_to_a_langgraph_node_is_a_table_error(workdir: Path) -> None:
+    """The LangGraph "three lines" path reads each row's effect and options before building the
+    table: a label there was the same raw AttributeError."""
+    pytest.importorskip("effectgate_langgraph")
+    from langchain_core.tools import tool
+
+    from effectgate.errors import TableError
+    from effectgate_langgraph import gated_node
+
+    @tool
+    def get_order(order_id: str) -> str:
+        """Look up an order."""
+        return order_id
+
+    with pytest.raises(TableError, match=r"read\(\)"):
+        gated_node([get_order], effects={"get_order": "read"}, db=f"sqlite:///{workdir / 'eg.db'}")  # type: ignore[dict-item]
+    assert not (workdir / "eg.db").exists()

@@ -111,8 +111,22 @@ def spec_of(tool: NativeTool, row: Row) -> ToolSpec:
     )
 
 
+def check_rows(effects: Mapping[str, Row]) -> None:
+    """TableError for an `effects` value that is not a row (a label such as "read", which TOML
+    and `Effect.from_label` take): rows are made by the row helpers."""
+    for name, row in effects.items():
+        if not isinstance(row, Row):
+            raise TableError(
+                str(name),
+                "effects",
+                f"{row!r} is not a row: make it with read(), write(), send(role), money(role) or "
+                f'destructive(role), e.g. effects={{"{name}": read()}}',
+            )
+
+
 def table_for(tools: Sequence[NativeTool], effects: Mapping[str, Row], *, agent_id: str) -> EffectTable:
     """An effect table of `tools` with their rows; the agent may call exactly these tools."""
+    check_rows(effects)
     names = [t.name for t in tools]
     missing = [n for n in names if n not in effects]
     if missing:

@@ -64,7 +64,7 @@ from langgraph.types import Command
 from effectgate import Effect, EffectGate, ToolSpec
 from effectgate._rules import _main_module_name
 from effectgate.errors import TableError
-from effectgate.rows import DEFAULT_DB, NativeTool, Row, gate_for, table_for
+from effectgate.rows import DEFAULT_DB, NativeTool, Row, check_rows, gate_for, table_for
 from effectgate.stores.base import to_json
 
 from ._fidelity import InvalidToolArguments, ainvoke_tool, injected_keys, invoke_tool, mark_native
@@ -196,6 +196,7 @@ def _gate(
     db: str,
     gate: EffectGate | None,
 ) -> EffectGate:
+    check_rows(effects)  # before a row's effect or options is read
     for t in tools:
         row = effects.get(t.name)
         if row is not None and row.effect is not Effect.READ and _returns_command(_function(t)):
