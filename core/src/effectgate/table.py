@@ -306,6 +306,8 @@ class EffectTable:
 
     def allow(self, agent_id: str, names: Iterable[str]) -> None:
         """Set the tools `agent_id` may call; each must already be a row of the table."""
+        if isinstance(names, str):  # its letters would be the names
+            raise TypeError(f"allow takes a list of tool names: allow({agent_id!r}, [{names!r}])")
         wanted = frozenset(names)
         for name in sorted(wanted - self._specs.keys()):
             raise TableError(
