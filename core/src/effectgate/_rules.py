@@ -20,7 +20,7 @@ from typing import Any
 from .canonical import digest
 from .context import ToolContext
 from .effects import Effect
-from .errors import ArgumentError, TableError
+from .errors import ArgumentError, TableError, storable_text
 
 if typing.TYPE_CHECKING:
     from jsonschema import Draft202012Validator
@@ -183,6 +183,10 @@ class Reconciled:
     found: bool
     result: Any = None
     provider_ref: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.provider_ref, str):  # stored as text: a lone surrogate escaped, as an
+            object.__setattr__(self, "provider_ref", storable_text(self.provider_ref))  # error's is
 
 
 def check_fingerprint(name: str, canonical: Mapping[str, Any]) -> None:
