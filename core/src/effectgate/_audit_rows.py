@@ -86,7 +86,6 @@ class Rules:
     `keyring`, the seals of the rows (`_seal.rule_seal`; seal rows are not rules)."""
 
     def __init__(self, rows: dict[str, RuleRow], keyring: Keyring | None = None) -> None:
-        rows = {fp: row for fp, row in rows.items() if type(fp) is str}  # a blob (SQLite) names none
         self._rows = {fp: row for fp, row in rows.items() if row.kind != "seal"}
         self._seals = seals_by_rule(rows)
         self._verifies = keyring.verifier("rule") if keyring is not None else None

@@ -347,7 +347,8 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, ReadingSQL, IdempotencyStor
 
     def rules(self) -> dict[str, RuleRow]:
         with self.reading() as conn:
-            return {r.fingerprint: RuleRow(**r._mapping) for r in conn.execute(sa.select(Q.T_RULES))}
+            rows = conn.execute(sa.select(Q.T_RULES))  # a blob key (SQLite, edited in) names no rule
+            return {r.fingerprint: RuleRow(**r._mapping) for r in rows if type(r.fingerprint) is str}
 
     def decisions(self, conn: Connection, approval_id: str, version: int | None = None) -> list[DecisionRow]:
         sql = S.DECISIONS if version is None else S.DECISIONS_OF_VERSION
