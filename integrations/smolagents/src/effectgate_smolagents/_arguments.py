@@ -7,7 +7,7 @@ hashes what the tool receives, so `received` builds that object before the gate 
 
 - a dict: state variables substituted, agent types (`AgentImage`, ...) as their raw values, as
   `Tool.__call__` gives them to `forward`;
-- a bare value, for a tool with inputs: `{first input: value}` (a tool with more than one input
+- a bare value, for a tool with inputs: `{first input of forward: value}` (a tool with more than one input
   then misses the others, and the gate refuses it: smolagents' `forward` would fail to bind);
 - anything else (a value for a tool without inputs, a mapping with a key that is not a string) as
   it is: the gate refuses it (`Invalid`) and nothing runs.
@@ -44,8 +44,9 @@ def received(agent: MultiStepAgent, tool: Tool, arguments: Any) -> Any:
             return arguments
         _, kwargs = handle_agent_input_types(**arguments)
         return kwargs
-    if tool.inputs:
-        return {next(iter(tool.inputs)): handle_agent_input_types(arguments)[0][0]}
+    order = getattr(tool, "positional", None) or tuple(tool.inputs)  # a GatedTool's: forward's order
+    if order:
+        return {order[0]: handle_agent_input_types(arguments)[0][0]}
     return arguments
 
 

@@ -42,17 +42,17 @@ class GatedTool(Tool):
     def __init__(self, inner: Tool, owner: Owner) -> None:
         _described_as(self, inner)
         self.output_schema = getattr(inner, "output_schema", None)
+        self.positional = positional_order(inner)  # what `forward(*args)` binds, in order
         self._run = _through(owner, inner.name)
         self._saved = saved_tool(inner)  # a closure too: `to_dict` gives inner's code, marked
         super().__init__()
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if args:  # bound as Python binds them to the inner tool's `forward(...)`, or refused
-            if len(args) > len(self.inputs):
-                raise TypeError(
-                    f"{self.name}() takes {len(self.inputs)} positional arguments but {len(args)} were given"
-                )
-            positional = dict(zip(self.inputs, args, strict=False))
+            if len(args) > len(self.positional):
+                took = f"{len(self.positional)} positional arguments but {len(args)} were given"
+                raise TypeError(f"{self.name}() takes {took}")
+            positional = dict(zip(self.positional, args, strict=False))
             for name in positional.keys() & kwargs.keys():
                 raise TypeError(f"{self.name}() got multiple values for argument {name!r}")
             kwargs = {**positional, **kwargs}
@@ -61,6 +61,19 @@ class GatedTool(Tool):
     def to_dict(self) -> dict[str, Any]:
         """The inner tool's `to_dict()`, marked as gated: what `agent.save` writes (`_saving`)."""
         return self._saved()
+
+
+def positional_order(inner: Tool) -> tuple[str, ...]:
+    """The inputs of `inner` in the order its `forward` takes them positionally: smolagents only
+    checks that `forward` names the same inputs, so `inputs` may list them in another order. The
+    order of `inputs` when `forward` has no such signature (`*args`, `**kwargs`)."""
+    try:
+        parameters = inspect.signature(inner.forward).parameters.values()
+    except (TypeError, ValueError):
+        return tuple(inner.inputs)
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    names = tuple(p.name for p in parameters if p.kind in kinds)
+    return names if sorted(names) == sorted(inner.inputs) else tuple(inner.inputs)
 
 
 def _described_as(tool: Tool, inner: Tool) -> None:
