@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from langgraph.config import get_config
@@ -38,6 +38,9 @@ from ._hitl import HOW_TO_ANSWER, is_hitl, next_slot, provenance, slot_interrupt
 
 #: The event kind of an interrupt's record (detail: `interrupt_id`, `shown`).
 SHOWN = "langgraph_interrupt_shown"
+#: The event kind of a pause answered from the resume map by approval id (detail: `interrupt_id`,
+#: `slot`): the task's answer slot it was raised at was left for the task's next interrupt().
+ANSWERED_BY_ID = "langgraph_interrupt_answered_by_id"
 # LangGraph reads a resume dict whose keys all look like xxh3 digests (32 lowercase hex) as a
 # map from interrupt id to value. effectgate's default approval ids have that shape too, so a
 # plain `Command(resume={approval_id: decision})` lands in this config entry instead of reaching
@@ -81,7 +84,15 @@ def shown(waiting: Sequence[Waiting]) -> Shown:
     return sorted([w.pending.approval_id, w.pending.version, w.pending.card.args_hash] for w in waiting)
 
 
-def record(
+def record(gate: EffectGate, pauses: Pauses) -> None:
+    """After a run of the step that paused: its pauses answered from the resume map
+    (`note_mapped`), then each interrupt it raised (`record_shown`), in that order."""
+    note_mapped(gate, pauses.mapped)
+    for raised in pauses.raised:
+        record_shown(gate, *raised)
+
+
+def record_shown(
     gate: EffectGate, raised: GraphInterrupt, calls: Shown, ctx: CallContext, slot: int | None
 ) -> None:
     """Record in the gate's log what the interrupt `raised` carries showed, and the task's answer
@@ -124,29 +135,47 @@ def refusal(gate: EffectGate, interrupt_id: str, slot: int, calls: Shown, sessio
 
 #: A raised interrupt, what it showed and its answer slot, recorded by the driver (off the loop).
 Raised = tuple[GraphInterrupt, Shown, CallContext, int | None]
+#: A pause answered from the resume map: the run, the task's namespace, the slot left unused and
+#: the approvals it listed.
+Mapped = tuple[CallContext, str, int, frozenset[str]]
 
 
-def asker(raised: list[Raised], asked: list[int]) -> Callable[[Ask], Answer]:
-    """`interrupt()`, noting each raised interrupt in `raised` (the driver records it), how many
-    times it was called in `asked[0]`, and the interrupt a HITL answer answers, except that a
-    plain `{approval_id: decision}` resume is read once from the run's resume map (see
-    `_RESUME_MAP_KEY`)."""
+@dataclass
+class Pauses:
+    """What one run of a step's driver notes of its pauses (`asker`), recorded by `record` and
+    `skip_answered`: the interrupts it raised, the pauses answered from the resume map, and how
+    many times it called interrupt()."""
+
+    raised: list[Raised] = field(default_factory=list)
+    mapped: list[Mapped] = field(default_factory=list)
+    asked: int = 0
+
+
+def asker(pauses: Pauses) -> Callable[[Ask], Answer]:
+    """`interrupt()`, noting each raised interrupt in `pauses.raised` (the driver records it), how
+    many times it was called in `pauses.asked`, and the interrupt a HITL answer answers, except
+    that a plain `{approval_id: decision}` resume is read once from the run's resume map (see
+    `_RESUME_MAP_KEY`); that answer takes no answer slot of the task, so the slot the step's
+    pause was raised at is noted in `pauses.mapped` (recorded by `note_mapped`)."""
     used = False
 
     def ask(op: Ask) -> Answer:
         nonlocal used
         if not used:
             used = True
-            resume_map = get_config().get("configurable", {}).get(_RESUME_MAP_KEY)
+            conf = get_config().get("configurable", {})
+            resume_map = conf.get(_RESUME_MAP_KEY)
             if isinstance(resume_map, Mapping):
                 picked = {k: v for k, v in resume_map.items() if k in op.approval_ids}
                 if picked:
+                    if (slot := next_slot()) is not None and isinstance(ns := conf.get(_NS_KEY), str):
+                        pauses.mapped.append((op.ctx, ns, slot, op.approval_ids))
                     return Answer(picked)
-        asked[0] += 1
+        pauses.asked += 1
         try:
             value = interrupt(op.payload)
         except GraphInterrupt as exc:
-            raised.append((exc, op.shown, op.ctx, next_slot()))
+            pauses.raised.append((exc, op.shown, op.ctx, next_slot()))
             raise
         if not is_hitl(value):
             return Answer(value)
@@ -173,14 +202,31 @@ def _unasked(asked: int) -> tuple[str, str, int] | None:
     return str(thread), ns, len(answers)
 
 
+def note_mapped(gate: EffectGate, mapped: Sequence[Mapped]) -> None:
+    """Record that the step's pause at each slot of `mapped` was answered by approval id from
+    the resume map: the slot holds no answer of the step, and the task's next interrupt() (a
+    tool's own question) is raised there and answered there (`_step_slots`). The record lists
+    the approvals the pause showed, so retention keeps it as long as the pause's own (`record`)."""
+    for ctx, ns, slot, approval_ids in mapped:
+        interrupt_id = slot_interrupt_id(ns, slot)
+        listed = sorted(approval_ids)
+        gate.note(ANSWERED_BY_ID, ctx=ctx, interrupt_id=interrupt_id, slot=slot, approval_ids=listed)
+
+
 def _step_slots(gate: EffectGate, session_id: str, ns: str) -> set[int]:
-    """The answer slots of the task `ns` at which the step paused (its records, `record`)."""
-    details = [_detail(e.detail_json) for e in gate.store.events(kind=SHOWN, session_id=session_id)]
-    return {
-        d["slot"]
-        for d in details
-        if isinstance(d.get("slot"), int) and d.get("interrupt_id") == slot_interrupt_id(ns, d["slot"])
-    }
+    """The answer slots of the task `ns` at which the step paused (its records, `record`) and
+    whose answer is the step's: not a pause answered by approval id from the resume map after
+    it (`note_mapped`), whose slot the task's next interrupt() took."""
+    events = sorted(
+        (e for kind in (SHOWN, ANSWERED_BY_ID) for e in gate.store.events(kind=kind, session_id=session_id)),
+        key=lambda e: e.id or 0,
+    )
+    slots: dict[int, bool] = {}
+    for e in events:
+        d = _detail(e.detail_json)
+        if isinstance(d.get("slot"), int) and d.get("interrupt_id") == slot_interrupt_id(ns, d["slot"]):
+            slots[d["slot"]] = e.kind == SHOWN
+    return {slot for slot, paused in slots.items() if paused}
 
 
 def _take(asked: int, slots: set[int], answered: int) -> None:
@@ -194,16 +240,19 @@ def _take(asked: int, slots: set[int], answered: int) -> None:
         asked += 1
 
 
-def skip_answered(gate: EffectGate, asked: int) -> None:
-    """After a settled step: the answers its earlier pauses got that this run did not ask for."""
-    if (where := _unasked(asked)) is not None:
-        _take(asked, _step_slots(gate, *where[:2]), where[2])
+def skip_answered(gate: EffectGate, pauses: Pauses) -> None:
+    """After a settled step: the answers its earlier pauses got that this run did not ask for
+    (this run's pauses answered from the resume map are recorded first, `note_mapped`)."""
+    note_mapped(gate, pauses.mapped)
+    if (where := _unasked(pauses.asked)) is not None:
+        _take(pauses.asked, _step_slots(gate, *where[:2]), where[2])
 
 
-async def askip_answered(gate: EffectGate, asked: int) -> None:
-    """`skip_answered`, the store read in a worker thread."""
-    if (where := _unasked(asked)) is not None:
-        _take(asked, await asyncio.to_thread(_step_slots, gate, *where[:2]), where[2])
+async def askip_answered(gate: EffectGate, pauses: Pauses) -> None:
+    """`skip_answered`, the store work in a worker thread."""
+    await asyncio.to_thread(note_mapped, gate, pauses.mapped)
+    if (where := _unasked(pauses.asked)) is not None:
+        _take(pauses.asked, await asyncio.to_thread(_step_slots, gate, *where[:2]), where[2])
 
 
 def _detail(text: str) -> dict[str, Any]:
@@ -215,14 +264,19 @@ def _detail(text: str) -> dict[str, Any]:
 
 
 __all__ = [
+    "ANSWERED_BY_ID",
     "SHOWN",
     "Answer",
     "Ask",
+    "Mapped",
+    "Pauses",
     "Raised",
     "Shown",
     "asker",
     "askip_answered",
+    "note_mapped",
     "record",
+    "record_shown",
     "refusal",
     "shown",
     "skip_answered",

@@ -60,7 +60,7 @@ from ._hitl import (
     matched,
 )
 from ._identity import call_id, reused_ids
-from ._shown import Answer, Ask, Raised, asker, askip_answered, record, refusal, shown, skip_answered
+from ._shown import Answer, Ask, Pauses, asker, askip_answered, record, refusal, shown, skip_answered
 
 #: The application's approver for HITL decisions in this run (`effectgate.adapter.native_approver`).
 ApproverOf = Callable[[], Approver | None]
@@ -367,27 +367,23 @@ def drive(step: StepFlow, gate: EffectGate) -> dict[str, Settled]:
     """Settle a step on this thread; an `Ask` is LangGraph's interrupt (it raises: the pause),
     whose payload the gate's log records (`_shown`). Settled, the answers the step's earlier
     pauses got and this run did not ask for again are taken (`_shown.skip_answered`)."""
-    raised: list[Raised] = []
-    asked = [0]
+    pauses = Pauses()
     try:
-        settled = flow.drive(step, other=asker(raised, asked))
+        settled = flow.drive(step, other=asker(pauses))
     except GraphInterrupt:
-        for r in raised:
-            record(gate, *r)
+        record(gate, pauses)
         raise
-    skip_answered(gate, asked[0])
+    skip_answered(gate, pauses)
     return settled
 
 
 async def adrive(step: StepFlow, gate: EffectGate) -> dict[str, Settled]:
     """As `drive`: the store work and sync tools run in a worker thread, the pause on the loop."""
-    raised: list[Raised] = []
-    asked = [0]
+    pauses = Pauses()
     try:
-        settled = await flow.adrive(step, other=asker(raised, asked))
+        settled = await flow.adrive(step, other=asker(pauses))
     except GraphInterrupt:
-        for r in raised:
-            await asyncio.to_thread(record, gate, *r)
+        await asyncio.to_thread(record, gate, pauses)
         raise
-    await askip_answered(gate, asked[0])
+    await askip_answered(gate, pauses)
     return settled
