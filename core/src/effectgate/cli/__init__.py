@@ -52,6 +52,7 @@ from typing import Any, NoReturn
 from rich.console import Console
 
 from .. import __version__
+from ..canonical import _SURROGATE
 from . import _governance, _mcp
 from ._args import allowed_host, moment, seconds, target, trusted_proxy
 from ._commands import (
@@ -352,6 +353,9 @@ def _main(argv: Sequence[str] | None) -> int:
             args = _parser().parse_args(argv)
         except SystemExit as exc:  # --help, printed by argparse
             return EXIT_USAGE if exc.code else EXIT_OK
+        if _SURROGATE.search(str(getattr(args, "id", "") or "")):  # a non-UTF-8 byte in argv
+            why = "holds a lone surrogate: give it as UTF-8 text (nothing was changed)"
+            raise UsageError(f"the id {args.id!r} {why}")
         args.db_given = args.db is not None
         args.db = url = args.db or url
         out = _console(demo=args.command == "demo")
