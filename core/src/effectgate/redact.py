@@ -46,8 +46,8 @@ names only its approval is reached through that approval.
 from __future__ import annotations
 
 import json
-import math
 import secrets
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -63,6 +63,7 @@ from .stores._dialect import is_redacted
 from .stores._redaction import UNCLASSIFIED, Target, call_id, is_open, of_subject
 from .stores.protocol import Store
 from .stores.records import RedactedRow
+from .table import _as_set
 from .tokens import Keyring
 
 FACTS = ("amount", "currency")
@@ -144,8 +145,9 @@ def entry_sealed(keyring: Keyring, entry: RedactedRow) -> bool:
 
 
 def subject_keys(subject: Mapping[str, Any]) -> list[str]:
-    """The ledger's subject keys for a subject (live and shadow proposals)."""
-    key = digest({"subject": dict(subject)})
+    """The ledger's subject keys for a subject (live and shadow proposals); a list names a set,
+    as the gate keys it (`ToolSpec.subject_of`: recipients in any order, or one twice)."""
+    key = digest({"subject": {k: _as_set(v) for k, v in subject.items()}})
     return [key, f"shadow:{key}"]
 
 
@@ -323,7 +325,8 @@ def retain(
     for effect, days in rules.items():
         if effect not in known:
             raise RedactionError(f"unknown record kind {effect!r}: use one of {', '.join(sorted(known))}")
-        if isinstance(days, bool) or not isinstance(days, int | float) or not math.isfinite(days) or days < 0:
+        # NaN and infinity fail the range; so does an integer no float holds (OverflowError below)
+        if isinstance(days, bool) or not isinstance(days, int | float) or not 0 <= days <= sys.float_info.max:
             raise RedactionError(f"retention for {effect} must be a number of days >= 0 (got {days!r})")
     keep = _keep(keep)
     at = _at(now)

@@ -196,11 +196,12 @@ def modes(store: Store) -> dict[str, Mode]:
     for fingerprint, rule in store.rules().items():
         if rule.kind == "seal":
             continue
-        try:
+        try:  # ValueError too: NaN or an integer canonical JSON refuses (`digest`)
             body = json.loads(rule.body_json)
+            hashes = isinstance(body, dict) and digest(body) == fingerprint
         except (ValueError, RecursionError):  # RecursionError: nested past the parser's depth
             continue
-        if isinstance(body, dict) and digest(body) == fingerprint:
+        if hashes:
             out[fingerprint] = "shadow" if body.get("shadow") is True else "live"
     return out
 

@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from .._json import same_json
+from ..table import _as_set
 from . import _queries as Q
 from .records import PERSONAL, ApprovalRow, DecisionRow, HoldRow, RedactedRow
 
@@ -317,13 +318,16 @@ def _named(t: Target) -> tuple[str, ...]:
 def of_subject(rows: Sequence[Target], keys: Sequence[str], subject: Mapping[str, Any]) -> list[Target]:
     """The rows of one subject among a user's: the calls of the approvals whose subject key is
     one of `keys`, and the ungated calls (writes) whose arguments hold every field of `subject`
-    with that value (a write records no subject key, only its arguments). A read records no
-    arguments, only their hash: it is not found by subject (a redaction of the user finds it)."""
+    with that value, a list as the set it names (a write records no subject key, only its
+    arguments). A read records no arguments, only their hash: it is not found by subject (a
+    redaction of the user finds it)."""
     calls = {t.key for t in rows if t.table == "eg_approvals" and t.subject_key in keys}
     for t in rows:
         if t.table == "eg_executions" and not t.approval_id and t.call is not None:
             args = _json_object(t.values.get("args_json"))
-            if args is not None and all(k in args and same_json(args[k], v) for k, v in subject.items()):
+            if args is not None and all(
+                k in args and same_json(_as_set(args[k]), _as_set(v)) for k, v in subject.items()
+            ):
                 calls.add(t.call.id)
     return [t for t in rows if t.call is not None and t.call.id in calls]
 
