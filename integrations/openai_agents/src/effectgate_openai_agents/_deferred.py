@@ -31,8 +31,8 @@ import json
 from collections.abc import Mapping, MutableMapping, Sequence
 from typing import Any
 
-from agents import RunResult
 from agents.items import ToolCallOutputItem, TResponseInputItem
+from agents.result import RunResultBase
 from agents.tool import FunctionToolResult
 from agents.tool_context import ToolContext
 
@@ -132,7 +132,7 @@ def _owned(gate: EffectGate, operation_id: str, tool: str, ctx: CallContext) -> 
     check_owner(gate, row, ctx)
 
 
-def deferred_operations(result: RunResult, *, gate: EffectGate | None = None) -> list[dict[str, Any]]:
+def deferred_operations(result: RunResultBase, *, gate: EffectGate | None = None) -> list[dict[str, Any]]:
     """The deferred answers the gated tools gave during this run, in order: each one's payload as
     the tool answered it, once the gate's store shows the operation belongs to this run's identity
     and to that tool (`TamperedState` otherwise). `gate` defaults to the gate of the agent the run
@@ -282,10 +282,11 @@ def outcome_message(outcome: Executed | Refused) -> list[TResponseInputItem]:
 
 
 def with_outcome(
-    history: RunResult | Sequence[TResponseInputItem], outcome: Executed | Refused
+    history: RunResultBase | Sequence[TResponseInputItem], outcome: Executed | Refused
 ) -> list[TResponseInputItem]:
-    """The history of the previous run with the operation's outcome appended: the next run's input."""
+    """The history of the previous run (a `Runner.run` or `Runner.run_streamed` result, or its
+    input items) with the operation's outcome appended: the next run's input."""
     items: list[TResponseInputItem] = (
-        history.to_input_list() if isinstance(history, RunResult) else [dict(i) for i in history]  # type: ignore[misc]
+        history.to_input_list() if isinstance(history, RunResultBase) else [dict(i) for i in history]  # type: ignore[misc]
     )
     return [*items, *outcome_message(outcome)]

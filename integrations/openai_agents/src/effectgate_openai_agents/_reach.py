@@ -17,7 +17,13 @@ after wrapping, e.g. to close a cycle between two gated agents, is checked there
   agent; the agent its `on_invoke_handoff` returns is checked again before the SDK switches to it.
   Any other handoff is refused: gate the target first, on the same gate.
 - agents as tools (`agent.as_tool(...)` among the tools): the call is gated by the tool's own row,
-  and the inner agent's run must be gated too, by the same rule as a handoff target.
+  and the inner agent's run must be gated too, by the same rule as a handoff target. When that
+  agent (or a gated agent it reaches) has a gated tool, its run can pause for approval, and the
+  SDK resumes it by calling the tool again: the tool's row must then be a read, which runs every
+  call (a write or gated row would answer the second call from its record of the first, which
+  returned while the agent waited, so the approved call would never run). An agent that
+  defers gated calls (`mode="deferred"`) cannot be a tool: its deferred answer would end only
+  its own run, inside the tool, where `deferred_operations` never finds it.
 
 Hosted tools never reach `on_invoke_tool` and are refused too (`_agent._function_tools`).
 Guardrails, hooks, `tool_use_behavior` and handoff callbacks are the application's code, not
@@ -33,14 +39,18 @@ from typing import Any
 from agents import Agent, Handoff, RunContextWrapper
 
 from effectgate import EffectGate
+from effectgate.adapter import is_gated
+from effectgate.effects import Effect
 
 #: The attribute a gated tool's `on_invoke_tool` carries: the gate every call of it goes through.
 GATE_ATTR = "_effectgate_gate"
+_MODE_ATTR = "_effectgate_mode"
 
 
-def mark(on_invoke: Callable[..., Any], gate: EffectGate) -> None:
-    """Tag a gated tool's `on_invoke_tool` with its gate (`tool_gate` reads it)."""
+def mark(on_invoke: Callable[..., Any], gate: EffectGate, mode: str = "approval") -> None:
+    """Tag a gated tool's `on_invoke_tool` with its gate (`tool_gate` reads it) and its mode."""
     setattr(on_invoke, GATE_ATTR, gate)
+    setattr(on_invoke, _MODE_ATTR, mode)
 
 
 def tool_gate(tool: Any) -> EffectGate | None:
@@ -75,6 +85,50 @@ def _gated_here(agent: Any, gate: EffectGate, what: str) -> str | None:
     return None
 
 
+def _pauses(agent: Any, gate: EffectGate) -> tuple[bool, bool]:
+    """Whether a run of `agent`, or of an agent it reaches (handoffs, agents as tools), can pause
+    for approval (a tool of a row `gate` gates), and whether it can defer such a call."""
+    seen: set[int] = set()
+    todo = [agent]
+    pause = defer = False
+    while todo:
+        other = todo.pop()
+        if not isinstance(other, Agent) or id(other) in seen:
+            continue
+        seen.add(id(other))
+        for tool in other.tools:
+            if is_gated(gate, str(getattr(tool, "name", ""))):
+                deferred = getattr(getattr(tool, "on_invoke_tool", None), _MODE_ATTR, None) == "deferred"
+                defer, pause = defer or deferred, pause or not deferred
+            todo.append(getattr(tool, "_agent_instance", None))
+        todo += [_target(e) for e in other.handoffs]
+    return pause, defer
+
+
+def _resumable(tool: Any, gate: EffectGate) -> str | None:
+    """Why the agent tool `tool` could lose its agent's paused or deferred call (None: it cannot)."""
+    spec = gate.table.get(str(tool.name))
+    inner = getattr(tool, "_agent_instance", None)
+    if spec is None or not isinstance(inner, Agent):
+        return None
+    pause, defer = _pauses(inner, gate)
+    if defer:
+        return (
+            f"tool {tool.name!r} runs agent {inner.name!r}, which defers gated calls: a deferred "
+            "answer ends that agent's run only, inside the tool, so deferred_operations of the "
+            "run never lists it and nothing would execute it. Gate that agent in approval mode"
+        )
+    if not pause or spec.effect is Effect.READ:
+        return None
+    return (
+        f"tool {tool.name!r} runs agent {inner.name!r}, which can pause for approval: the SDK "
+        f"resumes it by calling the tool again, which its {spec.effect.value} row would answer "
+        "from its record of the first call (made while the agent waited), so the approved call "
+        "would never run. Give the tool a read row: each of the agent's own tools is gated by "
+        "its row"
+    )
+
+
 def problems(
     agent: Agent[Any], gate: EffectGate, *, proxies: Sequence[Any], tools: Sequence[Any]
 ) -> list[str]:
@@ -105,6 +159,8 @@ def problems(
                     f"{why}: the agent's own tools would run outside the effect table. Gate that "
                     "agent on this gate first: gate_agent(agent, gate).as_tool(...)"
                 )
+            elif (stuck := _resumable(tool, gate)) is not None:
+                found.append(stuck)
     return found
 
 

@@ -127,7 +127,7 @@ class GatedTools:
         # `RunContextWrapper` one gets a reduced context), and evaluating string annotations
         # compiles them each time.
         on_invoke.__annotations__ = dict(_INVOKE_ANNOTATIONS)
-        mark(on_invoke, self.gate)  # what `gate_agent` checks an agent's tools by (`_reach`)
+        mark(on_invoke, self.gate, self.mode)  # what `gate_agent` checks an agent's tools by (`_reach`)
 
         needs: bool | Callable[[RunContextWrapper[Any], dict[str, Any], str], Awaitable[bool]] = False
         if gated and self.mode == "approval":
