@@ -317,15 +317,15 @@ async def run_approved(
         return pending
     try:
         bind_decision(gate, Paused.of(pending), token)
+        return await gate.aexecute(token, args)
     except DecisionMismatch:
         return pending  # the approval moved on: the grant was for a version that is gone
-    try:
-        return await gate.aexecute(token, args)
     except TokenError as exc:
         return Refused(code=_token_code(exc), message=f"{name}: the grant was refused: {exc}", tool=name)
     except Exception:
-        # Failed before its claim committed (the store), the token is still good: keep it. Once
-        # claimed, the next re-issue gets what became of it (`_spent`) and never presents it.
+        # Failed before its claim committed (the store, while binding or checking the grant), the
+        # token is still good: keep it. Once claimed, the next re-issue gets what became of it
+        # (`_spent`) and never presents it.
         expires = Keyring.read(token).expires_at
         grants.deliver(
             Grant(approval_id=pending.approval_id, version=pending.version, token=token, expires_at=expires)

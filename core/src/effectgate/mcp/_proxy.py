@@ -36,6 +36,7 @@ result as an error result that says so.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from types import TracebackType
@@ -44,11 +45,11 @@ from typing import Any
 import mcp.types as types
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
+from pydantic import ValidationError
 
 from .. import __version__
 from .._clock import Clock
 from .._logging import logger
-from ..canonical import digest
 from ..context import CallContext
 from ..effects import Policy
 from ..errors import TokenError
@@ -116,7 +117,7 @@ class GatedProxy:
         self._link = card_link(inbox_url)
         self._connections = {u.name: Connection(u) for u in upstreams}
         self._by_prefix = {u.prefix: u for u in upstreams}
-        self._listed: dict[str, tuple[str, list[ToolSpec]]] = {}  # server -> (listing digest, rows)
+        self._listed: dict[str, tuple[str, list[ToolSpec]]] = {}  # server -> (listing JSON, rows)
         self._gate: EffectGate | None = None
         # Replaced gates that calls still hold, closed when the last lets go (or on exit): a gate
         # closed under a running call would stop renewing its lease.
@@ -171,7 +172,8 @@ class GatedProxy:
             fresh: dict[str, tuple[str, list[ToolSpec]]] = {}
             for name, tools in listings.items():
                 connection = self._connections[name]
-                listing = digest([t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in tools])
+                # Compared, never hashed canonically: that refuses what schemas hold (int64 bounds)
+                listing = json.dumps([t.model_dump(mode="json") for t in tools], sort_keys=True)
                 if name in self._listed and self._listed[name][0] == listing:
                     continue
                 fresh[name] = (listing, specs_for(connection.upstream, connection, tools, self.policy))
@@ -301,7 +303,7 @@ class GatedProxy:
             return types.CallToolResult(
                 content=[
                     types.TextContent(text=f"{name} failed upstream; nothing more will run."),
-                    *_content(exc.result),
+                    *(_content(exc.result) or []),
                 ],
                 is_error=True,
                 meta={META_KEY: {"status": "failed", "code": "upstream_error"}},
@@ -354,8 +356,8 @@ class GatedProxy:
         approval = getattr(outcome, "approval_id", None)
         result = result_for(outcome, card_url=self._link(approval) if approval else None)
         stored = outcome.result if isinstance(outcome, Executed) else None
-        if isinstance(stored, dict) and isinstance(stored.get("content"), list):  # the upstream's answer
-            result.content = _content(stored)
+        if isinstance(stored, dict) and (content := _content(stored)) is not None:  # the upstream's answer
+            result.content = content
             result.structured_content = stored.get("structuredContent")
             result.is_error = bool(stored.get("isError"))
         return result
@@ -385,9 +387,13 @@ def _approval_row(gate: EffectGate, approval_id: str) -> str | None:
     return row.row_fingerprint if row is not None else None
 
 
-def _content(stored: dict[str, Any]) -> list[types.ContentBlock]:
-    """The upstream's content blocks, as stored."""
-    return types.CallToolResult.model_validate({"content": stored["content"]}).content
+def _content(stored: dict[str, Any]) -> list[types.ContentBlock] | None:
+    """The upstream's content blocks, as stored; None if none (a person's settled result: text)."""
+    answer = {"content": stored.get("content"), "structuredContent": stored.get("structuredContent")}
+    try:
+        return types.CallToolResult.model_validate(answer).content
+    except ValidationError:
+        return None
 
 
 __all__ = ["GRANT_META", "INSTRUCTIONS", "GatedProxy"]
