@@ -23,7 +23,12 @@ FOLD = 2000  # characters of one value shown before folding (the rest is one cli
 
 
 def pretty(value: Any) -> str:
-    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    """`value` as indented JSON; its repr when JSON cannot hold it (an application's value with
+    keys that are not text or do not sort together, or that contains itself)."""
+    try:
+        return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return repr(value)
 
 
 def fold(value: Any) -> list[dict[str, Any]]:
@@ -38,10 +43,11 @@ def fold(value: Any) -> list[dict[str, Any]]:
 
 def stored_json(text: str | None) -> Any:
     """A JSON column's value; the text itself when it is not JSON (inserted or edited in the
-    database), so that one row cannot take a page down for the others."""
+    database, or nested deeper than Python parses), so that one row cannot take a page down for
+    the others."""
     try:
         return None if text is None else parse(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return text
 
 

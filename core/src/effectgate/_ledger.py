@@ -207,7 +207,7 @@ class Ledger:
         notes = [*notes, SHADOW_NOTE] if spec.shadow else list(notes)
         try:
             stored = (parse(row.subject_json) if row.subject_json else None, parse(row.notes_json))
-        except ValueError:  # edited into text that is not JSON: not what the row derives
+        except (ValueError, RecursionError):  # edited into text that is not JSON (or too deep)
             stored = None
         subject = parse(json.dumps(subject)) if subject is not None else None  # as stored: lists
         reversibility = str(spec.reversibility)

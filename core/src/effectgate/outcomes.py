@@ -169,10 +169,11 @@ def json_value(value: Any) -> Any:
 
 def _stored(text: str) -> Any:
     """A JSON column's value; its text as it is when it was edited into text that is not JSON (a
-    row that no longer verifies: its card is flagged, and it still shows what is stored)."""
+    row that no longer verifies: its card is flagged, and it still shows what is stored), or into
+    JSON nested deeper than Python parses."""
     try:
         return parse(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return text
 
 

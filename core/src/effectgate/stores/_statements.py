@@ -231,7 +231,7 @@ def record_of(row: Sequence[Any]) -> IdempotencyRecord:
     values = dict(zip(_RECORD_FIELDS, row, strict=True))
     try:
         values["result"] = from_json(values["result"])
-    except ValueError:  # edited outside effectgate: never replayed as the result, nor run again
+    except (ValueError, RecursionError):  # edited outside effectgate: never replayed, nor run again
         raise StoreError(
             f"idempotency record {values['key']}: its stored result is not JSON (edited outside effectgate)"
         ) from None

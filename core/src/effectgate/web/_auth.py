@@ -18,9 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from .._owned import own
+from ..context import _storable
 from ..errors import TableError
 
 _N, _R, _P = 2**14, 8, 1
+_UNSTORABLE = "holds a NUL character or a lone surrogate: no database stores one with a decision"
 # Compared against when the id is unknown, so a wrong id costs the same time as a wrong secret.
 _DUMMY = "scrypt$16384$8$1$00000000000000000000000000000000$" + "00" * 32
 
@@ -89,6 +91,8 @@ class ApproverRegistry:
         for a in approvers:
             if not a.id or not a.role:
                 raise TableError(a.id or "?", "approver", "an approver needs an id and a role")
+            if not (_storable(a.id) and _storable(a.role)):  # its every decision would fail
+                raise TableError(a.id, "approver", _UNSTORABLE)
             if a.id in self._by_id:
                 raise TableError(a.id, "approver", "registered twice")
             self._by_id[a.id] = a
@@ -97,9 +101,10 @@ class ApproverRegistry:
     @classmethod
     def from_toml(cls, path: str | Path) -> ApproverRegistry:
         """`[[approver]]` tables with `id`, `role`, `secret` (an `hash_secret` string), `name`.
-        Every entry is checked when the file is loaded: an unknown key, a missing id or role, or a
-        secret that is not an scrypt hash raises `ValueError` naming the file, the line of the
-        entry and the fix (a secret's value is never echoed: it may be a password pasted in)."""
+        Every entry is checked when the file is loaded: an unknown key, a missing id or role (or
+        one holding a NUL), or a secret that is not an scrypt hash raises `ValueError` naming the
+        file, the line of the entry and the fix (a secret's value is never echoed: it may be a
+        password pasted in)."""
         own(path)  # who may approve is never the file tools' to rewrite (`_owned`)
         text = Path(path).read_text()
         data = tomllib.loads(text)
@@ -113,6 +118,8 @@ class ApproverRegistry:
             for key in ("id", "role"):
                 if not isinstance(row.get(key), str) or not row[key]:
                     raise ValueError(f'{where}: every approver needs a non-empty {key} = "..."')
+                if not _storable(row[key]):
+                    raise ValueError(f"{where}: the {key} {_UNSTORABLE}")
             secret = row.get("secret")
             if secret is not None and (not isinstance(secret, str) or secret_problem(secret)):
                 problem = secret_problem(secret) if isinstance(secret, str) else "it is not a string"
