@@ -9,14 +9,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
 import pytest
 from smolagents import CodeAgent, Tool, ToolCallingAgent
 from smolagents.monitoring import LogLevel
 
 from effectgate import Keyring, open_store, write
 from effectgate.examples.shop import app
-from effectgate.notify import WebhookNotifier
 from effectgate.testing import EffectRecorder, FakeClock, Script, call, say
 from effectgate_smolagents import AwaitingApproval, Finished, GatedAgent
 from effectgate_smolagents.testing import ScriptedCodeModel, ScriptedModel
@@ -53,7 +51,10 @@ def test_model_code_cannot_silence_the_reviewers_webhook(sqlite_url: str, clock:
     `queue.Queue.put_nowait`. `queue` is one of smolagents' default modules and the class is the
     process's own, so the gate's webhook notifier queues nothing from then on: the refund that
     waits for finance next is never announced to a reviewer."""
-    delivered: list[httpx.Request] = []
+    httpx = pytest.importorskip("httpx")  # the notify extra (not in the adapter's compat runs)
+    from effectgate.notify import WebhookNotifier
+
+    delivered: list[object] = []
     client = httpx.Client(transport=httpx.MockTransport(lambda r: delivered.append(r) or httpx.Response(200)))
     notifier = WebhookNotifier(
         "https://hooks.example/approvals", keyring=Keyring.generate(), client=client, jitter=False
