@@ -108,7 +108,7 @@ class Calls:
         for call in calls:
             name, args = call[0], call[1]
             call_ctx = with_call_id(ctx, call[2] if len(call) > 2 else None)
-            spec = self.table.get(name) if type(name) is str else None
+            spec = self.table.get(name)
             if spec is not None and self.policy.gates(spec.effect) and counts[name] > 1:
                 message = (
                     f"{counts[name]} calls of {name} in one step; none was registered. "
@@ -175,7 +175,7 @@ class Calls:
         """The refusal (recorded) or Invalid of a call that does not reach its row's effect;
         else its row, frozen arguments, their canonical text and the args hash, all computed
         here, at call time: what is checked, hashed, recorded and run."""
-        spec = self.table.get(name) if type(name) is str else None  # a list or dict: unhashable
+        spec = self.table.get(name)
         if spec is None:
             return self.events.refuse(
                 "unknown_tool", f"{name!r} is not a tool in the effect table", name, ctx

@@ -41,7 +41,7 @@ _SELECTORS = re.compile("[\ufe00-\ufe0f\U000e0100-\U000e01ef]")
 def _selector(ch: str) -> bool:
     """A variation selector: it picks the glyph of the character before it and renders as
     nothing itself."""
-    return "\ufe00" <= ch <= "\ufe0f" or "\U000e0100" <= ch <= "\U000e01ef"
+    return _SELECTORS.match(ch) is not None
 
 
 def _stray(text: str, i: int) -> bool:

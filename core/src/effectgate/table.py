@@ -321,7 +321,10 @@ class EffectTable:
         self.allow(agent_id, self._specs)
 
     def get(self, name: str) -> ToolSpec | None:
-        return self._specs.get(name)
+        try:
+            return self._specs.get(name)
+        except TypeError:  # an unhashable name (a list or dict a caller passed through) names no row
+            return None
 
     def __getitem__(self, name: str) -> ToolSpec:
         return self._specs[name]
