@@ -145,9 +145,16 @@ def full_validator(name: str, schema: Mapping[str, Any]) -> Draft202012Validator
         raise TableError(name, "schema", "nests too deeply to be checked") from exc
     dialect = schema.get("$schema")
     spec = specification_with(dialect, default=DRAFT202012) if isinstance(dialect, str) else DRAFT202012
-    root = spec.create_resource(dict(schema))
+    contents = dict(schema)  # one copy: what references resolve to is identified by identity
     try:
-        _resolve_refs(schema, REGISTRY.resolver_with_root(root), spec)
+        _resolve_refs(contents, REGISTRY.resolver_with_root(spec.create_resource(contents)), spec)
+    except _Endless as exc:
+        raise TableError(
+            name,
+            "schema",
+            f"{exc} leads back to where it starts without descending into the arguments: "
+            "validating a call could recurse without end",
+        ) from exc
     except Exception as exc:  # referencing's Unresolvable and its kin
         raise TableError(
             name, "schema", f"a reference does not resolve within the schema ({exc}); none is fetched"
@@ -158,6 +165,7 @@ def full_validator(name: str, schema: Mapping[str, Any]) -> Draft202012Validator
 def _resolve_refs(schema: Any, resolver: Any, spec: Any) -> None:
     """Look every reference up where it stands (without recursion: a schema may nest deeply)."""
     stack: list[tuple[Any, Any]] = [(schema, resolver)]
+    acyclic: set[int] = set()
     while stack:
         node, resolver = stack.pop()
         if isinstance(node, list):
@@ -168,7 +176,51 @@ def _resolve_refs(schema: Any, resolver: Any, spec: Any) -> None:
             for key in ("$ref", "$dynamicRef"):
                 if isinstance(node.get(key), str):
                     resolver.lookup(node[key])
+                    _refuse_cycle(node, resolver, spec, acyclic)
             stack.extend((value, resolver) for key, value in node.items() if key not in _DATA_KEYWORDS)
+
+
+class _Endless(ValueError):
+    """A reference cycle that applies to the same instance (raised with the reference's text)."""
+
+
+#: Keywords that apply their subschemas to the instance itself (not to a part of it).
+_IN_PLACE = ("$ref", "$dynamicRef", "allOf", "anyOf", "oneOf", "not", "if", "then", "else")
+
+
+def _refuse_cycle(start: Mapping[str, Any], resolver: Any, spec: Any, acyclic: set[int]) -> None:
+    """Raise `_Endless` when following references and in-place keywords (`_IN_PLACE`,
+    `dependentSchemas`) from `start` comes back to a schema on the way: such a schema recurses on
+    any instance that reaches it (a reference to itself, two that name each other, an `anyOf`
+    that names its own schema). Schemas known to lead nowhere back are kept in `acyclic`."""
+    path: set[int] = set()
+    stack: list[tuple[Any, Any, bool]] = [(start, resolver, False)]
+    while stack:
+        node, resolver, leaving = stack.pop()
+        if leaving:
+            path.discard(id(node))
+            acyclic.add(id(node))
+            continue
+        if not isinstance(node, Mapping) or id(node) in acyclic:
+            continue
+        if id(node) in path:
+            raise _Endless(f"the reference {start.get('$ref') or start.get('$dynamicRef')!r}")
+        path.add(id(node))
+        stack.append((node, resolver, True))
+        if isinstance(node.get("$id"), str) and node is not start:
+            resolver = resolver.in_subresource(spec.create_resource(dict(node)))
+        for key in _IN_PLACE:
+            value = node.get(key)
+            if key in ("$ref", "$dynamicRef") and isinstance(value, str):
+                found = resolver.lookup(value)
+                stack.append((found.contents, found.resolver, False))
+            elif isinstance(value, list):
+                stack.extend((item, resolver, False) for item in value)
+            elif isinstance(value, Mapping):
+                stack.append((value, resolver, False))
+        dependent = node.get("dependentSchemas")
+        if isinstance(dependent, Mapping):
+            stack.extend((item, resolver, False) for item in dependent.values())
 
 
 @dataclass(frozen=True)
