@@ -129,9 +129,11 @@ def create_app(
 
     def who(request: Request) -> RegisteredApprover | None:
         if sso_header is not None:
-            value = request.headers.get(sso_header)
-            if value and from_proxy(request, proxy_secret):
-                approver_id = approvers.verify(value) if approvers.verify else value
+            values = request.headers.getlist(sso_header)
+            if any(values) and from_proxy(request, proxy_secret):
+                if len(values) > 1:  # a client's copy beside the proxy's (a proxy that appends)
+                    return None
+                approver_id = approvers.verify(values[0]) if approvers.verify else values[0]
                 return approvers.get(approver_id)
         return approvers.get(sessions.approver(request.session.get("sid")))
 

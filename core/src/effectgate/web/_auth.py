@@ -42,8 +42,8 @@ def secret_problem(stored: str) -> str | None:
     if len(parts) != 6 or parts[0] != "scrypt":
         return "expected scrypt$N$r$p$salt$hash"
     _, n, r, p, salt, digest = parts
-    if not (n.isdigit() and r.isdigit() and p.isdigit()):
-        return "N, r and p must be integers"
+    if (n, r, p) != (str(_N), str(_R), str(_P)):  # what an unknown id costs (`_DUMMY`), and usable
+        return f"N, r and p must be the ones `effectgate hash-secret` writes ({_N}${_R}${_P})"
     try:
         bytes.fromhex(salt)
         if len(bytes.fromhex(digest)) != 32:
