@@ -70,13 +70,6 @@ def test_a_wrong_id_and_a_wrong_secret_derive_the_same_keys(monkeypatch: pytest.
         assert calls == [(2**14, 8, 1)], approver_id
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="SameSite=Strict: a link from another site (the webhook's card link in Slack or mail) "
-    "arrives without the session cookie, is sent to /login, and the login page's new cookie "
-    "replaces the signed-in one. Lax, or a same-site bounce on Sec-Fetch-Site: cross-site, is a "
-    "design decision (tests/web/test_inbox.py asserts strict)",
-)
 def test_following_a_notification_link_from_another_site_keeps_the_reviewer_signed_in(
     inbox: Inbox, server: str, browser: Browser
 ) -> None:

@@ -390,7 +390,7 @@ def create_app(
             SessionMiddleware,
             secret_key=secret_key or secrets.token_urlsafe(32),
             session_cookie="effectgate_session",
-            same_site="strict",
+            same_site="lax",  # a card link from Slack or mail opens signed in; no GET decides
             https_only=https_only,
             max_age=SESSION_SECONDS,
         )
