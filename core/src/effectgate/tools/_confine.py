@@ -192,6 +192,7 @@ def _open_dir(dir_fd: int, name: str, target: Target, *, create: bool) -> int:
             raise FileNotFoundError(errno.ENOENT, "no such file or directory", target.shown) from None
     except OSError as exc:
         _fail(exc, dir_fd, name, target)
+    refuse_owned(dir_fd, name, target, None)  # a directory named as a journal breaks the store
     try:
         os.mkdir(name, 0o777, dir_fd=dir_fd)
     except FileExistsError:
@@ -244,10 +245,8 @@ def walk(root_fd: int, target: Target, walk_steps: Sequence[str], *, create: boo
             os.close(fd)
 
 
-@contextmanager
-def parent(root_fd: int, target: Target, *, create: bool = False) -> Iterator[tuple[int, str]]:
-    """The descriptor of the directory holding the target's file, and the file's name in it.
-    The work directory itself, or a path ending in `/`, `.` or `..`, names no file: refused."""
+def names_a_file(target: Target) -> None:
+    """The work directory itself, or a path ending in `/`, `.` or `..`, names no file: refused."""
     if not target.parts:
         raise PathRefused(
             target.given, "work_directory", "the path names the work directory itself, not a file"
@@ -256,6 +255,12 @@ def parent(root_fd: int, target: Target, *, create: bool = False) -> Iterator[tu
         raise PathRefused(
             target.given, "not_regular", "not a regular file: a path ending in /, . or .. names a directory"
         )
+
+
+@contextmanager
+def parent(root_fd: int, target: Target, *, create: bool = False) -> Iterator[tuple[int, str]]:
+    """The descriptor of the directory holding the target's file, and the file's name in it."""
+    names_a_file(target)
     fd = walk(root_fd, target, target.steps[:-1], create=create)
     try:
         yield fd, target.steps[-1]

@@ -2,8 +2,9 @@
 
 Directories are opened with `O_NOFOLLOW | O_DIRECTORY` relative to their parent's descriptor, so
 a directory swapped for a symlink during the walk is skipped, not entered; files are opened as
-`read_file` opens them. Entries are visited in name order; the walk stops at `max_results`
-matches, `max_files` files looked at, or `MAX_DEPTH` directories down (`truncated` then).
+`read_file` opens them. Entries are visited in name order; the walk stops at a match beyond
+`max_results`, a file beyond `max_files`, or a directory `MAX_DEPTH` down (`truncated` then: more
+may match than was shown; a search that ends exactly at a limit is not truncated).
 """
 
 from __future__ import annotations
@@ -34,16 +35,19 @@ class Search:
         self.visited = 0
         self.truncated = False
 
-    def _full(self) -> bool:
-        if len(self.found) >= self.max_results or self.visited >= self.max_files:
+    def _add(self, match: dict[str, Any]) -> None:
+        """Keep a match; one beyond `max_results` is what makes the search `truncated` (a last
+        match at the limit, with nothing after it, is not)."""
+        if len(self.found) >= self.max_results:
             self.truncated = True
-        return self.truncated
+        else:
+            self.found.append(match)
 
     def directory(self, fd: int, prefix: tuple[str, ...], *, depth: int) -> None:
         with os.scandir(fd) as found:
             entries = sorted((e for e in found if utf8(e.name)), key=lambda e: e.name)
         for entry in entries:
-            if self._full():
+            if self.truncated:
                 return
             try:
                 mode = entry.stat(follow_symlinks=False).st_mode
@@ -61,6 +65,9 @@ class Search:
                     finally:
                         os.close(sub)
             elif stat.S_ISREG(mode):
+                if self.visited >= self.max_files:  # a file left unlooked at
+                    self.truncated = True
+                    return
                 self.visited += 1
                 if _matches(self.pattern, "/".join(rel) if "/" in self.pattern else entry.name):
                     self.file(fd, entry.name, rel)
@@ -68,7 +75,7 @@ class Search:
     def file(self, dir_fd: int, name: str, rel: tuple[str, ...]) -> None:
         shown = "/".join(rel)
         if self.contains is None:
-            self.found.append({"path": shown})
+            self._add({"path": shown})
             return
         target = Target(shown, rel, rel)
         try:
@@ -83,8 +90,8 @@ class Search:
         lines = text.removesuffix("\n").split("\n") if text else []
         for number, line in enumerate(lines, start=1):
             if self.contains in line:
-                self.found.append({"path": shown, "line": number, "text": line.strip()[:200]})
-                if self._full():
+                self._add({"path": shown, "line": number, "text": line.strip()[:200]})
+                if self.truncated:
                     return
 
 

@@ -25,7 +25,8 @@ also pointing inside: refused, not followed), device files, FIFOs, directories w
 expected, and files over the size limit are refused with `PathRefused`, whose message says why.
 A symlink swapped in between a check and the use cannot escape: the check is the `O_NOFOLLOW`
 open itself. `PathRefused` and `FileNotFoundError` are the rows' definite failures: a gated
-delete or write that raises one is recorded as failed, with nothing changed.
+delete or write that raises one is recorded as failed, with nothing changed; one whose path is
+refused as text is refused when proposed (its `confirm` check), before anyone is asked.
 
 Two calls naming one file differently (`a.txt`, `./a.txt`) are two subjects to the gate. The
 work directory and the limits are not part of a row's fingerprint (the code is, by name). POSIX
@@ -41,11 +42,13 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from typing import Any
 
+from ..context import Confirmation
 from ..effects import Effect
 from ..errors import TableError
 from ..table import ToolSpec
 from ._confine import (
     PathRefused,
+    names_a_file,
     open_file,
     open_root,
     parent,
@@ -182,6 +185,16 @@ class _Files:
         except FileNotFoundError:
             return absent
 
+    @staticmethod
+    def check(args: Mapping[str, Any], check: Confirmation) -> str | None:
+        """A gated write's or delete's `confirm` check: a path refused as text (absolute, `..` out
+        of the work directory, a directory) can never run, so no one is asked to approve it."""
+        try:
+            names_a_file(steps(args.get("path")))
+        except PathRefused as exc:
+            return str(exc)
+        return None
+
     def _describe(self, fd: int) -> dict[str, Any]:
         size = os.fstat(fd).st_size
         if size > HASH_LIMIT:
@@ -314,6 +327,7 @@ def file_tools(
             approver_role=approver_role,
             subject=("path",),
             snapshot=files.state,
+            confirm=files.check,
             description=(
                 f"Write a UTF-8 text file (at most {max_write_bytes} bytes), replacing it whole; "
                 f"missing directories are made. {refused}"
@@ -331,6 +345,7 @@ def file_tools(
                 approver_role=approver_role,
                 subject=("path",),
                 snapshot=files.state,
+                confirm=files.check,
                 description=f"Delete a file (waits for approval). {refused}",
                 **common,
             )
