@@ -31,6 +31,14 @@ def pretty(value: Any) -> str:
         return repr(value)
 
 
+def one_line(value: Any) -> str:
+    """`value` as one line of JSON; its repr when JSON cannot hold it (as `pretty`)."""
+    try:
+        return json.dumps(value, default=str)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
 def fold(value: Any) -> list[dict[str, Any]]:
     """Each top-level argument as (name, text, folded?): long values are folded with their size."""
     items = value.items() if isinstance(value, dict) else [("", value)]

@@ -23,7 +23,7 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
-from .._display import card_view, pretty, when
+from .._display import card_view, one_line, pretty, when
 from .._textcheck import reveal
 from ..context import Approver
 from ..errors import EffectGateError, StaleApproval
@@ -173,7 +173,7 @@ class ApprovalCard:
             f"expires: {when(card.expires_at)} ({v['expires']})",
         ]
         if v["view"].balance is not None:
-            lines.append(f"subject balance: {json.dumps(v['view'].balance, default=str)}")
+            lines.append(f"subject balance: {one_line(v['view'].balance)}")
         for e in v["view"].history:
             effect = ", in effect" if e.in_effect else ""
             args = json.dumps(dict(e.args), sort_keys=True)
@@ -309,16 +309,14 @@ class ApprovalCard:
                     self.result = self.on_grant(outcome)
                 except EffectGateError as exc:
                     message += f" The application could not use the grant: {exc}."
-                except Exception as exc:
-                    # The tool itself raised: show the record as it now is (failed, with its
-                    # reason, or still approved) before the error reaches the caller.
-                    self.refresh()
+                except Exception as exc:  # the tool raised: shown on the card, then raised
+                    self.refresh()  # the record as it now is (failed, with its reason, or approved)
                     self._say(f"{message} Running it raised {type(exc).__name__}: {exc}.")
                     raise
                 else:
                     shown = self.result.result if isinstance(self.result, Executed) else self.result
                     if shown is not None:
-                        message += f" Result: {json.dumps(shown, default=str)}"
+                        message += f" Result: {one_line(shown)}"
         elif isinstance(outcome, PartialApproval | Recorded):
             self.outcome = outcome
             message = f"Recorded: {outcome.message}."
@@ -344,13 +342,22 @@ class ApprovalCard:
         self.deny_button = w.Button(description="Deny", button_style="danger")
         self._reason = w.Text(placeholder="reason (the model is told)")
         self._status = w.HTML()
-        self.approve_button.on_click(lambda _b: self.approve())
-        self.deny_button.on_click(lambda _b: self.deny())
+        self.approve_button.on_click(lambda _b: self._press(self.approve))
+        self.deny_button.on_click(lambda _b: self._press(self.deny))
         box = w.VBox(
             [self._body, w.HBox([self.approve_button, self._reason, self.deny_button]), self._status]
         )
         self.widget = box
         self._update()
+
+    def _press(self, act: Callable[[], Any]) -> None:
+        """A button: what its action raised is shown on the card, never as a raw traceback."""
+        shown = self.message
+        try:
+            act()
+        except Exception as exc:
+            if self.message == shown:  # else it is on the card already (`_decide`: the tool's error)
+                self._say(f"Error: {type(exc).__name__}: {exc}.")
 
     def _update(self) -> None:
         if self.widget is None:

@@ -1,9 +1,10 @@
 from __future__ import annotations
 
+import inspect
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, cast
 
 from .._rules import _context_params
 
@@ -27,20 +28,31 @@ class EffectRecorder:
         self._effects: list[Effect] = []
         self._lock = threading.Lock()
 
-    def record(self, kind: str, *, idempotency_key: str | None = None, **payload: Any) -> Effect:
+    def record(self, kind: str, /, *, idempotency_key: str | None = None, **payload: Any) -> Effect:
         effect = Effect(kind, dict(payload), idempotency_key)
         with self._lock:
             self._effects.append(effect)
         return effect
 
     def wrap(self, kind: str, fn: Callable[P, R]) -> Callable[P, R]:
-        """A function that records `kind` (with its keyword arguments) and then calls `fn`."""
+        """A function that records `kind` (with its keyword arguments) and then calls `fn`; for an
+        async `fn`, an async function that records when it runs (an unawaited call ran nothing)."""
 
-        def recorded(*args: P.args, **kwargs: P.kwargs) -> R:
+        def note(kwargs: Mapping[str, Any]) -> None:
             with self._lock:
                 self._effects.append(Effect(kind, {k: v for k, v in kwargs.items() if not k.startswith("_")}))
+
+        def called(*args: P.args, **kwargs: P.kwargs) -> R:
+            note(kwargs)
             return fn(*args, **kwargs)
 
+        async def awaited(*args: P.args, **kwargs: P.kwargs) -> Any:
+            note(kwargs)
+            return await cast(Callable[P, Awaitable[Any]], fn)(*args, **kwargs)
+
+        # async stays async: the gate refuses an async tool on a running loop before claiming it
+        is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
+        recorded = cast(Callable[P, R], awaited) if is_async else called
         recorded.__name__ = getattr(fn, "__name__", kind)
         recorded.__doc__ = fn.__doc__
         recorded.__wrapped__ = fn  # type: ignore[attr-defined]
@@ -54,9 +66,10 @@ class EffectRecorder:
         with self._lock:
             return list(self._effects)
 
-    def count(self, kind: str | None = None, **match: Any) -> int:
+    def count(self, kind: str | None = None, /, **match: Any) -> int:
         """Effects of `kind` whose fields (the payload and `idempotency_key`) equal `match`; a
-        field an effect never recorded matches nothing, not None."""
+        field an effect never recorded matches nothing, not None. `kind` is positional: a field
+        named "kind" is matched like any other."""
 
         def fields(e: Effect) -> Mapping[str, Any]:
             return {"idempotency_key": e.idempotency_key, **e.payload}
