@@ -217,7 +217,7 @@ class Notices:
         """Notify about every pending approval that lapses within `within` seconds, once per
         version (a second scan, from this or another process, sends nothing new). Returns the cards
         warned about now. Run it periodically (a scheduler)."""
-        if within <= 0:
+        if not within > 0:  # NaN too: PostgreSQL sorts it above every deadline
             raise ValueError("within must be a positive number of seconds")
         ledger = self.ledger
         ledger.expire()

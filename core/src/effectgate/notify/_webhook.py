@@ -3,19 +3,23 @@
 The gate calls the notifier after its transaction commits; the notifier only queues the notice
 (a full queue drops it and records that), and one worker thread posts it. A failing or hanging
 webhook therefore never blocks or breaks a call. Each notice ends as one event in the gate's log:
-`webhook_delivered`, `webhook_failed` (with every attempt's status or error) or `webhook_dropped`.
+`webhook_delivered`, `webhook_failed` (with every attempt's status or error) or `webhook_dropped`;
+at the interpreter's exit an open notifier first delivers what it holds (up to EXIT_TIMEOUT).
 Only the webhook's host is recorded: a Slack webhook URL is itself a secret, so an error text
 that quotes the URL (or its path) is recorded and logged with the host in its place.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import math
+import os
 import queue
 import random
 import re
 import threading
+import weakref
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +42,9 @@ RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 # and "١٢٣" (which it reads); an HTTP-date or anything else is ignored.
 _RETRY_AFTER = re.compile(r"[0-9]{1,6}")
 _STOP = object()
+# How long the interpreter's exit waits for each open notifier to deliver what it holds; what is
+# still queued then is recorded as dropped (its worker thread ends with the interpreter).
+EXIT_TIMEOUT = 30.0
 
 
 @dataclass(frozen=True)
@@ -125,15 +132,32 @@ class WebhookNotifier:
         self.jitter = jitter
         self.clock = clock
         self._own_client = client is None
-        self._client = client or httpx.Client(timeout=timeout, follow_redirects=False)
+        self._timeout = timeout
+        self._client = client or self._new_client()
         self._background = background
-        # Unbounded, so close() can always queue its stop; `queue_size` is kept by __call__.
-        self._queue: queue.Queue[Any] = queue.Queue()
         self._queue_size = queue_size
-        self._worker: threading.Thread | None = None
-        self._lock = threading.Lock()
         self._random = random.Random()  # noqa: S311 - jitter, not a secret
         self._closed = False
+        self._fresh()
+        _NOTIFIERS.add(self)
+
+    def _new_client(self) -> httpx.Client:
+        return httpx.Client(timeout=self._timeout, follow_redirects=False)
+
+    def _fresh(self) -> None:
+        """The worker's state: at construction, and again in a forked child (`_forked`)."""
+        # Unbounded, so close() can always queue its stop; `queue_size` is kept by __call__.
+        self._queue: queue.Queue[Any] = queue.Queue()
+        self._worker: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def _forked(self) -> None:
+        """In a forked child: the parent's worker thread, lock and queue are not its own (the
+        parent delivers what it queued), nor are its own client's pooled connections (left to
+        the parent, not closed: closing a TLS connection here would end the parent's)."""
+        self._fresh()
+        if self._own_client and not self._closed:
+            self._client = self._new_client()
 
     # -- the hook the gate calls
 
@@ -287,3 +311,41 @@ class WebhookNotifier:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def _drop_queued(self, why: str) -> None:
+        """Take every notice still queued and record it as dropped."""
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if item is not _STOP:
+                self._record(item, "webhook_dropped", {"why": why})
+            self._queue.task_done()
+
+
+# The live notifiers: renewed in a forked child, closed at the interpreter's exit.
+_NOTIFIERS: weakref.WeakSet[WebhookNotifier] = weakref.WeakSet()
+
+
+def _forked() -> None:
+    for notifier in list(_NOTIFIERS):
+        notifier._forked()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    """Deliver what open notifiers hold before the interpreter stops their daemon worker (up to
+    EXIT_TIMEOUT each; one closed already is not waited for again); a notice still queued after
+    that is recorded as dropped, never lost without a trace."""
+    for notifier in list(_NOTIFIERS):
+        try:
+            if not notifier._closed:
+                notifier.close(timeout=EXIT_TIMEOUT)
+            notifier._drop_queued("the process exited before it was delivered")
+        except Exception:  # the store may be gone at exit; nothing more can be done
+            log.exception("webhook notifier at exit")
