@@ -225,7 +225,7 @@ def roles_of(rule: Derived, args_json: str, redacted: bool) -> set[str]:
     if rule.row.get("escalate"):
         try:
             args = json.loads(args_json)
-        except ValueError:
+        except (ValueError, RecursionError):  # edited into text that is not JSON (or too deep)
             args = {}
     roles = possible_roles(rule.row, args)
     if redacted:

@@ -30,6 +30,7 @@ from ._render import (
     _card_panel,
     _escape,
     _pending_entry,
+    _run,
     _short,
     _text,
     _write_json,
@@ -47,6 +48,7 @@ from ._store import (
     _where,
     check_listen,
     keyring_for,
+    pending_cards,
     run_approved,
 )
 
@@ -94,7 +96,7 @@ def _setup_keys(url: str, parsed: Any, *, empty: bool) -> tuple[str | None, str]
 
 def _cmd_pending(args: argparse.Namespace, out: Console) -> int:
     with _gate(args) as gate:
-        cards = keyring_warnings(gate, list(gate.pending(role=args.role, session_id=args.session)))
+        cards = keyring_warnings(gate, pending_cards(gate, args.role, args.session, app=args.app))
         now = gate.clock.now()
     if args.json:
         _write_json([c.to_dict() for c in cards])
@@ -113,11 +115,11 @@ def _cmd_pending(args: argparse.Namespace, out: Console) -> int:
 def _cmd_show(args: argparse.Namespace, out: Console) -> int:
     with _gate(args) as gate:
         [card] = keyring_warnings(gate, [gate.card(args.id)])
-        now = gate.clock.now()
+        now, run = gate.clock.now(), _run(gate.store.executions(approval_id=card.approval_id))
     if args.json:
-        _write_json(card.to_dict())
+        _write_json({**card.to_dict(), "run": run})
     else:
-        out.print(_card_panel(card, now=now))
+        out.print(_card_panel(card, now=now, run=run))
     return EXIT_OK
 
 

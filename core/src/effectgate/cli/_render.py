@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -13,7 +13,7 @@ from rich.text import Text
 
 from .._clock import SYSTEM_CLOCK
 from .._display import countdown, when
-from .._textcheck import hidden
+from .._textcheck import _stray, hidden
 from ..outcomes import Card, json_value
 
 DEFAULT_DB = "sqlite:///effectgate.db"
@@ -38,9 +38,11 @@ def _escape(text: str, *, newlines: bool = False) -> str:
     breaks (only for text this module laid out, such as indented JSON)."""
     if text.isascii() and text.isprintable():
         return text
-    return "".join(
-        ch if (ch.isprintable() and not hidden(ch)) or (newlines and ch == "\n") else _escaped(ch)
-        for ch in text
+    return "".join(  # and a variation selector with nothing to vary (`_stray`): hidden text
+        ch
+        if (ch.isprintable() and not hidden(ch) and not _stray(text, i)) or (newlines and ch == "\n")
+        else _escaped(ch)
+        for i, ch in enumerate(text)
     )
 
 
@@ -127,11 +129,12 @@ def _console(*, demo: bool = False) -> Console:
 
 def _write_json(data: Any) -> None:
     """Standard JSON: a number that has none (an expiry edited to infinity) is written as its
-    name in a string ("Infinity", "-Infinity", "NaN"), never as a bare non-standard constant."""
+    name in a string ("Infinity", "-Infinity", "NaN"), never as a bare non-standard constant; a
+    value JSON has no form for (a column edited into a BLOB) as its repr, as the text view shows it."""
     try:
-        text = json.dumps(data, indent=2, ensure_ascii=True, allow_nan=False)
+        text = json.dumps(data, indent=2, ensure_ascii=True, allow_nan=False, default=repr)
     except ValueError:
-        text = json.dumps(_finite(data), indent=2, ensure_ascii=True, allow_nan=False)
+        text = json.dumps(_finite(data), indent=2, ensure_ascii=True, allow_nan=False, default=repr)
     sys.stdout.write(text + "\n")
 
 
@@ -145,15 +148,23 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def _card_panel(card: Card, *, now: float | None = None) -> Text:
+def _run(runs: Sequence[Any]) -> dict[str, Any] | None:
+    """An approval's latest run (execution row) as `show` gives it: succeeded, failed or
+    needs_reconciliation (its outcome unknown), and why; None before any run."""
+    return {"status": runs[-1].status, "error": runs[-1].error, "at": runs[-1].at} if runs else None
+
+
+def _card_panel(card: Card, *, now: float | None = None, run: Mapping[str, Any] | None = None) -> Text:
     """The whole card as `key  value` lines: every argument in full, the expiry with its
-    countdown, the warnings first, the reason. No box and no padding, so a pipe gets each value
-    once at its own length (the demos print it too)."""
+    countdown, the warnings first, the reason, and with `run` (`_run`) how its latest run ended.
+    No box and no padding, so a pipe gets each value once at its own length (the demos print it)."""
     now = SYSTEM_CLOCK.now() if now is None else now
+    ran = () if run is None else (f"{run['status']}: {run['error']}" if run["error"] else str(run["status"]),)
     rows: list[tuple[str, str, str]] = [
         *(("WARNING", _escape(w), "bold red") for w in card.warnings),
         ("tool", _escape(f"{card.tool}  ({card.effect}, {card.reversibility})"), ""),
         ("status", _escape(f"{card.status}, version {card.version}"), ""),
+        *(("run", _escape(r), "" if run and run["status"] == "succeeded" else "bold red") for r in ran),
         ("approver role", _escape(card.approver_role), ""),
         ("approvals", _escape(f"{card.approvals_given} of {card.approvals_required}"), ""),
         ("subject", _pretty(json_value(card.subject)) if card.subject else "-", ""),
@@ -161,7 +172,7 @@ def _card_panel(card: Card, *, now: float | None = None) -> Text:
         ("args sha256", _escape(card.args_hash), ""),
         ("session / user", _escape(f"{card.session_id} / {card.user_id}"), ""),
         ("owner", _escape(card.owner or "-"), ""),
-        ("created", when(card.created_at), ""),
+        ("created", _escape(when(card.created_at)), ""),
         ("expires", _escape(f"{when(card.expires_at)} ({countdown(card.expires_at, now)})"), ""),
         *(("note", _escape(n) if isinstance(n, str) else _compact(n), "") for n in card.notes),
         *((("reason", _escape(card.reason), ""),) if card.reason else ()),

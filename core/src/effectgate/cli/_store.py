@@ -7,6 +7,7 @@ import importlib
 import os
 import re
 import socket
+import sqlite3
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
+from .._audit_rows import Rules
 from ..effects import Policy
 from ..errors import (
     ApprovalError,
@@ -29,7 +31,7 @@ from ..errors import (
 )
 from ..export import ExportError
 from ..gate import EffectGate
-from ..outcomes import Executed, Grant
+from ..outcomes import Card, Executed, Grant
 from ..redact import RedactionError
 from ..stores.sql import SQLStore, open_store
 from ..table import EffectTable
@@ -222,6 +224,8 @@ def _load_app(ref: str) -> Callable[..., EffectGate]:
         factory = getattr(loaded, attr)
     except (ImportError, AttributeError) as exc:
         raise UsageError(f"cannot load --app {ref}: {exc}") from exc
+    except Exception as exc:  # the module's own code failed on import (its config), or `.name`
+        raise UsageError(f"cannot load --app {ref}: {describe(exc)}") from exc
     if not callable(factory):
         raise UsageError(f"--app {ref} is not callable")
     return factory  # type: ignore[no-any-return]
@@ -260,6 +264,25 @@ def _gate(args: argparse.Namespace, *, need_app: bool = False) -> Iterator[Effec
             gate.close()
 
 
+def pending_cards(gate: EffectGate, role: str | None, session: str | None, *, app: str | None) -> list[Card]:
+    """The pending cards, of `session`, that `role` may decide: without --app the gate's policy is
+    empty (it grants no role another's), so by the policy recorded with each approval."""
+    cards = gate.pending(role=role if app else None, session_id=session)
+    if role is None or app:
+        return cards
+    rules = Rules(gate.store.rules(), gate.keyring)
+
+    def may(card: Card) -> bool:
+        row = gate.store.get_approval(card.approval_id)
+        try:
+            policy = rules.policy(row.policy_fingerprint) if row is not None else None
+        except (LookupError, TypeError, ValueError):  # a recorded policy the gate never wrote (edited)
+            policy = None
+        return (policy or gate.policy).role_satisfies(role, card.approver_role)
+
+    return [c for c in cards if may(c)]
+
+
 # -- output
 
 
@@ -277,7 +300,7 @@ def _failure(exc: Exception, url: str) -> tuple[int, str]:
     if isinstance(exc, sa.exc.StatementError) and isinstance(exc.orig, UnicodeError):
         # a value given (an id from argv with a non-UTF-8 byte) that no database can hold: bad input
         return EXIT_USAGE, f"{exc.orig}: give the value as UTF-8 text (nothing was changed)"
-    if isinstance(exc, sa.exc.SQLAlchemyError):
+    if isinstance(exc, sa.exc.SQLAlchemyError | sqlite3.Error):  # sqlite3's own: a row fetched
         return EXIT_UNAVAILABLE, f"database {_masked(url)}: {_first_line(getattr(exc, 'orig', None) or exc)}"
     if isinstance(exc, EffectGateError | ValueError | OSError):
         return EXIT_USAGE, str(exc)
