@@ -6,7 +6,8 @@ reconcile hook that finds nothing at the provider runs the tool again under the 
 that is merely slow (a payment provider taking two minutes) must not look dead: while it runs, the
 keeper renews its lease every `lease_seconds / 3` (to `lease_seconds` from then), from one
 background thread per gate, from the claim to the stored outcome (`Settlement.run_claimed`). The
-thread starts with the first hold (about 0.1 ms of CPU) and ends after `IDLE` seconds with
+thread starts with the first hold (about 0.1 ms of CPU; one that cannot start, at the process's
+thread limit, is logged and tried again at the next hold) and ends after `IDLE` seconds with
 nothing held, so a process that runs nothing keeps no thread; `close()` stops it at once, also
 for the calls still running, and a later hold starts it again. A worker that dies stops renewing, so its
 lease still runs out and `recover` still finds it; a call interrupted by a BaseException is
@@ -61,10 +62,15 @@ class LeaseKeeper:
         with self._lock:
             self._held[key] = owner
             if self._thread is None:
-                self._thread = threading.Thread(
+                thread = threading.Thread(
                     target=self._run, args=(self._stop,), name="effectgate-leases", daemon=True
                 )
-                self._thread.start()
+                try:
+                    thread.start()
+                except RuntimeError as exc:  # at the thread limit: the run goes on, the next hold retries
+                    log.warning("lease renewal could not start (%s); tried again at the next hold", exc)
+                    return
+                self._thread = thread
 
     def release(self, key: str, owner: str) -> None:
         """Stop renewing `key` for `owner` (its run ended, or its outcome is about to be stored):

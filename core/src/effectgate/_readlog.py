@@ -4,7 +4,10 @@ A read must cost microseconds, and a SQLite commit costs tens of them, so reads 
 a buffer here, as rows already built on the call path (`records.READ_COLUMNS`, the args hash
 computed when the call was made), and written: by a background thread at most `interval`
 seconds later (sooner when `batch` records wait), on `flush()` and `close()`, and at interpreter
-exit. A batch whose write fails goes back to the buffer. A forked child starts with an empty
+exit. The thread ends after `IDLE` seconds with nothing to write (a later read starts another),
+so a gate dropped without `close()` keeps no thread, nor its store; one that cannot start (the
+process at its thread limit) is tried again at the next read. A batch whose write fails goes
+back to the buffer. A forked child starts with an empty
 buffer and a writer of its own (the rows buffered before the fork are the parent's to write).
 """
 
@@ -14,6 +17,7 @@ import atexit
 import collections
 import os
 import threading
+import time
 import weakref
 from typing import Any
 
@@ -21,6 +25,8 @@ from ._logging import logger
 from .stores.protocol import Store
 
 _log = logger("effectgate")
+
+IDLE = 30.0  #: seconds with nothing to write after which the thread ends
 
 ReadRow = tuple[Any, ...]
 
@@ -58,10 +64,15 @@ class ReadLog:
     def _start(self) -> None:
         with self._lock:
             if self._thread is None and not self._exiting:
-                self._thread = threading.Thread(
+                thread = threading.Thread(
                     target=self._run, args=(self._wake,), name="effectgate-readlog", daemon=True
                 )
-                self._thread.start()
+                try:
+                    thread.start()
+                except RuntimeError as exc:  # at the thread limit: buffered, the next add retries
+                    _log.warning("effectgate: the read writer could not start (%s); retried", exc)
+                    return
+                self._thread = thread
 
     def _take(self) -> list[ReadRow]:
         pop = self._items.popleft
@@ -84,13 +95,32 @@ class ReadLog:
                 raise
 
     def _run(self, wake: threading.Event) -> None:
-        while wake is self._wake:  # until close() (a later add starts another thread)
+        idle_since = time.monotonic()
+        while wake is self._wake:  # until close() or IDLE (a later add starts another thread)
             wake.wait(self._interval)
             wake.clear()
+            busy = bool(self._items)
             try:
                 self.flush()
             except Exception:  # the records stay buffered; the next round or close() retries
                 _log.warning("effectgate: writing read records failed; retrying", exc_info=True)
+            now = time.monotonic()
+            if busy or self._items:
+                idle_since = now
+            elif now - idle_since >= IDLE and self._retire(wake):
+                return
+
+    def _retire(self, wake: threading.Event) -> bool:
+        """End this thread unless a row came meanwhile: `_thread` is cleared before the buffer is
+        looked at, so an add either is seen here or sees no thread and starts one."""
+        with self._lock:
+            if wake is not self._wake:  # closed meanwhile: close() took the thread
+                return True
+            me, self._thread = self._thread, None
+            if self._items:
+                self._thread = me
+                return False
+            return True
 
     def close(self) -> None:
         """Stop the thread and write what is buffered. A later add starts the thread again."""

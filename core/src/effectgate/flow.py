@@ -82,7 +82,11 @@ def refuse_async_on_loop(fn: Callable[..., Any]) -> None:
     coroutine only after the claim: an async tool driven synchronously on a thread whose event
     loop is running (a notebook cell calling `execute`). The async driver runs a flow's steps in
     worker threads, where no loop runs, so this passes there. `fn`'s `READY_CHECK`, if any, runs
-    first."""
+    first. In a flow whose task ended while its work ran on in a worker thread, it raises
+    `Abandoned`: a step's next call claims nothing for a cancelled task."""
+    worker = getattr(_jobs, "worker", None)
+    if worker is not None and worker.abandoned:
+        raise Abandoned("the call was cancelled: nothing more is claimed for it")
     while isinstance(fn, functools.partial):
         fn = fn.func
     ready = getattr(fn, READY_CHECK, None)
@@ -120,6 +124,13 @@ class NotStarted(RuntimeError):
     record is a definite failure, not an unknown outcome."""
 
 
+class Abandoned(RuntimeError):
+    """What `refuse_async_on_loop` raises before a claim in a flow its task left to a worker
+    thread (cancelled, interrupted): the outcome of the tool that ran is stored (`_Worker`), and
+    the flow goes on no further than that (a step's next write is not claimed, never to run)."""
+
+
+_jobs = threading.local()  # `.worker`: the `_Worker` whose store work runs on this thread
 _ASYNC_CANCELLED = "the call was cancelled before its coroutine ran"
 _PLAIN = frozenset({dict, list, str, int, float, bool, type(None), tuple})
 
@@ -136,7 +147,19 @@ def _refuse_other(request: Any) -> Any:
 
 
 def drive(flow: Generator[Any, Any, T], *, other: Other = _refuse_other) -> T:
-    """Run a flow to completion on this thread."""
+    """Run a flow to completion on this thread: a flow of its own, also when an abandoned async
+    flow's work calls the gate (a hook), so `Abandoned` refuses none of its claims."""
+    outer = getattr(_jobs, "worker", None)
+    if outer is None:
+        return _drive(flow, other)
+    _jobs.worker = None
+    try:
+        return _drive(flow, other)
+    finally:
+        _jobs.worker = outer
+
+
+def _drive(flow: Generator[Any, Any, T], other: Other) -> T:
     try:
         req = next(flow)
         while True:
@@ -193,8 +216,8 @@ class _Worker:
     (its lease would lapse while its tool still ran). A tool that ends has its outcome stored,
     also when the task ended just before taking it; a store step that ends closes the flow, and
     one still queued runs only if it stores a tool's outcome (no tool starts for a cancelled
-    call). Jobs are shielded from the task's cancellation and run in a copy of its context, as
-    `asyncio.to_thread` runs them."""
+    call, and nothing more is claimed: `Abandoned`). Jobs are shielded from the task's
+    cancellation and run in a copy of its context, as `asyncio.to_thread` runs them."""
 
     __slots__ = ("abandoned", "busy", "flow", "handover", "lock")
 
@@ -241,9 +264,11 @@ class _Worker:
             self._left()
             _abandon(self.flow)
             return None
+        outer, _jobs.worker = getattr(_jobs, "worker", None), self
         try:
             return _advance(step)
         finally:
+            _jobs.worker = outer
             if self._left():
                 _abandon(self.flow)
 
@@ -285,18 +310,21 @@ class _Worker:
             # nothing ran: a definite failure (`NotStarted`); else its outcome is unknown (in flight)
             returned, value = False, NotStarted(_ASYNC_CANCELLED) if unrun else None
         if returned or isinstance(value, Exception):
+            outer, _jobs.worker = getattr(_jobs, "worker", None), self
             try:
                 (self.flow.send if returned else self.flow.throw)(value)
             except StopIteration:
                 pass
             except Exception as exc:  # the flow's own refusals are recorded before they are raised
-                if exc is not value and not isinstance(exc, EffectGateError):
+                if exc is not value and not isinstance(exc, (EffectGateError, Abandoned)):
                     _log.warning(
                         "the outcome of a cancelled call could not be stored (%s); its record is "
                         "left in flight for recover()",
                         type(exc).__name__,
                         exc_info=True,
                     )
+            finally:
+                _jobs.worker = outer
         _abandon(self.flow)
 
     def abandon(self) -> None:
@@ -304,8 +332,8 @@ class _Worker:
         is running or queued, store a tool's outcome the task did not take (in a worker thread:
         it is store work), or close the flow now."""
         with self.lock:
+            self.abandoned = True  # whatever runs of it from now on claims nothing more
             if self.busy:
-                self.abandoned = True
                 return
             untaken, self.handover = self.handover, None
         if untaken is None:
