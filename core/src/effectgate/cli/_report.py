@@ -30,10 +30,11 @@ def _cmd_report(args: argparse.Namespace, out: Console) -> int:
         raise UsageError(f"--since must be before --until: the window [{since}, {until}) holds no call")
     targets = _targets(args.target)
     if args.html:
-        # never over the ledger, its key or a missing dir (nor the partial it is first written to)
+        # never over the ledger, its key, a missing dir (nor the partial it is first written to), nor
+        # a symlink, pipe or device: the partial is renamed over the path, which would replace it
         page = Path(args.html)
         partial = [page.with_name(page.name + ".partial")] if page.name else []  # "/" has no name
-        check_output(args.db, "--html", args.html, also=partial)
+        check_output(args.db, "--html", args.html, also=partial, renamed=True)
         try:
             check_charts()  # before the ledger is read: a missing extra fails at once
         except MissingDependency as exc:

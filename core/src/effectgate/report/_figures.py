@@ -293,11 +293,10 @@ def disagreement(
 ) -> list[Rate]:
     """The rates per tool (or approver role) and mode, sorted by key then mode. With the ledger's
     `keyring`, an approval whose seal does not verify counts under mode "unverified"."""
-    mode_of = modes(store)
     with store.reading() as conn:
         rows = store.report_rows(conn, "decisions", since=since, until=until)
         broken = None if keyring is None else unsealed(store, conn, keyring, since=since, until=until)
-    return _rates(_checked(store, rows, broken)[0], mode_of, by)
+    return _rates(_checked(store, rows, broken)[0], modes(store), by)  # the rules after: see `figures`
 
 
 def metrics(
@@ -326,7 +325,6 @@ def figures(
     one read transaction: the disagreement rates by tool and role, and `metrics`. With the ledger's
     `keyring` every approval's seal is checked: one that does not verify counts under mode
     "unverified" (`Figures.unverified`); without it the figures say that no seal was checked."""
-    mode_of = modes(store)
     window = {"since": since, "until": until}
     with store.reading() as conn:
         decisions = store.report_rows(conn, "decisions", **window)
@@ -357,6 +355,10 @@ def figures(
             continue
         by_day[day] += int(n)
         by_model.append((day, str(model), int(n), of_model.get((day, str(model)), 0)))
+    # The rules read after the calls: a call's rule is recorded in its transaction and never
+    # removed, so each fingerprint counted above names a rule read here (read before, a tool first
+    # used meanwhile by another process would count as "unverified" with every seal verified).
+    mode_of = modes(store)
     checked, unverified = _checked(store, decisions, broken)
     by_tool = _rates(checked, mode_of, "tool")
     days = sorted(set(by_day) | set(sessions))
