@@ -5,10 +5,14 @@ Infinity, is not JSON the exporter writes)."""
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
+
+from .canonical import MAX_SAFE_INTEGER
 
 #: The longest line `verify_export` and `redact_export` read (bytes, without its newline): a
 #: longer one is refused before it is held in memory whole.
@@ -47,6 +51,17 @@ def line_text(line: Mapping[str, Any]) -> str:
     return json.dumps(line)
 
 
+def doubles(value: Any) -> Any:
+    """A record's facts as the numbers their canonical text holds: RFC 8785 writes a float past
+    2**53 as digits (1e16 as 10000000000000000), which parse back as an integer canonical JSON
+    refuses (and no gate stores: `freeze` refuses it), so it is that float again."""
+    if type(value) is int and abs(value) > MAX_SAFE_INTEGER:
+        return float(value)
+    if isinstance(value, dict):
+        return {k: doubles(v) for k, v in value.items()}
+    return [doubles(v) for v in value] if isinstance(value, list) else value
+
+
 def read_lines(path: str | Path, *, max_line: int = MAX_LINE) -> Iterator[tuple[int, str]]:
     """Each line of the file (1-based number, text without its newline), read one at a time.
     Raises LineError for a line longer than `max_line` bytes, one that is not UTF-8, or a last line
@@ -67,9 +82,12 @@ def read_lines(path: str | Path, *, max_line: int = MAX_LINE) -> Iterator[tuple[
 
 
 def read_small(path: str | Path, *, limit: int) -> bytes:
-    """The whole file, when it is at most `limit` bytes (ValueError otherwise; OSError when it
-    cannot be read)."""
-    with Path(path).open("rb") as f:
+    """The whole file, when it is a regular file of at most `limit` bytes (ValueError otherwise: a
+    named pipe would block the read for ever; OSError when it cannot be read)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # opening a pipe does not wait for a writer
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{path} is not a regular file")
         data = f.read(limit + 1)
     if len(data) > limit:
         raise ValueError(f"{path} is longer than {limit} bytes")
@@ -94,7 +112,7 @@ def rewrite(target: Path, busy: Callable[[str], Exception]) -> Iterator[TextIO]:
     try:
         with out:
             yield out
+        partial.replace(target)  # a rename that fails (a directory there) leaves no partial behind
     except BaseException:
         partial.unlink(missing_ok=True)
         raise
-    partial.replace(target)

@@ -27,6 +27,7 @@ adding, not replacing).
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -219,7 +220,7 @@ def seal_chain(
             seen = count = 0
             for row in store.chain_rows(conn, table, after_id=before.last_id if before else 0):
                 running, seen = links.link(running, row), seen + 1
-                if type(row[at_index]) not in (int, float):
+                if type(row[at_index]) not in (int, float) or not math.isfinite(row[at_index]):
                     raise ChainError(
                         f"row {row[links.id_at]} of {table} holds a time no gate writes (edited in the "
                         "database): nothing was checkpointed"

@@ -52,7 +52,7 @@ from typing import Any
 
 from . import _pins
 from ._commitments import commitment, commitment_holds, commitment_part
-from ._export_file import MAX_LINE, LineError, line_text, read_lines, rewrite, strict_loads
+from ._export_file import MAX_LINE, LineError, doubles, line_text, read_lines, rewrite, strict_loads
 from ._manifest import (  # noqa: F401 - the manifest's names, as `effectgate.export` has always had them
     FORMAT,
     GENESIS,
@@ -128,7 +128,7 @@ def decision_records(
                 "effect": ex.effect,
                 "status": ex.status,
                 "args_hash": ex.args_hash,
-                "args": facts_of(ex.args_json, FACTS),
+                "args": doubles(facts_of(ex.args_json, FACTS)),
                 "personal": committed,
                 "redacted": is_redacted(ex.args_json),
                 "idempotency_key": ex.idempotency_key,
@@ -167,6 +167,8 @@ def export_chain(
     hold, or `path` is `after`'s export or manifest (checked before the seal); refused with no
     export written when the audit after the seal has findings (its new checkpoints stay)."""
     target = Path(path)
+    if target.is_dir():  # its rename would fail after the manifest beside it was replaced
+        raise ExportError(f"{target} is a directory: give a file name; nothing was exported or written")
     if after is not None:
         after.check(keyring)
         refuse_overwriting(target, after)
@@ -213,7 +215,11 @@ def export_chain(
             heads=_pins.heads(store),
         )
         signed = Manifest(**{**asdict(manifest), "signature": keyring.sign(PURPOSE, manifest.body())})
-    manifest_path(target).write_text(signed.dumps())
+        # written whole (beside it, then renamed: a symlink there is replaced) before the file is
+        # renamed into place: a manifest that cannot be written leaves the previous file as it was
+        out.flush()  # and the file is written whole first (a full disk fails here, changing nothing)
+        with rewrite(manifest_path(target), ExportError) as signed_out:
+            signed_out.write(signed.dumps())
     return signed
 
 

@@ -254,7 +254,10 @@ def _cmd_verify(args: argparse.Namespace, out: Console) -> int:
         if path and not Path(path).is_file():
             raise NotFound(f"verify {flag}{path}: no such file")
     after = Manifest.load(args.after) if args.after else None
-    verdict = verify_export(args.file, keyring_for(args.db, create=False), after=after)
+    keyring = keyring_for(args.db, create=False)
+    if not manifest_path(args.file).is_file():
+        raise NotFound(f"verify {args.file}: no manifest {manifest_path(args.file)} beside it")
+    verdict = verify_export(args.file, keyring, after=after)
     args.verdict = EXIT_OK if verdict.ok else EXIT_FINDINGS
     if args.json:
         _write_json(verdict.to_dict())

@@ -12,6 +12,7 @@ from rich.console import Console
 
 from .._export_file import strict_loads
 from ..audit import seal_rules
+from ..chain import check_keyring
 from ..export import ExportError, redact_export
 from ..redact import FACTS, SubjectNotFound, entries, hold, holds, redact, release, retain
 from ._args import check_export_file, retention_rule
@@ -188,6 +189,8 @@ def _cmd_seal_rules(args: argparse.Namespace, out: Console) -> int:
     by = _given(args, "by", "")
     with _open(args.db) as store:
         keyring = keyring_for(args.db, create=False)
+        with store.reading() as conn:  # a seal under another keyring vouches for nothing
+            check_keyring(store, conn, keyring)
         sealed = seal_rules(store, keyring, by=by)
     if args.json:
         _write_json({"sealed": sealed, "by": by})

@@ -16,6 +16,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from .._audit_rows import Rules
+from ..chain import ChainError
 from ..effects import Policy
 from ..errors import (
     ApprovalError,
@@ -293,7 +294,7 @@ def _failure(exc: Exception, url: str) -> tuple[int, str]:
     if isinstance(exc, UnknownApproval):
         return EXIT_NOT_FOUND, str(exc)
     refused = ApprovalError | PolicyViolation | TokenError | IdempotencyError | ExportError | RedactionError
-    if isinstance(exc, refused):
+    if isinstance(exc, refused | ChainError):  # ChainError: the export's seal refused the ledger
         return EXIT_REFUSED, str(exc)
     if isinstance(exc, StoreError | MissingDependency):
         return EXIT_UNAVAILABLE, str(exc)
