@@ -55,7 +55,7 @@ def store_files(url: str) -> list[tuple[str, str]]:
         return []
     import sqlalchemy as sa
 
-    from .stores._memory import in_memory
+    from .stores._memory import in_memory, sqlite_file
 
     try:
         parsed = sa.engine.make_url(url)
@@ -63,15 +63,11 @@ def store_files(url: str) -> list[tuple[str, str]]:
         return []
     if parsed.get_backend_name() != "sqlite" or in_memory(parsed) or not parsed.database:
         return []
-    database = parsed.database
-    if database.startswith("file:"):  # a URI form (uri=true): its path, without the query
-        database = database.removeprefix("file:").split("?", 1)[0]
+    database = given = str(sqlite_file(parsed))  # a URI form's (uri=true) path too
     with suppress(OSError, ValueError):  # SQLite keeps the journals beside the file a link names
         database = os.path.realpath(database)
     journals = [(f"{database}{end}", f"the database's {end} file") for end in ("-wal", "-shm", "-journal")]
-    keys = [
-        (f"{path}.keys", "the database's key file") for path in dict.fromkeys((database, parsed.database))
-    ]
+    keys = [(f"{path}.keys", "the database's key file") for path in dict.fromkeys((database, given))]
     return [(database, "the database"), *journals, *keys]
 
 

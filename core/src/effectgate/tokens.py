@@ -334,7 +334,7 @@ def keyring_for(url: str, *, create: bool = True) -> Keyring:
         return ring
     import sqlalchemy as sa
 
-    from .stores._memory import in_memory
+    from .stores._memory import in_memory, shown, sqlite_file
 
     try:
         parsed = sa.engine.make_url(url)
@@ -343,7 +343,7 @@ def keyring_for(url: str, *, create: bool = True) -> Keyring:
     if parsed.get_backend_name() == "sqlite":
         if in_memory(parsed):  # any in-memory form, URI ones too: no key file for it
             return Keyring.generate()
-        keys = Path(f"{parsed.database}.keys")
+        keys = Path(f"{sqlite_file(parsed)}.keys")  # the file of any URL form of the database
         if not create and not keys.exists():
             raise MissingKeyring(
                 f"no keyring for {parsed.database}: set EFFECTGATE_KEYRING (kid:hexsecret), or keep the key "
@@ -351,7 +351,7 @@ def keyring_for(url: str, *, create: bool = True) -> Keyring:
             )
         return Keyring.load_or_create(keys)
     raise MissingKeyring(
-        f"no keyring for {parsed.render_as_string(hide_password=True)}: set EFFECTGATE_KEYRING to "
+        f"no keyring for {shown(parsed)}: set EFFECTGATE_KEYRING to "
         'kid:hexsecret[,kid:hexsecret...] (make a key with: python -c "import secrets; '
         "print('k1:' + secrets.token_hex(32))\") in every process that approves or executes against "
         "this database, or pass keyring= to EffectGate"

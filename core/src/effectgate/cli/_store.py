@@ -34,6 +34,7 @@ from ..export import ExportError
 from ..gate import EffectGate
 from ..outcomes import Card, Executed, Grant
 from ..redact import RedactionError
+from ..stores._memory import sqlite_file
 from ..stores.sql import SQLStore, open_store
 from ..table import EffectTable
 from ..tokens import Keyring
@@ -161,9 +162,8 @@ def _parse(url: str) -> sa.engine.URL:
 
 
 def _sqlite_file(parsed: sa.engine.URL) -> Path | None:
-    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-        return Path(str(parsed.database))
-    return None
+    file = sqlite_file(parsed)  # None in memory; the path of a URI form (`file:PATH?uri=true`)
+    return None if file is None else Path(file)
 
 
 def keyring_for(url: str, *, create: bool = True) -> Keyring:

@@ -15,10 +15,10 @@ from sqlalchemy.pool import StaticPool
 
 from ..errors import MissingDependency, StoreError
 from ._fork import fork_safe
-from ._memory import in_memory
+from ._memory import in_memory, shown
 from .records import SCHEMA_VERSION, SchemaVersionRow
 
-READONLY = "effectgate_readonly"
+READONLY, _WAL_PENDING = "effectgate_readonly", "effectgate_wal_pending"
 _PG_IDLE = 0  # psycopg.pq.TransactionStatus.IDLE: no transaction open
 
 
@@ -43,7 +43,9 @@ def make_engine(url: str, *, pool_size: int | None = None) -> Engine:
         except ImportError as exc:
             raise MissingDependency("psycopg", "postgres") from exc
         return _postgresql_engine(parsed, pool_size)
-    raise StoreError(f"unsupported database URL '{parsed}': use sqlite:///... or postgresql+psycopg://...")
+    raise StoreError(
+        f"unsupported database URL '{shown(parsed)}': use sqlite:///... or postgresql+psycopg://..."
+    )
 
 
 def _postgresql_engine(parsed: sa.engine.URL, pool_size: int | None) -> Engine:
@@ -55,10 +57,11 @@ def _postgresql_engine(parsed: sa.engine.URL, pool_size: int | None) -> Engine:
 
     @sa.event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
-        # As with SQLite (below), the driver's connections are in autocommit and BEGIN is ours:
-        # an operation that is one atomic statement (a claim, a completion) then runs without
-        # BEGIN and COMMIT, one round trip instead of three (see `SQLStore._single`).
+        # As with SQLite (below), autocommit and BEGIN is ours: one atomic statement (a claim, a
+        # completion) runs without BEGIN and COMMIT (`SQLStore._single`). READ COMMITTED whatever
+        # the server's default: a waiter on a lock (`lock_name`) reads what its holder committed.
         dbapi_conn.autocommit = True
+        dbapi_conn.execute("SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED")
 
     @sa.event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
@@ -120,9 +123,6 @@ def _sqlite_engine(parsed: sa.engine.URL, pool_size: int | None) -> Engine:
             run(conn, "BEGIN" if readonly else "BEGIN IMMEDIATE")
 
     return engine
-
-
-_WAL_PENDING = "effectgate_wal_pending"
 
 
 def _sqlite_wal(cur: Any) -> bool:

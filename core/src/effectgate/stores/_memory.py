@@ -1,6 +1,9 @@
-"""Which SQLite URLs name a database held in memory (see `_dialect._sqlite_engine`)."""
+"""Which SQLite URLs name a database held in memory (see `_dialect._sqlite_engine`) and which
+file the others name, and how a database URL is printed."""
 
 from __future__ import annotations
+
+import urllib.parse
 
 import sqlalchemy as sa
 
@@ -14,10 +17,9 @@ def in_memory(url: sa.engine.URL) -> bool:
         return False
     if url.database in (None, "", ":memory:"):
         return True
-    query = url.query
-    if str(_last(query.get("uri"))).strip().lower() not in ("true", "yes", "on", "y", "t", "1"):
+    if not _uri(url):
         return False  # no URI: the query is not SQLite's, the name is a file's
-    name = str(url.database)
+    name, query = str(url.database), url.query
     return (
         _last(query.get("mode")) == "memory"
         or _last(query.get("vfs")) == "memdb"
@@ -25,6 +27,33 @@ def in_memory(url: sa.engine.URL) -> bool:
     )
 
 
+def sqlite_file(url: sa.engine.URL) -> str | None:
+    """The path of the file a SQLite URL names (None: not SQLite, or in memory): `sqlite:///PATH`,
+    or a URI form (`uri=true`) of the same file: `file:PATH`, `file:///PATH`, `file://localhost/PATH`
+    (percent-escapes decoded, as SQLite does). Its key file is beside that path, whichever form."""
+    if url.get_backend_name() != "sqlite" or in_memory(url):
+        return None
+    name = str(url.database)
+    if not (_uri(url) and name.startswith("file:")):
+        return name
+    path = name.removeprefix("file:")
+    if path.startswith("//"):  # an authority: empty or localhost
+        path = path[2:].removeprefix("localhost")
+    return urllib.parse.unquote(path)
+
+
+def _uri(url: sa.engine.URL) -> bool:
+    """Whether SQLite reads the URL's name as a URI (`uri=true`, as SQLAlchemy reads a flag)."""
+    return str(_last(url.query.get("uri"))).strip().lower() in ("true", "yes", "on", "y", "t", "1")
+
+
 def _last(value: str | tuple[str, ...] | None) -> str | None:
     """A query parameter's value (the last one, when the URL repeats it)."""
     return value[-1] if isinstance(value, tuple) else value
+
+
+def shown(url: sa.engine.URL) -> str:
+    """`url` as an error or a message prints it: no password, neither the user's nor one in the
+    query (libpq reads `password` and `sslpassword` there; SQLAlchemy hides only the user's)."""
+    secret = {k: "***" for k in url.query if k.lower().endswith("password")}
+    return url.update_query_dict(secret).render_as_string(hide_password=True)

@@ -21,6 +21,7 @@ from .records import PERSONAL, ApprovalRow, DecisionRow, EventRow, ExecutionRow
 _FIRST_PROPOSED = Q.first_proposed()
 _EXECUTION_OUTCOMES = Q.execution_outcomes()
 _GRANTS_PRESENTED = Q.grants_presented()
+_BATCH = 1000  # ids per statement (`execution_outcomes`)
 
 
 class ReadingSQL:
@@ -95,11 +96,16 @@ class ReadingSQL:
         if not ids:
             return {}
         out: dict[str, str] = {}
-        for approval_id, status in conn.execute(_EXECUTION_OUTCOMES, {"p_ids": ids}):
-            if out.get(approval_id) != "succeeded":  # a success stands; otherwise the latest says
-                out[str(approval_id)] = str(status)
-        for (approval_id,) in conn.execute(_GRANTS_PRESENTED, {"p_ids": ids}):
-            out.setdefault(str(approval_id), "presented")  # running, or died with its outcome unknown
+        # a batch of ids per statement: a subject's history may hold more approvals than a
+        # statement takes parameters (PostgreSQL 65,535; SQLite 32,766 by default)
+        batches = [{"p_ids": ids[i : i + _BATCH]} for i in range(0, len(ids), _BATCH)]
+        for batch in batches:  # an approval's executions are all in its batch, in id order
+            for approval_id, status in conn.execute(_EXECUTION_OUTCOMES, batch):
+                if out.get(approval_id) != "succeeded":  # a success stands; otherwise the latest says
+                    out[str(approval_id)] = str(status)
+        for batch in batches:
+            for (approval_id,) in conn.execute(_GRANTS_PRESENTED, batch):
+                out.setdefault(str(approval_id), "presented")  # running, or died with its outcome unknown
         return out
 
     def grant_spent(self, conn: Connection, approval_id: str, version: int) -> bool:

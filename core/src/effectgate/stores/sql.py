@@ -26,6 +26,7 @@ from . import _statements as S
 from ._aggregates import AggregateSQL
 from ._chain import ChainSQL
 from ._checkouts import Checkouts, Held
+from ._memory import shown
 from ._reading import ReadingSQL
 from ._redaction import RedactionSQL
 from .base import IdempotencyRecord, IdempotencyStore, Status
@@ -130,7 +131,7 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, ReadingSQL, IdempotencyStor
 
     def _where(self) -> str:
         try:
-            return sa.engine.make_url(self.url).render_as_string(hide_password=True) if self.url else "?"
+            return shown(sa.engine.make_url(self.url)) if self.url else "?"
         except sa.exc.ArgumentError:
             return "?"
 
