@@ -57,6 +57,7 @@ mints a grant, and no tool argument can carry one. Where the approver runs the c
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -126,9 +127,11 @@ def result_for(outcome: Outcome, *, card_url: str | None = None) -> types.CallTo
             "approval_id": outcome.approval_id,
             "version": outcome.version,
         }
-        structured = outcome.result if isinstance(outcome.result, dict) else None
+        text = outcome.for_model()
+        # the text's JSON: a value with no JSON form is printed there, never handed to the SDK raw
+        structured = json.loads(text) if isinstance(outcome.result, dict) else None
         return types.CallToolResult(
-            content=_text(outcome.for_model()),
+            content=_text(text),
             structured_content=structured,
             is_error=False,
             meta={META_KEY: meta},
@@ -322,7 +325,7 @@ async def run_approved(
         return pending  # the approval moved on: the grant was for a version that is gone
     except TokenError as exc:
         return Refused(code=_token_code(exc), message=f"{name}: the grant was refused: {exc}", tool=name)
-    except Exception:
+    except BaseException:  # also the task's cancellation (the client cancelled, or went away)
         # Failed before its claim committed (the store, while binding or checking the grant), the
         # token is still good: keep it. Once claimed, the next re-issue gets what became of it
         # (`_spent`) and never presents it.
