@@ -19,7 +19,7 @@ from ._deps import Deps, Events
 from ._json import parse
 from ._ledger import Ledger, context_of, in_scope, past
 from ._logging import logger
-from ._seal import approval_intact, broken, seal_approval, seal_decision
+from ._seal import approval_intact, approval_verifies, broken, seal_approval, seal_decision
 from .canonical import _SURROGATE
 from .context import Approver
 from .errors import (
@@ -326,6 +326,11 @@ class Decisions:
         if row is None:
             raise UnknownApproval(approval_id)
         pending = row.status == "pending"
+        if not pending and not approval_intact(self.keyring, row) and approval_verifies(self.keyring, row):
+            # a closed call whose arguments `redact` erased (sealed, so only they changed)
+            if row.status == "expired":
+                raise ApprovalExpired(approval_id)
+            raise AlreadyDecided(approval_id, row.status)
         if not approval_intact(self.keyring, row) or (pending and row.grants):
             raise TamperedRecord(approval_id, broken(self.keyring, row, granted=pending and bool(row.grants)))
         if pending and not self.ledger.expire_lapsed(conn, [row]):

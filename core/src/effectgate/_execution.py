@@ -31,7 +31,7 @@ from ._json import parse
 from ._ledger import Ledger, context_of
 from ._logging import logger
 from ._notice import Notices
-from ._seal import approval_intact
+from ._seal import approval_intact, approval_verifies
 from ._settle import Settlement, log_outcome
 from .canonical import args_hash, freeze
 from .context import ToolContext
@@ -91,7 +91,14 @@ class Execution:
                     raise TokenError(
                         "mismatch", f"token is for version {claims.version}, approval is at {row.version}"
                     )
-                if not approval_intact(self.keyring, row):
+                intact = approval_intact(self.keyring, row)
+                # a call whose arguments `redact` erased (sealed: only they changed) never runs: it is
+                # refused as what it is (a lapsed grant; "used" or "revoked" below), not as edited
+                erased = not intact and approval_verifies(self.keyring, row)
+                lapsed = self.clock.now() >= min(claims.expires_at, row.token_expires_at or claims.expires_at)
+                if erased and row.status == "approved" and row.token_used_at is None and lapsed:
+                    raise TokenError("expired", f"the grant for approval {row.id} expired")
+                if not intact and not (erased and row.status != "approved"):
                     raise TokenError(
                         "tampered",
                         f"approval {row.id}: the stored record (arguments, role or approvers) does not "
