@@ -368,13 +368,6 @@ def test_pending_for_a_role_survives_a_recorded_policy_edited_in(
     assert [c["approval_id"] for c in json.loads(run.out)] == [approval_id]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="outside the CLI: `_audit_rows.Rules.policy` builds `Policy.from_canonical` of any body "
-    "that matches its fingerprint, and a body the gate never writes (`{}`) raises KeyError "
-    "('autonomous'), which the command reports as a usage error (2); the audit should report the "
-    "row (a finding) — left to the audit's owner (`_audit_scan.policy`)",
-)
 def test_audit_reports_a_recorded_policy_edited_in(
     proposed: tuple[str, Path, str], cli: Callable[..., Run]
 ) -> None:

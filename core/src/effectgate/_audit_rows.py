@@ -6,6 +6,7 @@ streams)."""
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -101,7 +102,7 @@ class Rules:
             if row is not None:
                 try:
                     parsed = json.loads(row.body_json)
-                    body = parsed if digest(parsed) == fingerprint else None
+                    body = parsed if type(parsed) is dict and digest(parsed) == fingerprint else None
                 except (ValueError, TypeError, RecursionError):
                     body = None
             self._parsed[fingerprint] = body
@@ -124,14 +125,27 @@ class Rules:
             )
         return self._table_rows[fingerprint]
 
+    def table_row(self, fingerprint: str) -> dict[str, Any] | None:
+        """The canonical form of the recorded table row `fingerprint`, or None when no table row
+        can be read from the body recorded under it (another rule's, or one inserted in the
+        database: its effect, role or escalation rules are not what the gate writes)."""
+        body = self.get(fingerprint)
+        if body is None or self.row(fingerprint) is None or type(body.get("approver_role")) is not str:
+            return None
+        try:
+            possible_roles(body, {})
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return None
+        return body
+
     def rows_of(self, tool: str) -> list[tuple[float, str]]:
         """(recorded at, fingerprint) of every verified row recorded for `tool`, oldest first."""
         if self._by_tool is None:
             self._by_tool = defaultdict(list)
-            for fingerprint, row in sorted(self._rows.items(), key=lambda item: item[1].at):
+            for fingerprint, row in sorted(self._rows.items(), key=lambda item: _time(item[1].at, math.inf)):
                 body = self.get(fingerprint) if row.kind == "row" else None
                 if body is not None and isinstance(body.get("name"), str):
-                    self._by_tool[body["name"]].append((row.at, fingerprint))
+                    self._by_tool[body["name"]].append((_time(row.at, math.inf), fingerprint))
         return self._by_tool.get(tool, [])
 
     def _sealed(self, fingerprint: str) -> bool:
@@ -141,8 +155,17 @@ class Rules:
     def policy(self, fingerprint: str) -> Policy | None:
         if fingerprint not in self._policies:
             body = self.get(fingerprint)
-            self._policies[fingerprint] = Policy.from_canonical(body) if body is not None else None
+            self._policies[fingerprint] = _policy(body) if body is not None else None
         return self._policies[fingerprint]
+
+
+def _policy(body: Mapping[str, Any]) -> Policy | None:
+    """The policy `body` describes, or None when no policy can be read from it (another rule's
+    body, or one inserted in the database that no policy has: it decides nothing)."""
+    try:
+        return Policy.from_canonical(body)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
 
 
 def changed_since(rules: Rules, table: EffectTable | None, a: tuple[Any, ...]) -> str | None:
@@ -153,7 +176,8 @@ def changed_since(rules: Rules, table: EffectTable | None, a: tuple[Any, ...]) -
     recorded = rules.get(fingerprint)
     if recorded is not None and recorded.get("shadow") is True:
         return None
-    decided = a[A_DECIDED] if a[A_DECIDED] is not None else a[A_CREATED]
+    # a time edited into another type (SQLite) or NaN: unknown, so any other row may be since
+    decided = _time(a[A_DECIDED] if a[A_DECIDED] is not None else a[A_CREATED], -math.inf)
     since = [f for at, f in rules.rows_of(tool) if f != fingerprint and at >= decided]
     if since:
         return f"row {since[-1][:12]} was recorded after the approval"
@@ -165,6 +189,11 @@ def changed_since(rules: Rules, table: EffectTable | None, a: tuple[Any, ...]) -
         if spec is None
         else f"the table's row is now {spec.fingerprint[:12]}"
     )
+
+
+def _time(value: Any, unknown: float) -> float:
+    """`value` if it is a time (a number, not NaN), else `unknown`."""
+    return float(value) if type(value) in (int, float) and not math.isnan(value) else unknown
 
 
 def row_problem(row: RecordedRow | None, tool: str) -> str | None:

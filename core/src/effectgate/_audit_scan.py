@@ -100,8 +100,8 @@ class Scan:
         self.findings.append(Finding(kind, tool, detail, approval, ex))
 
     def policy(self, fingerprint: str, tool: str, approval_id: str | None = None) -> Policy | None:
-        body = self.rules.get(fingerprint)
-        if body is None:
+        body, policy = self.rules.get(fingerprint), self.rules.policy(fingerprint)
+        if body is None or policy is None:  # not recorded, or not a policy's body
             self.add("rule_missing", tool, f"policy {fingerprint[:12] or '-'} is not recorded", approval_id)
             return None
         if fingerprint not in self.reported_policies:
@@ -109,7 +109,7 @@ class Scan:
             for weakness in weakened(body):
                 self.weakened[len(self.findings)] = fingerprint
                 self.add("policy_weakened", tool, f"policy {fingerprint[:12]}: {weakness}", approval_id)
-        return self.rules.policy(fingerprint)
+        return policy
 
     # -- approvals and their decisions
 
@@ -186,7 +186,7 @@ class Scan:
         """What the approval's recorded table row and policy imply (kept for the next approval
         made under both), or None, reporting what is not recorded (at every approval)."""
         tool, approval_id = a[A_TOOL], a[A_ID]
-        row = self.rules.get(a[A_ROW_FP])
+        row = self.rules.table_row(a[A_ROW_FP])
         policy = self.policy(a[A_POLICY_FP], tool, approval_id)
         if row is None:
             self.add("rule_missing", tool, f"table row {a[A_ROW_FP][:12]} is not recorded", approval_id)

@@ -39,8 +39,9 @@ import os
 import sys
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import Connection as Pipe
 from typing import Any
@@ -191,45 +192,48 @@ def _scan_range(
     """Check the approvals whose id is in [low, high) with their decisions and executions (and
     the executions whose approval id is in the range but names no approval)."""
 
-    def rows(what: AuditTable) -> Iterator[tuple[Any, ...]]:
+    def rows(what: AuditTable) -> Generator[tuple[Any, ...], None, None]:
         if low is None and high is None:
-            return store.audit_rows(conn, what)
-        assert isinstance(store, AggregateSQL)  # only an SQL store is split (`_fork_half`)
-        return store.audit_rows(conn, what, low=low, high=high)
+            yield from store.audit_rows(conn, what)
+        else:
+            assert isinstance(store, AggregateSQL)  # only an SQL store is split (`_fork_half`)
+            yield from store.audit_rows(conn, what, low=low, high=high)
 
     # Three streams ordered by approval id, merged: each approval is checked with its own
     # decisions and executions, and nothing is kept once it is done (memory stays flat). The
     # streams are stepped by hand, one row ahead: most approvals have one decision and one run.
+    # They are closed here even if a check raises (else a traceback keeps them: closed later).
     decisions = _texts(rows("decisions"), col.D_APPROVAL, lambda d: None)  # allows nothing
     executions = _texts(rows("gated_executions"), col.E_APPROVAL, lambda ex: scan.executed(ex, {}))
-    d, ex = next(decisions, None), next(executions, None)
-    for a in rows("approvals"):
-        approval_id = a[col.A_ID]
-        if type(approval_id) is not str:  # no decision or execution names it (`_texts`)
-            scan.approval(a, [])
-            continue
-        while ex is not None and ex[col.E_APPROVAL] < approval_id:  # its approval does not exist
+    with closing(decisions), closing(executions), closing(rows("approvals")) as approvals:
+        d, ex = next(decisions, None), next(executions, None)
+        for a in approvals:
+            approval_id = a[col.A_ID]
+            if type(approval_id) is not str:  # no decision or execution names it (`_texts`)
+                scan.approval(a, [])
+                continue
+            while ex is not None and ex[col.E_APPROVAL] < approval_id:  # its approval does not exist
+                scan.executed(ex, {})
+                ex = next(executions, None)
+            while d is not None and d[col.D_APPROVAL] < approval_id:  # a decision for no approval
+                d = next(decisions, None)
+            mine: list[tuple[Any, ...]] = []
+            while d is not None and d[col.D_APPROVAL] == approval_id:
+                mine.append(d)
+                d = next(decisions, None)
+            bar = scan.approval(a, mine)
+            runs: dict[str, int] = {}
+            while ex is not None and ex[col.E_APPROVAL] == approval_id:
+                scan.executed(ex, runs, bar)
+                ex = next(executions, None)
+        while ex is not None:
             scan.executed(ex, {})
             ex = next(executions, None)
-        while d is not None and d[col.D_APPROVAL] < approval_id:  # a decision for no approval allows nothing
-            d = next(decisions, None)
-        mine: list[tuple[Any, ...]] = []
-        while d is not None and d[col.D_APPROVAL] == approval_id:
-            mine.append(d)
-            d = next(decisions, None)
-        bar = scan.approval(a, mine)
-        runs: dict[str, int] = {}
-        while ex is not None and ex[col.E_APPROVAL] == approval_id:
-            scan.executed(ex, runs, bar)
-            ex = next(executions, None)
-    while ex is not None:
-        scan.executed(ex, {})
-        ex = next(executions, None)
 
 
 def _texts(
     stream: Iterator[tuple[Any, ...]], at: int, other: Callable[[tuple[Any, ...]], None]
-) -> Iterator[tuple[Any, ...]]:
+) -> Generator[tuple[Any, ...], None, None]:
     """The rows whose approval id (column `at`) is text, in order; each other one (SQLite keeps
     a blob edited in, which no text compares with) goes to `other`: it names no approval."""
     for row in stream:

@@ -17,7 +17,8 @@ grant. The verdict:
 - `rerouted`: it would now run without approval, need another role or another number of
   approvers, or hash its arguments differently;
 - `refused`: the current gate refuses it (the tool is gone or not allowed, the arguments no longer
-  fit the schema, the caller is out of scope, a check fails, the recorded approvers may not decide).
+  fit the schema, the caller is out of scope, a check fails, the recorded approvers may not decide),
+  or its version has a recorded denial (a revoked grant never runs, whatever the status column says).
 
 Stored arguments are re-derived before they are used: an approval whose record no longer hashes
 to its args hash is reported `refused` (tampered), never replayed. Given the ledger's `keyring`
@@ -40,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ._audit_rows import marker_problem
+from ._audit_rows import is_shadow, marker_problem
 from ._ledger import context_of
 from ._seal import approval_sealed, decision_intact
 from .canonical import hash_of_text
@@ -60,6 +61,7 @@ from .tokens import Keyring
 Verdict = Literal["same", "rerouted", "refused"]
 REPLAYED = ("approved", "executing", "executed", "failed", "needs_reconciliation")
 _TAMPERED = "tampered: the stored record does not verify (its arguments, hash or seal)"
+_DENIED = "tampered: the version has a recorded denial (its grant was revoked), whatever its status says"
 
 
 @dataclass(frozen=True)
@@ -134,7 +136,10 @@ def replay(
     the module docstring). `store` is only read; with its `keyring`, only sealed rows count."""
     calls: dict[str, list[dict[str, Any]]] = defaultdict(list)
     approvers: dict[tuple[str, int], list[Approver]] = defaultdict(list)
+    denied: set[tuple[str, int]] = set()  # versions with a denial: the gate never runs them
     for d in store.all_decisions():
+        if d.decision == "deny" and (keyring is None or decision_intact(keyring, d)):
+            denied.add((d.approval_id, d.version))
         if d.decision == "approve" and (keyring is None or decision_intact(keyring, d)):
             try:
                 approver = Approver(d.approver_id, d.role)
@@ -164,7 +169,12 @@ def replay(
                 if row.id in forged or (keyring is not None and not approval_sealed(keyring, row)):
                     results.append(Replayed(row.id, row.version, str(row.tool), "refused", _TAMPERED))
                     continue
-                results.append(_one(gate, row, recorded, calls, shadow=row.row_fingerprint in shadow))
+                if (row.id, row.version) in denied:  # its status says otherwise: edited
+                    results.append(Replayed(row.id, row.version, str(row.tool), "refused", _DENIED))
+                    continue
+                # proposed in shadow mode: its recorded row says so, or its (sealed) subject key
+                was_shadow = row.row_fingerprint in shadow or is_shadow(None, str(row.subject_key))
+                results.append(_one(gate, row, recorded, calls, shadow=was_shadow))
         finally:
             gate.close()
             sandbox_store.close()
