@@ -325,13 +325,13 @@ class Decisions:
         row = self.store.locked_approval(conn, approval_id)
         if row is None:
             raise UnknownApproval(approval_id)
-        pending = row.status == "pending"
-        if not pending and not approval_intact(self.keyring, row) and approval_verifies(self.keyring, row):
+        pending, intact = row.status == "pending", approval_intact(self.keyring, row)
+        if not pending and not intact and approval_verifies(self.keyring, row):
             # a closed call whose arguments `redact` erased (sealed, so only they changed)
             if row.status == "expired":
                 raise ApprovalExpired(approval_id)
             raise AlreadyDecided(approval_id, row.status)
-        if not approval_intact(self.keyring, row) or (pending and row.grants):
+        if not intact or (pending and row.grants):
             raise TamperedRecord(approval_id, broken(self.keyring, row, granted=pending and bool(row.grants)))
         if pending and not self.ledger.expire_lapsed(conn, [row]):
             return None  # it lapsed: now marked expired

@@ -25,16 +25,17 @@ FOLD = 2000  # characters of one value shown before folding (the rest is one cli
 def pretty(value: Any) -> str:
     """`value` as indented JSON; its repr when JSON cannot hold it (an application's value with
     keys that are not text or do not sort together, or that contains itself)."""
-    try:
-        return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
-    except (TypeError, ValueError):
-        return repr(value)
+    return _json_or_repr(value, indent=2, sort_keys=True, ensure_ascii=False)
 
 
-def one_line(value: Any) -> str:
+def json_line(value: Any) -> str:
     """`value` as one line of JSON; its repr when JSON cannot hold it (as `pretty`)."""
+    return _json_or_repr(value)
+
+
+def _json_or_repr(value: Any, **options: Any) -> str:
     try:
-        return json.dumps(value, default=str)
+        return json.dumps(value, default=str, **options)
     except (TypeError, ValueError):
         return repr(value)
 

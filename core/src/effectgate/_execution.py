@@ -48,6 +48,12 @@ EXEC_PREFIX = "eg_"
 WRITE_PREFIX = "w_"
 
 
+def lapsed(claims: TokenClaims, row: ApprovalRow, now: float) -> bool:
+    """Whether the grant has expired at `now`: the signed expiry decides; a stored one can only
+    make it shorter."""
+    return now >= min(claims.expires_at, row.token_expires_at or claims.expires_at)
+
+
 def exec_key(row: ApprovalRow) -> str:
     """The idempotency key of an approval version; also the key passed downstream."""
     return f"{EXEC_PREFIX}{row.id}_v{row.version}"
@@ -95,8 +101,12 @@ class Execution:
                 # a call whose arguments `redact` erased (sealed: only they changed) never runs: it is
                 # refused as what it is (a lapsed grant; "used" or "revoked" below), not as edited
                 erased = not intact and approval_verifies(self.keyring, row)
-                lapsed = self.clock.now() >= min(claims.expires_at, row.token_expires_at or claims.expires_at)
-                if erased and row.status == "approved" and row.token_used_at is None and lapsed:
+                if (
+                    erased
+                    and row.status == "approved"
+                    and row.token_used_at is None
+                    and lapsed(claims, row, self.clock.now())
+                ):
                     raise TokenError("expired", f"the grant for approval {row.id} expired")
                 if not intact and not (erased and row.status != "approved"):
                     raise TokenError(
@@ -137,8 +147,7 @@ class Execution:
                     # a version presented or run before never starts again under a fresh claim.
                     if row.token_used_at is not None or self.store.grant_spent(conn, row.id, row.version):
                         raise TokenError("used", f"the grant for approval {row.id} was spent")
-                    # The signed expiry decides; a stored one can only make it shorter.
-                    if now >= min(claims.expires_at, row.token_expires_at or claims.expires_at):
+                    if lapsed(claims, row, now):
                         raise TokenError("expired", f"the grant for approval {row.id} expired")
                 # An in-flight record whose lease ran out, or one awaiting reconciliation: the
                 # claim below raises NeedsReconciliation (never a second run).

@@ -275,10 +275,8 @@ def pending_cards(gate: EffectGate, role: str | None, session: str | None, *, ap
 
     def may(card: Card) -> bool:
         row = gate.store.get_approval(card.approval_id)
-        try:
-            policy = rules.policy(row.policy_fingerprint) if row is not None else None
-        except (LookupError, TypeError, ValueError):  # a recorded policy the gate never wrote (edited)
-            policy = None
+        # None for a recorded policy the gate never wrote (edited in): `Rules.policy`
+        policy = rules.policy(row.policy_fingerprint) if row is not None else None
         return (policy or gate.policy).role_satisfies(role, card.approver_role)
 
     return [c for c in cards if may(c)]

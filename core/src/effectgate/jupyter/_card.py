@@ -23,7 +23,7 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
-from .._display import card_view, one_line, pretty, when
+from .._display import card_view, json_line, pretty, when
 from .._textcheck import reveal
 from ..context import Approver
 from ..errors import EffectGateError, StaleApproval
@@ -173,7 +173,7 @@ class ApprovalCard:
             f"expires: {when(card.expires_at)} ({v['expires']})",
         ]
         if v["view"].balance is not None:
-            lines.append(f"subject balance: {one_line(v['view'].balance)}")
+            lines.append(f"subject balance: {json_line(v['view'].balance)}")
         for e in v["view"].history:
             effect = ", in effect" if e.in_effect else ""
             args = json.dumps(dict(e.args), sort_keys=True)
@@ -316,7 +316,7 @@ class ApprovalCard:
                 else:
                     shown = self.result.result if isinstance(self.result, Executed) else self.result
                     if shown is not None:
-                        message += f" Result: {one_line(shown)}"
+                        message += f" Result: {json_line(shown)}"
         elif isinstance(outcome, PartialApproval | Recorded):
             self.outcome = outcome
             message = f"Recorded: {outcome.message}."
