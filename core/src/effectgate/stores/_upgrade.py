@@ -15,7 +15,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.schema import CreateIndex
 
 from ..errors import StoreError
-from .records import APPROVAL_SESSION_INDEX, APPROVAL_SUBJECT_INDEX, EVENT_INDEXES
+from .records import APPROVAL_SESSION_INDEX, APPROVAL_SUBJECT_INDEX, BIG_ID_TABLES, EVENT_INDEXES
 
 
 def _2_to_3(conn: Connection) -> None:
@@ -26,7 +26,26 @@ def _2_to_3(conn: Connection) -> None:
     conn.exec_driver_sql("ALTER TABLE eg_events ADD COLUMN model_id VARCHAR")  # NULL before
 
 
-STEPS: dict[int, Callable[[Connection], None]] = {2: _2_to_3}
+def _3_to_4(conn: Connection) -> None:
+    # PostgreSQL's SERIAL ids (int4, and their sequences) ended the ledger at 2^31 rows: widen
+    # them, and the chain's id ranges, to BIGINT (each table rewritten once, under the setup
+    # lock). SQLite's INTEGER PRIMARY KEY is 64-bit already. A table a version 2 database lacks
+    # is created by `create_all` after the steps, already 64-bit.
+    if conn.dialect.name != "postgresql":
+        return
+    present = set(sa.inspect(conn).get_table_names())
+    for table in BIG_ID_TABLES:
+        if table not in present:
+            continue
+        columns = ("id", "first_id", "last_id", "count") if table == "eg_chain" else ("id",)
+        widen = ", ".join(f"ALTER COLUMN {c} TYPE BIGINT" for c in columns)
+        conn.exec_driver_sql(f"ALTER TABLE {table} {widen}")
+        sequence = conn.exec_driver_sql(f"SELECT pg_get_serial_sequence('{table}', 'id')").scalar()
+        if sequence is not None:
+            conn.exec_driver_sql(f"ALTER SEQUENCE {sequence} AS BIGINT")
+
+
+STEPS: dict[int, Callable[[Connection], None]] = {2: _2_to_3, 3: _3_to_4}
 
 #: Indexes of earlier releases that `indexes` drops: full indexes on eg_events, which every read
 #: record entered; the approvals' (subject_key, status) and (session_id, tool, subject_key,

@@ -14,7 +14,9 @@ Version 2 added the seals, `policy_fingerprint`, `grants`, decision rounds and `
 Version 3 added `model_id` to approvals, executions and events, `eg_redacted`, `eg_holds` and
 `eg_chain`, and lets the append-only tables' personal columns (`PERSONAL`) be overwritten by a
 redaction marker (`SQLStore.setup` upgrades a version 2 database in place: the new columns
-default to '').
+default to ''). Version 4 made the ids of the append-only tables (and the chain's id ranges)
+64-bit on PostgreSQL, whose SERIAL ids stopped the ledger at 2^31 events (SQLite's were 64-bit
+already; `SQLStore.setup` widens a version 3 PostgreSQL database in place).
 """
 
 from __future__ import annotations
@@ -24,10 +26,21 @@ from dataclasses import dataclass, fields, replace
 from operator import attrgetter
 from typing import Any
 
-from sqlalchemy import Column, Index, Text, text
+from sqlalchemy import BigInteger, Column, Index, Integer, Text, text
 from sqlmodel import Field, SQLModel
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
+
+#: The type of an id of an append-only table and of the chain's id ranges: BIGINT (BIGSERIAL as
+#: a primary key) on PostgreSQL, where INTEGER ends at 2^31 - 1; INTEGER on SQLite, whose
+#: INTEGER PRIMARY KEY is the 64-bit rowid (a BIGINT key there would not be one).
+BIG_ID = BigInteger().with_variant(Integer(), "sqlite")
+#: The tables whose ids are `BIG_ID` (`_upgrade._3_to_4` widens them).
+BIG_ID_TABLES = ("eg_decisions", "eg_events", "eg_executions", "eg_redacted", "eg_chain")
+
+
+def _big_id() -> Any:
+    return Field(default=None, primary_key=True, sa_type=BIG_ID)
 
 
 def _model_id() -> Any:
@@ -109,7 +122,7 @@ class IntentKeyRow(SQLModel, table=True):
 
 class DecisionTable(SQLModel, table=True):
     __tablename__ = "eg_decisions"
-    id: int | None = Field(default=None, primary_key=True)
+    id: int | None = _big_id()
     approval_id: str = Field(index=True)
     version: int
     grant_round: int = 0
@@ -137,7 +150,7 @@ EVENT_INDEXES = (
 class EventRow(SQLModel, table=True):
     __tablename__ = "eg_events"
     __table_args__ = EVENT_INDEXES
-    id: int | None = Field(default=None, primary_key=True)
+    id: int | None = _big_id()
     at: float
     kind: str
     approval_id: str | None = None
@@ -158,7 +171,7 @@ class EventRow(SQLModel, table=True):
 
 class ExecutionRow(SQLModel, table=True):
     __tablename__ = "eg_executions"
-    id: int | None = Field(default=None, primary_key=True)
+    id: int | None = _big_id()
     at: float
     approval_id: str | None = Field(default=None, index=True)
     version: int | None = None
@@ -218,7 +231,7 @@ class RedactedRow(SQLModel, table=True):
 
     __tablename__ = "eg_redacted"
     __table_args__ = (Index("eg_redacted_row", "table_name", "row_key"),)
-    id: int | None = Field(default=None, primary_key=True)
+    id: int | None = _big_id()
     redaction_id: str = Field(index=True)
     table_name: str
     row_key: str
@@ -251,11 +264,11 @@ class ChainRow(SQLModel, table=True):
     erasure keeps the chain)."""
 
     __tablename__ = "eg_chain"
-    id: int | None = Field(default=None, primary_key=True)
+    id: int | None = _big_id()
     table_name: str = Field(index=True)
-    first_id: int
-    last_id: int
-    count: int
+    first_id: int = Field(sa_type=BIG_ID)
+    last_id: int = Field(sa_type=BIG_ID)
+    count: int = Field(sa_type=BIG_ID)
     start: str
     head: str
     key_id: str
