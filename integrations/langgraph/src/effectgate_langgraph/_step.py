@@ -310,7 +310,11 @@ def _apply_one(
         return
     if (subject := gate.table[w.tool].subject_of(w.args)) is None:  # the core would propose anew
         raise DecisionRefused(f"{w.tool} names no subject, so its call cannot be edited; deny it instead")
-    if gate.table[w.tool].subject_of(decision.args) != subject:
+    try:
+        changed = gate.table[w.tool].subject_of(decision.args) != subject
+    except ArgumentError as exc:  # a subject list holding what JSON cannot carry
+        raise DecisionRefused(f"the edited arguments were refused: {exc}") from exc
+    if changed:
         raise DecisionRefused(f"an edit cannot change what {w.tool} acts on ({subject}); deny it instead")
     out = yield from gate.flows.edit(w.tool, decision.args, call_ctx, editor=resume_identity)
     if not isinstance(out, Pending):

@@ -99,16 +99,23 @@ def restore_memory(
     steps = pickle.loads(data)  # noqa: S301 - verified above: save_memory wrote it, for this binding
     if not isinstance(steps, list):
         raise TokenError("malformed", "the memory blob does not hold a list of steps")
+    owner = owner_of(agent)
+    assert owner is not None  # `_binding` refused an agent no GatedAgent wraps
+    held = owner._memory_of
+    if held is not None and (held[0], held[1]) != (session_id, user_id):
+        _clear_kept(agent)  # the last run's code variables are another user's
     agent.memory.steps = steps
+    owner._memory_of = (session_id, user_id, steps)  # judged as a run's memory is (`check_resumable`)
 
 
 def check_resumable(
     gate: EffectGate, agent: MultiStepAgent, held: tuple[str, str, list[Any]] | None, out: AwaitingApproval
 ) -> None:
     """`DecisionMismatch` (nothing decided, nothing run) when the agent's memory holds what its
-    GatedAgent last ran for another session or user than the paused run `out`: continuing in it
-    would show that conversation to the model acting for this user. `held` is (session, user,
-    steps) of that last run; memory replaced since (`restore_memory`, a reset) is not judged."""
+    GatedAgent last ran or restored for another session or user than the paused run `out`:
+    continuing in it would show that conversation to the model acting for this user. `held` is
+    (session, user, steps) of that run or `restore_memory`; memory replaced since otherwise (a
+    reset) is not judged."""
     if held is None or held[2] is not agent.memory.steps or not held[2]:
         return
     if (held[0], held[1]) != (out.session_id, out.user_id):
@@ -138,6 +145,11 @@ def forget_others(
             "with reset=True, restore this conversation's memory first (restore_memory), or use an "
             "agent of its own"
         )
+    _clear_kept(agent)
+
+
+def _clear_kept(agent: MultiStepAgent) -> None:
+    """Clear the agent's `state` and its CodeAgent executor's variables and functions."""
     agent.state.clear()
     executor = getattr(agent, "python_executor", None)
     for name, fresh in (("state", {"__name__": "__main__"}), ("custom_tools", {})):
