@@ -112,7 +112,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog="environment: EFFECTGATE_DB (the --db default), EFFECTGATE_APP (the --app default), "
         "EFFECTGATE_KEYRING (kid:hexsecret[,...]; else a SQLite file's key file DB.keys), "
         "EFFECTGATE_WEB_SECRET (the inbox's cookie key), EFFECTGATE_SSO_SECRET (the secret the "
-        "proxy sends with --sso-header), EFFECTGATE_DEBUG (tracebacks). "
+        "proxy sends with --sso-header), EFFECTGATE_DEBUG (1, true, yes or on: tracebacks). "
         "exit codes: 0 ok, 1 audit findings, 2 usage error, 3 not found, 4 refused, "
         "5 store unavailable, 6 approved then the run failed, 70 internal error, "
         "141 output closed before the verdict",
@@ -228,7 +228,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="ADDR",
         help="believe X-Forwarded-For from this proxy address or network (default: from no one)",
     )
-    p.add_argument("--https-only", action="store_true", help="mark the session cookie Secure")
+    p.add_argument(
+        "--https-only",
+        action="store_true",
+        help="mark the session cookie Secure: set it whenever browsers reach the inbox over HTTPS "
+        "(e.g. behind a TLS proxy), or a plain-HTTP request to the same name carries it in clear",
+    )
     p.add_argument(
         "--target",
         type=target,
@@ -284,6 +289,7 @@ def _tolerant_output() -> None:
             stream.reconfigure(errors="backslashreplace")
 
 
+_DEBUG_ON = frozenset({"1", "true", "yes", "on"})  # EFFECTGATE_DEBUG=0 is no, not yes
 _VERDICTS = frozenset({"audit", "verify", "replay", "demo"})  # their exit code is their answer
 
 
@@ -366,7 +372,7 @@ def _main(argv: Sequence[str] | None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return _broken_pipe(args)
     except Exception as exc:
-        if os.environ.get("EFFECTGATE_DEBUG"):
+        if os.environ.get("EFFECTGATE_DEBUG", "").strip().lower() in _DEBUG_ON:
             raise
         code, message = _failure(exc, url)
         print(f"effectgate: error: {_one_line(hidden(message))}", file=sys.stderr)

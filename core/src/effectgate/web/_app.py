@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -41,11 +40,9 @@ from .._display import (
     keyring_warnings,
     pretty,
     reconciliation_queue,
-    stored_json,
     tampered_refusal,
     when,
 )
-from .._seal import approval_verifies, decision_intact
 from .._textcheck import reveal
 from ..context import Approver
 from ..errors import (
@@ -69,11 +66,13 @@ from ..report._html import body as report_body
 from ..stores._statements import possible_id
 from ._auth import ApproverRegistry, RegisteredApprover, csrf_ok, csrf_token
 from ._guard import LOCAL_HOSTS, MIN_SSO_SECRET, PROXY_HEADER, SecurityHeaders, from_proxy, host_guard
+from ._history import history_context
 from ._sessions import LoginThrottle, Sessions
 
 OnGrant = Callable[[Grant], Any]
 _TEMPLATES = Path(__file__).parent / "templates"
 SESSION_SECONDS = 8 * 3600
+_UNUSABLE = "The approvers file no longer loads: no one can sign in until it is fixed (see the server log)."
 _DAYS = re.compile(r"[0-9]{1,5}")  # ASCII digits only: str.isdigit() also accepts '²' and '٣'
 
 
@@ -105,8 +104,11 @@ def create_app(
     After `login_failures_per_approver` failed sign-ins for one approver id, or
     `login_failures_per_client` from one client address, within `login_window_seconds`, sign-in
     answers 429 without checking the secret until the window has passed (behind a proxy every
-    client shares the proxy's address). `latency_targets` (seconds per approver role) are the
-    metrics page's p95 targets. Time is `gate.clock`."""
+    client shares the proxy's address). The client address is the ASGI server's: uvicorn by
+    default takes it from X-Forwarded-For on any request from 127.0.0.1, so a local process picks
+    its own and escapes the per-client limit; run it with `proxy_headers=False`, or
+    `forwarded_allow_ips` naming only your proxy, as `effectgate serve` does. `latency_targets`
+    (seconds per approver role) are the metrics page's p95 targets. Time is `gate.clock`."""
     if sso_header is not None and (sso_secret is None or len(sso_secret) < MIN_SSO_SECRET):
         raise ValueError(
             f"sso_header needs sso_secret: a secret of at least {MIN_SSO_SECRET} characters that "
@@ -135,7 +137,12 @@ def create_app(
                     return None
                 approver_id = approvers.verify(values[0]) if approvers.verify else values[0]
                 return approvers.get(approver_id)
-        return approvers.get(sessions.approver(request.session.get("sid")))
+        live = sessions.approver(request.session.get("sid"))
+        found = approvers.get(live[0]) if live is not None else None
+        if live is not None and (found is None or found.secret_hash != live[1]):
+            sessions.end(request.session.get("sid"))  # revoked, or a new secret (a leak): for good
+            return None
+        return found
 
     def may_decide(me: RegisteredApprover, card: Card) -> bool:
         """Whether `me`'s role may decide `card` (the gate checks again on every decision)."""
@@ -158,6 +165,9 @@ def create_app(
                 if not csrf_ok(request.session, form.get("csrf")):
                     message = "Missing or wrong CSRF token; nothing was changed."
                     return page(request, "message.html", 403, title="Refused", message=message)
+                if any(not isinstance(value, str) for _, value in form.multi_items()):
+                    message = "The form sent a file where text belongs; nothing was changed."
+                    return page(request, "message.html", 400, title="Refused", message=message)
             return await handler(request, me)
 
         return endpoint
@@ -171,6 +181,8 @@ def create_app(
             return page(request, "login.html", 403, error="Missing or wrong CSRF token.")
         approver_id = str(form.get("approver", ""))
         client = request.client.host if request.client is not None else "unknown"
+        if not len(approvers) and approvers.problem:  # (len reads its file again) no one signs in
+            return page(request, "login.html", 503, error=_UNUSABLE)
         wait = throttle.begin(approver_id, client)
         if wait is not None:
             minutes = -(-wait // 60)
@@ -187,7 +199,7 @@ def create_app(
         throttle.succeeded(approver_id, client)
         sessions.end(request.session.get("sid"))
         request.session.clear()  # a new session on sign-in: no fixation
-        request.session["sid"] = sessions.start(found.id)
+        request.session["sid"] = sessions.start(found.id, found.secret_hash)
         request.session["csrf"] = secrets.token_urlsafe(32)
         return RedirectResponse("/", status_code=303)
 
@@ -303,24 +315,8 @@ def create_app(
             version=version,
         )
 
-    def history_context() -> dict[str, Any]:
-        decided = ["executed", "failed", "denied", "expired", "rejected", "approved"]
-        rows = gate.store.approvals(status=decided, limit=200)
-        by_approval: dict[str, list[Any]] = defaultdict(list)
-        for d in gate.store.all_decisions():
-            if decision_intact(gate.keyring, d):  # a row inserted in the database is no one's decision
-                by_approval[d.approval_id].append(d)
-        results = {
-            e.approval_id: {"status": e.status, "result": stored_json(e.result_json)}
-            for e in gate.store.executions()
-            if e.approval_id
-        }
-        # flagged, as on their cards
-        unverified = {r.id for r in rows if not approval_verifies(gate.keyring, r)}
-        return {"rows": rows, "decisions": by_approval, "results": results, "unverified": unverified}
-
     async def history(request: Request, me: RegisteredApprover) -> Response:
-        return page(request, "history.html", **await run_in_threadpool(history_context))
+        return page(request, "history.html", **await run_in_threadpool(history_context, gate))
 
     async def reconciliation(request: Request, me: RegisteredApprover) -> Response:
         try:

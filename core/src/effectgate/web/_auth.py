@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import secrets
+import threading
 import tomllib
 from collections.abc import Callable, Iterable, MutableMapping
 from dataclasses import dataclass
@@ -21,6 +23,7 @@ from .._owned import own
 from ..context import _storable
 from ..errors import TableError
 
+_log = logging.getLogger("effectgate.web")
 _N, _R, _P = 2**14, 8, 1
 _UNSTORABLE = "holds a NUL character or a lone surrogate: no database stores one with a decision"
 # Compared against when the id is unknown, so a wrong id costs the same time as a wrong secret.
@@ -87,16 +90,13 @@ class ApproverRegistry:
         *,
         verify: Callable[[str], str | None] | None = None,
     ) -> None:
-        self._by_id: dict[str, RegisteredApprover] = {}
-        for a in approvers:
-            if not a.id or not a.role:
-                raise TableError(a.id or "?", "approver", "an approver needs an id and a role")
-            if not (_storable(a.id) and _storable(a.role)):  # its every decision would fail
-                raise TableError(a.id, "approver", _UNSTORABLE)
-            if a.id in self._by_id:
-                raise TableError(a.id, "approver", "registered twice")
-            self._by_id[a.id] = a
+        self._by_id = _index(approvers)
         self.verify = verify
+        #: Why the registry refuses everyone (its file no longer loads); None while it is usable.
+        self.problem: str | None = None
+
+    def _current(self) -> dict[str, RegisteredApprover]:
+        return self._by_id
 
     @classmethod
     def from_toml(cls, path: str | Path) -> ApproverRegistry:
@@ -104,52 +104,100 @@ class ApproverRegistry:
         Every entry is checked when the file is loaded: an unknown key, a missing id or role (or
         one holding a NUL), or a secret that is not an scrypt hash raises `ValueError` naming the
         file, the line of the entry and the fix (a secret's value is never echoed: it may be a
-        password pasted in)."""
+        password pasted in). The registry follows the file: it is read again whenever its content
+        changes, so an approver removed from it, or given another role, loses what they had on
+        their next request, without a restart (and the inbox ends their sessions, as it does
+        those signed in with a secret since replaced). A change that does not load (or a file
+        gone) refuses everyone until the file is fixed, never the list it replaced (which would
+        keep a revoked approver): `problem` says why, and a warning is logged."""
         own(path)  # who may approve is never the file tools' to rewrite (`_owned`)
-        text = Path(path).read_text()
-        data = tomllib.loads(text)
-        rows: list[dict[str, Any]] = data.get("approver", [])
-        headers = [n for n, line in enumerate(text.splitlines(), 1) if line.strip() == "[[approver]]"]
-        for i, row in enumerate(rows):
-            where = f"{path}:{headers[i] if i < len(headers) else '?'}"
-            unknown = set(row) - {"id", "role", "secret", "name"}
-            if unknown:
-                raise ValueError(f"{where}: unknown keys {sorted(unknown)} (allowed: id, role, secret, name)")
-            for key in ("id", "role"):
-                if not isinstance(row.get(key), str) or not row[key]:
-                    raise ValueError(f'{where}: every approver needs a non-empty {key} = "..."')
-                if not _storable(row[key]):
-                    raise ValueError(f"{where}: the {key} {_UNSTORABLE}")
-            secret = row.get("secret")
-            if secret is not None and (not isinstance(secret, str) or secret_problem(secret)):
-                problem = secret_problem(secret) if isinstance(secret, str) else "it is not a string"
-                raise ValueError(
-                    f"{where}: approver {row['id']!r}: secret is not a hash from `effectgate hash-secret` "
-                    f"({problem}); run `echo -n 'the secret' | effectgate hash-secret` and paste the "
-                    "scrypt$... line it prints"
-                )
-        return cls(
-            RegisteredApprover(
-                id=str(r.get("id", "")),
-                role=str(r.get("role", "")),
-                secret_hash=r.get("secret"),
-                name=str(r.get("name", "")),
-            )
-            for r in rows
-        )
+        return _FileRegistry(Path(path))
 
     def get(self, approver_id: str | None) -> RegisteredApprover | None:
-        return self._by_id.get(approver_id) if approver_id else None
+        return self._current().get(approver_id) if approver_id else None
 
     def check_secret(self, approver_id: str, secret: str) -> RegisteredApprover | None:
         """The approver, when `secret` is theirs; None otherwise (same work for an unknown id)."""
-        approver = self._by_id.get(approver_id)
+        approver = self._current().get(approver_id)
         stored = approver.secret_hash if approver is not None and approver.secret_hash else _DUMMY
         ok = verify_secret(secret, stored)
         return approver if ok and approver is not None and approver.secret_hash else None
 
     def __len__(self) -> int:
-        return len(self._by_id)
+        return len(self._current())
+
+
+def _index(approvers: Iterable[RegisteredApprover]) -> dict[str, RegisteredApprover]:
+    by_id: dict[str, RegisteredApprover] = {}
+    for a in approvers:
+        if not a.id or not a.role:
+            raise TableError(a.id or "?", "approver", "an approver needs an id and a role")
+        if not (_storable(a.id) and _storable(a.role)):  # its every decision would fail
+            raise TableError(a.id, "approver", _UNSTORABLE)
+        if a.id in by_id:
+            raise TableError(a.id, "approver", "registered twice")
+        by_id[a.id] = a
+    return by_id
+
+
+def _load(path: Path, raw: bytes) -> dict[str, RegisteredApprover]:
+    """The approvers of the file `path` holding `raw`, every entry checked (`from_toml`)."""
+    text = raw.decode()
+    data = tomllib.loads(text)
+    rows: list[dict[str, Any]] = data.get("approver", [])
+    headers = [n for n, line in enumerate(text.splitlines(), 1) if line.strip() == "[[approver]]"]
+    for i, row in enumerate(rows):
+        where = f"{path}:{headers[i] if i < len(headers) else '?'}"
+        unknown = set(row) - {"id", "role", "secret", "name"}
+        if unknown:
+            raise ValueError(f"{where}: unknown keys {sorted(unknown)} (allowed: id, role, secret, name)")
+        for key in ("id", "role"):
+            if not isinstance(row.get(key), str) or not row[key]:
+                raise ValueError(f'{where}: every approver needs a non-empty {key} = "..."')
+            if not _storable(row[key]):
+                raise ValueError(f"{where}: the {key} {_UNSTORABLE}")
+        secret = row.get("secret")
+        if secret is not None and (not isinstance(secret, str) or secret_problem(secret)):
+            problem = secret_problem(secret) if isinstance(secret, str) else "it is not a string"
+            raise ValueError(
+                f"{where}: approver {row['id']!r}: secret is not a hash from `effectgate hash-secret` "
+                f"({problem}); run `echo -n 'the secret' | effectgate hash-secret` and paste the "
+                "scrypt$... line it prints"
+            )
+    return _index(
+        RegisteredApprover(
+            id=str(r.get("id", "")),
+            role=str(r.get("role", "")),
+            secret_hash=r.get("secret"),
+            name=str(r.get("name", "")),
+        )
+        for r in rows
+    )
+
+
+class _FileRegistry(ApproverRegistry):
+    """The approvers of a TOML file, read again whenever its bytes change (`from_toml`)."""
+
+    def __init__(self, path: Path) -> None:
+        raw = path.read_bytes()
+        super().__init__(_load(path, raw).values())
+        self._path = path
+        self._seen: bytes | None = raw  # None after a failed read: the next read loads
+        self._lock = threading.Lock()
+
+    def _current(self) -> dict[str, RegisteredApprover]:
+        with self._lock:
+            raw: bytes | None = None
+            try:
+                raw = self._path.read_bytes()
+                if raw != self._seen:
+                    self._by_id, self.problem = _load(self._path, raw), None
+            except (OSError, ValueError, TableError) as exc:  # refuse everyone: never the old list
+                if self.problem is None:  # logged once per breakage, not on every request
+                    _log.warning("%s no longer loads; no one may sign in or decide: %s", self._path, exc)
+                self._by_id, self.problem = {}, str(exc)
+            self._seen = raw
+            return self._by_id
 
 
 def csrf_token(session: MutableMapping[str, Any]) -> str:

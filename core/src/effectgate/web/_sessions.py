@@ -3,8 +3,9 @@
 The session cookie is signed, but a signature alone cannot be revoked: a copied cookie would
 keep working after sign-out until it expires. So the cookie carries only a random session id,
 and a session counts only while its id is live here. Signing out removes it; it also ends on
-its own `max_age` seconds after sign-in (absolute, not sliding). The registry lives in the
-process: a restart signs everyone out, and the inbox runs as one process (`effectgate serve`).
+its own `max_age` seconds after sign-in (absolute, not sliding), and when the approver's secret
+is no longer the one it signed in with (a secret replaced after a leak). The registry lives in
+the process: a restart signs everyone out, and the inbox runs as one process (`effectgate serve`).
 
 Time comes from the gate's clock, so tests move it with `FakeClock.advance` instead of waiting.
 """
@@ -28,6 +29,7 @@ _ID_CHARS = 200
 class _Live:
     approver_id: str
     expires_at: float
+    secret_hash: str | None = None  # the secret signed in with: a new one ends the session
 
 
 class Sessions:
@@ -39,18 +41,20 @@ class Sessions:
         self._live: dict[str, _Live] = {}
         self._lock = threading.Lock()
 
-    def start(self, approver_id: str) -> str:
-        """A new live session for `approver_id`; returns its id (for the signed cookie)."""
+    def start(self, approver_id: str, secret_hash: str | None = None) -> str:
+        """A new live session for `approver_id`, signed in with the secret `secret_hash`; returns
+        its id (for the signed cookie)."""
         sid = secrets.token_urlsafe(32)
         now = self._clock.now()
         with self._lock:
             for old in [k for k, v in self._live.items() if v.expires_at <= now]:
                 del self._live[old]
-            self._live[sid] = _Live(approver_id, now + self._max_age)
+            self._live[sid] = _Live(approver_id, now + self._max_age, secret_hash)
         return sid
 
-    def approver(self, sid: object) -> str | None:
-        """The approver id of a live, unexpired session; None for anything else."""
+    def approver(self, sid: object) -> tuple[str, str | None] | None:
+        """The approver id of a live, unexpired session and the secret hash it signed in with;
+        None for anything else."""
         if not isinstance(sid, str) or not sid:
             return None
         with self._lock:
@@ -60,7 +64,7 @@ class Sessions:
             if live.expires_at <= self._clock.now():
                 del self._live[sid]
                 return None
-            return live.approver_id
+            return live.approver_id, live.secret_hash
 
     def end(self, sid: object) -> None:
         """End a session (sign-out); an unknown id is ignored."""
