@@ -187,6 +187,25 @@ def _check_run(gate: EffectGate, operation: Operation, operation_id: str, contex
         raise TamperedState(f"operation {operation_id} belongs to another session or user than this context")
 
 
+def _stored(operation: Mapping[str, Any]) -> tuple[str, int | None, Any]:
+    """The operation id, version (None if absent) and args hash of a stored deferred payload;
+    `TamperedState` when it has no operation id or a version that is not a number."""
+    operation_id, version = operation.get("operation_id"), operation.get("version")
+    if not isinstance(operation_id, str) or not operation_id:
+        raise TamperedState(
+            "the deferred operation carries no operation_id (a non-empty string): it is not a payload "
+            "a gated tool answered. Nothing ran"
+        )
+    try:
+        version = None if version is None else int(version)
+    except (TypeError, ValueError, OverflowError):
+        raise TamperedState(
+            f"the deferred operation {operation_id} carries version {version!r}, not a number: it is "
+            "not the payload a gated tool answered. Nothing ran"
+        ) from None
+    return operation_id, version, operation.get("args_hash")
+
+
 def _bound(
     gate: EffectGate, operation: Operation, grant: Grant | str | None, context: Any = None
 ) -> tuple[str, str | None]:
@@ -194,8 +213,7 @@ def _bound(
     another operation, or for a version the operation moved past, is `DecisionMismatch`; an
     operation that is not the run's is `TamperedState` (`_check_run`)."""
     if isinstance(operation, Mapping):
-        operation_id = str(operation["operation_id"])
-        version, hash_ = operation.get("version"), operation.get("args_hash")
+        operation_id, version, hash_ = _stored(operation)
     else:
         operation_id, version, hash_ = operation, None, None
     _check_run(gate, operation, operation_id, context)
@@ -205,7 +223,7 @@ def _bound(
     if version is None or hash_ is None:
         card = gate.card(operation_id)
         version, hash_ = card.version, card.args_hash
-    bind_decision(gate, Paused(operation_id, int(version), str(hash_)), token)
+    bind_decision(gate, Paused(operation_id, version, str(hash_)), token)
     return operation_id, token
 
 

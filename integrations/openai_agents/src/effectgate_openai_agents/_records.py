@@ -74,6 +74,22 @@ def hash_of_call(gate: EffectGate, tool: str, arguments: str) -> str | None:
         return None
 
 
+def turn_calls(turn: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """The calls of the model response the `turn` entry records (`StepHooks.on_llm_end`): call id,
+    tool and arguments, each a string. The entry travels in the snapshot: anything else in it was
+    edited (`TamperedState`, nothing is registered)."""
+    calls: list[tuple[str, str, str]] = []
+    for call_id, entry in turn.items():
+        pair = isinstance(entry, list | tuple) and len(entry) == 2
+        if not pair or not all(isinstance(v, str) for v in entry):
+            raise TamperedState(
+                f"the run state's effectgate turn entry for call {call_id!r} is not a [tool, arguments] "
+                "pair of strings as effectgate wrote it: the run state was edited. Nothing was registered"
+            )
+        calls.append((str(call_id), entry[0], entry[1]))
+    return calls
+
+
 def check_owner(gate: EffectGate, row: ApprovalRow, ctx: CallContext) -> None:
     """`TamperedState` unless the stored approval belongs to the run `ctx`: its session, origin
     message and user, or an event the gate recorded for it under exactly that identity (a later
@@ -139,4 +155,4 @@ def verified_approval(
     return record, row
 
 
-__all__ = ["check_owner", "hash_of_call", "paused_record", "verified_approval"]
+__all__ = ["check_owner", "hash_of_call", "paused_record", "turn_calls", "verified_approval"]

@@ -94,7 +94,9 @@ def _granted_calls(context: Any) -> set[str]:
     return {
         call_id
         for call_id, record in records.items()
-        if isinstance(record, Mapping) and isinstance(grants.get(record.get("approval_id")), str)
+        if isinstance(record, Mapping)
+        and isinstance(approval_id := record.get("approval_id"), str)  # an edited one may be a list
+        and isinstance(grants.get(approval_id), str)
     }
 
 

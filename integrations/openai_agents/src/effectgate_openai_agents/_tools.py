@@ -59,7 +59,7 @@ from ._deferred import deferred_payload, is_deferred, remember_deferred
 from ._native import awaited, calling, check_own_approval, failed, invalid_error, model_output, own_policy
 from ._native_decisions import NativeApprover, NativeDecisions, execute_grant, not_granted, unknown_outcome
 from ._reach import mark
-from ._records import paused_record
+from ._records import paused_record, turn_calls
 from ._restored import gated as mark_gated
 from ._restored import observe
 
@@ -195,7 +195,7 @@ class GatedTools:
         turn = adapter_state(context).get("turn")
         calls: list[tuple[str, Any, str]] = []
         if isinstance(turn, Mapping) and call_id in turn:
-            for cid, (tname, targs) in turn.items():
+            for cid, tname, targs in turn_calls(turn):
                 if tname in self.names and is_gated(self.gate, tname):
                     calls.append((tname, parse(targs), cid))
         if not any(cid == call_id for _, _, cid in calls):
