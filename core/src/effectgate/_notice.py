@@ -193,16 +193,19 @@ class Notices:
         if hook is None:
             return
         event = self.events.event
+        detail: dict[str, Any]
         try:
             hook(notice)
-            self.events.record(
-                event("notified", row=row, tool=notice.tool, key=key, role=notice.approver_role)
-            )
+            kind, detail = "notified", {"role": notice.approver_role}
         except Exception as exc:
-            failed = event("notify_failed", row=row, tool=notice.tool, key=key, error=repr(exc))
-            if row is None:  # a write: name its user, as `_recorder` does
-                failed.update(self._call_of(None, key, notice.tool))
-            self.events.record(failed)
+            kind, detail = "notify_failed", {"error": repr(exc)}
+        try:
+            told = event(kind, row=row, tool=notice.tool, key=key, **detail)
+            if row is None and kind == "notify_failed":  # a write: name its user, as `_recorder` does
+                told.update(self._call_of(None, key, notice.tool))
+            self.events.record(told)
+        except Exception:  # the store itself is down: the outcome stands, as in `announce`
+            log.exception("could not record %s for key=%s", kind, key)
 
     def _attempt(self, key: str) -> str | None:
         """Which run of the operation `key` an unknown outcome is about (its record's attempts)."""

@@ -140,9 +140,9 @@ def run(args: argparse.Namespace, out: Console) -> int:
         check_listen(args.host, args.port)
     store = _open(args.db)
     try:
-        proxy = GatedProxy(
-            config, store, identity=identity, keyring=keyring_for(args.db), inbox_url=args.inbox_url
-        )
+        # As `mcp serve`: a database holding approvals never gets a new key (it would verify none)
+        keyring = keyring_for(args.db, create=not store.approvals(limit=1))
+        proxy = GatedProxy(config, store, identity=identity, keyring=keyring, inbox_url=args.inbox_url)
         asyncio.run(_serve(proxy, args, identity))
     finally:
         store.close()

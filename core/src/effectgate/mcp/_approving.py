@@ -9,8 +9,9 @@ tool (the prefix of its served name) and derive the row again: when its fingerpr
 one the approval was proposed under (the upstream changed the tool's description, schema or
 annotations since, or no longer serves it), the refusal is recorded (`mismatch`, as the proxy
 records a re-issued call whose tool changed), `PolicyViolation(code="reclassified")` is raised,
-and nothing is decided or run. An upstream that cannot be listed refuses too (its
-`UpstreamUnreachable`). A denial is not checked: closing an approval is always safe.
+and nothing is decided or run. An upstream that cannot be listed refuses too
+(`PolicyViolation(code="upstream_unreachable")`, from its `UpstreamUnreachable`: a refusal the
+inbox and the commands report as such). A denial is not checked: closing an approval is always safe.
 """
 
 from __future__ import annotations
@@ -32,7 +33,14 @@ from ..stores.records import ApprovalRow
 from ..table import EffectTable, ToolSpec
 from ..tokens import Keyring
 from ._config import ENV_AGENT, ENV_CONFIG, ProxyConfig, ProxyConfigError, load_config, split_served
-from ._upstream import Connection, spec_for, specs_for, table_of
+from ._upstream import (
+    Connection,
+    UpstreamListingError,
+    UpstreamUnreachable,
+    spec_for,
+    specs_for,
+    table_of,
+)
 
 T = TypeVar("T")
 
@@ -51,21 +59,29 @@ class ApprovingGate(EffectGate):
     def approve(self, approval_id: str, *, version: int, approver: Approver) -> Decision:
         row = self._approval(approval_id)
         if row is not None:
-            self._compare(row, _run(self._current_row(row.tool)))
+            self._compare(row, _run(self._row_now(row.tool)))
         return super().approve(approval_id, version=version, approver=approver)
 
     def execute(self, token: str, args: Mapping[str, Any] | None = None) -> Executed:
         row = self._approval(_approval_id(token))
         if row is not None:
-            self._compare(row, _run(self._current_row(row.tool)))
+            self._compare(row, _run(self._row_now(row.tool)))
         return super().execute(token, args)
 
     async def aexecute(self, token: str, args: Mapping[str, Any] | None = None) -> Executed:
         row = await asyncio.to_thread(self._approval, _approval_id(token))
         if row is not None:
-            current = await self._current_row(row.tool)
+            current = await self._row_now(row.tool)
             await asyncio.to_thread(self._compare, row, current)
         return await super().aexecute(token, args)
+
+    async def _row_now(self, tool: str) -> str | None:
+        """`current_row(tool)`; an upstream that cannot be listed now refuses (nothing decided)."""
+        try:
+            return await self._current_row(tool)
+        except (UpstreamUnreachable, UpstreamListingError) as exc:
+            message = f"{exc}: nothing was decided or run; try again once the upstream answers"
+            raise PolicyViolation(message, code="upstream_unreachable") from exc
 
     def _approval(self, approval_id: str | None) -> ApprovalRow | None:
         """The stored approval (None: the gate refuses an unknown one, or a bad token, itself)."""

@@ -64,6 +64,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import mcp.types as types
+import pydantic_core
 
 from .._execution import EXEC_PREFIX
 from ..adapter import DecisionMismatch, Paused, bind_decision
@@ -75,6 +76,7 @@ from ..gate import EffectGate
 from ..outcomes import Executed, Grant, Invalid, Outcome, Pending, RefusalCode, Refused
 from ..table import ToolSpec
 from ..tokens import Keyring
+from ._wire import written_out
 
 #: The `_meta` key of every result: what the gate did, for programs (the text is for the model).
 META_KEY = "effectgate/outcome"
@@ -112,7 +114,7 @@ def describe(spec: ToolSpec, *, policy: Policy | None = None) -> str:
 
 
 def _text(text: str) -> list[types.ContentBlock]:
-    return [types.TextContent(text=text)]
+    return [types.TextContent(text=written_out(text))]  # sent as UTF-8 JSON (`_wire`)
 
 
 def result_for(outcome: Outcome, *, card_url: str | None = None) -> types.CallToolResult:
@@ -127,9 +129,13 @@ def result_for(outcome: Outcome, *, card_url: str | None = None) -> types.CallTo
             "approval_id": outcome.approval_id,
             "version": outcome.version,
         }
-        text = outcome.for_model()
+        result = written_out(outcome.result)  # sent as UTF-8 JSON (`_wire`)
+        try:  # as `outcome.for_model()`
+            text = result if isinstance(result, str) else json.dumps(result, default=str)
+        except (TypeError, ValueError):  # a key json.dumps refuses (a date): as the store writes it
+            text = pydantic_core.to_json(result, fallback=str).decode()
         # the text's JSON: a value with no JSON form is printed there, never handed to the SDK raw
-        structured = json.loads(text) if isinstance(outcome.result, dict) else None
+        structured = json.loads(text) if isinstance(result, dict) else None
         return types.CallToolResult(
             content=_text(text),
             structured_content=structured,

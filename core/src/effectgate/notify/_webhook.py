@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import logging
 import math
 import os
 import queue
@@ -140,6 +141,7 @@ class WebhookNotifier:
         self._closed = False
         self._fresh()
         _NOTIFIERS.add(self)
+        logging.getLogger("httpx").addFilter(_HIDE_URLS)  # once: a filter is added only once
 
     def _new_client(self) -> httpx.Client:
         return httpx.Client(timeout=self._timeout, follow_redirects=False)
@@ -208,7 +210,10 @@ class WebhookNotifier:
                     **sign(self.keyring, body, int(self.clock.now())),
                 }
                 try:
-                    response = self._client.post(self.url, content=body, headers=headers)
+                    # The status line is the answer: the body is never read (one that never ends
+                    # would hold this delivery, and every notice queued behind it, for ever).
+                    with self._client.stream("POST", self.url, content=body, headers=headers) as response:
+                        pass
                 except Exception as exc:
                     statuses.append(None)
                     error = self._redacted(f"{type(exc).__name__}: {exc}")
@@ -326,6 +331,29 @@ class WebhookNotifier:
 
 # The live notifiers: renewed in a forked child, closed at the interpreter's exit.
 _NOTIFIERS: weakref.WeakSet[WebhookNotifier] = weakref.WeakSet()
+
+
+class _HideUrls(logging.Filter):
+    """httpx logs each request's URL at INFO (`HTTP Request: POST <url> ...`): a live notifier's
+    URL is a secret, so it is written there as the notifier's errors write it (`_redacted`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            if isinstance(record.args, tuple):
+                record.args = tuple(_hidden(a) if isinstance(a, httpx.URL) else a for a in record.args)
+        except Exception:  # noqa: S110 - the line is logged as it was rather than lost
+            pass
+        return True
+
+
+def _hidden(url: httpx.URL) -> httpx.URL | str:
+    for notifier in list(_NOTIFIERS):
+        if url.host == notifier.target:
+            return notifier._redacted(str(url))
+    return url
+
+
+_HIDE_URLS = _HideUrls()
 
 
 def _forked() -> None:
