@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import pydantic_core
+
 from ._json import parse
 from ._textcheck import text_warnings
 from .context import SubjectEntry
@@ -216,7 +218,24 @@ class Executed:
         )
 
     def for_model(self) -> str:
-        return self.result if isinstance(self.result, str) else json.dumps(self.result, default=str)
+        return model_text(self.result)
+
+
+def model_text(result: Any) -> str:
+    """What the model is told of a result: the text itself, else its JSON (values with no JSON
+    form as their str). One json.dumps refuses (keys that are not text, such as dates; a value
+    holding itself) is written as the store writes it, else as its repr: telling the model never
+    fails after the tool ran."""
+    if isinstance(result, str):
+        return result
+    try:
+        return json.dumps(result, default=str)
+    except (TypeError, ValueError):
+        pass
+    try:
+        return pydantic_core.to_json(result, fallback=str).decode()
+    except (TypeError, ValueError):  # a circular value (PydanticSerializationError)
+        return repr(result)
 
 
 _EXECUTED_DEFAULTS: dict[str, Any] = {

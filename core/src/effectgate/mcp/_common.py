@@ -64,7 +64,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import mcp.types as types
-import pydantic_core
 
 from .._execution import EXEC_PREFIX
 from ..adapter import DecisionMismatch, Paused, bind_decision
@@ -73,7 +72,7 @@ from ..context import CallContext
 from ..effects import Effect, Policy
 from ..errors import EffectGateError, NeedsReconciliation, TokenError
 from ..gate import EffectGate
-from ..outcomes import Executed, Grant, Invalid, Outcome, Pending, RefusalCode, Refused
+from ..outcomes import Executed, Grant, Invalid, Outcome, Pending, RefusalCode, Refused, model_text
 from ..table import ToolSpec
 from ..tokens import Keyring
 from ._wire import written_out
@@ -130,12 +129,12 @@ def result_for(outcome: Outcome, *, card_url: str | None = None) -> types.CallTo
             "version": outcome.version,
         }
         result = written_out(outcome.result)  # sent as UTF-8 JSON (`_wire`)
-        try:  # as `outcome.for_model()`
-            text = result if isinstance(result, str) else json.dumps(result, default=str)
-        except (TypeError, ValueError):  # a key json.dumps refuses (a date): as the store writes it
-            text = pydantic_core.to_json(result, fallback=str).decode()
+        text = model_text(result)  # as `outcome.for_model()`
         # the text's JSON: a value with no JSON form is printed there, never handed to the SDK raw
-        structured = json.loads(text) if isinstance(result, dict) else None
+        try:
+            structured = json.loads(text) if isinstance(result, dict) else None
+        except ValueError:  # a value holding itself: told as its repr, nothing structured
+            structured = None
         return types.CallToolResult(
             content=_text(text),
             structured_content=structured,

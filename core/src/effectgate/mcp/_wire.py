@@ -11,15 +11,19 @@ from typing import Any
 from ..errors import storable_text
 
 
-def written_out(value: Any) -> Any:
+def written_out(value: Any, _path: frozenset[int] = frozenset()) -> Any:
     """A JSON value (text, or objects and arrays of them) with every lone surrogate in its text,
-    keys included, written out; anything else as it is."""
+    keys included, written out; anything else as it is (a list or object holding itself, too:
+    it has no JSON form, and the model is told its repr)."""
     if isinstance(value, str):
         return storable_text(value)
-    if isinstance(value, list):
-        return [written_out(item) for item in value]
-    if isinstance(value, dict):
-        return {written_out(key): written_out(item) for key, item in value.items()}
+    if isinstance(value, list | dict):
+        if id(value) in _path:
+            return value
+        inner = _path | {id(value)}
+        if isinstance(value, list):
+            return [written_out(item, inner) for item in value]
+        return {written_out(key, inner): written_out(item, inner) for key, item in value.items()}
     return value
 
 
