@@ -129,6 +129,8 @@ class Execution:
                 key = exec_key(row)
                 now = self.clock.now()
                 record = self.store.load(conn, key)
+                if record is not None and record.payload_hash != row.args_hash:  # edited: never replayed
+                    raise TokenError("tampered", f"approval {row.id}: its idempotency record was edited")
                 if record is not None and record.status == "succeeded":
                     # The run that stored this result marks the approval executed in the same
                     # commit, without the subject lock: under READ COMMITTED it may have committed

@@ -9,8 +9,10 @@ JSON form as `{"unserializable": TYPE}`); only running it again needs the curren
 no approval: it is reconciled or settled by its idempotency key (`NeedsReconciliation.key`); not
 found, or not happened, it is released and its next call runs it again under that key. Anything
 not awaiting reconciliation is refused (`PolicyViolation(code="not_reconcilable")`), nothing
-changed. `recover()` turns in-flight records whose lease expired into `needs_reconciliation`, each
-on its own: a reconciliation that raises is logged and recorded (`reconcile_failed`).
+changed; so is a hook's answer that is not None or a `Reconciled` with a bool `found` (TypeError).
+`recover()` turns in-flight records whose lease expired into `needs_reconciliation`, each on its
+own: a reconciliation that raises is logged and recorded (`reconcile_failed`). A stored result is
+read back only for the arguments it was recorded for (its payload hash; else StoreError).
 
 Logged on "effectgate._reconcile": reconciliations and settlements at INFO (approval id, version,
 key, who), a lease that expired in flight, a reconciliation that raised in `recover` and a
@@ -26,10 +28,11 @@ from typing import Any
 
 from . import flow
 from ._deps import Deps, Events
-from ._execution import EXEC_PREFIX, WRITE_PREFIX, exec_key
+from ._execution import exec_key
 from ._ledger import Ledger, context_of
 from ._logging import logger
 from ._notice import Notices
+from ._reconciled import answered, approval_of_key, no_hook, not_reconcilable, tool_of_write_key
 from ._seal import approval_intact, broken
 from ._settle import Settlement, check_settle, storable
 from .context import Approver, ToolContext
@@ -39,31 +42,6 @@ from .stores.base import Stored
 from .stores.records import ApprovalRow
 
 log = logger(__name__)
-
-
-def _tool_of_write_key(key: object) -> str | None:
-    """Write keys read `w_<tool>_<sha256 hex>`."""
-    if not isinstance(key, str) or not key.startswith(WRITE_PREFIX) or "_" not in key[len(WRITE_PREFIX) :]:
-        return None
-    return key[len(WRITE_PREFIX) :].rsplit("_", 1)[0]
-
-
-def _approval_of_key(key: str) -> tuple[str, int] | None:
-    if not key.startswith(EXEC_PREFIX) or "_v" not in key:
-        return None
-    approval_id, _, version = key[len(EXEC_PREFIX) :].rpartition("_v")
-    return (approval_id, int(version)) if version.isascii() and version.isdigit() else None
-
-
-def _not_reconcilable(what: str) -> PolicyViolation:
-    return PolicyViolation(f"{what} is not awaiting reconciliation", code="not_reconcilable")
-
-
-def _no_hook(tool: str) -> PolicyViolation:
-    return PolicyViolation(
-        f"{tool} has no reconcile hook in the effect table; settle it with gate.settle()",
-        code="not_reconcilable",
-    )
 
 
 #: a write's call, copied from its recorded run onto its settlement's event (naming its user, as a
@@ -97,6 +75,8 @@ class Reconciliation:
         record = self.store.get(exec_key(row))
         if record is None or record.status != "succeeded":
             return None
+        if record.payload_hash != row.args_hash:  # edited outside effectgate: never replayed
+            raise StoreError(f"the stored result of approval {row.id} was recorded for other arguments")
         return Executed(
             tool=row.tool,
             result=record.result,
@@ -123,7 +103,7 @@ class Reconciliation:
         approval, so no role to hold)."""
         row = self.store.get_approval(approval_id)
         if row is None:
-            if _tool_of_write_key(approval_id) is not None and self.store.get(approval_id) is not None:
+            if tool_of_write_key(approval_id) is not None and self.store.get(approval_id) is not None:
                 return approval_id
             raise UnknownApproval(approval_id)
         if not approval_intact(self.keyring, row):
@@ -138,22 +118,27 @@ class Reconciliation:
         return row
 
     @contextmanager
-    def settling(self, key: str, what: str, row: ApprovalRow | None = None) -> Iterator[Any]:
+    def settling(
+        self, key: str, what: str, row: ApprovalRow | None = None, attempts: int | None = None
+    ) -> Iterator[Any]:
         """A transaction settling `key`'s record. PolicyViolation(not_reconcilable), nothing changed,
         unless it awaits reconciliation, also when it stopped meanwhile (another settlement won: the
-        store's compare-and-set raised StoreError); TamperedRecord unless sealed decisions granted `row`."""
+        store's compare-and-set raised StoreError) or ran again since it had `attempts` (a provider's
+        "not found" asked before is stale); TamperedRecord unless sealed decisions granted `row`."""
         try:
             with self.store.transaction() as conn:
                 record = self.store.load(conn, key)
                 if record is None or record.status != "needs_reconciliation":
-                    raise _not_reconcilable(what)
+                    raise not_reconcilable(what)
+                if attempts is not None and record.attempts != attempts:
+                    raise not_reconcilable(what, stale=True)
                 if row is not None:
                     self.ledger.granted(conn, row)
                 yield conn
         except StoreError as exc:
             record = self.store.get(key)
             if record is None or record.status != "needs_reconciliation":
-                raise _not_reconcilable(what) from exc
+                raise not_reconcilable(what) from exc
             raise
 
     def reconcile_flow(self, approval_id: str, approver: Approver | None) -> flow.Flow[Executed | None]:
@@ -165,12 +150,12 @@ class Reconciliation:
         key = exec_key(row)
         record = self.store.get(key)
         if record is None or record.status != "needs_reconciliation":
-            raise _not_reconcilable(f"approval {approval_id}")
+            raise not_reconcilable(f"approval {approval_id}")
         # the hook only looks the key up: the table's current one (running it again needs more)
         hook = self.table.get(row.tool)
         if hook is None or hook.reconcile is None:
-            raise _no_hook(row.tool)
-        found = yield flow.Invoke(hook.reconcile, {"key": key})
+            raise no_hook(row.tool)
+        found = answered((yield flow.Invoke(hook.reconcile, {"key": key})), row.tool, key)
         if found is None:
             log.info(
                 "reconcile: still unknown at the provider: approval=%s version=%d key=%s",
@@ -190,8 +175,9 @@ class Reconciliation:
                 code=exc.code,
             ) from exc
         flow.refuse_async_on_loop(spec.fn)  # before the release and the claim, as `execute`
-        with self.settling(key, f"approval {approval_id}", row) as conn:  # one commit: a failed claim
-            self.store.release(key, "provider never saw the key", conn=conn)  # releases nothing
+        attempts = record.attempts  # as the provider was asked: a run since makes its answer stale
+        with self.settling(key, f"approval {approval_id}", row, attempts) as conn:  # one commit: a failed
+            self.store.release(key, "provider never saw the key", conn=conn)  # claim releases nothing
             self.store.append_events(conn, [self.events.event("released", row=row, key=key, by=by)])
             claim = self.store.claim(key, row.args_hash, lease_seconds=self.policy.lease_seconds, conn=conn)
         log.info(
@@ -316,31 +302,40 @@ class Reconciliation:
     def reconcile_write(self, key: str, by: str) -> flow.Flow[Executed | None]:
         """A write's unknown outcome through its tool's hook: found, it succeeds with the
         provider's result; not found, it is released (its next call runs it under the same key)."""
-        tool = _tool_of_write_key(key) or ""
+        tool = tool_of_write_key(key) or ""
         record = self.store.get(key)
         if record is None or record.status != "needs_reconciliation":
-            raise _not_reconcilable(f"write {key}")
+            raise not_reconcilable(f"write {key}")
         spec = self.table.get(tool)
         if spec is None or spec.reconcile is None:
-            raise _no_hook(tool)
-        found = yield flow.Invoke(spec.reconcile, {"key": key})
+            raise no_hook(tool)
+        found = answered((yield flow.Invoke(spec.reconcile, {"key": key})), tool, key)
         if found is None:
             log.info("reconcile: still unknown at the provider: write key=%s", key)
             return None
         if found.found:
             return self.settle_write(key, True, found.result, found.provider_ref, by=by)
-        return self.settle_write(key, False, None, None, by=by, why="provider never saw the key")
+        never = "provider never saw the key"
+        return self.settle_write(key, False, None, None, by=by, why=never, attempts=record.attempts)
 
     def settle_write(
-        self, key: str, happened: bool, result: Any, ref: str | None, *, by: str, why: str = "did not happen"
+        self,
+        key: str,
+        happened: bool,
+        result: Any,
+        ref: str | None,
+        *,
+        by: str,
+        why: str = "did not happen",
+        attempts: int | None = None,
     ) -> Executed | None:
         """Settle a write's record: it happened (succeeded with `result`), or it did not (released:
         its next call runs it under the same key); with an execution row and an event."""
-        tool = _tool_of_write_key(key) or ""
+        tool = tool_of_write_key(key) or ""
         ran = next((x for x in reversed(self.store.executions(tool=tool)) if x.idempotency_key == key), None)
         error = f"settled by {by}" if happened else f"settled by {by}: {why}"
         result, result_json = storable(result, "reconciled result", tool, key) if happened else (None, None)
-        with self.settling(key, f"write {key}") as conn:
+        with self.settling(key, f"write {key}", attempts=attempts) as conn:
             if happened:
                 record = self.store.resolve(key, result, provider_ref=ref, conn=conn)
             else:
@@ -380,15 +375,15 @@ class Reconciliation:
             log.warning(
                 "recover: lease expired in flight, needs_reconciliation: key=%s reason=%s", record.key, reason
             )
-            parsed = _approval_of_key(record.key)
+            parsed = approval_of_key(record.key)
             row = self.store.get_approval(parsed[0]) if parsed else None
             self.events.record(
                 self.events.event("needs_reconciliation", row=row, key=record.key, reason=reason)
             )
             self.notices.unknown_outcome(
-                row, record.key, reason, record.provider_ref, tool=_tool_of_write_key(record.key)
+                row, record.key, reason, record.provider_ref, tool=tool_of_write_key(record.key)
             )
-            spec = self.table.get(row.tool if row is not None else _tool_of_write_key(record.key) or "")
+            spec = self.table.get(row.tool if row is not None else tool_of_write_key(record.key) or "")
             if spec is not None and spec.reconcile is not None:  # a write's by its key
                 try:
                     self.reconcile(row.id if row is not None else record.key)

@@ -1,0 +1,62 @@
+"""What reconciliation reads: the idempotency keys it settles (an approval's, a write's) and the
+answer of a tool's `reconcile(key)` hook, checked before anything is changed on it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._execution import EXEC_PREFIX, WRITE_PREFIX
+from ._rules import Reconciled
+from .errors import PolicyViolation
+
+
+def tool_of_write_key(key: object) -> str | None:
+    """Write keys read `w_<tool>_<sha256 hex>`."""
+    if not isinstance(key, str) or not key.startswith(WRITE_PREFIX) or "_" not in key[len(WRITE_PREFIX) :]:
+        return None
+    return key[len(WRITE_PREFIX) :].rsplit("_", 1)[0]
+
+
+def approval_of_key(key: str) -> tuple[str, int] | None:
+    if not key.startswith(EXEC_PREFIX) or "_v" not in key:
+        return None
+    approval_id, _, version = key[len(EXEC_PREFIX) :].rpartition("_v")
+    if not version.isascii() or not version.isdigit() or len(version) > 18:  # int() of thousands of
+        return None  # digits raises ValueError: a key inserted in the database, never the gate's
+    return approval_id, int(version)
+
+
+def not_reconcilable(what: str, *, stale: bool = False) -> PolicyViolation:
+    """`what` is not awaiting reconciliation; or (`stale`) it ran again since its provider was
+    asked, so a "not found" answered before is no evidence any more: asked again, it decides."""
+    if stale:
+        return PolicyViolation(
+            f"{what} ran again while its provider was asked; reconcile it again", code="not_reconcilable"
+        )
+    return PolicyViolation(f"{what} is not awaiting reconciliation", code="not_reconcilable")
+
+
+def no_hook(tool: str) -> PolicyViolation:
+    return PolicyViolation(
+        f"{tool} has no reconcile hook in the effect table; settle it with gate.settle()",
+        code="not_reconcilable",
+    )
+
+
+def answered(found: Any, tool: str, key: str) -> Reconciled | None:
+    """A reconcile hook's answer: None (the provider cannot tell) or a `Reconciled` whose `found`
+    is a bool and whose `provider_ref` is text or None. Anything else is a TypeError saying so,
+    before anything is changed: a `found` of None or "no" is no answer (read as a bool, None ran
+    the call again, and "no" recorded it as having happened)."""
+    if found is None:
+        return None
+    said: Any = vars(found) if isinstance(found, Reconciled) else {}  # as the hook built it
+    if not isinstance(found, Reconciled):
+        why = f"{type(found).__name__}, not Reconciled or None"
+    elif type(said["found"]) is not bool:
+        why = f"Reconciled(found=) of type {type(said['found']).__name__}, not bool"
+    elif said["provider_ref"] is not None and not isinstance(said["provider_ref"], str):
+        why = f"Reconciled(provider_ref=) of type {type(said['provider_ref']).__name__}, not text or None"
+    else:
+        return found
+    raise TypeError(f"the reconcile hook of {tool} answered {why} for {key}: nothing was changed")
