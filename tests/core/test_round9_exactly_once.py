@@ -30,7 +30,14 @@ import pytest
 import sqlalchemy as sa
 
 from effectgate import Effect, EffectTable, Executed, Reconciled, ToolContext, ToolSpec
-from effectgate.errors import LeaseLost, NeedsReconciliation, PolicyViolation, StoreError, TokenError
+from effectgate.errors import (
+    LeaseLost,
+    NeedsReconciliation,
+    PolicyViolation,
+    StoreError,
+    TamperedRecord,
+    TokenError,
+)
 from effectgate.examples.shop import context
 from effectgate.stores import SQLStore
 from effectgate.testing import FakeClock
@@ -197,11 +204,6 @@ def test_the_result_of_an_approval_whose_record_was_edited_is_refused(
     assert bank.runs == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the agent's replay of an executed call (_proposals.py, the lead's file) returns the stored "
-    "result without checking its payload hash: refusing it there needs a decision (Refused? StoreError?)",
-)
 def test_the_agents_replay_of_an_executed_call_never_returns_a_result_for_other_arguments(
     store: SQLStore, make_gate: MakeGate
 ) -> None:
@@ -214,11 +216,9 @@ def test_the_agents_replay_of_an_executed_call_never_returns_a_result_for_other_
             sa.text("UPDATE eg_idempotency SET payload_hash = :h, result_json = :r"),
             {"h": "0" * 64, "r": '{"ref": "forged"}'},
         )
-    try:
-        out = gate.call("pay", {"account": "a1", "amount": 500}, context("m1"))
-    except StoreError:
-        return
-    assert not (isinstance(out, Executed) and out.result == {"ref": "forged"})
+    with pytest.raises(TamperedRecord, match="recorded for other arguments"):
+        gate.call("pay", {"account": "a1", "amount": 500}, context("m1"))
+    assert bank.runs == 1
 
 
 # -- a stale "not found": the provider's answer predates a run another worker made meanwhile

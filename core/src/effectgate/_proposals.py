@@ -41,6 +41,13 @@ def subject_keys(subject: Any, *parts: str) -> tuple[str, str]:
     return sha256_hex(f'{{"subject":{text}}}'.encode()), sha256_hex(f"[{listed},{text}]".encode())
 
 
+def tampered(row: ApprovalRow, what: str) -> TamperedRecord:
+    """The refusal of a stored record that does not verify, logged at WARNING."""
+    error = TamperedRecord(row.id, what)
+    log.warning("tampered approval record: approval=%s tool=%r: %s", row.id, row.tool, error)
+    return error
+
+
 class Proposals:
     """Registers gated calls; see the module docstring."""
 
@@ -213,10 +220,9 @@ class Proposals:
         ours = (row.session_id, row.tool) == (ctx.session_id, spec.name)
         ours = ours and (row.subject_key == subject_key or not same_row)
         if not (ours and approval_sealed(self.keyring, row)):
-            what = broken(self.keyring, row) if ours else "the intent key of another call names it"
-            error = TamperedRecord(row.id, what)
-            log.warning("tampered approval record: approval=%s tool=%r: %s", row.id, row.tool, error)
-            raise error
+            raise tampered(
+                row, broken(self.keyring, row) if ours else "the intent key of another call names it"
+            )
 
     def new_row(
         self,
@@ -283,9 +289,7 @@ class Proposals:
     ) -> Outcome:
         if not approval_intact(self.keyring, row) or row.grants:
             # a pending row was never granted: its sealed count of grants says its status was edited
-            error = TamperedRecord(row.id, broken(self.keyring, row, granted=bool(row.grants)))
-            log.warning("tampered approval record: approval=%s tool=%r: %s", row.id, row.tool, error)
-            raise error
+            raise tampered(row, broken(self.keyring, row, granted=bool(row.grants)))
         # a new message's same arguments under a row or policy not the sealed ones: amended (`bar`)
         current = (row.row_fingerprint, row.policy_fingerprint) == (spec.fingerprint, self.policy.fingerprint)
         if row.args_hash == frozen and (current or replay):
@@ -355,21 +359,15 @@ class Proposals:
                 approval_id=row.id,
             )
         if row.status == "expired":
-            return Refused(
-                code="expired",
-                message=f"approval {row.id} for {row.tool} expired undecided",
-                tool=row.tool,
-                approval_id=row.id,
-            )
+            message = f"approval {row.id} for {row.tool} expired undecided"
+            return Refused(code="expired", message=message, tool=row.tool, approval_id=row.id)
         if row.status == "failed":
-            return Refused(
-                code="failed",
-                message=f"{row.tool} ran and failed: {row.reason}. A new attempt needs a new request",
-                tool=row.tool,
-                approval_id=row.id,
-            )
+            message = f"{row.tool} ran and failed: {row.reason}. A new attempt needs a new request"
+            return Refused(code="failed", message=message, tool=row.tool, approval_id=row.id)
         if row.status == "executed":
             record = self.store.load(conn, exec_key(row))
+            if record is not None and record.payload_hash != row.args_hash:  # edited: never replayed
+                raise tampered(row, "its stored result was recorded for other arguments")
             result = record.result if record is not None else None
             return Executed(
                 tool=row.tool,
