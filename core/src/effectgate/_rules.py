@@ -7,6 +7,7 @@ audit does for an approval made under an older table.
 
 from __future__ import annotations
 
+import decimal
 import functools
 import inspect
 import math
@@ -17,13 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .canonical import digest
+from .canonical import canonical_json, digest
 from .context import ToolContext
 from .effects import Effect
 from .errors import ArgumentError, TableError, storable_text
-
-if typing.TYPE_CHECKING:
-    from jsonschema import Draft202012Validator
 
 
 def _main_module_name(obj: object) -> str:
@@ -51,11 +49,24 @@ def _main_module_name(obj: object) -> str:
 def _qualname(obj: object) -> str | None:
     if obj is None:
         return None
+    if isinstance(obj, functools.partial):  # "functools.partial" would name every one alike
+        bound = [*map(_bound, obj.args), *(f"{k}={_bound(v)}" for k, v in sorted(obj.keywords.items()))]
+        return f"{_qualname(obj.func)}({', '.join(bound)})"
     module = getattr(obj, "__module__", None) or ""
     if module == "__main__":
         module = _main_module_name(obj)
     name = getattr(obj, "__qualname__", None) or type(obj).__qualname__
     return f"{module}.{name}"
+
+
+def _bound(value: object) -> str:
+    """A partial's argument as a fingerprint names it: its canonical JSON, else its (type's) name."""
+    if callable(value):
+        return _qualname(value) or ""
+    try:
+        return canonical_json(value).decode()
+    except (ArgumentError, TypeError, ValueError):
+        return _qualname(type(value)) or ""
 
 
 def _annotated(fn: Any) -> Any:
@@ -96,133 +107,6 @@ def read_context(name: str, effect: Effect, fn: Callable[..., Any]) -> frozenset
     return frozenset(names)
 
 
-#: Keywords of JSON Schema 2019-09 and 2020-12 that the fast validator (fastjsonschema, draft 7)
-#: does not know, and so would let through whatever they refuse.
-_LATER_KEYWORDS = frozenset(
-    {"prefixItems", "dependentRequired", "dependentSchemas", "unevaluatedItems", "unevaluatedProperties"}
-    | {"minContains", "maxContains", "$dynamicRef"}
-)
-_BESIDE_REF = frozenset({"$ref", "title", "description", "default", "examples", "$comment", "$defs"})
-
-
-def fast_validates(schema: Any) -> bool:
-    """Whether the fast validator enforces all a row's schema says (under 2020-12, as jsonschema
-    does): no keyword it lacks (`_LATER_KEYWORDS`), no constraint beside a `$ref` (draft 7
-    ignores them), no `$schema` naming draft 4 or 6 (it would drop `const`, `if`...). Otherwise
-    jsonschema alone validates: the fast one may only ever accept what the full one accepts."""
-    version = schema.get("$schema") if isinstance(schema, Mapping) else None
-    if isinstance(version, str) and ("draft-04" in version or "draft-06" in version):
-        return False
-    return _draft7(schema)
-
-
-def _draft7(node: Any) -> bool:
-    if isinstance(node, Mapping):
-        if _LATER_KEYWORDS & node.keys() or ("$ref" in node and node.keys() - _BESIDE_REF):
-            return False
-        return all(_draft7(value) for value in node.values())
-    return all(_draft7(value) for value in node) if isinstance(node, list) else True
-
-
-#: Keywords whose values are data, not subschemas: a "$ref" key in one is a value, not a reference.
-_DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
-
-
-def full_validator(name: str, schema: Mapping[str, Any]) -> Draft202012Validator:
-    """A row's full (2020-12) validator, which fetches nothing. Refused here (TableError): a
-    schema that is not one, or with a `$ref` that does not resolve within it (or to a draft's
-    metaschema): jsonschema would fetch it on the calls that reach it (a URL, a file:// path,
-    whoever wrote the schema) or raise on each of them."""
-    import jsonschema
-    from jsonschema_specifications import REGISTRY  # type: ignore[import-untyped]  # no retrieval
-    from referencing.jsonschema import DRAFT202012, specification_with
-
-    try:
-        jsonschema.Draft202012Validator.check_schema(dict(schema))
-    except jsonschema.SchemaError as exc:
-        raise TableError(name, "schema", f"not a valid JSON schema: {exc.message}") from exc
-    except RecursionError as exc:  # the checker recurses: an upstream's schema may nest without end
-        raise TableError(name, "schema", "nests too deeply to be checked") from exc
-    dialect = schema.get("$schema")
-    spec = specification_with(dialect, default=DRAFT202012) if isinstance(dialect, str) else DRAFT202012
-    contents = dict(schema)  # one copy: what references resolve to is identified by identity
-    try:
-        _resolve_refs(contents, REGISTRY.resolver_with_root(spec.create_resource(contents)), spec)
-    except _Endless as exc:
-        raise TableError(
-            name,
-            "schema",
-            f"{exc} leads back to where it starts without descending into the arguments: "
-            "validating a call could recurse without end",
-        ) from exc
-    except Exception as exc:  # referencing's Unresolvable and its kin
-        raise TableError(
-            name, "schema", f"a reference does not resolve within the schema ({exc}); none is fetched"
-        ) from exc
-    return jsonschema.Draft202012Validator(dict(schema), registry=REGISTRY)
-
-
-def _resolve_refs(schema: Any, resolver: Any, spec: Any) -> None:
-    """Look every reference up where it stands (without recursion: a schema may nest deeply)."""
-    stack: list[tuple[Any, Any]] = [(schema, resolver)]
-    acyclic: set[int] = set()
-    while stack:
-        node, resolver = stack.pop()
-        if isinstance(node, list):
-            stack.extend((item, resolver) for item in node)
-        elif isinstance(node, Mapping):
-            if isinstance(node.get("$id"), str):  # a base of its own for the references inside it
-                resolver = resolver.in_subresource(spec.create_resource(dict(node)))
-            for key in ("$ref", "$dynamicRef"):
-                if isinstance(node.get(key), str):
-                    resolver.lookup(node[key])
-                    _refuse_cycle(node, resolver, spec, acyclic)
-            stack.extend((value, resolver) for key, value in node.items() if key not in _DATA_KEYWORDS)
-
-
-class _Endless(ValueError):
-    """A reference cycle that applies to the same instance (raised with the reference's text)."""
-
-
-#: Keywords that apply their subschemas to the instance itself (not to a part of it).
-_IN_PLACE = ("$ref", "$dynamicRef", "allOf", "anyOf", "oneOf", "not", "if", "then", "else")
-
-
-def _refuse_cycle(start: Mapping[str, Any], resolver: Any, spec: Any, acyclic: set[int]) -> None:
-    """Raise `_Endless` when following references and in-place keywords (`_IN_PLACE`,
-    `dependentSchemas`) from `start` comes back to a schema on the way: such a schema recurses on
-    any instance that reaches it (a reference to itself, two that name each other, an `anyOf`
-    that names its own schema). Schemas known to lead nowhere back are kept in `acyclic`."""
-    path: set[int] = set()
-    stack: list[tuple[Any, Any, bool]] = [(start, resolver, False)]
-    while stack:
-        node, resolver, leaving = stack.pop()
-        if leaving:
-            path.discard(id(node))
-            acyclic.add(id(node))
-            continue
-        if not isinstance(node, Mapping) or id(node) in acyclic:
-            continue
-        if id(node) in path:
-            raise _Endless(f"the reference {start.get('$ref') or start.get('$dynamicRef')!r}")
-        path.add(id(node))
-        stack.append((node, resolver, True))
-        if isinstance(node.get("$id"), str) and node is not start:
-            resolver = resolver.in_subresource(spec.create_resource(dict(node)))
-        for key in _IN_PLACE:
-            value = node.get(key)
-            if key in ("$ref", "$dynamicRef") and isinstance(value, str):
-                found = resolver.lookup(value)
-                stack.append((found.contents, found.resolver, False))
-            elif isinstance(value, list):
-                stack.extend((item, resolver, False) for item in value)
-            elif isinstance(value, Mapping):
-                stack.append((value, resolver, False))
-        dependent = node.get("dependentSchemas")
-        if isinstance(dependent, Mapping):
-            stack.extend((item, resolver, False) for item in dependent.values())
-
-
 @dataclass(frozen=True)
 class Reconciled:
     """What a tool's `reconcile(key)` learned from the provider.
@@ -253,8 +137,15 @@ def check_fingerprint(name: str, canonical: Mapping[str, Any]) -> None:
 
 
 def exceeds(args: Mapping[str, Any], arg: str, limit: int | float) -> bool:
-    """`Escalate.above`'s test: the argument is a number greater than `limit`."""
+    """`Escalate.above`'s test: the argument is a number greater than `limit`; a text (pydantic's
+    Decimal takes one) as the number it reads as, or above it if it reads as no finite number."""
     value = args.get(arg)
+    if isinstance(value, str):
+        try:
+            number = decimal.Decimal(value)
+        except decimal.InvalidOperation:
+            return True
+        return not number.is_finite() or number > decimal.Decimal(limit)
     return isinstance(value, int | float) and not isinstance(value, bool) and value > limit
 
 
@@ -266,10 +157,26 @@ def count_of(args: Mapping[str, Any], arg: str) -> int:
     return len(value) if isinstance(value, Sequence) else 0
 
 
+def with_defaults(schema: Any, args: Mapping[str, Any]) -> Mapping[str, Any]:
+    """`args` with the schema's `default` of each argument they leave out: what the tool runs
+    with, and so what a declarative rule tests (a model that leaves out `max_recipients`, whose
+    default is over the rule's limit, does not keep the lower role)."""
+    properties = schema.get("properties") if isinstance(schema, Mapping) else None
+    if not isinstance(properties, Mapping):
+        return args
+    left_out = {
+        name: declared["default"]
+        for name, declared in properties.items()
+        if name not in args and isinstance(declared, Mapping) and "default" in declared
+    }
+    return {**left_out, **args} if left_out else args
+
+
 def possible_roles(row: Mapping[str, Any], args: Mapping[str, Any]) -> set[str]:
     """The approver roles a row in its canonical form (as recorded) can require for `args`:
     declarative rules are evaluated; a `when` predicate (code) may or may not have matched."""
     roles: set[str] = set()
+    args = with_defaults(row.get("schema"), args)
     for rule in row.get("escalate", ()):
         if "above" in rule:
             if exceeds(args, rule["arg"], rule["above"]):
@@ -280,34 +187,6 @@ def possible_roles(row: Mapping[str, Any], args: Mapping[str, Any]) -> set[str]:
         else:
             roles.add(rule["role"])
     return roles | {row["approver_role"]}
-
-
-#: The JSON types each declarative test reads: `exceeds` a number, `count_of` a text or a list.
-_READS = {"above": {"number", "integer"}, "count_above": {"string", "array"}}
-
-
-def check_named_args(
-    name: str, schema: Mapping[str, Any], subject: Sequence[str], escalate: Sequence[Escalate]
-) -> None:
-    """TableError unless each argument a row names (its subject's, its escalation rules') is
-    one of the tool's, and each rule's argument is declared as what its test reads: a rule on a
-    text `above`, or on a number `count_above`, would never match (a typo neither), and every
-    call would keep the lower role."""
-    properties = schema.get("properties", {})
-    rules = [e.rule for e in escalate if isinstance(e.rule, Mapping) and "arg" in e.rule]
-    named = [("subject", arg) for arg in subject] + [("escalate", str(rule["arg"])) for rule in rules]
-    for field_name, arg in named:
-        if arg not in properties:
-            raise TableError(name, field_name, f"{arg!r} is not an argument of the tool")
-    for rule in rules:
-        declared = properties[str(rule["arg"])]
-        kind = declared.get("type") if isinstance(declared, Mapping) else None
-        kinds = {kind} if isinstance(kind, str) else set(kind or ())
-        for test, reads in _READS.items():
-            if test in rule and kind is not None and not reads & kinds:
-                raise TableError(
-                    name, "escalate", f"{test} never matches {rule['arg']!r}, declared of type {kind!r}"
-                )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -55,6 +55,10 @@ _LABELS: dict[str, Effect] = {
 }
 
 
+_VALUES = frozenset(e.value for e in Effect)
+_KNOWN = ", ".join(e.value for e in Effect)
+
+
 class Reversibility(StrEnum):
     """How an effect can be undone; shown to the approver on the card."""
 
@@ -93,6 +97,13 @@ class Policy:
     self_approval: bool = False
 
     def __post_init__(self) -> None:
+        for name in ("autonomous", "double_confirmation"):  # a typo ("Destructive") would loosen it
+            given: object = getattr(self, name)
+            items = [given] if isinstance(given, str) else list(given)  # type: ignore[call-overload]
+            unknown = [e for e in items if not isinstance(e, str) or e not in _VALUES]
+            if isinstance(given, str) or unknown:
+                raise ValueError(f"Policy.{name} must be a set of effect classes ({_KNOWN}), not {given!r}")
+            object.__setattr__(self, name, frozenset(Effect(e) for e in items))
         if Effect.READ not in self.autonomous:
             raise ValueError("a policy cannot gate reads: READ must stay autonomous")
         for name in ("token_ttl", "pending_ttl", "lease_seconds"):  # NaN is never `<= 0`, nor reached
@@ -106,7 +117,8 @@ class Policy:
             raise ValueError("Policy.read_retries cannot be negative")
         grants: Mapping[str, object] = self.role_grants  # `in` a text tests its substrings ("fin")
         for held, granted in grants.items():
-            if isinstance(granted, str):
+            roles = [held, *([] if isinstance(granted, str) else granted)]  # type: ignore[misc]
+            if isinstance(granted, str) or not all(isinstance(role, str) for role in roles):
                 raise ValueError(f"Policy.role_grants[{held!r}] must be a set of roles, not {granted!r}")
 
     def canonical(self) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import typing
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -20,11 +20,12 @@ from typing import Any
 import fastjsonschema
 import pydantic
 
-from . import _rules
+from . import _rowcheck
 from ._rules import Escalate as Escalate
 from ._rules import Reconciled as Reconciled
-from ._rules import _context_params, _qualname, check_fingerprint, fast_validates, read_context
-from .canonical import _SURROGATE, canonical_json, digest, plain_checker
+from ._rules import _context_params, _qualname, check_fingerprint, read_context, with_defaults
+from ._validators import _compile, fast_validates, full_validator
+from .canonical import canonical_json, digest, plain_checker
 from .context import CallContext, Confirmation
 from .effects import Effect, Policy, Reversibility
 from .errors import TableError
@@ -80,34 +81,6 @@ def derive_schema(name: str, fn: Callable[..., Any]) -> dict[str, Any]:
     return schema
 
 
-class _NoFetch(Mapping[str, Callable[[str], Any]]):
-    """fastjsonschema's remote handlers: every scheme refused, so no schema makes the gate fetch
-    a URL or read a file (an upstream's could aim it anywhere); jsonschema alone validates it."""
-
-    def __getitem__(self, scheme: str) -> Callable[[str], Any]:
-        def refuse(uri: str) -> Any:
-            raise fastjsonschema.JsonSchemaDefinitionException(f"remote reference {uri!r} is not fetched")
-
-        return refuse
-
-    def __contains__(self, scheme: object) -> bool:
-        return True
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(())
-
-    def __len__(self) -> int:
-        return 0
-
-
-def _compile(schema: Mapping[str, Any]) -> Callable[[Any], Any] | None:
-    try:
-        # use_default=False: validation only (filled defaults would change the frozen arguments)
-        return fastjsonschema.compile(dict(schema), handlers=_NoFetch(), use_default=False)
-    except Exception:  # a construct the fast compiler lacks: the full validator alone decides
-        return None
-
-
 @dataclass(frozen=True, kw_only=True)
 class ToolSpec:
     """One row of the effect table. See the module docstring and the README for each field."""
@@ -147,8 +120,7 @@ class ToolSpec:
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
-        if not isinstance(self.name, str) or not self.name.strip() or _SURROGATE.search(self.name):
-            raise TableError(str(self.name), "name", "a tool needs a non-empty name (valid Unicode text)")
+        _rowcheck.check_text(str(self.name), "name", self.name)  # plain text (a TOML reviewer reads it)
         effect: object = self.effect  # callers may pass a label from another taxonomy
         if not isinstance(effect, Effect):
             if not isinstance(effect, str):
@@ -159,13 +131,14 @@ class ToolSpec:
                 raise TableError(self.name, "effect", str(exc)) from exc
         if not callable(self.fn):
             raise TableError(self.name, "fn", "fn must be callable")
-        subject: object = self.subject
-        if isinstance(subject, str):
-            set_(self, "subject", (subject,))
+        set_(self, "subject", _rowcheck.subject_of(self.name, self.subject))
+        for role in ("approver_role", "owner"):  # whom the calls wait for: text that reads as it is
+            _rowcheck.check_text(self.name, role, getattr(self, role), optional=True)
+        _rowcheck.check_flags(self.name, shadow=self.shadow, pin_description=self.pin_description)
         reversibility: object = self.reversibility
         if not isinstance(reversibility, Reversibility):
             set_(self, "reversibility", Reversibility(str(reversibility)))
-        set_(self, "escalate", tuple(self.escalate))
+        set_(self, "escalate", _rowcheck.escalations(self.name, self.escalate))
         for name in ("transient", "unknown_outcome", "definite_failures"):
             value: object = getattr(self, name)
             types = (value,) if isinstance(value, type) else tuple(value)  # type: ignore[arg-type]
@@ -179,9 +152,11 @@ class ToolSpec:
             raise TableError(
                 self.name, "schema", 'the schema must be a JSON object schema ("type": "object")'
             )
+        schema = _rowcheck.own_copy(self.name, schema)  # validated and fingerprinted as given
+        set_(self, "schema", schema)
         # the validator fetches nothing; built here, as jsonschema is imported only by a tool's row
-        self._derived["validator"] = _rules.full_validator(self.name, schema)
-        _rules.check_named_args(self.name, schema, self.subject, self.escalate)  # else never matched
+        self._derived["validator"] = full_validator(self.name, schema)
+        _rowcheck.check_named_args(self.name, schema, self.subject, self.escalate)  # else never matched
         if not self.description:
             set_(self, "description", inspect.getdoc(self.fn) or "")
         self.check_policy(Policy())
@@ -191,9 +166,11 @@ class ToolSpec:
         check_fingerprint(self.name, self.canonical())
 
     def check_policy(self, policy: Policy) -> None:
-        """Refuse a gated row (under this policy) that names no approver role."""
+        """Refuse a gated row (under this policy) that names no approver role, or whose
+        escalation rule names a role its own approvers outrank (`_rowcheck.check_raises`)."""
         if policy.gates(self.effect) and not self.approver_role:
             raise TableError(self.name, "approver_role", f"a {self.effect} tool needs an approver_role")
+        _rowcheck.check_raises(self.name, self.approver_role, self.escalate, policy)
         if self.shadow and not policy.gates(self.effect):
             raise TableError(
                 self.name, "shadow", f"shadow mode is for gated rows; a {self.effect} row runs at once"
@@ -223,10 +200,18 @@ class ToolSpec:
         ]
 
     def role_for(self, args: Mapping[str, Any]) -> tuple[str | None, list[str]]:
-        """The approver role after escalation, and the notes of the rule that matched."""
+        """The approver role after escalation, and the notes of the rule that matched. A rule
+        that cannot decide (its predicate raises on what the model wrote) escalates, as a scope
+        check that cannot decide denies: the arguments' type never lowers the role."""
+        filled = with_defaults(self.schema, args)  # what the tool runs with, left-out arguments too
         for rule in self.escalate:
-            if rule.predicate(args):
-                detail = rule.describe(args) if rule.describe else ""
+            tested = filled if "arg" in rule.rule else args  # a `when` predicate sees what was given
+            try:
+                matched = rule.predicate(tested)
+            except Exception as exc:
+                return rule.role, [f"{rule.note}: could not be checked ({type(exc).__name__})"]
+            if matched:
+                detail = rule.describe(tested) if rule.describe else ""
                 return rule.role, [f"{rule.note}: {detail}" if detail else rule.note]
         return self.approver_role, []
 
@@ -289,6 +274,8 @@ class EffectTable:
             self.allow(agent, names)
 
     def register(self, spec: ToolSpec) -> ToolSpec:
+        if not isinstance(spec, ToolSpec):  # a dict or a `rows` Row: no row's checks have run on it
+            raise TypeError(f"an EffectTable holds ToolSpec rows, not {type(spec).__name__}: {spec!r}")
         if spec.name in self._specs:
             raise TableError(spec.name, "name", "a tool of this name is already registered")
         for policy in self._policies:  # a row added after a gate was built meets its policy too
@@ -309,6 +296,8 @@ class EffectTable:
         if isinstance(names, str):  # its letters would be the names
             raise TypeError(f"allow takes a list of tool names: allow({agent_id!r}, [{names!r}])")
         wanted = frozenset(names)
+        if not (isinstance(agent_id, str) and agent_id and all(isinstance(n, str) for n in wanted)):
+            raise TableError(repr(agent_id), "allowlist", "an agent id and its tool names must be text")
         for name in sorted(wanted - self._specs.keys()):
             raise TableError(
                 name, "allowlist", f"agent {agent_id!r} is allowed a tool the table does not have"
@@ -353,9 +342,13 @@ class EffectTable:
     def shadowed(self, names: Iterable[str] | None = None, *, shadow: bool = True) -> EffectTable:
         """A copy of this table with the gated rows `names` (default: every gated row) in shadow
         mode, or live again with `shadow=False`. A call proposed in shadow never runs live."""
+        if isinstance(names, str):  # its letters would be the names
+            raise TypeError(f"shadowed takes a list of tool names: shadowed([{names!r}])")
         wanted = None if names is None else frozenset(names)
         for name in sorted((wanted or frozenset()) - self._specs.keys()):
             raise TableError(name, "shadow", "the table has no row of this name")
+        for name in sorted(n for n in wanted or () if not Policy().gates(self._specs[n].effect)):
+            raise TableError(name, "shadow", f"a {self._specs[name].effect} row runs at once: no shadow mode")
         table = EffectTable(
             dataclasses.replace(s, shadow=shadow)
             if (wanted is None or s.name in wanted) and Policy().gates(s.effect)

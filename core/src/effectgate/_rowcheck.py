@@ -1,0 +1,135 @@
+"""Checks of a table row's fields as given (`ToolSpec`), before the row decides anything.
+
+A row routes every call of its tool: a name, a role or a rule that is not what it looks like, or
+that can never match, would route calls silently elsewhere. Each check raises `TableError`
+naming the tool and the field.
+
+- Names and roles are text that reads as what it is: not blank, no leading or trailing space, no
+  control, invisible or bidirectional character, no letters of lookalike scripts mixed in one
+  word (`_textcheck`), in Unicode's normal form NFKC: a TOML file's reviewer cannot tell
+  "refund" from "refund\\u200b", nor an approver "finance" from "fin\\u0430nce".
+- The arguments a row names (its subject's, its escalation rules') are the tool's, and declared as
+  what each rule's test reads; a rule that an earlier one on the same argument always matches
+  first (`above 100` before `above 10000`) is refused: it never matches, and every call it was
+  meant for would keep the earlier, lower role.
+"""
+
+from __future__ import annotations
+
+import copy
+import unicodedata
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ._rules import Escalate
+from ._textcheck import reveal, text_warnings
+from .effects import Policy
+from .errors import TableError
+
+
+def check_text(tool: str, field: str, value: object, *, optional: bool = False) -> None:
+    """TableError unless `value` is text that reads as what it is (None too, if `optional`)."""
+    if value is None and optional:
+        return
+    if not isinstance(value, str) or not value.strip():
+        raise TableError(str(tool), field, f"must be a non-blank name (text), not {value!r}")
+    warnings = text_warnings(value, limit=1)
+    if unicodedata.normalize("NFKC", value) != value:  # "cafe\u0301" reads as "café", "ｆ" as "f"
+        warnings = ("not in Unicode's normal form NFKC: another text reads the same", *warnings)
+    if value != value.strip() or not value.isprintable() or warnings:
+        why = warnings[0].split(": ", 1)[-1] if warnings else "space or control characters around or in it"
+        raise TableError(
+            reveal(tool), field, f"{reveal(value)!r} is not what it looks like ({why}): use plain text"
+        )
+
+
+def subject_of(tool: str, value: object) -> tuple[str, ...]:
+    """The subject's argument names: one name, or a list of names."""
+    names = (value,) if isinstance(value, str) else value
+    if not isinstance(names, Sequence) or not all(isinstance(n, str) for n in names):
+        raise TableError(tool, "subject", f"must be an argument name or a list of them, not {value!r}")
+    return tuple(names)
+
+
+def escalations(tool: str, value: object) -> tuple[Escalate, ...]:
+    """The escalation rules: a list of `Escalate`, each with a role that reads as what it is."""
+    rules = value if isinstance(value, Sequence) and not isinstance(value, str) else None
+    if rules is None or not all(isinstance(rule, Escalate) for rule in rules):
+        raise TableError(tool, "escalate", f"must be a list of Escalate rules, not {value!r}")
+    for rule in rules:
+        check_text(tool, "escalate", rule.role)
+    return tuple(rules)
+
+
+def check_raises(tool: str, role: str | None, escalate: Sequence[Escalate], policy: Policy) -> None:
+    """TableError for an escalation rule whose role the row's own role outranks (the policy's
+    `role_grants` let it approve for the rule's role, not the other way): where it matches, more
+    people may approve than where it does not, and the rule lowers the bar it was meant to raise."""
+    for rule in escalate:
+        if role and policy.role_satisfies(role, rule.role) and not policy.role_satisfies(rule.role, role):
+            raise TableError(
+                tool,
+                "escalate",
+                f"the rule to {rule.role!r} lowers the bar: {role!r} may approve for {rule.role!r} "
+                "(role_grants), so the calls it matches could be approved by more people, not fewer",
+            )
+
+
+def own_copy(tool: str, schema: Mapping[str, Any]) -> dict[str, Any]:
+    """The row's own copy of its schema: a change its caller makes to the dict afterwards changes
+    neither what the row validates nor its fingerprint."""
+    try:
+        return copy.deepcopy(dict(schema))
+    except RecursionError as exc:  # an upstream's schema may nest without end
+        raise TableError(tool, "schema", "nests too deeply to be checked") from exc
+
+
+def check_flags(tool: str, **flags: object) -> None:
+    """TableError unless each flag is a bool (a text such as "no" would be taken as true)."""
+    for field, flag in flags.items():
+        if not isinstance(flag, bool):
+            raise TableError(tool, field, f"must be True or False, not {flag!r}")
+
+
+#: The JSON types each declarative test reads: `exceeds` a number, `count_of` a text or a list.
+_READS = {"above": {"number", "integer"}, "count_above": {"string", "array"}}
+
+
+def check_named_args(
+    name: str, schema: Mapping[str, Any], subject: Sequence[str], escalate: Sequence[Escalate]
+) -> None:
+    """TableError unless each argument a row names (its subject's, its escalation rules') is
+    one of the tool's, and each rule's argument is declared as what its test reads: a rule on a
+    text `above`, or on a number `count_above`, would never match (a typo neither), and every
+    call would keep the lower role. So would a rule behind one on the same argument and test
+    with a limit not above its own."""
+    properties = schema.get("properties", {})
+    rules = [e.rule for e in escalate if isinstance(e.rule, Mapping) and "arg" in e.rule]
+    named = [("subject", arg) for arg in subject] + [("escalate", str(rule["arg"])) for rule in rules]
+    for field_name, arg in named:
+        if arg not in properties:
+            raise TableError(name, field_name, f"{arg!r} is not an argument of the tool")
+    lowest: dict[tuple[str, str], Any] = {}  # (arg, test): the lowest limit of the rules so far
+    for rule in rules:
+        declared = properties[str(rule["arg"])]
+        kind = declared.get("type") if isinstance(declared, Mapping) else None
+        kinds = {kind} if isinstance(kind, str) else set(kind or ())
+        for test, reads in _READS.items():
+            if test in rule and kind is not None and not reads & kinds:
+                raise TableError(
+                    name, "escalate", f"{test} never matches {rule['arg']!r}, declared of type {kind!r}"
+                )
+            limit, kind_of = rule.get(test, 0), int if test == "count_above" else int | float
+            if isinstance(limit, bool) or not isinstance(limit, kind_of):
+                raise TableError(name, "escalate", f"{test} must be a number, not {limit!r}")
+            key = (str(rule["arg"]), test)
+            if test in rule and key in lowest and rule[test] >= lowest[key]:
+                raise TableError(
+                    name,
+                    "escalate",
+                    f"the rule {test} {rule[test]} on {rule['arg']!r} never matches: the earlier rule "
+                    f"{test} {lowest[key]} matches every call it would (the first match wins; put the "
+                    "higher limit first)",
+                )
+            if test in rule:
+                lowest[key] = min(rule[test], lowest.get(key, rule[test]))

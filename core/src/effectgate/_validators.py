@@ -1,0 +1,171 @@
+"""A row's schema validators: the fast one (fastjsonschema, draft 7) where it enforces all the
+schema says, and the full one (jsonschema, 2020-12), both fetching nothing: every `$ref` is
+resolved within the schema when the row is built, and one that does not resolve, or that leads
+back to itself without descending into the arguments, is a `TableError`."""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import fastjsonschema
+
+from .errors import TableError
+
+if typing.TYPE_CHECKING:
+    from jsonschema import Draft202012Validator
+
+
+class _NoFetch(Mapping[str, Callable[[str], Any]]):
+    """fastjsonschema's remote handlers: every scheme refused (no schema makes the gate fetch)."""
+
+    def __getitem__(self, scheme: str) -> Callable[[str], Any]:
+        def refuse(uri: str) -> Any:
+            raise fastjsonschema.JsonSchemaDefinitionException(f"remote reference {uri!r} is not fetched")
+
+        return refuse
+
+    def __contains__(self, scheme: object) -> bool:
+        return True
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+def _compile(schema: Mapping[str, Any]) -> Callable[[Any], Any] | None:
+    try:
+        # use_default=False: validation only (filled defaults would change the frozen arguments)
+        return fastjsonschema.compile(dict(schema), handlers=_NoFetch(), use_default=False)
+    except Exception:  # a construct the fast compiler lacks: the full validator alone decides
+        return None
+
+
+#: Keywords of JSON Schema 2019-09 and 2020-12 that the fast validator (fastjsonschema, draft 7)
+#: does not know, and so would let through whatever they refuse.
+_LATER_KEYWORDS = frozenset(
+    {"prefixItems", "dependentRequired", "dependentSchemas", "unevaluatedItems", "unevaluatedProperties"}
+    | {"minContains", "maxContains", "$dynamicRef"}
+)
+_BESIDE_REF = frozenset({"$ref", "title", "description", "default", "examples", "$comment", "$defs"})
+
+
+def fast_validates(schema: Any) -> bool:
+    """Whether the fast validator enforces all a row's schema says (under 2020-12, as jsonschema
+    does): no keyword it lacks (`_LATER_KEYWORDS`), no constraint beside a `$ref` (draft 7
+    ignores them), no `$schema` naming draft 4 or 6 (it would drop `const`, `if`...). Otherwise
+    jsonschema alone validates: the fast one may only ever accept what the full one accepts."""
+    version = schema.get("$schema") if isinstance(schema, Mapping) else None
+    if isinstance(version, str) and ("draft-04" in version or "draft-06" in version):
+        return False
+    return _draft7(schema)
+
+
+def _draft7(node: Any) -> bool:
+    if isinstance(node, Mapping):
+        if _LATER_KEYWORDS & node.keys() or ("$ref" in node and node.keys() - _BESIDE_REF):
+            return False
+        return all(_draft7(value) for value in node.values())
+    return all(_draft7(value) for value in node) if isinstance(node, list) else True
+
+
+#: Keywords whose values are data, not subschemas: a "$ref" key in one is a value, not a reference.
+_DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
+
+
+def full_validator(name: str, schema: Mapping[str, Any]) -> Draft202012Validator:
+    """A row's full (2020-12) validator, which fetches nothing. Refused here (TableError): a
+    schema that is not one, or with a `$ref` that does not resolve within it (or to a draft's
+    metaschema): jsonschema would fetch it on the calls that reach it (a URL, a file:// path,
+    whoever wrote the schema) or raise on each of them."""
+    import jsonschema
+    from jsonschema_specifications import REGISTRY  # type: ignore[import-untyped]  # no retrieval
+    from referencing.jsonschema import DRAFT202012, specification_with
+
+    try:
+        jsonschema.Draft202012Validator.check_schema(dict(schema))
+    except jsonschema.SchemaError as exc:
+        raise TableError(name, "schema", f"not a valid JSON schema: {exc.message}") from exc
+    except RecursionError as exc:  # the checker recurses: an upstream's schema may nest without end
+        raise TableError(name, "schema", "nests too deeply to be checked") from exc
+    dialect = schema.get("$schema")
+    spec = specification_with(dialect, default=DRAFT202012) if isinstance(dialect, str) else DRAFT202012
+    contents = dict(schema)  # one copy: what references resolve to is identified by identity
+    try:
+        _resolve_refs(contents, REGISTRY.resolver_with_root(spec.create_resource(contents)), spec)
+    except _Endless as exc:
+        raise TableError(
+            name,
+            "schema",
+            f"{exc} leads back to where it starts without descending into the arguments: "
+            "validating a call could recurse without end",
+        ) from exc
+    except Exception as exc:  # referencing's Unresolvable and its kin
+        raise TableError(
+            name, "schema", f"a reference does not resolve within the schema ({exc}); none is fetched"
+        ) from exc
+    return jsonschema.Draft202012Validator(dict(schema), registry=REGISTRY)
+
+
+def _resolve_refs(schema: Any, resolver: Any, spec: Any) -> None:
+    """Look every reference up where it stands (without recursion: a schema may nest deeply)."""
+    stack: list[tuple[Any, Any]] = [(schema, resolver)]
+    acyclic: set[int] = set()
+    while stack:
+        node, resolver = stack.pop()
+        if isinstance(node, list):
+            stack.extend((item, resolver) for item in node)
+        elif isinstance(node, Mapping):
+            if isinstance(node.get("$id"), str):  # a base of its own for the references inside it
+                resolver = resolver.in_subresource(spec.create_resource(dict(node)))
+            for key in ("$ref", "$dynamicRef"):
+                if isinstance(node.get(key), str):
+                    resolver.lookup(node[key])
+                    _refuse_cycle(node, resolver, spec, acyclic)
+            stack.extend((value, resolver) for key, value in node.items() if key not in _DATA_KEYWORDS)
+
+
+class _Endless(ValueError):
+    """A reference cycle that applies to the same instance (raised with the reference's text)."""
+
+
+#: Keywords that apply their subschemas to the instance itself (not to a part of it).
+_IN_PLACE = ("$ref", "$dynamicRef", "allOf", "anyOf", "oneOf", "not", "if", "then", "else")
+
+
+def _refuse_cycle(start: Mapping[str, Any], resolver: Any, spec: Any, acyclic: set[int]) -> None:
+    """Raise `_Endless` when following references and in-place keywords (`_IN_PLACE`,
+    `dependentSchemas`) from `start` comes back to a schema on the way: such a schema recurses on
+    any instance that reaches it (a reference to itself, two that name each other, an `anyOf`
+    that names its own schema). Schemas known to lead nowhere back are kept in `acyclic`."""
+    path: set[int] = set()
+    stack: list[tuple[Any, Any, bool]] = [(start, resolver, False)]
+    while stack:
+        node, resolver, leaving = stack.pop()
+        if leaving:
+            path.discard(id(node))
+            acyclic.add(id(node))
+            continue
+        if not isinstance(node, Mapping) or id(node) in acyclic:
+            continue
+        if id(node) in path:
+            raise _Endless(f"the reference {start.get('$ref') or start.get('$dynamicRef')!r}")
+        path.add(id(node))
+        stack.append((node, resolver, True))
+        if isinstance(node.get("$id"), str) and node is not start:
+            resolver = resolver.in_subresource(spec.create_resource(dict(node)))
+        for key in _IN_PLACE:
+            value = node.get(key)
+            if key in ("$ref", "$dynamicRef") and isinstance(value, str):
+                found = resolver.lookup(value)
+                stack.append((found.contents, found.resolver, False))
+            elif isinstance(value, list):
+                stack.extend((item, resolver, False) for item in value)
+            elif isinstance(value, Mapping):
+                stack.append((value, resolver, False))
+        dependent = node.get("dependentSchemas")
+        if isinstance(dependent, Mapping):
+            stack.extend((item, resolver, False) for item in dependent.values())
