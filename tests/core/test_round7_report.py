@@ -95,12 +95,6 @@ def test_html_over_a_symlink_or_a_pipe_is_refused_not_replaced(
     assert not (tmp_path / "report.html.partial").exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the decisions aggregate counts by the stored status: an approval past its deadline that "
-    "nothing expired yet (expiry is lazy; `effectgate report` only reads) counts as pending, not "
-    "expired; the fix needs `now` and expires_at in the SQL aggregate and in the seal check's rows",
-)
 def test_an_approval_past_its_deadline_counts_as_expired(store: SQLStore, clock: FakeClock) -> None:
     """Two calls proposed; nobody decides and nothing sweeps the queue; a day later both are past
     their deadline (`Policy.pending_ttl`, a day): the gate would answer "expired" for each, and

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -64,7 +64,7 @@ class Finding:
 # Column positions of the streamed rows (stores/sql.py AUDIT_QUERIES, in this order).
 A_ID, A_VERSION, A_GRANTS, A_SESSION, A_ORIGIN, A_USER, A_AGENT, A_TOOL, A_EFFECT = range(9)
 A_SUBJECT, A_HASH, A_ROLE, A_REQUIRED, A_ROW_FP, A_POLICY_FP = range(9, 15)
-A_SEAL, A_ARGS, A_STATUS, A_CREATED, A_DECIDED = range(15, 20)
+A_SEAL, A_ARGS, A_STATUS, A_CREATED, A_DECIDED, A_EXPIRES = range(15, 21)
 D_APPROVAL, D_VERSION, D_ROUND, D_APPROVER, D_ROLE, D_DECISION, D_SEAL, D_ID = range(8)
 E_ID, E_APPROVAL, E_VERSION, E_TOOL, E_EFFECT, E_HASH, E_ARGS, E_STATUS, E_ROW_FP, E_POLICY_FP = range(10)
 
@@ -84,20 +84,36 @@ class RecordedRow:
 
 class Rules:
     """The recorded rules by fingerprint, each verified against its fingerprint once, and with
-    `keyring`, the seals of the rows (`_seal.rule_seal`; seal rows are not rules)."""
+    `keyring`, the seals of the rows (`_seal.rule_seal`; seal rows are not rules). `reread`: how to
+    read them again, once, when one asked for is missing (recorded since: rules are never removed,
+    and a call records its rules with its approval, so a scan that began later needs them)."""
 
-    def __init__(self, rows: dict[str, RuleRow], keyring: Keyring | None = None) -> None:
+    def __init__(
+        self,
+        rows: dict[str, RuleRow],
+        keyring: Keyring | None = None,
+        reread: Callable[[], dict[str, RuleRow]] | None = None,
+    ) -> None:
+        self._verifies = keyring.verifier("rule") if keyring is not None else None
+        self._reread = reread
+        self._load(rows)
+
+    def _load(self, rows: dict[str, RuleRow]) -> None:
         self._rows = {fp: row for fp, row in rows.items() if row.kind != "seal"}
         self._seals = seals_by_rule(rows)
-        self._verifies = keyring.verifier("rule") if keyring is not None else None
         self._parsed: dict[str, dict[str, Any] | None] = {}
         self._policies: dict[str, Policy | None] = {}
         self._by_tool: dict[str, list[tuple[float, str]]] | None = None
         self._table_rows: dict[str, RecordedRow | None] = {}
+        self._sealed: dict[tuple[str, str], bool] = {}
 
     def get(self, fingerprint: str) -> dict[str, Any] | None:
         if fingerprint not in self._parsed:
             row = self._rows.get(fingerprint)
+            if row is None and self._reread is not None:
+                rows, self._reread = self._reread(), None
+                self._load(rows)
+                row = self._rows.get(fingerprint)
             body: dict[str, Any] | None = None
             if row is not None:
                 try:
@@ -116,7 +132,7 @@ class Rules:
             body = self.get(fingerprint)
             tool, effect = (body.get("name"), body.get("effect")) if body is not None else (None, None)
             self._table_rows[fingerprint] = (
-                RecordedRow(tool, EFFECTS[effect], body.get("shadow") is True, self._sealed(fingerprint))
+                RecordedRow(tool, EFFECTS[effect], body.get("shadow") is True, self.sealed(fingerprint))
                 if body is not None
                 and isinstance(tool, str)
                 and isinstance(effect, str)
@@ -148,9 +164,14 @@ class Rules:
                     self._by_tool[body["name"]].append((_time(row.at, math.inf), fingerprint))
         return self._by_tool.get(tool, [])
 
-    def _sealed(self, fingerprint: str) -> bool:
-        verifies = self._verifies
-        return verifies is None or rule_sealed(verifies, self._seals.get(fingerprint, ()), "row", fingerprint)
+    def sealed(self, fingerprint: str, kind: str = "row") -> bool:
+        """Whether the rule `fingerprint` of `kind` ("row" or "policy") has a seal row that verifies
+        under the keyring (True without one: unchecked)."""
+        key, verifies = (fingerprint, kind), self._verifies
+        if key not in self._sealed:
+            seals = self._seals.get(fingerprint, ())
+            self._sealed[key] = verifies is None or rule_sealed(verifies, seals, kind, fingerprint)
+        return self._sealed[key]
 
     def policy(self, fingerprint: str) -> Policy | None:
         if fingerprint not in self._policies:
@@ -191,9 +212,25 @@ def changed_since(rules: Rules, table: EffectTable | None, a: tuple[Any, ...]) -
     )
 
 
+def status_at(a: tuple[Any, ...], now: float) -> Any:
+    """The approval's status at `now`: one still pending past its expiry (not yet swept by the gate)
+    is "expired", as the gate treats it and as the report's SQL counts it (`_queries._STATUS`)."""
+    expires = a[A_EXPIRES]
+    if a[A_STATUS] == "pending" and type(expires) in (int, float) and expires <= now:
+        return "expired"
+    return a[A_STATUS]
+
+
 def _time(value: Any, unknown: float) -> float:
     """`value` if it is a time (a number, not NaN), else `unknown`."""
     return float(value) if type(value) in (int, float) and not math.isnan(value) else unknown
+
+
+#: Why a recorded rule (a table row or a policy) cannot judge an execution alone, with the keyring.
+UNSEALED = (
+    "not sealed by this keyring (recorded by an earlier release that no gate of this one has used "
+    "since, or inserted in the database)"
+)
 
 
 def row_problem(row: RecordedRow | None, tool: str) -> str | None:
@@ -203,12 +240,7 @@ def row_problem(row: RecordedRow | None, tool: str) -> str | None:
         return "not a recorded table row"
     if row.tool != tool:
         return f"the row of {row.tool}"
-    if not row.sealed:
-        return (
-            "not sealed by this keyring (recorded by an earlier release that no gate of this one "
-            "has used since, or inserted in the database)"
-        )
-    return None
+    return None if row.sealed else UNSEALED
 
 
 @dataclass(slots=True)
@@ -256,7 +288,7 @@ def roles_of(rule: Derived, args_json: str, redacted: bool) -> set[str]:
             args = json.loads(args_json)
         except (ValueError, RecursionError):  # edited into text that is not JSON (or too deep)
             args = {}
-    roles = possible_roles(rule.row, args)
+    roles = possible_roles(rule.row, args if type(args) is dict else {})  # or JSON, not an object
     if redacted:
         roles |= {r["role"] for r in rule.row.get("escalate", ())}
     return roles

@@ -46,6 +46,7 @@ from ._audit_rows import (
     E_TOOL,
     E_VERSION,
     EFFECTS,
+    UNSEALED,
     Bar,
     Derived,
     Finding,
@@ -56,11 +57,13 @@ from ._audit_rows import (
     marker_problem,
     roles_of,
     row_problem,
+    status_at,
 )
 from ._rules import possible_roles
 from ._seal import seal_checker, stored_args_hash
 from .effects import Effect, Policy, weakened
 from .redact import entries, is_redacted
+from .report._figures import APPROVED
 from .stores.protocol import Store
 from .table import EffectTable
 from .tokens import Keyring
@@ -78,10 +81,11 @@ class Scan:
         self.store = store
         self.table = table
         self.keyring = keyring
-        self.rules = Rules(store.rules(), keyring)
+        self.rules = Rules(store.rules(), keyring, reread=store.rules)  # rules recorded since: read again
         self.findings: list[Finding] = []
         self.reported_policies: set[str] = set()
         self.statuses: Counter[str] = Counter()
+        self.now = store.clock.now()
         self.latencies: list[float] = []
         self.redacted = entries(store)  # read again once on a miss: a redaction committed since
         self.reread = False
@@ -116,8 +120,8 @@ class Scan:
     def approval(self, a: tuple[Any, ...], decisions: list[tuple[Any, ...]]) -> Bar:
         """Check one approval with its decisions; the bar its executions are held to."""
         approval_id, tool, args, status = a[A_ID], a[A_TOOL], a[A_ARGS], a[A_STATUS]
-        self.statuses[status] += 1
-        if type(a[A_DECIDED]) in _TIME and type(a[A_CREATED]) in _TIME and status in ("approved", "executed"):
+        self.statuses[status if status != "pending" else status_at(a, self.now)] += 1  # or expired
+        if type(a[A_DECIDED]) in _TIME and type(a[A_CREATED]) in _TIME and status in APPROVED:
             self.latencies.append(a[A_DECIDED] - a[A_CREATED])
         redacted = is_redacted(args)
         recomputed = None
@@ -147,8 +151,10 @@ class Scan:
             role = role if role in roles else sorted(roles)[0]
             required = max(required, needed)
         shadow = rule.shadow if rule is not None else is_shadow(self.rules.get(a[A_ROW_FP]), a[A_SUBJECT])
-        if status == "approved":
-            self.changed_since_approval(a)
+        # An approved call that has not run, whose tool changed since: its grant cannot run.
+        if status == "approved" and (now := changed_since(self.rules, self.table, a)) is not None:
+            detail = f"approved under row {a[A_ROW_FP][:12]}, not executed; {now} (the tool changed since "
+            self.add("reclassified", tool, detail + "it was approved: its grant cannot run)", approval_id)
         approvers: dict[int, int] = {}
         denied: set[int] = set()  # versions with a sealed denial: final for the version, as at execute
         if len(decisions) == 1:  # the usual case: one decision, one round
@@ -219,19 +225,6 @@ class Scan:
         problem = marker_problem(self.redacted.get((*where, "args_json")), self.keyring, args, args_hash)
         if problem is not None:
             self.add("redaction_forged", tool, f"the arguments: {problem}", approval, ex)
-
-    def changed_since_approval(self, a: tuple[Any, ...]) -> None:
-        """An approved call that has not run, whose tool changed after the approval
-        (`_audit_rows.changed_since`): the grant can no longer run (execute re-derives the row)."""
-        now = changed_since(self.rules, self.table, a)
-        if now is not None:
-            self.add(
-                "reclassified",
-                a[A_TOOL],
-                f"approved under row {a[A_ROW_FP][:12]}, not executed; {now} (the tool changed since it "
-                "was approved: its grant cannot run)",
-                a[A_ID],
-            )
 
     def _denial(self, d: tuple[Any, ...]) -> bool:
         """Whether a decision is a denial whose seal verifies (or seals are not checked): the gate
@@ -317,7 +310,10 @@ class Scan:
                     ex_id,
                 )
         elif not self.named_row(ex, policy) and approval_id is None:
-            return  # ungated, as the row it names says
+            if not fingerprint or (policy is not None and not self.rules.sealed(fingerprint, "policy")):
+                why = UNSEALED if fingerprint else "not recorded"  # it alone let it run (the gate names one)
+                self.add("rule_missing", tool, f"policy {fingerprint[:12] or '-'} is {why}", ex=ex_id)
+            return  # ungated, as the row it names says (under a policy it can use)
         if bar is None:
             self.add("no_approval", tool, "gated execution with no approval record", approval_id, ex_id)
             return

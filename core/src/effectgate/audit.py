@@ -13,11 +13,11 @@ everything it checks from the rows themselves, never trusting a stored copy of a
 - every gated execution needs its approval, the same args hash, the executed version, enough
   distinct, validly sealed approvers holding the required role, no sealed denial of that version
   (a revoked grant: the gate refuses to run it whatever the status column says), and ran once;
-- every execution is checked against the recorded table row it names: a row not recorded for
-  its tool (with the keyring: not sealed by it, `_seal.rule_seal`, unless it is the row of the
-  execution's sealed approval) is `rule_missing`, a gated row (under the execution's recorded
-  policy) run without an approval is `no_approval` whatever the execution's own `effect` column
-  says, an `effect` column that differs from the row's is `reclassified`, and a call proposed in
+- every execution is checked against the recorded table row it names: a row not recorded for its
+  tool (with the keyring: not sealed by it, `_seal.rule_seal`, unless it is the row of the
+  execution's sealed approval), or an unsealed (or no) policy that alone lets it run unapproved, is
+  `rule_missing`, a gated row (under its policy) run unapproved is `no_approval` whatever its
+  `effect` column says, one that differs from the row's is `reclassified`, and a call proposed in
   shadow mode (its row, or its approval's, a shadow row) that ran is `shadow_executed`;
 - a policy that lets send, money or destructive calls run alone, or drops the second approver of
   destructive calls, is reported wherever an approval or execution was made under it.
@@ -53,7 +53,7 @@ from ._audit_scan import Scan
 from ._seal import seal_rules
 from .chain import verify_chain
 from .effects import Policy
-from .report import p95
+from .report._figures import APPROVED, p95
 from .stores._aggregates import AggregateSQL
 from .stores._queries import AuditTable
 from .stores.protocol import Store
@@ -166,7 +166,7 @@ def audit(
     sessions = counts["sessions"]
     metrics = Metrics(
         approval_latency_p95_s=p95(scan.latencies),
-        approved=statuses["approved"] + statuses["executed"],
+        approved=sum(statuses[s] for s in APPROVED),  # then run, failed, or awaiting reconciliation
         denied=statuses["denied"],
         expired=statuses["expired"],
         rejected=statuses["rejected"],

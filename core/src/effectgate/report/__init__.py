@@ -14,8 +14,9 @@ approver role) and mode (shadow or live):
 - `denied`, and `edited`: a reviewer edited the arguments (an amendment recorded with `edited_by`);
 - `disagreement` = (denied or edited) / decided: how often people did not take the model's call
   as it was. A team reads it per tool to see from data when a class may leave shadow mode.
-- `undecided` (pending or expired) and `rejected` (out of scope, never shown to a reviewer) are
-  counted beside, never in the rate.
+- `undecided` (pending or expired; an approval still pending past its expiry, not yet swept
+  by the gate, is expired: it can no longer be decided) and `rejected` (out of scope, never
+  shown to a reviewer) are counted beside, never in the rate.
 
 The mode of a call is re-derived, not read from a mutable column: an approval's sealed row
 fingerprint names the recorded table row, whose body must hash to that fingerprint; a row whose

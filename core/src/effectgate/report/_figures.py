@@ -293,9 +293,10 @@ def disagreement(
 ) -> list[Rate]:
     """The rates per tool (or approver role) and mode, sorted by key then mode. With the ledger's
     `keyring`, an approval whose seal does not verify counts under mode "unverified"."""
+    window, now = {"since": since, "until": until}, store.clock.now()  # pending past expiry: expired
     with store.reading() as conn:
-        rows = store.report_rows(conn, "decisions", since=since, until=until)
-        broken = None if keyring is None else unsealed(store, conn, keyring, since=since, until=until)
+        rows = store.report_rows(conn, "decisions", **window, now=now)
+        broken = None if keyring is None else unsealed(store, conn, keyring, **window, now=now)
     return _rates(_checked(store, rows, broken)[0], modes(store), by)  # the rules after: see `figures`
 
 
@@ -326,9 +327,10 @@ def figures(
     `keyring` every approval's seal is checked: one that does not verify counts under mode
     "unverified" (`Figures.unverified`); without it the figures say that no seal was checked."""
     window = {"since": since, "until": until}
+    now = store.clock.now()  # an approval pending past its expiry then is expired, not pending
     with store.reading() as conn:
-        decisions = store.report_rows(conn, "decisions", **window)
-        broken = None if keyring is None else unsealed(store, conn, keyring, **window)
+        decisions = store.report_rows(conn, "decisions", **window, now=now)
+        broken = None if keyring is None else unsealed(store, conn, keyring, **window, now=now)
         latencies: dict[str, int] = {}  # per role of any call not rejected: decided calls with a time
         proposals = 0
         for _tool, role, _fp, status, _edited, decided_at, n in decisions:

@@ -12,7 +12,7 @@ import math
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from .._audit_rows import A_CREATED, A_DECIDED, A_ID, A_ROLE, A_ROW_FP, A_SEAL, A_STATUS, A_TOOL
+from .._audit_rows import A_CREATED, A_DECIDED, A_ID, A_ROLE, A_ROW_FP, A_SEAL, A_TOOL, status_at
 from .._seal import seal_checker
 from ..stores.protocol import Store
 from ..tokens import Keyring
@@ -29,9 +29,10 @@ Unsealed = tuple[str, Any, Any, Any, Any, int]
 
 
 def unsealed(
-    store: Store, conn: Any, keyring: Keyring, *, since: float | None, until: float | None
+    store: Store, conn: Any, keyring: Keyring, *, since: float | None, until: float | None, now: float
 ) -> list[Unsealed]:
-    """The approvals proposed in [since, until) whose seal does not verify under `keyring`."""
+    """The approvals proposed in [since, until) whose seal does not verify under `keyring`, each
+    with its status at `now` (as the "decisions" aggregate read at `now` counts it)."""
     sealed = seal_checker(keyring, "approval")
     low = -math.inf if since is None else since
     high = math.inf if until is None else until
@@ -41,7 +42,7 @@ def unsealed(
         if not (isinstance(created, int | float) and low <= created < high) or sealed(a[:A_SEAL], a[A_SEAL]):
             continue
         decided = 0 if a[A_DECIDED] is None else 1
-        out.append((a[A_ID], a[A_TOOL], a[A_ROLE], a[A_ROW_FP], a[A_STATUS], decided))
+        out.append((a[A_ID], a[A_TOOL], a[A_ROLE], a[A_ROW_FP], status_at(a, now), decided))
     return out
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from .._clock import Clock
 from . import _dialect
 from . import _queries as Q
 from ._memory import in_memory
@@ -30,6 +31,7 @@ _PLAIN_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 
 class AggregateSQL:
     engine: Engine  # `SQLStore.engine`
+    clock: Clock  # `SQLStore.clock`
 
     def audit_rows(
         self, conn: Connection, what: AuditTable, *, low: str | None = None, high: str | None = None
@@ -79,11 +81,19 @@ class AggregateSQL:
         return {"replays": int(replays), "sessions": int(sessions)}
 
     def report_rows(
-        self, conn: Connection, what: ReportQuery, *, since: float | None = None, until: float | None = None
+        self,
+        conn: Connection,
+        what: ReportQuery,
+        *,
+        since: float | None = None,
+        until: float | None = None,
+        now: float | None = None,
     ) -> list[tuple[Any, ...]]:
         """One of the report's aggregates over the window [since, until) (`Q.REPORT_QUERIES` gives
-        its columns): grouped by the database, so a few rows however large the ledger."""
-        return [tuple(r) for r in conn.execute(Q.report(conn, what), Q.window(since, until))]
+        its columns): grouped by the database, so a few rows however large the ledger. `now` (the
+        store's clock by default): an approval pending past its expiry then is counted expired."""
+        params = {**Q.window(since, until), "now": self.clock.now() if now is None else now}
+        return [tuple(r) for r in conn.execute(Q.report(conn, what), params)]
 
     def latency_at(
         self,

@@ -150,7 +150,8 @@ AUDIT_QUERIES: dict[str, str] = {
     "approvals": (
         "SELECT id, version, grants, session_id, origin_message_id, user_id, agent_id, tool, effect, "
         "subject_key, args_hash, approver_role, approvals_required, row_fingerprint, policy_fingerprint, "
-        "seal, args_json, status, created_at, decided_at FROM eg_approvals ORDER BY (id || ''){collate}"
+        "seal, args_json, status, created_at, decided_at, expires_at FROM eg_approvals "
+        "ORDER BY (id || ''){collate}"
     ),
     "decisions": (
         "SELECT approval_id, version, grant_round, approver_id, role, decision, seal, id FROM eg_decisions "
@@ -182,6 +183,10 @@ ReportQuery = Literal[
 
 _EDITED = "CASE WHEN e.approval_id IS NULL THEN 0 ELSE 1 END"
 _DECIDED_AT = "CASE WHEN a.decided_at IS NULL THEN 0 ELSE 1 END"
+#: An approval still pending past its expiry (not yet swept by the gate) is expired, as the gate
+#: treats it: it can no longer be decided (`:now`, the store's clock when the report is read).
+#: Grouped by its position: PostgreSQL does not take two bound copies of `:now` as one expression.
+_STATUS = "CASE WHEN a.status = 'pending' AND a.expires_at <= :now THEN 'expired' ELSE a.status END"
 #: The report's aggregates (`effectgate.report`), each grouped by the database: a few rows however
 #: large the ledger. `{day_<column>}` is that column's UTC day number and `{edited_by}` the
 #: amendment's `edited_by` field (`_dialect.utc_day`, `json_field`); `:since` and `:until` bound
@@ -190,13 +195,13 @@ _DECIDED_AT = "CASE WHEN a.decided_at IS NULL THEN 0 ELSE 1 END"
 REPORT_QUERIES: dict[str, str] = {
     # (tool, approver role, row fingerprint, status, edited by a reviewer 0/1, decided_at set 0/1, count)
     "decisions": (
-        f"SELECT a.tool, a.approver_role, a.row_fingerprint, a.status, {_EDITED}, {_DECIDED_AT}, count(*) "
+        f"SELECT a.tool, a.approver_role, a.row_fingerprint, {_STATUS}, {_EDITED}, {_DECIDED_AT}, count(*) "
         "FROM eg_approvals a LEFT JOIN (SELECT DISTINCT approval_id FROM eg_events "
         "WHERE kind = 'amended' AND kind <> 'read' AND approval_id IS NOT NULL "
         "AND CASE WHEN kind = 'amended' THEN {edited_by} END <> '') e "
         "ON e.approval_id = a.id "
         "WHERE a.created_at >= :since AND a.created_at < :until "
-        f"GROUP BY a.tool, a.approver_role, a.row_fingerprint, a.status, {_EDITED}, {_DECIDED_AT}"
+        f"GROUP BY a.tool, a.approver_role, a.row_fingerprint, 4, {_EDITED}, {_DECIDED_AT}"
     ),
     # (day, model id, gated proposals that reached a reviewer)
     "gated_by_day": (

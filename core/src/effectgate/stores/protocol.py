@@ -257,10 +257,12 @@ class ApprovalLedger(Protocol):
         *,
         since: float | None = None,
         until: float | None = None,
+        now: float | None = None,
     ) -> Sequence[tuple[Any, ...]]:
         """One of the report's aggregates, grouped by the database (a few rows however large the
         ledger), over calls proposed (events recorded) in [since, until); None leaves an end open.
-        Columns, in order: "decisions" (tool, approver role, row fingerprint, status, edited by a
+        Columns, in order: "decisions" (tool, approver role, row fingerprint, status (a pending
+        approval past its expiry at `now`, the store's clock by default, is "expired"), edited by a
         reviewer 0/1, decided_at set 0/1, count); "gated_by_day" (UTC day number, model id,
         proposals not rejected); "sessions_by_day" (day, distinct non-empty session ids);
         "sessions_by_model" (day, model id, distinct sessions with an event of that model's calls);
