@@ -50,13 +50,15 @@ STEPS: dict[int, Callable[[Connection], None]] = {2: _2_to_3, 3: _3_to_4}
 #: Indexes of earlier releases that `indexes` drops: full indexes on eg_events, which every read
 #: record entered; the approvals' (subject_key, status) and (session_id, tool, subject_key,
 #: status), which every status change rewrote; and the intent keys' approval id, which no query
-#: reads (each is one more page written per commit).
+#: reads (each is one more page written per commit); and the holds' user id, which refused a hold
+#: on a user id longer than a PostgreSQL btree entry (2704 bytes) that the gate records.
 REPLACED_INDEXES = (
     "ix_eg_events_kind",
     "ix_eg_events_approval_id",
     "eg_approvals_subject_status",
     "eg_approvals_session_subject",
     "ix_eg_intent_keys_approval_id",
+    "ix_eg_holds_user_id",
 )
 #: Indexes of this release that an older database may lack (`indexes` creates them).
 ADDED_INDEXES = (*EVENT_INDEXES, APPROVAL_SUBJECT_INDEX, APPROVAL_SESSION_INDEX)
@@ -69,7 +71,7 @@ def indexes(conn: Connection) -> None:
     so a worker's setup on a current database, while other workers run, waited for their
     transactions and deadlocked with them (it holds eg_events, they hold eg_approvals)."""
     inspector = sa.inspect(conn)
-    tables = ("eg_events", "eg_approvals", "eg_intent_keys")  # those of the indexes above
+    tables = ("eg_events", "eg_approvals", "eg_intent_keys", "eg_holds")  # those of the indexes above
     present = {i["name"] for t in tables for i in inspector.get_indexes(t)}
     for name in REPLACED_INDEXES:
         if name in present:

@@ -249,7 +249,7 @@ class HoldRow(SQLModel, table=True):
 
     __tablename__ = "eg_holds"
     id: str = Field(primary_key=True)
-    user_id: str = Field(index=True)
+    user_id: str  # no index: a btree refuses a long user id, and the few holds are read whole
     reason: str = Field(sa_column=Column(Text, nullable=False))
     placed_by: str
     at: float
