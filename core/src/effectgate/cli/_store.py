@@ -17,6 +17,7 @@ import sqlalchemy as sa
 
 from .._audit_rows import Rules
 from ..chain import ChainError
+from ..context import _storable
 from ..effects import Policy
 from ..errors import (
     ApprovalError,
@@ -78,10 +79,22 @@ def run_approved(gate: EffectGate, grant: Grant, url: str) -> Executed:
         return gate.execute(grant.token)
     except Exception as exc:
         code, why = _failure(exc, url)
-        if code in (EXIT_UNAVAILABLE, EXIT_INTERNAL):  # the database, or a bug: said as such
+        if code == EXIT_INTERNAL and _run_failed(gate, grant.approval_id):  # the tool's own exception
+            why = describe(exc)
+        elif code in (EXIT_UNAVAILABLE, EXIT_INTERNAL):  # the database, or a bug: said as such
             raise
         approval = f"{grant.approval_id} v{grant.version}"
         raise RunFailed(f"approved {approval} (recorded), then its run failed: {why}") from exc
+
+
+def _run_failed(gate: EffectGate, approval_id: str) -> bool:
+    """Whether the approval's latest run is recorded as failed: the tool raised an exception its
+    row declares definite (any type the application defines), which is no bug of the command."""
+    try:
+        runs = gate.store.executions(approval_id=approval_id)
+    except Exception:  # the store cannot say: the exception is reported as it is
+        return False
+    return bool(runs) and runs[-1].status == "failed"
 
 
 class StoreUnavailable(CommandError):
@@ -268,6 +281,8 @@ def _gate(args: argparse.Namespace, *, need_app: bool = False) -> Iterator[Effec
 def pending_cards(gate: EffectGate, role: str | None, session: str | None, *, app: str | None) -> list[Card]:
     """The pending cards, of `session`, that `role` may decide: without --app the gate's policy is
     empty (it grants no role another's), so by the policy recorded with each approval."""
+    if not _storable(session):  # a NUL: no session holds one (and PostgreSQL refuses the query)
+        return []
     cards = gate.pending(role=role if app else None, session_id=session)
     if role is None or app:
         return cards
