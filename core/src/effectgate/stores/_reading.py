@@ -12,6 +12,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from ..context import _storable
 from . import _dialect
 from . import _queries as Q
 from . import _statements as S
@@ -22,6 +23,13 @@ _FIRST_PROPOSED = Q.first_proposed()
 _EXECUTION_OUTCOMES = Q.execution_outcomes()
 _GRANTS_PRESENTED = Q.grants_presented()
 _BATCH = 1000  # ids per statement (`execution_outcomes`)
+
+
+def _unheld(*filters: object) -> bool:
+    """Whether a filter is text no row can hold (a NUL, a lone surrogate): its list is empty,
+    on every store (PostgreSQL refuses such a query, sqlite3 cannot encode a surrogate)."""
+    values = [v for f in filters for v in (f if isinstance(f, list | tuple) else (f,))]
+    return not all(_storable(v) for v in values)
 
 
 class ReadingSQL:
@@ -45,6 +53,8 @@ class ReadingSQL:
         session_id: str | None = None,
         limit: int | None = None,
     ) -> list[ApprovalRow]:
+        if _unheld(status, role, session_id):
+            return []
         q = sa.select(Q.T_APPROVALS)
         if status is not None:
             q = q.where(Q.T_APPROVALS.c.status.in_([status] if isinstance(status, str) else list(status)))
@@ -63,6 +73,8 @@ class ReadingSQL:
             return self.approval(conn, approval_id)
 
     def executions(self, *, approval_id: str | None = None, tool: str | None = None) -> list[ExecutionRow]:
+        if _unheld(approval_id, tool):
+            return []
         q = sa.select(Q.T_EXECUTIONS)
         if approval_id is not None:
             q = q.where(Q.T_EXECUTIONS.c.approval_id == approval_id)
@@ -74,6 +86,8 @@ class ReadingSQL:
     def events(
         self, *, kind: str | None = None, approval_id: str | None = None, session_id: str | None = None
     ) -> list[EventRow]:
+        if _unheld(kind, approval_id, session_id):
+            return []
         q = sa.select(Q.T_EVENTS)
         if kind is not None:
             q = q.where(Q.T_EVENTS.c.kind == kind, *(() if kind == "read" else (Q.NOT_READ,)))
