@@ -79,7 +79,8 @@ class Manifest:
             keyring.verify_signature(PURPOSE, self.body(), self.signature)
         except TokenError as exc:
             raise ExportError(f"the manifest's signature does not verify: {exc}") from exc
-        except ValueError as exc:  # a number canonical JSON cannot carry: no exporter signed it
+        except (ValueError, RecursionError) as exc:  # a number canonical JSON cannot carry, or
+            # nesting deeper than it reads (an edit): no exporter signed it
             raise ExportError(f"the manifest is not one an export wrote: {exc}") from exc
         if not self.signature.startswith(f"{self.key_id}."):
             raise ExportError("the manifest's key id is not the key that signed it")

@@ -218,7 +218,7 @@ def seal_chain(
             running = head = before.head if before is not None else GENESIS
             first = last_id = None
             seen = count = 0
-            for row in store.chain_rows(conn, table, after_id=before.last_id if before else 0):
+            for row in store.chain_rows(conn, table, after_id=before.last_id if before else None):
                 running, seen = links.link(running, row), seen + 1
                 if type(row[at_index]) not in (int, float) or not math.isfinite(row[at_index]):
                     raise ChainError(
@@ -283,15 +283,17 @@ def _verify_table(
     erased: Mapping[Any, RedactedRow],
 ) -> list[ChainBreak]:
     found: list[ChainBreak] = []
-    rows = store.chain_rows(conn, table, after_id=0, upto_id=points[-1].last_id)
+    # from the first row, whatever its id: one inserted at id 0 or below is in the first range
+    rows = store.chain_rows(conn, table, after_id=None, upto_id=points[-1].last_id)
     pending: tuple[Any, ...] | None = next(rows, None)
-    prev_head, prev_last = GENESIS, 0
+    prev_head = GENESIS
+    prev_last: int | None = None  # no range before the first
     id_at = columns(table).index("id")
     for c in points:
         where = (table, c.first_id, c.last_id)
         if not _signed(keyring, c):
             found.append(ChainBreak(*where, "the checkpoint's signature does not verify (forged or edited)"))
-        if c.start != prev_head or c.first_id <= prev_last:
+        if c.start != prev_head or (prev_last is not None and c.first_id <= prev_last):
             found.append(
                 ChainBreak(*where, "the checkpoint does not continue the one before (one was removed)")
             )

@@ -36,12 +36,15 @@ class ChainSQL:
         conn.execute(sa.insert(Q.T_CHAIN), dict(row))
 
     def chain_rows(
-        self, conn: Connection, table: str, *, after_id: int, upto_id: int | None = None
+        self, conn: Connection, table: str, *, after_id: int | None, upto_id: int | None = None
     ) -> Iterator[tuple[Any, ...]]:
         """The rows of `table` with after_id < id (<= upto_id), in id order, as tuples in
-        `columns(table)` order (streamed: the events table is the largest)."""
+        `columns(table)` order (streamed: the events table is the largest). `after_id` None: from
+        the first row, whatever its id (a row inserted at id 0 or below is chained, not skipped)."""
         if table not in CHAINED:
             raise ValueError(f"{table} is not chained")
-        where = f"id > {int(after_id)}" + (f" AND id <= {int(upto_id)}" if upto_id is not None else "")
-        sql = f"SELECT {', '.join(columns(table))} FROM {table} WHERE {where} ORDER BY id"
+        bounds = [f"id > {int(after_id)}"] if after_id is not None else []
+        bounds += [f"id <= {int(upto_id)}"] if upto_id is not None else []
+        where = f" WHERE {' AND '.join(bounds)}" if bounds else ""
+        sql = f"SELECT {', '.join(columns(table))} FROM {table}{where} ORDER BY id"
         return _dialect.stream(conn, sql, batch=5000)

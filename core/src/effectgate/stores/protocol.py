@@ -341,10 +341,11 @@ class ChainLedger(Protocol):
         """Append one checkpoint (columns of `records.ChainRow`)."""
 
     def chain_rows(
-        self, conn: Any, table: str, *, after_id: int, upto_id: int | None = None
+        self, conn: Any, table: str, *, after_id: int | None, upto_id: int | None = None
     ) -> Iterator[tuple[Any, ...]]:
-        """The rows of a chained table (`stores._chain.CHAINED`) with after_id < id <= upto_id,
-        in id order, as tuples in `_chain.columns(table)` order. ValueError for another table."""
+        """The rows of a chained table (`stores._chain.CHAINED`) with after_id < id <= upto_id
+        (after_id None: from the first row, whatever its id), in id order, as tuples in
+        `_chain.columns(table)` order. ValueError for another table."""
 
 
 class Store(ApprovalLedger, IdempotencyLedger, RedactionLedger, ChainLedger, Protocol):
