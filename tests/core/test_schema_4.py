@@ -11,7 +11,7 @@ from effectgate import EffectGate, Executed
 from effectgate.chain import seal_chain
 from effectgate.errors import StoreError
 from effectgate.stores import SQLStore, open_store
-from effectgate.stores.records import BIG_ID_TABLES, SCHEMA_VERSION
+from effectgate.stores.records import BIG_ID_COLUMNS, BIG_ID_TABLES, SCHEMA_VERSION
 from effectgate.testing import FakeClock
 
 from .conftest import MakeGate
@@ -75,8 +75,7 @@ def _as_version_3(store: SQLStore) -> None:
     ranges in the chain; on SQLite the same tables (its ids were 64-bit already)."""
     with store.transaction() as conn:
         if conn.dialect.name == "postgresql":
-            for table in BIG_ID_TABLES:
-                columns = ("id", "first_id", "last_id", "count") if table == "eg_chain" else ("id",)
+            for table, columns in BIG_ID_COLUMNS.items():
                 narrow = ", ".join(f"ALTER COLUMN {c} TYPE INTEGER" for c in columns)
                 conn.exec_driver_sql(f"ALTER TABLE {table} {narrow}")
                 sequence = conn.exec_driver_sql(f"SELECT pg_get_serial_sequence('{table}', 'id')").scalar()

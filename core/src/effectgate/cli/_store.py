@@ -17,7 +17,6 @@ import sqlalchemy as sa
 
 from .._audit_rows import Rules
 from ..chain import ChainError
-from ..context import _storable
 from ..effects import Policy
 from ..errors import (
     ApprovalError,
@@ -281,8 +280,6 @@ def _gate(args: argparse.Namespace, *, need_app: bool = False) -> Iterator[Effec
 def pending_cards(gate: EffectGate, role: str | None, session: str | None, *, app: str | None) -> list[Card]:
     """The pending cards, of `session`, that `role` may decide: without --app the gate's policy is
     empty (it grants no role another's), so by the policy recorded with each approval."""
-    if not _storable(session):  # a NUL: no session holds one (and PostgreSQL refuses the query)
-        return []
     cards = gate.pending(role=role if app else None, session_id=session)
     if role is None or app:
         return cards

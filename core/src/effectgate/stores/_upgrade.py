@@ -15,7 +15,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.schema import CreateIndex
 
 from ..errors import StoreError
-from .records import APPROVAL_SESSION_INDEX, APPROVAL_SUBJECT_INDEX, BIG_ID_TABLES, EVENT_INDEXES
+from .records import APPROVAL_SESSION_INDEX, APPROVAL_SUBJECT_INDEX, BIG_ID_COLUMNS, EVENT_INDEXES
 
 
 def _2_to_3(conn: Connection) -> None:
@@ -34,10 +34,9 @@ def _3_to_4(conn: Connection) -> None:
     if conn.dialect.name != "postgresql":
         return
     present = set(sa.inspect(conn).get_table_names())
-    for table in BIG_ID_TABLES:
+    for table, columns in BIG_ID_COLUMNS.items():
         if table not in present:
             continue
-        columns = ("id", "first_id", "last_id", "count") if table == "eg_chain" else ("id",)
         widen = ", ".join(f"ALTER COLUMN {c} TYPE BIGINT" for c in columns)
         conn.exec_driver_sql(f"ALTER TABLE {table} {widen}")
         sequence = conn.exec_driver_sql(f"SELECT pg_get_serial_sequence('{table}', 'id')").scalar()

@@ -35,8 +35,15 @@ SCHEMA_VERSION = 4
 #: a primary key) on PostgreSQL, where INTEGER ends at 2^31 - 1; INTEGER on SQLite, whose
 #: INTEGER PRIMARY KEY is the 64-bit rowid (a BIGINT key there would not be one).
 BIG_ID = BigInteger().with_variant(Integer(), "sqlite")
-#: The tables whose ids are `BIG_ID` (`_upgrade._3_to_4` widens them).
-BIG_ID_TABLES = ("eg_decisions", "eg_events", "eg_executions", "eg_redacted", "eg_chain")
+#: The columns of type `BIG_ID`, by table (`_upgrade._3_to_4` widens them).
+BIG_ID_COLUMNS: dict[str, tuple[str, ...]] = {
+    "eg_decisions": ("id",),
+    "eg_events": ("id",),
+    "eg_executions": ("id",),
+    "eg_redacted": ("id",),
+    "eg_chain": ("id", "first_id", "last_id", "count"),
+}
+BIG_ID_TABLES = tuple(BIG_ID_COLUMNS)
 
 
 def _big_id() -> Any:
