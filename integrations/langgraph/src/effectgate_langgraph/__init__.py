@@ -27,10 +27,12 @@ stored card, allowed decisions, and the same requests in langchain's HITL `actio
 `review_configs` shape). Answer it with a mapping from approval id to decision:
 `approve(token)`, `deny(reason)` or `edit(args)`. `resume(decisions, interrupt)` builds
 `Command(resume={interrupt.id: decisions})`, the form that works whatever the approval ids look
-like; `Command(resume=decisions)` works as well. langchain's HumanInTheLoopMiddleware answer,
-`Command(resume={"decisions": [...]})`, is bridged by position: a reject closes the approval,
-an approve goes through `gate.approve` as the application's `native_approver=` (set on the node
-or middleware; without it the approve is refused, naming that setting).
+like; `Command(resume=decisions)` works as well. `resume(..., gate=gate, user_id=...)` answers
+only the interrupts whose payload carries the gate's signature, never a tool's own look-alike.
+langchain's HumanInTheLoopMiddleware answer, `Command(resume={"decisions": [...]})`, is bridged by
+position: a reject closes the approval, an approve goes through `gate.approve` as the
+application's `native_approver=` (set on the node or middleware; without it the approve is
+refused, naming that setting).
 
 For `langchain.agents.create_agent`, put `EffectGateMiddleware(gate, agent_id=...)` where
 `HumanInTheLoopMiddleware` would go; it gates each call at `wrap_tool_call`.
@@ -43,9 +45,10 @@ from typing import Any
 
 from langgraph.types import Command, Interrupt
 
+from effectgate import EffectGate
 from effectgate.adapter import DecisionMismatch, MissingIdentity, TamperedState
 
-from ._decisions import PAYLOAD_TYPE, ApprovalPayload, ApprovalRequest, RefusedDecision
+from ._decisions import PAYLOAD_TYPE, ApprovalPayload, ApprovalRequest, RefusedDecision, is_signed_payload
 from ._messages import ARTIFACT_KEY
 from ._middleware import EffectGateMiddleware
 from ._native import InvalidToolArguments, gated_middleware, gated_node, native_tool
@@ -98,18 +101,34 @@ def edit(args: Mapping[str, Any]) -> dict[str, Any]:
 def resume(
     decisions: Mapping[str, Mapping[str, Any]],
     interrupts: Interrupt | Sequence[Interrupt] | None = None,
+    *,
+    gate: EffectGate | None = None,
+    user_id: str | None = None,
 ) -> Command[Any]:
     """The Command answering gated calls with decisions keyed by approval id.
 
     With the pending interrupt(s) given, each of the gate's interrupts is addressed by its id and
     gets the decisions for the approvals its payload lists (a decision naming none of them goes to
     every one, to be refused there in the open); any other interrupt is left unanswered. Without,
-    `Command(resume=decisions)`."""
+    `Command(resume=decisions)`.
+
+    Which interrupts are the gate's: with `gate=` and `user_id=` (the user the run resumes for,
+    as its runtime context names them), those whose payload carries the gate's signature over
+    the run and its waiting calls; a tool's own interrupt that copies the payload's `type` is
+    left unanswered (it never sees the decisions or their tokens). Without them, any interrupt
+    whose payload says `type: effectgate.approval`."""
+    if (gate is None) != (user_id is None):
+        raise TypeError("resume(): pass gate= and user_id= together (both verify the payloads), or neither")
+    if user_id is not None and (not isinstance(user_id, str) or not user_id):
+        raise TypeError("resume(): user_id must be the run's user id, a non-empty string")
     value = {key: dict(d) for key, d in decisions.items()}
     if interrupts is None:
         return Command(resume=value)
     given = [interrupts] if isinstance(interrupts, Interrupt) else list(interrupts)
-    pending = [i for i in given if isinstance(i.value, Mapping) and i.value.get("type") == PAYLOAD_TYPE]
+    if gate is not None and user_id is not None:
+        pending = [i for i in given if is_signed_payload(gate, i.value, user_id)]
+    else:
+        pending = [i for i in given if isinstance(i.value, Mapping) and i.value.get("type") == PAYLOAD_TYPE]
     listed = {i.id: _approval_ids(i) for i in pending}
     known = set().union(*listed.values())
     return Command(

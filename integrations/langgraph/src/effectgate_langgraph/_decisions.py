@@ -81,7 +81,7 @@ from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from effectgate import CallContext, EffectGate, Pending
-from effectgate.adapter import sign_state
+from effectgate.adapter import TamperedState, sign_state, verify_state
 from effectgate.outcomes import VersionEntry
 
 PAYLOAD_TYPE = "effectgate.approval"
@@ -151,6 +151,28 @@ def signed_fields(requests: Sequence[ApprovalRequest], ctx: CallContext) -> dict
         "user_id": ctx.user_id,
         "requests": [{k: r[k] for k in SIGNED} for r in requests],  # type: ignore[literal-required]
     }
+
+
+def is_signed_payload(gate: EffectGate, value: object, user_id: str) -> bool:
+    """Whether `value` (an interrupt's payload) is one this gate's node raised for `user_id`: its
+    signature verifies over the session, origin message and requests it carries. A tool's own
+    interrupt that copies the payload's `type` does not."""
+    if not isinstance(value, Mapping) or value.get("type") != PAYLOAD_TYPE:
+        return False
+    requests = value.get("requests")
+    if not isinstance(requests, list) or not all(isinstance(r, Mapping) for r in requests):
+        return False
+    fields = {
+        "session_id": value.get("session_id"),
+        "origin_message_id": value.get("origin_message_id"),
+        "user_id": user_id,
+        "requests": [{k: r.get(k) for k in SIGNED} for r in requests],
+    }
+    try:
+        verify_state(gate, "langgraph.approval", fields, value.get("signature"))
+    except (TamperedState, RecursionError):
+        return False
+    return True
 
 
 def _offered(gate: EffectGate, w: Waiting) -> tuple[str, ...]:

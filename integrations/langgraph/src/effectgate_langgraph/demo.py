@@ -158,7 +158,9 @@ def _conversations(demo: _LangGraphDemo) -> None:
     assert isinstance(grant, Grant)
     out.print(f"  fiona (finance) approves v{request['version']}; resuming with the grant token")
     assert t.last is not None
-    t.invoke(resume({request["approval_id"]: approve(grant.token)}, t.last.interrupts))
+    t.invoke(
+        resume({request["approval_id"]: approve(grant.token)}, t.last.interrupts, gate=gate, user_id="u1")
+    )
     _expect(shop.receiver.count("refund") == 1, "the approved refund runs once")
     [sent] = [e for e in shop.receiver.effects if e.kind == "refund"]
     _expect(bool(sent.idempotency_key), "the provider receives the idempotency key")
@@ -201,7 +203,11 @@ def _conversations(demo: _LangGraphDemo) -> None:
     t.send("Send me an apology", "m7")
     [request] = t.requests()
     assert t.last is not None
-    t.invoke(resume({request["approval_id"]: deny("tone not approved")}, t.last.interrupts))
+    t.invoke(
+        resume(
+            {request["approval_id"]: deny("tone not approved")}, t.last.interrupts, gate=gate, user_id="u1"
+        )
+    )
     _expect(shop.receiver.count("email") == 0, "a denied email is never sent")
     t.script.assert_complete()
 
