@@ -134,3 +134,13 @@ def reveal(text: str) -> str:
     than newline and tab, variation selectors with no character to vary) written out as
     `<U+202E>`, so a reviewer sees where they are."""
     return "".join(f"<U+{ord(c):04X}>" if hidden(c) or _stray(text, i) else c for i, c in enumerate(text))
+
+
+def one_line(value: Any) -> str:
+    """`value` as one line of a text card: `reveal`, and its newlines written out the same way (so
+    every control character but tab, ESC and CR too, and every line break): a stored value cannot
+    drive the terminal or pass for another line of the card."""
+    text = str(value)
+    if text.isascii() and text.isprintable():
+        return text
+    return "".join(f"<U+{ord(c):04X}>" if c == "\n" else c for c in reveal(text))

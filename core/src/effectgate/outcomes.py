@@ -14,7 +14,7 @@ from typing import Any, Literal
 import pydantic_core
 
 from ._json import parse
-from ._textcheck import text_warnings
+from ._textcheck import one_line, text_warnings
 from .context import SubjectEntry
 from .stores._dialect import REDACTED_PREFIX
 from .stores.records import ApprovalRow
@@ -146,19 +146,21 @@ class Card:
         }
 
     def render(self) -> str:
-        """A plain-text card (used where no richer surface is available)."""
+        """A plain-text card (used where no richer surface is available): each stored text on one
+        line, its controls, line breaks and hidden characters written out (`one_line`)."""
+        t = one_line
         lines = [
-            *(f"WARNING: {w}" for w in self.warnings),
-            f"{self.tool}  [{self.effect}, {self.reversibility}]"
-            f"  approval {self.approval_id} v{self.version}",
-            f"status: {self.status}   approver role: {self.approver_role}"
-            f"   approvals: {self.approvals_given} of {self.approvals_required}",
+            *(f"WARNING: {t(w)}" for w in self.warnings),
+            f"{t(self.tool)}  [{t(self.effect)}, {t(self.reversibility)}]"
+            f"  approval {t(self.approval_id)} v{t(self.version)}",
+            f"status: {t(self.status)}   approver role: {t(self.approver_role)}"
+            f"   approvals: {t(self.approvals_given)} of {t(self.approvals_required)}",
             f"subject: {json.dumps(self.subject, sort_keys=True) if self.subject else '-'}",
             "arguments:",
             *("  " + ln for ln in json.dumps(json_value(self.args), indent=2, sort_keys=True).splitlines()),
-            f"args sha256: {self.args_hash}",
-            *(f"note: {n}" for n in self.notes),
-            *([f"reason: {self.reason}"] if self.reason else []),
+            f"args sha256: {t(self.args_hash)}",
+            *(f"note: {t(n)}" for n in self.notes),
+            *([f"reason: {t(self.reason)}"] if self.reason else []),
         ]
         return "\n".join(lines)
 

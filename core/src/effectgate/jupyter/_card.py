@@ -19,12 +19,11 @@ from __future__ import annotations
 import dataclasses
 import html
 import json
-import unicodedata
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from .._display import card_view, json_line, pretty, when
-from .._textcheck import reveal
+from .._textcheck import one_line, reveal
 from ..context import Approver
 from ..errors import EffectGateError, StaleApproval
 from ..gate import EffectGate
@@ -45,17 +44,7 @@ def _e(value: Any) -> str:
     return html.escape(reveal(value if isinstance(value, str) else pretty(value)))
 
 
-def _plain(value: Any) -> str:
-    """`value` as one line of the text card: hidden characters written out (`reveal`), and every
-    control character (C0 but tab, DEL, C1; so ESC and CR) and line break written out the same
-    way, so a stored value cannot drive the terminal or pass for another line of the card."""
-    text = str(value)
-    if text.isascii() and text.isprintable():
-        return text
-    return "".join(
-        f"<U+{ord(c):04X}>" if (unicodedata.category(c) in ("Cc", "Zl", "Zp") and c != "\t") else c
-        for c in reveal(text)
-    )
+_plain = one_line  # a value as one line of the text card (its controls and line breaks written out)
 
 
 def _revealed(text: str, label: str = "") -> str:
@@ -126,7 +115,12 @@ class ApprovalCard:
         widgets: bool | None = None,
     ) -> None:
         self.gate = gate
-        self.approval_id = pending if isinstance(pending, str) else pending.approval_id
+        approval_id = pending if isinstance(pending, str) else getattr(pending, "approval_id", None)
+        if not isinstance(approval_id, str):  # refused here, not once a button is pressed
+            raise TypeError(f"a card takes a Pending, a Card or an approval id, not {type(pending).__name__}")
+        if not isinstance(approver, Approver):
+            raise TypeError(f"approver must be an Approver(id, role), not {type(approver).__name__}")
+        self.approval_id = approval_id
         self.approver = approver
         self.on_grant = on_grant
         self.grant: Grant | None = None
@@ -329,7 +323,7 @@ class ApprovalCard:
     def _say(self, message: str) -> None:
         if self.grant is not None:  # e.g. an on_grant that returns the token: it is never shown
             message = message.replace(self.grant.token, "<grant token>")
-        self.message = message
+        self.message = _plain(message)  # a tool's error quoting the model: printed, it drives nothing
         self._update()
 
     # -- widgets

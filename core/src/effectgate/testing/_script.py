@@ -53,15 +53,33 @@ def step(*calls: Call) -> Step:
 Turn = Step | Say
 
 
+def _well_formed(turn: Any) -> bool:
+    """Whether `turn` is a Say of text or a Step of calls each with a text name and id and its
+    arguments in a mapping of text keys (what every adapter's fake model replays as it is)."""
+    if isinstance(turn, Say):
+        return isinstance(turn.text, str)
+    calls = turn.calls if isinstance(turn, Step) and isinstance(turn.calls, tuple | list) else ()
+    return bool(calls) and all(
+        isinstance(c, Call)
+        and isinstance(c.name, str)
+        and isinstance(c.id, str)
+        and isinstance(c.args, Mapping)
+        and all(isinstance(k, str) for k in c.args)
+        for c in calls
+    )
+
+
 class Script:
     """A deterministic planner: each `next_turn()` returns the next turn, in order, once."""
 
     def __init__(self, turns: Iterable[Call | Say | Step]) -> None:
         self.turns: tuple[Turn, ...] = tuple(Step((t,)) if isinstance(t, Call) else t for t in turns)
         for n, turn in enumerate(self.turns, 1):  # a str meant as say(), a list meant as step()
-            calls = turn.calls if isinstance(turn, Step) else ()
-            if not (isinstance(turn, Say) or (calls and all(isinstance(c, Call) for c in calls))):
-                raise TypeError(f"turn {n} is {turn!r}: each turn is call(...), say(...) or step(...)")
+            if not _well_formed(turn):
+                raise TypeError(
+                    f"turn {n} is {turn!r}: each turn is call(...), say(...) or step(...), with a text "
+                    "name and id, arguments in a mapping of text keys, and text to say"
+                )
         self._pos = 0
         self._lock = threading.Lock()
         self.seen: list[Any] = []
