@@ -153,7 +153,7 @@ def deferred_operations(result: RunResultBase, *, gate: EffectGate | None = None
         if not isinstance(record, Mapping) or item.output != record:
             continue
         op = _Operation(record)
-        _owned(gate, str(op["operation_id"]), str(op.get("tool")), ctx)
+        _owned(gate, _stored(op)[0], str(op.get("tool")), ctx)  # an edited payload: TamperedState
         op.identity = ctx
         out.append(op)
     return out

@@ -43,7 +43,7 @@ record pointed at another approval, or two records swapped, decide nothing (`Tam
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, MutableMapping, Set
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Set
 from typing import Any
 
 from agents import (
@@ -56,7 +56,7 @@ from agents import (
 from agents.tool import DEFAULT_APPROVAL_REJECTION_MESSAGE
 from agents.tool_context import ToolContext
 
-from effectgate import Approver, EffectGate, Executed, Grant, Pending
+from effectgate import Approver, EffectGate, Executed, Grant, Outcome, Pending
 from effectgate._logging import logger as guarded_logger
 from effectgate.adapter import native_approver, rejecting_approver
 from effectgate.errors import AlreadyDecided, EffectGateError, NeedsReconciliation, TokenError
@@ -74,6 +74,8 @@ NativeApprover = Approver | Callable[[Any], Approver | None]
 SDK_REJECT = "sdk-reject"
 #: The identity a call's approval is closed under when its input guardrail refuses it before approval.
 SDK_GUARDRAIL = "sdk-guardrail"
+#: deferred mode: a gated call's registration (with its turn's other gated calls), by its ToolContext
+Registered = Callable[[ToolContext[Any]], Awaitable[Outcome]]
 NO_APPROVER = (
     "state.approve() on a gated call needs gate_agent(..., native_approver=Approver(id, role)) "
     "(or gate_tools(..., native_approver=...)), or approve it with "
@@ -217,9 +219,11 @@ class NativeDecisions:
             running = isinstance(exc, AlreadyDecided) and exc.status == "executing"
             await self._ran_first(ctx, call_id, tool, approval_id, running=running)
 
-    def guarded(self, tool: FunctionTool, *, gated: bool) -> list[ToolInputGuardrail[Any]] | None:
+    def guarded(
+        self, tool: FunctionTool, *, gated: bool, deferred: Registered | None = None
+    ) -> list[ToolInputGuardrail[Any]] | None:
         """A gated tool's input guardrails, each closing the call's undecided approval when it
-        refuses the call (`withdraw`)."""
+        refuses the call (`withdraw`); in deferred mode `deferred` gives the call's registration."""
         if not gated or not tool.tool_input_guardrails:
             return tool.tool_input_guardrails
 
@@ -229,21 +233,27 @@ class NativeDecisions:
                 behavior = out.behavior
                 if behavior["type"] != "allow":
                     why = behavior.get("message") or f"tool input guardrail {guardrail.get_name()} tripped"
-                    await self.withdraw(data.context, str(why))
+                    await self.withdraw(data.context, str(why), deferred)
                 return out
 
             return ToolInputGuardrail(guardrail_function=run, name=guardrail.get_name())
 
         return [closing(g) for g in tool.tool_input_guardrails]
 
-    async def withdraw(self, ctx: ToolContext[Any], reason: str) -> None:
+    async def withdraw(self, ctx: ToolContext[Any], reason: str, deferred: Registered | None = None) -> None:
         """A call an input guardrail refused while it was undecided (the SDK's pre-approval tool
         input guardrails, which it runs after `needs_approval` registered the call): the SDK does
         not pause it, so its approval is closed (`gate.deny` as the system identity
         `sdk-guardrail` with the row's role, the guardrail's message as the reason) and no
         reviewer is asked to approve what the application's own policy refused. A guardrail run
-        before an approved call executes decides nothing here."""
+        before an approved call executes decides nothing here. In deferred mode the call never
+        pauses, but another call of its turn registers it with the turn (`deferred`): closed too."""
         call_id, tool = ctx.tool_call_id, ctx.tool_name
+        if deferred is not None and tool in self.tools:
+            done = await deferred(ctx)
+            if isinstance(done, Pending) and done.status == "pending":
+                await self._guardrail_deny(done.approval_id, done.card.approver_role, reason, done.version)
+            return
         found = _records(ctx.context)
         record = found[0].get(call_id) if found is not None else None
         if found is None or not isinstance(record, MutableMapping) or tool not in self.tools:
@@ -255,16 +265,14 @@ class NativeDecisions:
         row = await self._owned_row(ctx, call_id)
         if row is None or row.status != "pending":
             return
+        await self._guardrail_deny(row.id, row.approver_role, reason, record.get("version"))
+
+    async def _guardrail_deny(self, approval_id: str, role: str, reason: str, version: Any) -> None:
+        who = Approver(SDK_GUARDRAIL, role)
         try:
-            await asyncio.to_thread(
-                self.gate.deny,
-                row.id,
-                approver=Approver(SDK_GUARDRAIL, row.approver_role),
-                reason=reason,
-                version=record.get("version"),
-            )
+            await asyncio.to_thread(self.gate.deny, approval_id, approver=who, reason=reason, version=version)
         except EffectGateError as exc:  # decided meanwhile
-            log.info("guardrail refusal of approval %s not recorded: %s", row.id, exc)
+            log.info("guardrail refusal of approval %s not recorded: %s", approval_id, exc)
 
     async def _ran_first(
         self, ctx: RunContextWrapper[Any], call_id: str, tool: str, approval_id: str, *, running: bool = False

@@ -144,7 +144,8 @@ class GatedTools:
         gated_tool.on_invoke_tool = on_invoke
         gated_tool.needs_approval = needs
         gated_tool.is_enabled = self._enabled(tool.is_enabled)
-        gated_tool.tool_input_guardrails = self.native.guarded(tool, gated=gated)  # refusals close
+        deferred = self._registered if self.mode == "deferred" else None  # refusals close
+        gated_tool.tool_input_guardrails = self.native.guarded(tool, gated=gated, deferred=deferred)
         return gated_tool
 
     def _enabled(self, own: Any) -> Callable[[RunContextWrapper[Any], Any], bool | Awaitable[bool]]:
@@ -207,8 +208,8 @@ class GatedTools:
             self._steps[key] = entry
             while len(self._steps) > _CACHE_LIMIT:
                 self._steps.popitem(last=False)
-        try:
-            outcomes = await entry[1]
+        try:  # shielded: one call cancelled (its SDK timeout) must not cancel its siblings' answers
+            outcomes = await asyncio.shield(entry[1])
         except BaseException:  # the store failed (or the run was cancelled): not kept for a retry
             if self._steps.get(key) is entry:
                 del self._steps[key]
@@ -227,12 +228,15 @@ class GatedTools:
         )
         return {cid: o for (_, _, cid), o in zip(calls, outcomes, strict=True)}
 
+    async def _registered(self, ctx: ToolContext[Any]) -> Outcome:
+        """Deferred mode: the registration of a call its input guardrail refused (never invoked)."""
+        args, cctx = parse(ctx.tool_arguments), self._cctx(ctx, ctx.tool_call_id)
+        return await self._register(ctx.tool_name, ctx.context, args, ctx.tool_call_id, cctx)
+
     async def needs_approval(
         self, name: str, ctx: RunContextWrapper[Any], params: dict[str, Any], call_id: str
     ) -> bool:
-        cctx = call_context(
-            ctx.context, agent_id=self.agent_id, tool_call_id=call_id, gate=self.gate, resumed=resumed(ctx)
-        )
+        cctx = self._cctx(ctx, call_id)
         outcome = await self._register(name, ctx.context, params, call_id, cctx)
         key = (cctx.session_id, cctx.origin_message_id, call_id, call_of(name, params))
         if isinstance(outcome, Pending):
@@ -248,14 +252,13 @@ class GatedTools:
 
     # -- execution
 
-    async def invoke(self, name: str, ctx: ToolContext[Any], arguments: str, *, gated: bool) -> Any:
-        cctx = call_context(
-            ctx.context,
-            agent_id=self.agent_id,
-            tool_call_id=ctx.tool_call_id,
-            gate=self.gate,
-            resumed=resumed(ctx),
+    def _cctx(self, ctx: RunContextWrapper[Any], call_id: str) -> CallContext:
+        return call_context(
+            ctx.context, agent_id=self.agent_id, tool_call_id=call_id, gate=self.gate, resumed=resumed(ctx)
         )
+
+    async def invoke(self, name: str, ctx: ToolContext[Any], arguments: str, *, gated: bool) -> Any:
+        cctx = self._cctx(ctx, ctx.tool_call_id)
         args = parse(arguments)
         decided = None
         if gated and self._decided:  # only a gated call's needs_approval decides before it runs

@@ -29,7 +29,7 @@ from effectgate.adapter import DecisionMismatch, missing_identity, verify_state
 from effectgate.canonical import canonical_json
 from effectgate.errors import TokenError
 
-from ._managed import owner_of
+from ._managed import _members, owner_of
 from ._outcomes import AWAITING, AwaitingApproval
 
 _MAGIC = b"effectgate-smolagents-memory/2\n"
@@ -137,15 +137,35 @@ def forget_others(
     next user's code could read the last one's (their order, a tool result) with no tool call.
     A run that continues (`reset` False) in memory holding that other conversation is refused
     (ValueError, nothing changed): the model acting for this user would read it."""
-    if held is None or (held[0], held[1]) == (ctx.session_id, ctx.user_id):
-        return
-    if not reset and held[2] and held[2] is agent.memory.steps:
-        raise ValueError(
-            "this agent's memory holds another session's or user's conversation: nothing ran. Run "
-            "with reset=True, restore this conversation's memory first (restore_memory), or use an "
-            "agent of its own"
-        )
-    _clear_kept(agent)
+    if held is not None and (held[0], held[1]) != (ctx.session_id, ctx.user_id):
+        if not reset and held[2] and held[2] is agent.memory.steps:
+            raise ValueError(
+                "this agent's memory holds another session's or user's conversation: nothing ran. "
+                "Run with reset=True, restore this conversation's memory first (restore_memory), or "
+                "use an agent of its own"
+            )
+        _clear_kept(agent)
+    _forget_team(agent, ctx)
+
+
+def _forget_team(agent: MultiStepAgent, ctx: CallContext) -> None:
+    """A CodeAgent manager's code is handed its managed agents (at every depth) and can read what
+    each kept of its last run (memory, task, state, code variables): when that run was for another
+    session or user than `ctx`, it is cleared before this run starts."""
+    todo, seen = [agent], {id(agent)}
+    while todo:
+        for _, member in _members(todo.pop()):
+            owner = owner_of(member)
+            if id(member) in seen or owner is None:
+                continue
+            seen.add(id(member))
+            todo.append(member)
+            held = owner._memory_of
+            if held is not None and (held[0], held[1]) != (ctx.session_id, ctx.user_id):
+                member.memory.reset()
+                member.task = None
+                _clear_kept(member)
+                owner._memory_of = None
 
 
 def _clear_kept(agent: MultiStepAgent) -> None:

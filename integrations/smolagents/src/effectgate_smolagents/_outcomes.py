@@ -88,7 +88,7 @@ class AwaitingApproval:
                 paused=paused,
                 agent_id=str(data.get("agent_id", "")),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:  # a version of 1e999: inf
             raise TamperedState(f"not an AwaitingApproval record: {exc!r}") from exc
         verify_state(gate, AWAITING, made.signed_fields(), data.get("signature"))
         pending = []
