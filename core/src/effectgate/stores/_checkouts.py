@@ -7,15 +7,46 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import QueuePool
 
+from ..errors import StoreError
 from . import _dialect
 
 if TYPE_CHECKING:
     from .sql import SQLStore
+
+
+#: Connections whose transaction on the driver (`Held`) had a statement fail: it never commits.
+FAILED: set[Connection] = set()
+
+
+def raise_failure(conn: Connection, exc: Exception, sql: str, params: Any) -> NoReturn:
+    """`_dialect.run`'s error, as SQLAlchemy's own execution raises it: wrapped in SQLAlchemy's
+    types (what callers and the CLI handle), and a connection the server dropped invalidated in
+    the pool. But SQLAlchemy rolls back a connection it sees in no transaction, and it does not
+    see one begun on the driver (`Held`): every later statement of that block then committed by
+    itself (half a transaction, its start lost). That transaction is left open, and never
+    commits (`FAILED`): as the database left it (PostgreSQL: aborted; SQLite: the statement
+    undone), and rolled back when its block ends."""
+    dialect = conn.dialect
+    if (
+        conn.closed
+        or conn.invalidated
+        or conn.in_transaction()  # SQLAlchemy's own: it handles it
+        or (
+            isinstance(exc, dialect.loaded_dbapi.Error)
+            and dialect.is_disconnect(exc, conn.connection.dbapi_connection, None)
+        )
+        or _dialect.idle(conn, conn.connection.driver_connection)  # one statement, no transaction
+    ):
+        conn._handle_dbapi_exception(exc, sql, params, None, None)
+    FAILED.add(conn)
+    base, hide = dialect.loaded_dbapi.Error, conn.engine.hide_parameters
+    raise sa.exc.DBAPIError.instance(sql, params, exc, base, hide, dialect=dialect) from exc
 
 
 class Checkouts:
@@ -181,14 +212,23 @@ class Held:
             assert taken is not None
             try:
                 if self._begin:
+                    failed = bool(FAILED) and taken[0] in FAILED  # a statement of it failed
                     try:
-                        _dialect.driver_end(taken[0], taken[1], commit=typ is None)
+                        _dialect.driver_end(taken[0], taken[1], commit=typ is None and not failed)
                     except Exception:
                         # A ROLLBACK that fails after the block raised (its connection lost: the
                         # server ended the session mid-transaction) does not replace the block's
                         # error, which names the loss; the connection is discarded below.
                         if typ is None:
                             raise
+                    finally:
+                        if FAILED:  # also one its COMMIT added
+                            FAILED.discard(taken[0])
+                    if failed and typ is None:
+                        raise StoreError(
+                            "a statement of this transaction failed and its error was caught "
+                            "inside it: the transaction was rolled back, nothing of it is written"
+                        )
                 ok = typ is None
             finally:
                 self._store._checkouts.give(taken, ok)

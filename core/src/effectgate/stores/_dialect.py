@@ -15,7 +15,7 @@ from sqlalchemy.pool import StaticPool
 
 from ..errors import MissingDependency, StoreError
 from ._fork import fork_safe
-from ._memory import in_memory, shown
+from ._memory import check_driver, in_memory, shown
 from .records import SCHEMA_VERSION, SchemaVersionRow
 
 READONLY, _WAL_PENDING = "effectgate_readonly", "effectgate_wal_pending"
@@ -33,11 +33,10 @@ def make_engine(url: str, *, pool_size: int | None = None) -> Engine:
         fix = f"sqlite:///{url}" if "://" not in url else "sqlite:///PATH or postgresql+psycopg://..."
         raise StoreError(f"cannot parse the database URL ({exc}); give {fix}") from None
     backend = parsed.get_backend_name()
+    check_driver(parsed)  # the one driver the store runs on each database
     if backend == "sqlite":
         return _sqlite_engine(parsed, pool_size)
     if backend == "postgresql":
-        if parsed.drivername not in ("postgresql", "postgresql+psycopg"):
-            raise StoreError(f"use the psycopg 3 driver: postgresql+psycopg://... (got {parsed.drivername})")
         try:
             import psycopg  # noqa: F401  (the one place the optional driver is imported)
         except ImportError as exc:
@@ -135,14 +134,14 @@ def _sqlite_wal(cur: Any) -> bool:
     if str(cur.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal":
         return True
     table = SchemaVersionRow.__tablename__
-    if (
-        cur.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)).fetchone()
-        is None
-    ):
+    found = cur.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,))
+    if found.fetchone() is None:
         return False
     if cur.execute(f"SELECT 1 FROM {table} WHERE version = ?", (SCHEMA_VERSION,)).fetchone() is None:
         return False
-    return str(cur.execute("PRAGMA journal_mode=WAL").fetchone()[0]).lower() == "wal"
+    with contextlib.suppress(Exception):  # read-only (a copy opened with mode=ro), busy: not yet
+        return str(cur.execute("PRAGMA journal_mode=WAL").fetchone()[0]).lower() == "wal"
+    return False
 
 
 def observed(conn: Connection | Engine) -> bool:
@@ -178,9 +177,9 @@ def run(conn: Connection, sql: str, params: Mapping[str, Any] | None = None, *, 
 
 
 def _raise(conn: Connection, exc: Exception, sql: str, params: Any) -> NoReturn:
-    # As SQLAlchemy's own execution does: the driver's error wrapped in SQLAlchemy's types (what
-    # callers and the CLI handle), and a connection the server dropped invalidated in the pool.
-    conn._handle_dbapi_exception(exc, sql, params, None, None)
+    from ._checkouts import raise_failure  # the error path only (`_checkouts` imports this module)
+
+    raise_failure(conn, exc, sql, params)
 
 
 def run_many(conn: Connection, sql: str, rows: Sequence[Sequence[Any]], *, driver: Any = None) -> None:

@@ -7,6 +7,23 @@ import urllib.parse
 
 import sqlalchemy as sa
 
+from ..errors import StoreError
+
+#: The one driver the store runs on each database, and what to write instead of another: one
+#: whose module is missing, or an async one (`sqlite+aiosqlite`, whose first statement failed
+#: with SQLAlchemy's MissingGreenlet: the store's transactions are not coroutines).
+_DRIVERS = {
+    "sqlite": (("sqlite", "sqlite+pysqlite"), "the sqlite3 driver: sqlite:///..."),
+    "postgresql": (("postgresql", "postgresql+psycopg"), "the psycopg 3 driver: postgresql+psycopg://..."),
+}
+
+
+def check_driver(url: sa.engine.URL) -> None:
+    """Refuse (StoreError) a URL that names a driver the store does not run on its database."""
+    names, use = _DRIVERS.get(url.get_backend_name(), ((url.drivername,), ""))
+    if url.drivername not in names:
+        raise StoreError(f"use {use} (got {url.drivername})")
+
 
 def in_memory(url: sa.engine.URL) -> bool:
     """Whether `url` names an in-memory SQLite database: `sqlite://`, `sqlite:///:memory:`, or a

@@ -63,7 +63,23 @@ _DETAIL_AT = _EVENT_COLUMNS.index("detail_json")
 
 
 def _approval_of(row: Any) -> ApprovalRow:
-    return ApprovalRow(**dict(zip(APPROVAL_COLUMNS, row, strict=True)))
+    return as_text(ApprovalRow(**dict(zip(APPROVAL_COLUMNS, row, strict=True))))
+
+
+#: The approval's JSON columns, which every surface reads as text (`startswith`, `+`, parsing).
+JSON_TEXTS = ("args_json", "subject_json", "notes_json")
+
+
+def as_text(a: ApprovalRow) -> ApprovalRow:
+    """`a` with a JSON column that SQLite handed back as bytes (a BLOB edited into it: SQLite keeps
+    any type in any column) as the text it holds, undecodable bytes replaced: it is judged and
+    shown as text edited in would be (flagged when its arguments no longer verify), where bytes
+    raised a TypeError that took every surface's list of approvals down."""
+    for name in JSON_TEXTS:
+        value = getattr(a, name)
+        if isinstance(value, bytes):
+            setattr(a, name, value.decode("utf-8", "replace"))
+    return a
 
 
 def _decision_of(row: Any) -> DecisionRow:

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..canonical import _SURROGATE
 from ..errors import StoreError
-from ._queries import T_EXECUTIONS, T_IDEMPOTENCY
+from ._queries import T_EXECUTIONS, T_IDEMPOTENCY, as_text
 from .base import IdempotencyRecord, Status, from_json
 from .records import APPROVAL_COLUMNS, DECISION_COLUMNS, ApprovalRow, DecisionRow
 
@@ -187,6 +187,8 @@ def approval_of(row: Sequence[Any]) -> ApprovalRow:
         a.model_id,
     ) = row
     a.has_confirm = bool(a.has_confirm)  # SQLite keeps a boolean as 0 or 1
+    if bytes in (type(a.args_json), type(a.subject_json), type(a.notes_json)):  # a BLOB (SQLite)
+        as_text(a)
     return a
 
 

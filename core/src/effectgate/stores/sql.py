@@ -140,7 +140,8 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, ReadingSQL, IdempotencyStor
         version. Every transaction runs this once per store before its first statement."""
         if self._ready:
             return
-        with self.engine.connect() as conn:
+        # read-only (SQLite: DEFERRED): the check waits for no writer, as `reading` does not
+        with self.engine.connect().execution_options(**{_dialect.READONLY: True}) as conn:
             self._check(conn)
             conn.rollback()
 
