@@ -122,8 +122,9 @@ def test_a_hold_refuses_redaction_with_exit_4_until_released(executed: str, cli:
     assert "legal hold" in refused.err
     with open_store(executed) as store:
         assert '"1042"' in store.approvals()[0].args_json
-    assert cli("hold", "--db", executed, "--release", hold_id, "--by", "legal").code == 0
-    assert cli("hold", "--db", executed, "--release", hold_id, "--by", "legal").code == 4
+    release = ("hold", "--db", executed, "--release", hold_id, "--by", "legal", "--reason", "case closed")
+    assert cli(*release).code == 0
+    assert cli(*release).code == 4
     assert cli("redact", "--db", executed, "--user", "u1", "--by", "dpo", "--reason", "r").code == 0
 
 
@@ -282,9 +283,10 @@ def test_hold_and_release_answer_in_json(executed: str, cli: Callable[..., Run])
     assert placed.code == 0, placed.err
     hold = json.loads(placed.out)["placed"]
     assert (hold["user_id"], hold["placed_by"], hold["reason"]) == ("u9", "legal", "case 14")
-    released = cli("hold", "--db", executed, "--release", hold["id"], "--by", "legal", "--json")
+    release = ("hold", "--db", executed, "--release", hold["id"], "--by", "legal", "--reason", "done")
+    released = cli(*release, "--json")
     assert released.code == 0, released.err
-    assert json.loads(released.out) == {"released": hold["id"], "by": "legal"}
+    assert json.loads(released.out) == {"released": hold["id"], "by": "legal", "reason": "done"}
     assert json.loads(cli("hold", "--db", executed, "--json").out) == []
 
 

@@ -161,12 +161,12 @@ def test_hold_options_without_user_or_release_are_a_usage_error(
         assert holds(store) == []
 
 
-def test_a_release_given_a_reason_is_a_usage_error(executed: str, cli: Callable[..., Run]) -> None:
-    """A release records who released the hold, not why: `--reason` with `--release` was dropped
-    silently (exit 0). A usage error, and the hold stays."""
+def test_a_release_without_a_reason_is_a_usage_error(executed: str, cli: Callable[..., Run]) -> None:
+    """A release records who released the hold and why (round 10: `--reason` is required, as
+    placing a hold requires it). Without one, a usage error, and the hold stays."""
     placed = cli("hold", "--db", executed, "--user", "u1", "--by", "legal", "--reason", "case 14")
     hold_id = placed.out.split()[1]
-    run = cli("hold", "--db", executed, "--release", hold_id, "--by", "legal", "--reason", "settled")
+    run = cli("hold", "--db", executed, "--release", hold_id, "--by", "legal")
     assert run.code == 2, run
     with open_store(executed) as store:
         assert [h.id for h in holds(store)] == [hold_id]

@@ -62,16 +62,21 @@ def hold(store: Store, *, user_id: str, by: str, reason: str, now: float | None 
     return placed
 
 
-def release(store: Store, hold_id: str, *, by: str, now: float | None = None) -> None:
-    """Release a hold; RedactionError if no active hold has that id. Under the erasure lock, as
-    `hold`: a running erasure's refusal of a held user stands until it ends."""
+def release(
+    store: Store, hold_id: str, *, by: str, reason: str | None = None, now: float | None = None
+) -> None:
+    """Release a hold; RedactionError if no active hold has that id. Who released it (`by`) is
+    recorded on the hold, and with why (`reason`; `effectgate hold --release` requires one) in
+    its `hold_released` event. Under the erasure lock, as `hold`: a running erasure's refusal of
+    a held user stands until it ends."""
     at = _at(now)
     _text("hold_id", hold_id)
+    why = {} if reason is None else {"reason": _text("reason", reason)}
     with store.transaction() as conn:
         store.lock(conn, ERASURE_LOCK)
         if not store.release_hold(conn, hold_id, by=_text("by", by), at=at):
             raise RedactionError(f"no active legal hold {hold_id!r}")
-        store.append_events(conn, [_event("hold_released", at, hold_id=hold_id, by=by)])
+        store.append_events(conn, [_event("hold_released", at, hold_id=hold_id, by=by, **why)])
 
 
 def holds(store: Store, *, active: bool = True) -> list[HoldRow]:

@@ -168,6 +168,7 @@ def _parser() -> argparse.ArgumentParser:
         "--settle", type=seconds, default=60.0, help="leave records newer than this (seconds) for later"
     )
     p.add_argument("--jsonl", action="store_true", help="instead: every row of every table, unsigned")
+    p.add_argument("--force", action="store_true", help="replace an existing --out file (and its manifest)")
     p.add_argument("--json", action="store_true", help="the manifest as JSON")
     p = sub.add_parser(
         "verify", parents=[common], help="check an export's chain and manifest; exit 1 if broken"

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TextIO
 
 from .._export_file import LineError, read_lines, rewrite, strict_loads
+from .._manifest import Manifest, refuse_overwriting
 from .._owned import store_files
 from ..effects import Effect
 from ..export import ExportError
@@ -125,6 +126,21 @@ def check_output(
             raise UsageError(f"{option} {path}: cannot write {out}")
 
 
+def check_new(option: str, *paths: Path, force: bool, after: Manifest | None = None) -> None:
+    """Refuse (usage error, nothing written) an export over a file already there, an earlier
+    export or its signed manifest (evidence), unless `force`; a device, pipe or symlink (such as
+    /dev/stdout) is written into or replaced, not its target. `after`'s own export is refused
+    first, `force` or not (`refuse_overwriting`)."""
+    if after is not None:
+        refuse_overwriting(paths[0], after)
+    for path in [] if force else paths:
+        if path.is_file() and not path.is_symlink():
+            raise UsageError(
+                f"{option} {paths[0]}: {path} exists (an earlier export?): give a new file name, or "
+                "--force to replace it; nothing was written"
+            )
+
+
 def check_export_file(url: str, path: str) -> None:
     """An export file `redact --export` may rewrite: it exists, can be read and replaced, and every
     line is an export line (a JSON object with its record, its personal values an object of
@@ -134,7 +150,7 @@ def check_export_file(url: str, path: str) -> None:
     if not target.is_file():
         raise UsageError(f"--export {path}: no such export file; nothing was erased")
     partial = target.with_name(target.name + ".partial")
-    check_output(url, "--export", path, also=[partial])
+    check_output(url, "--export", path, also=[partial], renamed=True)  # a symlink: its target kept the values
     if partial.exists():  # `redact_export` would refuse it after the ledger is erased
         raise ExportError(
             f"--export {path}: {partial} exists (another rewrite of it is under way, or an interrupted "

@@ -18,12 +18,12 @@ from rich.text import Text
 from .._display import keyring_warnings, remaining, when
 from ..audit import audit, export_jsonl
 from ..context import Approver
-from ..export import ExportError, Manifest, export_chain, manifest_path, verify_export
+from ..export import ExportError, Manifest, Verified, export_chain, manifest_path, verify_export
 from ..outcomes import Grant, PartialApproval, Recorded
 from ..replay import replay
 from ..stores.records import SCHEMA_VERSION
 from ..stores.sql import open_store
-from ._args import check_output, jsonl_output
+from ._args import check_new, check_output, jsonl_output
 from ._render import (
     EXIT_FINDINGS,
     EXIT_OK,
@@ -211,6 +211,7 @@ def _cmd_export(args: argparse.Namespace, out: Console) -> int:
     if args.jsonl:
         if args.out:
             check_output(args.db, "--out", args.out, also=[Path(args.out + ".partial")])
+            check_new("--out", Path(args.out), force=args.force)
         written = 0
         # streamed: memory stays flat however large the ledger
         with _open(args.db) as store, jsonl_output(args.out) as f:
@@ -229,6 +230,7 @@ def _cmd_export(args: argparse.Namespace, out: Console) -> int:
     if args.after and not Path(args.after).is_file():
         raise NotFound(f"export --after {args.after}: no such file")
     after = Manifest.load(args.after) if args.after else None
+    check_new("--out", out_file, manifest_path(out_file), force=args.force, after=after)
     with _open(args.db) as store:  # a mistyped path is "no database at" (3), not "no keyring"
         keyring = keyring_for(args.db, create=False)
         manifest = export_chain(store, keyring, args.out, after=after, settle=args.settle)
@@ -253,22 +255,21 @@ def _cmd_verify(args: argparse.Namespace, out: Console) -> int:
     for flag, path in (("", args.file), ("--after ", args.after)):
         if path and not Path(path).is_file():
             raise NotFound(f"verify {flag}{path}: no such file")
-    after = Manifest.load(args.after) if args.after else None
     keyring = keyring_for(args.db, create=False)
     if not manifest_path(args.file).is_file():
         raise NotFound(f"verify {args.file}: no manifest {manifest_path(args.file)} beside it")
-    verdict = verify_export(args.file, keyring, after=after)
+    try:
+        verdict = verify_export(args.file, keyring, after=Manifest.load(args.after) if args.after else None)
+    except ExportError as exc:  # --after is no manifest: a broken verdict (1), as a foreign one is
+        verdict = Verified(False, 0, problem=str(exc))
     args.verdict = EXIT_OK if verdict.ok else EXIT_FINDINGS
     if args.json:
         _write_json(verdict.to_dict())
     elif verdict.ok:
         out.print(_text(f"ok: {verdict.count} records, chain and signed manifest verified"))
     else:
-        where = (
-            ""
-            if verdict.line is None
-            else f"line {verdict.line}" + (f" (seq {verdict.seq})" if verdict.seq else "")
-        )
+        seq = f" (seq {verdict.seq})" if verdict.seq else ""
+        where = "" if verdict.line is None else f"line {verdict.line}{seq}"
         out.print(
             Text.assemble(
                 ("BROKEN", "bold red"),

@@ -6,6 +6,7 @@ prints what it did, or with `--json` one JSON object; a refusal exits 4 having c
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from rich.console import Console
@@ -13,10 +14,11 @@ from rich.console import Console
 from .._export_file import strict_loads
 from ..audit import seal_rules
 from ..chain import check_keyring
+from ..context import _storable
 from ..export import ExportError, redact_export
 from ..redact import FACTS, SubjectNotFound, entries, hold, holds, redact, release, retain
 from ._args import check_export_file, retention_rule
-from ._render import EXIT_OK, _text, _write_json
+from ._render import EXIT_OK, _one_line, _text, _write_json
 from ._store import NotFound, UsageError, _open, keyring_for
 
 
@@ -53,7 +55,7 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--user", help="place a hold on this user's records")
     p.add_argument("--release", metavar="HOLD_ID", help="release this hold")
     p.add_argument("--by", help="who places or releases it (recorded)")
-    p.add_argument("--reason", help="why (placing a hold)")
+    p.add_argument("--reason", help="why (placing or releasing a hold; recorded)")
     p.add_argument("--json", action="store_true", help="print the holds as JSON")
     p = sub.add_parser(
         "seal-rules",
@@ -69,6 +71,8 @@ def _keep(text: str) -> tuple[str, ...]:
 
 
 def _cmd_redact(args: argparse.Namespace, out: Console) -> int:
+    for name in ("user", "by", "reason"):  # empty: bad input (2), as for `hold`
+        _given(args, name, "")
     subject = None
     if args.subject is not None:
         try:
@@ -96,11 +100,14 @@ def _cmd_redact(args: argparse.Namespace, out: Console) -> int:
             )
         except SubjectNotFound as exc:  # exit 3, not a refusal: nothing to erase was found
             raise NotFound(str(exc)) from exc
+        found = done.rows > 0 or _has_records(store, args.user)  # none at all: a typo, likely
         # the files lose exactly what the ledger erased (with --subject: that subject's records)
         erased = entries(store) if args.export else {}
     files = {path: _redact_file(path, args.user, erased, done.id) for path in args.export}
+    if not found:  # nothing to erase is no error, but must not read as an erasure done
+        _no_records(args.user, "nothing was erased")
     if args.json:
-        _write_json({**done.to_dict(), "exports": files})
+        _write_json({**done.to_dict(), "found": found, "exports": files})
         return EXIT_OK
     out.print(
         _text(
@@ -111,6 +118,18 @@ def _cmd_redact(args: argparse.Namespace, out: Console) -> int:
     for path, lines in files.items():
         out.print(_text(f"{path}: erased the values of {lines} record(s); the file still verifies"))
     return EXIT_OK
+
+
+def _has_records(store: Any, user: str) -> bool:
+    """Whether the ledger holds any record of `user` (erased already or not)."""
+    with store.transaction() as conn:
+        return bool(store.redaction_targets(conn, user_id=user))
+
+
+def _no_records(user: str, done: str) -> None:
+    """Say on stderr that `user` has no record: likely a mistyped id, which must not read as done."""
+    note = _one_line(f"no records were found for user {user!r}: {done} (check the id)")
+    print(f"effectgate: note: {note}", file=sys.stderr)
 
 
 def _redact_file(path: str, user: str, erased: dict[Any, Any], rid: str) -> int:
@@ -124,6 +143,7 @@ def _redact_file(path: str, user: str, erased: dict[Any, Any], rid: str) -> int:
 
 
 def _cmd_retain(args: argparse.Namespace, out: Console) -> int:
+    _given(args, "by", "")  # empty: bad input (2), as for `hold`
     rules: dict[str, float] = {}  # (kind, days) pairs, each checked by `_args.retention_rule`
     for kind, days in args.rule:
         if kind in rules:  # which one was meant? (the last would silently win)
@@ -150,27 +170,35 @@ def _given(args: argparse.Namespace, name: str, why: str) -> str:
 def _cmd_hold(args: argparse.Namespace, out: Console) -> int:
     if args.user is not None and args.release is not None:
         raise UsageError("give --user (place a hold) or --release HOLD_ID, not both")
-    if args.user is None and (args.by is not None or args.reason is not None):
-        if args.release is None:  # a hold meant, its --user forgotten: listing would exit 0
-            raise UsageError("--by and --reason place a hold: give --user too (nothing was placed)")
-        if args.reason is not None:  # a release records who, not why: the reason would be lost
-            raise UsageError("--release takes --by only (a release records no reason; nothing was released)")
+    if args.user is None and args.release is None and (args.by is not None or args.reason is not None):
+        # a hold meant, its --user forgotten: listing would exit 0
+        raise UsageError("--by and --reason place a hold: give --user too (nothing was placed)")
     if args.user is not None:
         user = _given(args, "user", "")
+        # "u1 " is not u1: its hold would hold nothing (NUL, a lone surrogate: the library's refusal, 4)
+        if _storable(user) and (user != user.strip() or not user.isprintable()):
+            raise UsageError(
+                f"--user {user!r}: a user id with leading or trailing whitespace, or a control or invisible "
+                "character, is not the id the calls recorded: give it exactly; nothing was placed"
+            )
         by, reason = _given(args, "by", "to place a hold"), _given(args, "reason", "to place a hold")
         with _open(args.db) as store:
             placed = hold(store, user_id=user, by=by, reason=reason)
+            found = _has_records(store, user)  # a hold may come first: placed, but said
+        if not found:
+            _no_records(user, "the hold is placed, and holds no record yet")
         if args.json:
-            _write_json({"placed": placed.model_dump()})
+            _write_json({"placed": placed.model_dump(), "found": found})
         else:
             out.print(_text(f"hold {placed.id} placed on user {placed.user_id}"))
         return EXIT_OK
     if args.release is not None:
         hold_id, by = _given(args, "release", ""), _given(args, "by", "to release a hold")
+        reason = _given(args, "reason", "to release a hold")
         with _open(args.db) as store:
-            release(store, hold_id, by=by)
+            release(store, hold_id, by=by, reason=reason)
         if args.json:
-            _write_json({"released": hold_id, "by": by})
+            _write_json({"released": hold_id, "by": by, "reason": reason})
         else:
             out.print(_text(f"hold {hold_id} released"))
         return EXIT_OK
