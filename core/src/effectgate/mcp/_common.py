@@ -57,7 +57,6 @@ mints a grant, and no tool argument can carry one. Where the approver runs the c
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -72,10 +71,10 @@ from ..context import CallContext
 from ..effects import Effect, Policy
 from ..errors import EffectGateError, NeedsReconciliation, TokenError
 from ..gate import EffectGate
-from ..outcomes import Executed, Grant, Invalid, Outcome, Pending, RefusalCode, Refused, model_text
+from ..outcomes import Executed, Grant, Invalid, Outcome, Pending, RefusalCode, Refused
 from ..table import ToolSpec
 from ..tokens import Keyring
-from ._wire import written_out
+from ._wire import answer_of, written_out
 
 #: The `_meta` key of every result: what the gate did, for programs (the text is for the model).
 META_KEY = "effectgate/outcome"
@@ -128,13 +127,7 @@ def result_for(outcome: Outcome, *, card_url: str | None = None) -> types.CallTo
             "approval_id": outcome.approval_id,
             "version": outcome.version,
         }
-        result = written_out(outcome.result)  # sent as UTF-8 JSON (`_wire`)
-        text = model_text(result)  # as `outcome.for_model()`
-        # the text's JSON: a value with no JSON form is printed there, never handed to the SDK raw
-        try:
-            structured = json.loads(text) if isinstance(result, dict) else None
-        except ValueError:  # a value holding itself: told as its repr, nothing structured
-            structured = None
+        text, structured = answer_of(outcome.result)  # as the store writes it (`_wire`)
         return types.CallToolResult(
             content=_text(text),
             structured_content=structured,

@@ -6,9 +6,13 @@ stores such text: `errors.storable_text`)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import pydantic_core
+
 from ..errors import storable_text
+from ..outcomes import model_text
 
 
 def written_out(value: Any, _path: frozenset[int] = frozenset()) -> Any:
@@ -27,4 +31,25 @@ def written_out(value: Any, _path: frozenset[int] = frozenset()) -> Any:
     return value
 
 
-__all__ = ["written_out"]
+def answer_of(result: Any) -> tuple[str, dict[str, Any] | None]:
+    """The text and structured content of an executed call's result: its JSON as the store writes
+    it (a pydantic model or a dataclass as its object, dates as ISO text), so the model reads
+    what the other adapters give it, structured when that is an object. A value with no such
+    JSON form (one holding itself, or nested deeper than the SDK writes) is told as its text
+    (`model_text`), with nothing structured; one nested too deeply even for that, as a note."""
+    jsonable = True
+    if not isinstance(result, str | int | float | bool | None):
+        try:
+            result = pydantic_core.to_jsonable_python(result, fallback=str)
+        except (TypeError, ValueError):
+            jsonable = False
+    try:
+        value = written_out(result)
+        text = model_text(value)  # as `Executed.for_model()`
+    except RecursionError:
+        return f"the result ({type(result).__name__}) is nested too deeply to be written out", None
+    # the text's JSON: a value with no JSON form is printed there, never handed to the SDK raw
+    return text, json.loads(text) if jsonable and isinstance(value, dict) else None
+
+
+__all__ = ["answer_of", "written_out"]

@@ -137,6 +137,8 @@ def _subject(n: Notification) -> str:
     subject = n.card.subject if n.card is not None else None
     if not subject:
         return "-"
+    if not isinstance(subject, dict):  # an edited record's subject: any JSON, shown as its JSON
+        return shown(subject)
     entries = sorted(subject.items(), key=lambda kv: str(kv[0]))
     parts = [f"{shown(k)}={shown(v)}" for k, v in entries[:SUBJECT_ENTRIES]]
     if len(entries) > SUBJECT_ENTRIES:

@@ -215,5 +215,6 @@ def csrf_ok(session: MutableMapping[str, Any], submitted: object) -> bool:
         isinstance(expected, str)
         and isinstance(submitted, str)
         and bool(submitted)
+        and submitted.isascii()  # a lone surrogate (a multipart form's charset) encodes to nothing
         and hmac.compare_digest(expected.encode(), submitted.encode())
     )
