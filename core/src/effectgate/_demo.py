@@ -23,12 +23,13 @@ from .examples.shop import SUMMARY_AGENT, Shop, app, context
 from .gate import ReconciliationNotice
 from .outcomes import Executed, Grant, Invalid, Outcome, PartialApproval, Pending, Refused
 from .stores._dialect import make_engine
+from .stores._memory import shown
 from .stores.sql import open_store
 from .testing import Say, Script, Step, call, say, step
 
 
 class DemoFailed(Exception):
-    pass
+    """A step of the demo did not behave as it says."""
 
 
 def _expect(ok: bool, what: str) -> None:
@@ -68,9 +69,7 @@ def _fold(value: Any) -> Any:
     """Long lists shown as their head and a count: folded, never cut silently."""
     if isinstance(value, list) and len(value) > 4:
         return [*value[:3], f"... (+{len(value) - 3} more)"]
-    if isinstance(value, dict):
-        return {k: _fold(v) for k, v in value.items()}
-    return value
+    return {k: _fold(v) for k, v in value.items()} if isinstance(value, dict) else value
 
 
 def _t(value: object) -> str:
@@ -144,7 +143,8 @@ def run_demo(url: str, out: Console) -> int:
         if run is not None:  # its read log's thread and the store's connections end here
             run.gate.close()
             run.store.close()
-    out.print(f"\nThe records are in {url}. Look at them with:  uv run effectgate --db {url} audit")
+    where = shown(sa.engine.make_url(url))  # a password in the URL is not printed
+    out.print(f"\nThe records are in {where}. Look at them with:  uv run effectgate --db {where} audit")
     return 0
 
 
@@ -396,5 +396,5 @@ def _summary(out: Console, run: _Run) -> None:
     if run.waiting is not None:
         out.print(
             f"\nWaiting for a finance approver: refund approval {run.waiting} (decide it in the inbox: "
-            f"`make serve`, or `uv run effectgate --db {run.store.url} pending`)."
+            f"`make serve`, or `uv run effectgate --db {shown(sa.engine.make_url(run.store.url))} pending`)."
         )

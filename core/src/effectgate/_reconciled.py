@@ -8,11 +8,15 @@ from typing import Any
 from ._execution import EXEC_PREFIX, WRITE_PREFIX
 from ._rules import Reconciled
 from .errors import PolicyViolation
+from .stores._statements import possible_id
 
 
 def tool_of_write_key(key: object) -> str | None:
-    """Write keys read `w_<tool>_<sha256 hex>`."""
+    """Write keys read `w_<tool>_<sha256 hex>`; text no database can hold (a NUL, a lone
+    surrogate: typed into the CLI or the inbox) is none, and reaches no query."""
     if not isinstance(key, str) or not key.startswith(WRITE_PREFIX) or "_" not in key[len(WRITE_PREFIX) :]:
+        return None
+    if not possible_id(key):
         return None
     return key[len(WRITE_PREFIX) :].rsplit("_", 1)[0]
 
