@@ -62,6 +62,11 @@ def _repr(exc: Exception) -> str:
         return f"{type(exc).__name__}(...)"
 
 
+def _a_context(ctx: object) -> None:
+    if not isinstance(ctx, CallContext):  # before anything is read or recorded
+        raise TypeError(f"ctx must be a CallContext (got {type(ctx).__name__})")
+
+
 def with_call_id(ctx: CallContext, call_id: str | None) -> CallContext:
     return ctx if call_id is None else dataclasses.replace(ctx, tool_call_id=call_id)
 
@@ -99,19 +104,24 @@ class Calls:
 
     def step(self, calls: Sequence[ToolCallLike], ctx: CallContext) -> list[tuple[Any, Outcome | None]]:
         calls = tuple(calls)  # read twice: an iterator given would be spent by the count
+        _a_context(ctx)
+        for call in calls:  # before anything is recorded: a text or a dict would be read by index
+            if not isinstance(call, tuple | list) or len(call) not in (2, 3):
+                raise TypeError(f"a step's call is (name, args) or (name, args, call_id) (got {call!r:.80})")
         counts: dict[str, int] = {}
         for call in calls:
-            if type(call[0]) is str:  # anything else names no row (refused as an unknown tool)
-                counts[call[0]] = counts.get(call[0], 0) + 1
+            named = self.table.get(call[0])  # counted by row: a str subclass (an enum's) names one too
+            if named is not None:
+                counts[named.name] = counts.get(named.name, 0) + 1
         out: list[tuple[Any, Outcome | None]] = []
         refusals: list[dict[str, Any]] = []
         for call in calls:
             name, args = call[0], call[1]
             call_ctx = with_call_id(ctx, call[2] if len(call) > 2 else None)
             spec = self.table.get(name)
-            if spec is not None and self.policy.gates(spec.effect) and counts[name] > 1:
+            if spec is not None and self.policy.gates(spec.effect) and counts[spec.name] > 1:
                 message = (
-                    f"{counts[name]} calls of {name} in one step; none was registered. "
+                    f"{counts[spec.name]} calls of {name} in one step; none was registered. "
                     f"Make one call with the arguments you intend."
                 )
                 refused = Refused(code="parallel_calls", message=message, tool=name)
@@ -120,7 +130,7 @@ class Calls:
                 log.info(
                     "call refused (parallel_calls): tool=%s calls=%d agent=%r session=%r",
                     name,
-                    counts[name],
+                    counts[spec.name],
                     ctx.agent_id,
                     ctx.session_id,
                 )
@@ -136,6 +146,8 @@ class Calls:
     ) -> flow.Flow[Outcome]:
         """Route one call. `edited_by` names the reviewer whose edit these arguments are (an
         adapter applying an edit decision); the amendment records it (`EffectGate.versions`)."""
+        if edited_by is not None and (type(edited_by) is not str or not edited_by.strip()):
+            raise TypeError(f"an edit's editor must be the reviewer's name (got {edited_by!r:.40})")
         routed = self.route(name, args, ctx)
         if not isinstance(routed, tuple):
             return routed
@@ -175,6 +187,7 @@ class Calls:
         """The refusal (recorded) or Invalid of a call that does not reach its row's effect;
         else its row, frozen arguments, their canonical text and the args hash, all computed
         here, at call time: what is checked, hashed, recorded and run."""
+        _a_context(ctx)
         spec = self.table.get(name)
         if spec is None:
             return self.events.refuse(
@@ -185,6 +198,8 @@ class Calls:
                 "not_allowed", f"agent {ctx.agent_id!r} may not call {name}", name, ctx, spec
             )
         plain_text = spec._derived.get("plain_text")  # simple schemas: one walk (canonical.plain_checker)
+        if plain_text is not None and type(args) is dict:  # scalars: a copy is the frozen form, so the
+            args = args.copy()  # caller changing its dict later (an acall's store work) changes nothing
         text = None if plain_text is None else plain_text(args)
         if text is None:
             checked = self.validate(spec, args)
@@ -311,11 +326,11 @@ class Calls:
                 refusal = exc  # committed: a lapsed lease is now needs_reconciliation
         noted()
         if isinstance(refusal, InProgress):
-            return self.events.refuse(
-                "in_progress", f"{spec.name}: the same write is running now", spec.name, ctx, spec
-            )
-        if refusal is not None:
-            return self.events.refuse("needs_reconciliation", str(refusal), spec.name, ctx, spec)
+            message = f"{spec.name}: the same write is running now"
+            return self.events.refuse("in_progress", message, spec.name, ctx, spec, args_hash_=frozen)
+        if refusal is not None:  # its message quotes the write's error: erased with the write (args hash)
+            reason = str(refusal)
+            return self.events.refuse("needs_reconciliation", reason, spec.name, ctx, spec, args_hash_=frozen)
         if isinstance(claim, Stored):
             self.events.record(self.events.event("replay", spec=spec, ctx=ctx, args_hash_=frozen, key=key))
             log.debug("write replayed: tool=%s key=%s", spec.name, key)

@@ -59,6 +59,11 @@ def _log_refused(what: str, approval_id: str, approver: Approver, exc: EffectGat
         )
 
 
+def _an_approver(approver: object) -> None:
+    if not isinstance(approver, Approver):  # before any row is read: nothing changes
+        raise TypeError(f"approver must be an Approver (got {type(approver).__name__})")
+
+
 class Decisions:
     """Approve, deny, grant again; see the module docstring."""
 
@@ -72,6 +77,7 @@ class Decisions:
 
     def approve(self, approval_id: str, *, version: int, approver: Approver) -> Decision:
         """Approve one version (see `_approve`), logged."""
+        _an_approver(approver)
         try:
             decision = self._approve(approval_id, version=version, approver=approver)
         except EffectGateError as exc:
@@ -257,6 +263,7 @@ class Decisions:
         self, approval_id: str, *, approver: Approver, reason: str, version: int | None = None
     ) -> Refused:
         """Close a pending (or approved, not yet executed) approval; the model will be told why."""
+        _an_approver(approver)
         try:
             refused, denied_version = self._deny(
                 approval_id, approver=approver, reason=reason, version=version

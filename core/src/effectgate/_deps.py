@@ -159,10 +159,13 @@ class Events:
         ctx: CallContext,
         spec: ToolSpec | None = None,
         approval_id: str | None = None,
+        args_hash_: str | None = None,
     ) -> Refused:
         """Record a refusal and return it. A tool absent from the table (`spec` None) is named only
         in the event's detail, which erasure reaches: the name is model-written text (it can be
-        personal), so its `tool` column stays empty."""
+        personal), so its `tool` column stays empty. A write's refusal names its args hash
+        (`args_hash_`): erasure finds a write's records by it (its message can quote the write's
+        error)."""
         named: dict[str, Any] = {"tool_name": name} if spec is None else {}
         self.record(
             self.event(
@@ -172,6 +175,7 @@ class Events:
                 code=code,
                 message=message,
                 refused_approval=approval_id,
+                args_hash_=args_hash_,
                 **named,
             )
         )

@@ -31,6 +31,7 @@ from .table import ToolSpec
 
 log = logger(__name__)
 _PROPOSER = ("origin_message_id", "user_id", "agent_id", "run_id", "model_id")  # a version's, on amend
+_CLOSED = ("executed", "failed", "denied")  # a replay's answer carries the result or a reviewer's text
 
 
 def subject_keys(subject: Any, *parts: str) -> tuple[str, str]:
@@ -133,6 +134,8 @@ class Proposals:
         existing = self.store.approval_for_key(conn, intent)
         if existing is not None:
             self.keyed(existing, spec, ctx, subject_key)
+        if existing is not None and existing.status in _CLOSED and ctx.user_id != existing.user_id:
+            existing = existing if in_scope(spec, args, ctx) else None  # another's: scoped as a new call
         if existing is not None and existing.status != "pending":
             return self.replayed(conn, existing, frozen, ctx)
         if existing is not None and (self.store.key_version(conn, intent) or 0) < existing.version:

@@ -4,9 +4,10 @@ A read must cost microseconds, and a SQLite commit costs tens of them, so reads 
 a buffer here, as rows already built on the call path (`records.READ_COLUMNS`, the args hash
 computed when the call was made), and written: by a background thread at most `interval`
 seconds later (sooner when `batch` records wait), on `flush()` and `close()`, and at interpreter
-exit. The thread ends after `IDLE` seconds with nothing to write (a later read starts another),
-so a gate dropped without `close()` keeps no thread, nor its store; one that cannot start (the
-process at its thread limit) is tried again at the next read. A batch whose write fails goes
+exit (a multiprocessing child's too, which skips atexit: see `_at_exit`). The thread ends after
+`IDLE` seconds with nothing to write (a later read starts another), so a gate dropped without
+`close()` keeps no thread, nor its store; one that cannot start (the process at its thread limit)
+is tried again at the next read. A batch whose write fails goes
 back to the buffer. A forked child starts with an empty
 buffer and a writer of its own (the rows buffered before the fork are the parent's to write).
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import contextlib
 import os
 import threading
 import time
@@ -38,7 +40,7 @@ class ReadLog:
         self._interval = interval
         self._exiting = False  # the interpreter exits: no thread starts any more
         self._forked()
-        atexit.register(_close_at_exit, weakref.ref(self))
+        _at_exit(weakref.ref(self))
         _LOGS.add(self)
 
     def _forked(self) -> None:
@@ -143,6 +145,26 @@ def _forked() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forked)
+
+
+def _at_exit(ref: weakref.ref[ReadLog]) -> None:
+    """Write the log's records at exit: closed at atexit, and flushed before the threads are
+    joined (`threading._shutdown`, which a multiprocessing child runs before its `os._exit`,
+    skipping atexit), so a worker process's last reads are written, not lost with it. Only
+    flushed there: threads still running (not daemons) read on, and their writer with them."""
+    atexit.register(_close_at_exit, ref)
+    register = getattr(threading, "_register_atexit", None)  # CPython's, as concurrent.futures uses
+    if register is not None:
+        with contextlib.suppress(RuntimeError):  # made while the interpreter shuts down: atexit's
+            register(_flush_at_exit, ref)
+
+
+def _flush_at_exit(ref: weakref.ref[ReadLog]) -> None:
+    log = ref()
+    if log is None:
+        return
+    with contextlib.suppress(Exception):  # the store may be gone; atexit's close tries again
+        log.flush()
 
 
 def _close_at_exit(ref: weakref.ref[ReadLog]) -> None:

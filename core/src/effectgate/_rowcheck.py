@@ -17,8 +17,9 @@ naming the tool and the field.
 from __future__ import annotations
 
 import copy
+import inspect
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ._rules import Escalate
@@ -82,6 +83,35 @@ def own_copy(tool: str, schema: Mapping[str, Any]) -> dict[str, Any]:
         return copy.deepcopy(dict(schema))
     except RecursionError as exc:  # an upstream's schema may nest without end
         raise TableError(tool, "schema", "nests too deeply to be checked") from exc
+
+
+def check_snapshot(tool: str, snapshot: object) -> None:
+    """TableError unless the row's `snapshot` is a function the gate can call and take the state
+    from, synchronously, before and after the tool: an async one would return a coroutine that
+    is never awaited, and every call of the row would fail on it (a gated one after its grant)."""
+    if snapshot is None:
+        return
+    if not callable(snapshot):
+        raise TableError(tool, "snapshot", f"must be callable (args -> state), not {snapshot!r}")
+    if inspect.iscoroutinefunction(snapshot) or inspect.iscoroutinefunction(type(snapshot).__call__):
+        raise TableError(tool, "snapshot", "must be a plain function: the gate takes the state synchronously")
+
+
+def check_by_name(tool: str, fn: Callable[..., Any], schema: Mapping[str, Any]) -> None:
+    """TableError for a parameter the gate cannot pass: it calls `fn(**arguments)`, so one that is
+    positional-only (`def f(x, /)`, as many builtins) and required, or named in the schema, would
+    fail every call with a TypeError (a gated call's after its approval, as an unknown outcome)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # no signature to read
+        return
+    properties = schema.get("properties")
+    named = properties if isinstance(properties, Mapping) else {}
+    for param in params:
+        if param.kind is param.POSITIONAL_ONLY and (param.default is param.empty or param.name in named):
+            raise TableError(
+                tool, "fn", f"{param.name!r} is positional-only: the gate passes arguments by name"
+            )
 
 
 def check_flags(tool: str, **flags: object) -> None:

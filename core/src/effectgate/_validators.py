@@ -1,10 +1,12 @@
 """A row's schema validators: the fast one (fastjsonschema, draft 7) where it enforces all the
-schema says, and the full one (jsonschema, 2020-12), both fetching nothing: every `$ref` is
-resolved within the schema when the row is built, and one that does not resolve, or that leads
-back to itself without descending into the arguments, is a `TableError`."""
+schema says, and the full one (jsonschema, 2020-12, with an exact `multipleOf`), both fetching
+nothing: every `$ref` is resolved within the schema when the row is built, and one that does not
+resolve, or that leads back to itself without descending into the arguments, is a `TableError`."""
 
 from __future__ import annotations
 
+import fractions
+import functools
 import typing
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -107,7 +109,35 @@ def full_validator(name: str, schema: Mapping[str, Any]) -> Draft202012Validator
         raise TableError(
             name, "schema", f"a reference does not resolve within the schema ({exc}); none is fetched"
         ) from exc
-    return jsonschema.Draft202012Validator(dict(schema), registry=REGISTRY)
+    return _full_class()(dict(schema), registry=REGISTRY)
+
+
+@functools.cache
+def _full_class() -> type[Draft202012Validator]:
+    """jsonschema's 2020-12 validator with an exact `multipleOf`: a number as JSON writes it (the
+    float's shortest text), as the fast validator reads it. Its own divides binary floats, and
+    refuses most prices in cents (19.99 / 0.01 = 1998.9999999999998)."""
+    import jsonschema
+
+    base = jsonschema.Draft202012Validator
+    inexact = base.VALIDATORS["multipleOf"]
+
+    def multiple_of(validator: Any, step: Any, instance: Any, schema: Any) -> Iterator[Any]:
+        if not validator.is_type(instance, "number"):
+            return
+        if not (isinstance(step, float) or isinstance(instance, float)):
+            yield from inexact(validator, step, instance, schema)  # integers: exact already
+        elif (_exact(instance) / _exact(step)).denominator != 1:
+            yield jsonschema.ValidationError(f"{instance!r} is not a multiple of {step!r}")
+
+    extended = jsonschema.validators.extend(base, {"multipleOf": multiple_of})  # type: ignore[no-untyped-call]
+    return typing.cast("type[Draft202012Validator]", extended)
+
+
+def _exact(number: Any) -> fractions.Fraction:
+    """A JSON number's exact value: a float as its shortest text (what the JSON says), not its
+    binary approximation."""
+    return fractions.Fraction(repr(number) if isinstance(number, float) else number)
 
 
 def _resolve_refs(schema: Any, resolver: Any, spec: Any) -> None:

@@ -132,6 +132,7 @@ class ToolSpec:
         if not callable(self.fn):
             raise TableError(self.name, "fn", "fn must be callable")
         set_(self, "subject", _rowcheck.subject_of(self.name, self.subject))
+        _rowcheck.check_snapshot(self.name, self.snapshot)  # taken synchronously, before and after
         for role in ("approver_role", "owner"):  # whom the calls wait for: text that reads as it is
             _rowcheck.check_text(self.name, role, getattr(self, role), optional=True)
         _rowcheck.check_flags(self.name, shadow=self.shadow, pin_description=self.pin_description)
@@ -154,6 +155,7 @@ class ToolSpec:
             )
         schema = _rowcheck.own_copy(self.name, schema)  # validated and fingerprinted as given
         set_(self, "schema", schema)
+        _rowcheck.check_by_name(self.name, self.fn, schema)  # called as fn(**arguments)
         # the validator fetches nothing; built here, as jsonschema is imported only by a tool's row
         self._derived["validator"] = full_validator(self.name, schema)
         _rowcheck.check_named_args(self.name, schema, self.subject, self.escalate)  # else never matched
