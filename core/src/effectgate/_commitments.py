@@ -29,8 +29,10 @@ def commitment(keyring: Keyring, text: str) -> str:
     return ",".join(f"{kid}.{_mac(keyring, kid, text)}" for kid in keyring.kids)
 
 
-def commitment_part(committed: str, kid: str) -> str | None:
+def commitment_part(committed: object, kid: str) -> str | None:
     """The keyed hash under key `kid` in a commitment (None if it has none)."""
+    if not isinstance(committed, str):  # a blob an edit stored (SQLite): it commits to nothing
+        return None
     for part in committed.split(","):
         k, _, mac = part.partition(".")
         if k == kid:

@@ -85,7 +85,10 @@ class Execution:
                 if row is None:
                     raise TokenError("forged", "the token names no known approval")
                 self.keyring.verify(claims, args_hash=row.args_hash)
-                if row.token_hash is None or not hmac.compare_digest(token_hash(token), row.token_hash):
+                stored = row.token_hash  # edited into text that is not ASCII (or a blob): not it
+                if not isinstance(stored, str) or not hmac.compare_digest(
+                    token_hash(token).encode(), stored.encode("utf-8", "surrogatepass")
+                ):
                     if row.status == "denied":
                         raise TokenError("revoked", f"approval {row.id} was denied")
                     if self.clock.now() >= claims.expires_at:  # genuine (its MAC verified), replaced

@@ -161,7 +161,7 @@ def _verifies(keyring: Keyring, purpose: str, values: Sequence[Any], seal: str) 
 def foreign_key(keyring: Keyring, seal: str | None) -> str | None:
     """The key id a seal names when this keyring does not hold it (a keyring mismatch rather
     than an edited row), else None."""
-    kid = (seal or "").partition(".")[0]
+    kid = seal.partition(".")[0] if isinstance(seal, str) else ""  # a blob an edit stored: none
     return kid if kid and not keyring.holds(kid) else None
 
 

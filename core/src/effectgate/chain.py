@@ -140,9 +140,10 @@ def _well_formed(c: ChainRow) -> bool:
     in an id, a blob in the head), which no comparison or signature check may see."""
     ints, texts = (c.first_id, c.last_id, c.count), (c.table_name, c.start, c.head, c.key_id, c.signature)
     return (
-        all(type(v) is int for v in ints)
+        all(type(v) is int and abs(v) < 2**53 for v in ints)  # what the signed JSON body holds
         and all(isinstance(v, str) for v in texts)
         and type(c.at) in (int, float)
+        and math.isfinite(c.at)
     )
 
 
@@ -166,7 +167,7 @@ def check_keyring(
     read them in this same transaction (else read here). Reads only, in the caller's transaction."""
     points = list(store.checkpoints(conn)) if points is None else points
     if every_checkpoint:
-        missing = sorted({c.key_id for c in points if not keyring.holds(c.key_id)})
+        missing = sorted({str(c.key_id) for c in points if not keyring.holds(c.key_id)})  # a blob: named
         if missing:
             raise _mismatch(keyring, f"the ledger's chain is signed with key(s) {', '.join(missing)}")
     newest = {c.table_name: c for c in points}

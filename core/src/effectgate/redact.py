@@ -139,7 +139,7 @@ def entry_sealed(keyring: Keyring, entry: RedactedRow) -> bool:
     """The entry's seal verifies (it was written by `redact` with this keyring)."""
     try:
         keyring.verify_signature(ENTRY, _entry_body(entry.model_dump()), entry.seal)
-    except TokenError:
+    except (TokenError, ValueError):  # or a value canonical JSON has none for (an edit): no seal
         return False
     return True
 

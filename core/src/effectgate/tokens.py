@@ -62,7 +62,7 @@ class Keyring:
             raise ValueError(f"current key id {current!r} is not in the keyring")
         for kid, secret in keys.items():
             if not _KID.fullmatch(kid):
-                raise ValueError(f"key id {kid!r} must be 1-32 letters, digits, '_' or '-'")
+                raise ValueError("a key id must be 1-32 letters, digits, '_' or '-'")  # not echoed
             if len(secret) < 32:
                 raise ValueError(f"key {kid!r} is shorter than 32 bytes")
             if len(set(secret)) < 8:
@@ -98,10 +98,14 @@ class Keyring:
     def parse(cls, text: str) -> Keyring:
         """From `kid:hex[,kid:hex...]`; the first key is current."""
         keys: dict[str, bytes] = {}
-        for part in text.strip().split(","):
+        for n, part in enumerate(text.strip().split(","), 1):
             kid, sep, hexkey = part.strip().partition(":")
             if not sep:
                 raise ValueError("keyring entries look like kid:hexsecret")
+            if not _KID.fullmatch(kid):  # not echoed: it may be a secret written first
+                raise ValueError(
+                    f"keyring entry {n}: a key id is 1-32 letters, digits, '_' or '-' (kid:hexsecret)"
+                )
             if kid in keys:
                 raise ValueError(f"key id {kid!r} appears twice in the keyring")
             try:
@@ -177,7 +181,12 @@ class Keyring:
                 return ring
             finally:
                 tmp.unlink(missing_ok=True)
-        return cls._load_file(path)
+        try:
+            return cls._load_file(path)
+        except FileNotFoundError:  # its name exists (the link above failed) and opens nothing
+            raise ValueError(
+                f"keyring file {path} names no file (a dangling symbolic link): remove it"
+            ) from None
 
     @classmethod
     def _load_file(cls, path: Path) -> Keyring:
