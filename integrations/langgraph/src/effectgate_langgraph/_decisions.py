@@ -25,7 +25,8 @@ Interrupt payload (one per model step, `type == "effectgate.approval"`)::
       ],
       "refused": [{"approval_id": "...", "reason": "..."}],   # the previous answer's refusals
       # the same requests in langchain's HITL shape, for tools that render HITLRequest:
-      "action_requests": [{"name": "refund_order", "args": {...}, "description": "<card>"}],
+      "action_requests": [{"name": "refund_order", "args": {...},
+                           "description": "<card, as a Markdown code block>"}],
       "review_configs": [{"action_name": "refund_order",
                           "allowed_decisions": ["approve", "edit", "reject"]}],  # as above
       "signature": "<kid>.<mac>",         # see below
@@ -76,6 +77,7 @@ version or hash that does not match is refused: nothing runs, and the step asks 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
@@ -192,6 +194,15 @@ def _offered(gate: EffectGate, w: Waiting) -> tuple[str, ...]:
     return ALLOWED if editable else tuple(d for d in ALLOWED if d != "edit")
 
 
+def as_text(text: str) -> str:
+    """`text` as a Markdown code block: HITL inboxes render an action request's `description` as
+    Markdown, and the card holds model text (the arguments), which must reach the reviewer as
+    text, never as an image fetched on sight, a link or emphasis. The fence is longer than any
+    run of backticks in `text` (the card writes line breaks out, so no line of it can close it)."""
+    fence = "`" * max(3, 1 + max((len(run) for run in re.findall("`+", text)), default=0))
+    return f"{fence}text\n{text}\n{fence}"
+
+
 def payload(
     gate: EffectGate, waiting: Sequence[Waiting], refused: Sequence[RefusedDecision], ctx: CallContext
 ) -> ApprovalPayload:
@@ -214,7 +225,7 @@ def payload(
                 "mismatch": w.mismatch,
             }
         )
-        actions.append({"name": w.tool, "args": dict(card.args), "description": card.render()})
+        actions.append({"name": w.tool, "args": dict(card.args), "description": as_text(card.render())})
         hitl = [d for d in HITL_ALLOWED if ("deny" if d == "reject" else d) in offered]
         reviews.append({"action_name": w.tool, "allowed_decisions": hitl})
     return {

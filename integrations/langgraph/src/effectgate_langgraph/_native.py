@@ -183,9 +183,12 @@ def _rows(effects: Mapping[str, Row]) -> dict[str, Row]:
     return rows
 
 
-def _meaning(spec: ToolSpec) -> tuple[Any, ...]:
-    """What a row given with `gate=` must agree on with the row the tool and effects make."""
-    return (spec.effect, spec.approver_role, spec.subject, dict(spec.schema or {}))
+def _meaning(spec: ToolSpec) -> dict[str, Any]:
+    """What a row given with `gate=` must agree on with the row the tool and effects make: every
+    field but the function (a new runner each time), so a check the effects name (`scope=`,
+    `confirm=`, `escalate=`, ...) is never silently missing from the given gate's row."""
+    fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec) if f.compare}
+    return {**fields, "fn": None, "schema": dict(spec.schema or {})}
 
 
 def _gate(
@@ -218,8 +221,8 @@ def _gate(
                 spec.name,
                 "effects",
                 "the given gate's row for this tool differs from this tool and its effect row "
-                "(effect, approver role, subject or schema); build the gate from the same tools "
-                "and rows, or leave gate= out",
+                "(effect, approver role, subject, schema or an option such as scope=); build the "
+                "gate from the same tools and rows, or leave gate= out",
             )
         if not gate.table.allowed(agent_id, spec.name):
             raise TableError(

@@ -8,10 +8,12 @@ the credit. An answer by approval id names its call; a HumanInTheLoopMiddleware 
 (`{"decisions": [...]}` or a bare `{"type": ...}`) names none.
 
 So when a step pauses, the gate's log records what the interrupt showed (`SHOWN`: its id and each
-listed approval's id, version and args hash). A HITL answer is applied only if every record under
-the interrupt it answers shows exactly the calls now waiting, at the same versions and args
-hashes; otherwise it is refused whole: nothing is applied, nothing runs, the approvals stay
-pending, and the next payload's `refused` says why. That holds for a plain
+listed approval's id, version and args hash, in the payload's order, sealed with the gate's
+keyring). A HITL answer is applied only if every sealed record under the interrupt it answers
+shows exactly the calls now waiting, in the same order, at the same versions and args hashes
+(the order is the store's event log's, which a database writer could change); otherwise it is
+refused whole: nothing is applied, nothing runs, the approvals stay pending, and the next
+payload's `refused` says why. That holds for a plain
 `Command(resume=answer)` too: it answers the task's next interrupt slot, whose id LangGraph
 derives as it does for the one it raises (`_hitl.provenance`). Editing the paused call in the
 checkpoint (`update_state`) starts a new task, whose interrupt no record shows, so the answer is
@@ -32,6 +34,7 @@ from langgraph.errors import GraphInterrupt
 from langgraph.types import interrupt
 
 from effectgate import CallContext, EffectGate
+from effectgate.adapter import TamperedState, sign_state, verify_state
 
 from ._decisions import ApprovalPayload, Waiting
 from ._hitl import HOW_TO_ANSWER, is_hitl, next_slot, provenance, slot_interrupt_id
@@ -80,8 +83,15 @@ class Answer:
 
 
 def shown(waiting: Sequence[Waiting]) -> Shown:
-    """What a payload listing `waiting` shows of each call: approval id, version, args hash."""
-    return sorted([w.pending.approval_id, w.pending.version, w.pending.card.args_hash] for w in waiting)
+    """What a payload listing `waiting` shows of each call: approval id, version, args hash, in
+    the payload's order (a positional answer is applied in the order the reviewer saw)."""
+    return [[w.pending.approval_id, w.pending.version, w.pending.card.args_hash] for w in waiting]
+
+
+def _sealed(session_id: str, interrupt_id: object, slot: object, calls: object) -> dict[str, Any]:
+    """What a record's seal covers: the store's event log is not sealed, and its order of the
+    calls (`_hitl.in_proposal_order`) decides which call a positional answer reaches."""
+    return {"session_id": session_id, "interrupt_id": interrupt_id, "slot": slot, "shown": calls}
 
 
 def record(gate: EffectGate, pauses: Pauses) -> None:
@@ -103,8 +113,15 @@ def record_shown(
     for intr in raised.args[0] if raised.args and isinstance(raised.args[0], tuple) else ():
         interrupt_id = getattr(intr, "id", None)
         if isinstance(interrupt_id, str):
+            seal = sign_state(gate, "langgraph.shown", _sealed(ctx.session_id, interrupt_id, slot, calls))
             gate.note(
-                SHOWN, ctx=ctx, interrupt_id=interrupt_id, slot=slot, shown=calls, approval_ids=approval_ids
+                SHOWN,
+                ctx=ctx,
+                interrupt_id=interrupt_id,
+                slot=slot,
+                shown=calls,
+                approval_ids=approval_ids,
+                seal=seal,
             )
 
 
@@ -112,12 +129,16 @@ def refusal(gate: EffectGate, interrupt_id: str, slot: int, calls: Shown, sessio
     """Why a HITL answer to `interrupt_id`, raised at the task's answer `slot`, must not be
     applied to `calls` (None: it may). The records are the session's (the thread's): one read of
     its pauses, not of every thread's. A record without a slot (an earlier release) counts for
-    every slot of its interrupt."""
+    every slot of its interrupt. Only a record whose seal verifies counts, and it must show the
+    calls in the order they wait now: the order comes from the store's event log, which the
+    keyring does not seal, so a reordered log cannot move a decision onto another call."""
     details = [_detail(e.detail_json) for e in gate.store.events(kind=SHOWN, session_id=session_id)]
     seen = [
         d.get("shown")
         for d in details
-        if d.get("interrupt_id") == interrupt_id and d.get("slot") in (None, slot)
+        if d.get("interrupt_id") == interrupt_id
+        and d.get("slot") in (None, slot)
+        and _verified(gate, session_id, d)
     ]
     if seen and all(s == calls for s in seen):
         return None
@@ -253,6 +274,15 @@ async def askip_answered(gate: EffectGate, pauses: Pauses) -> None:
     await asyncio.to_thread(note_mapped, gate, pauses.mapped)
     if (where := _unasked(pauses.asked)) is not None:
         _take(pauses.asked, await asyncio.to_thread(_step_slots, gate, *where[:2]), where[2])
+
+
+def _verified(gate: EffectGate, session_id: str, detail: Mapping[str, Any]) -> bool:
+    fields = _sealed(session_id, detail.get("interrupt_id"), detail.get("slot"), detail.get("shown"))
+    try:
+        verify_state(gate, "langgraph.shown", fields, detail.get("seal"))
+    except (TamperedState, RecursionError):
+        return False
+    return True
 
 
 def _detail(text: str) -> dict[str, Any]:
