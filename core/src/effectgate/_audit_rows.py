@@ -192,18 +192,22 @@ def _policy(body: Mapping[str, Any]) -> Policy | None:
 def changed_since(rules: Rules, table: EffectTable | None, a: tuple[Any, ...]) -> str | None:
     """What changed about an approved call's tool since the approval (a row of the same name
     recorded since, or, with `table`, the table's row now), or None: the reviewer approved
-    another tool. A call proposed in shadow mode has no grant: a change of row is the switch to live."""
+    another tool. With `table`, its row is the approval's: nothing changed (a change since was
+    rolled back, and the gate runs the grant). A call proposed in shadow mode has no grant: a
+    change of row is the switch to live."""
     tool, fingerprint = a[A_TOOL], a[A_ROW_FP]
     recorded = rules.get(fingerprint)
     if recorded is not None and recorded.get("shadow") is True:
         return None
+    spec = table.get(tool) if table is not None else None
+    if spec is not None and spec.fingerprint == fingerprint:
+        return None  # the table given runs the grant: a row recorded since was rolled back
     # a time edited into another type (SQLite) or NaN: unknown, so any other row may be since
     decided = _time(a[A_DECIDED] if a[A_DECIDED] is not None else a[A_CREATED], -math.inf)
     since = [f for at, f in rules.rows_of(tool) if f != fingerprint and at >= decided]
     if since:
         return f"row {since[-1][:12]} was recorded after the approval"
-    spec = table.get(tool) if table is not None else None
-    if table is None or (spec is not None and spec.fingerprint == fingerprint):
+    if table is None:
         return None
     return (
         "the tool is no longer in the table"

@@ -9,6 +9,7 @@ row it names (an execution with no approval: that row says whether it needed one
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from math import isfinite
 from typing import Any
 
 from ._audit_rows import (
@@ -121,8 +122,9 @@ class Scan:
         """Check one approval with its decisions; the bar its executions are held to."""
         approval_id, tool, args, status = a[A_ID], a[A_TOOL], a[A_ARGS], a[A_STATUS]
         self.statuses[status if status != "pending" else status_at(a, self.now)] += 1  # or expired
-        if type(a[A_DECIDED]) in _TIME and type(a[A_CREATED]) in _TIME and status in APPROVED:
-            self.latencies.append(a[A_DECIDED] - a[A_CREATED])
+        timed = type(a[A_DECIDED]) in _TIME and type(a[A_CREATED]) in _TIME and status in APPROVED
+        if timed and isfinite(latency := a[A_DECIDED] - a[A_CREATED]):  # NaN, infinity: no clock's
+            self.latencies.append(latency)
         redacted = is_redacted(args)
         recomputed = None
         if redacted:

@@ -8,7 +8,7 @@ import json
 import os
 import stat
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -110,6 +110,8 @@ def rewrite(target: Path, busy: Callable[[str], Exception]) -> Iterator[TextIO]:
             "interrupted one left it: if none is running, remove it and run again)"
         ) from None
     try:
+        with suppress(FileNotFoundError):  # the file it replaces keeps its permissions (0600: not
+            os.chmod(partial, stat.S_IMODE(target.stat().st_mode))  # widened to the umask's)
         with out:
             yield out
         partial.replace(target)  # a rename that fails (a directory there) leaves no partial behind

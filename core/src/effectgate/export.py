@@ -50,7 +50,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from . import _pins
+from . import _pins, _seal
 from ._commitments import commitment, commitment_holds, commitment_part
 from ._export_file import MAX_LINE, LineError, doubles, line_text, read_lines, rewrite, strict_loads
 from ._manifest import (  # noqa: F401 - the manifest's names, as `effectgate.export` has always had them
@@ -91,7 +91,7 @@ def decision_records(
     erased = entries(store)
     approvers: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
     for d in store.all_decisions():
-        if d.decision == "approve":
+        if d.decision == "approve" and _seal.decision_intact(keyring, d):  # not one inserted after the audit
             approvers[(d.approval_id, d.version)].append(
                 {"id": d.approver_id, "role": d.role, "round": d.grant_round, "at": d.at}
             )
@@ -161,11 +161,11 @@ def export_chain(
     settle: float = SETTLE_S,
     now: float | None = None,
 ) -> Manifest:
-    """Write the decision records after `after` (all when None) to `path` as a hash chain, and its
-    signed manifest beside it (`manifest_path(path)`), which pins the ledger's chain heads.
-    Refused, writing nothing, when `after` is not signed by this keyring, its pins no longer
-    hold, or `path` is `after`'s export or manifest (checked before the seal); refused with no
-    export written when the audit after the seal has findings (its new checkpoints stay)."""
+    """Write the decision records after `after` (all when None), up to the checkpoint the audit verified,
+    to `path` as a hash chain, and its signed manifest (`manifest_path(path)`) pinning the chain's heads.
+    Refused, writing nothing, when `after` is not signed by this keyring, its pins no longer hold, or
+    `path` is `after`'s export or manifest (checked before the seal); refused with no export written
+    when the audit after the seal has findings (its new checkpoints stay)."""
     target = Path(path)
     if target.is_dir():  # its rename would fail after the manifest beside it was replaced
         raise ExportError(f"{target} is a directory: give a file name; nothing was exported or written")
@@ -179,6 +179,7 @@ def export_chain(
             )
     at = time.time() if now is None else now
     seal_chain(store, keyring, now=at, settle=settle)  # the ledger's own chain covers what is exported
+    heads = _pins.heads(store)  # the cut: a row committed after it (after the audit) waits
     report = audit(store, keyring=keyring, chain=True, pinned=after.heads if after is not None else None)
     if not report.clean:
         kinds = sorted({f.kind for f in report.findings})
@@ -186,11 +187,12 @@ def export_chain(
             f"the ledger has {len(report.findings)} audit finding(s) ({', '.join(kinds)}): run "
             "`effectgate audit` and resolve them; nothing was exported"
         )
-    start = after.head if after is not None else GENESIS
-    after_seq = after.after_seq if after is not None else 0
+    start, after_seq = (after.head, after.after_seq) if after is not None else (GENESIS, 0)
     head, first, last, count = start, None, None, 0
     with rewrite(target, ExportError) as out:  # renamed over `target` once its manifest is signed
         for record, personal in decision_records(store, keyring, after_seq=after_seq, before=at - settle):
+            if record["seq"] > heads.get("eg_executions", {}).get("last_id", 0):
+                break  # committed after the checkpoint the audit verified: the next export's
             digest = link(head, record)
             line = {
                 "seq": record["seq"],
@@ -212,7 +214,7 @@ def export_chain(
             head=head,
             after_seq=after_seq if last is None else last,
             created_at=at,
-            heads=_pins.heads(store),
+            heads=heads,
         )
         signed = Manifest(**{**asdict(manifest), "signature": keyring.sign(PURPOSE, manifest.body())})
         # written whole (beside it, then renamed: a symlink there is replaced) before the file is

@@ -104,7 +104,10 @@ def refuse_async_on_loop(fn: Callable[..., Any]) -> None:
 def run_sync(fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:
     """What `drive` does with an `Invoke`: `fn(**kwargs)`, an awaitable result run to completion
     (refused while an event loop runs on this thread)."""
-    value = fn(**kwargs)
+    try:
+        value = fn(**kwargs)
+    except StopIteration as stop:
+        raise _stopped(stop) from stop
     if type(value) in _PLAIN or not inspect.isawaitable(value):
         return value
     try:
@@ -116,6 +119,14 @@ def run_sync(fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:
     if callable(close):
         close()
     raise (NotStarted if unrun else RuntimeError)(_ASYNC_ON_LOOP)
+
+
+def _stopped(stop: StopIteration) -> RuntimeError:
+    """A tool's StopIteration (`next()` on an empty iterator), raised as the RuntimeError a
+    coroutine tool's is: it cannot cross a Future (the async driver's task would wait for ever)."""
+    error = RuntimeError("the tool raised StopIteration")
+    error.__cause__ = stop
+    return error
 
 
 class NotStarted(RuntimeError):
@@ -244,7 +255,7 @@ class _Worker:
             raise
         try:
             value = await asyncio.shield(fut)
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, GeneratorExit):  # GeneratorExit: a pending task collected
             fut.add_done_callback(_retrieved)  # its error, if any, is the flow's (not logged again)
             raise  # a tool's outcome stays in `handover`, for `abandon`
         except BaseException:
@@ -281,6 +292,10 @@ class _Worker:
             return None
         try:
             value = fn(**kwargs)
+        except StopIteration as stop:
+            error = _stopped(stop)
+            self._ended(False, error)
+            raise error from stop
         except BaseException as exc:
             self._ended(False, exc)
             raise

@@ -62,6 +62,7 @@ Verdict = Literal["same", "rerouted", "refused"]
 REPLAYED = ("approved", "executing", "executed", "failed", "needs_reconciliation")
 _TAMPERED = "tampered: the stored record does not verify (its arguments, hash or seal)"
 _DENIED = "tampered: the version has a recorded denial (its grant was revoked), whatever its status says"
+_REPLAYER = "effectgate-replay"  # who closes, in the sandbox, what an intent left waiting (`_close`)
 
 
 @dataclass(frozen=True)
@@ -175,6 +176,8 @@ def replay(
                 # proposed in shadow mode: its recorded row says so, or its (sealed) subject key
                 was_shadow = row.row_fingerprint in shadow or is_shadow(None, str(row.subject_key))
                 results.append(_one(gate, row, recorded, calls, shadow=was_shadow))
+                if results[-1].verdict != "same":
+                    _close(gate, sandbox_store)
         finally:
             gate.close()
             sandbox_store.close()
@@ -261,6 +264,18 @@ def _shadow_same(
     if isinstance(decision, Recorded) and decision.complete:
         return verdict("same")
     return verdict("refused", f"the recorded approvers ({len(approvers)}) do not approve it now")
+
+
+def _close(gate: EffectGate, sandbox: Store) -> None:
+    """Deny what an intent that did not replay the same left waiting in the sandbox (a proposal
+    rerouted, or granted and refused): it must not hold its subject or its session's quota when
+    the next intent is proposed (each intent is judged on its own)."""
+    for a in sandbox.approvals(status=["pending", "approved"]):
+        try:
+            closer = Approver(_REPLAYER, a.approver_role)
+            gate.deny(a.id, approver=closer, reason="replayed", version=a.version)
+        except EffectGateError:  # a grant already presented, or a shadow call: it holds nothing live
+            continue
 
 
 def _order(row: ApprovalRow) -> tuple[float, str]:
