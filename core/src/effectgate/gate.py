@@ -214,9 +214,13 @@ class EffectGate:
         self._reads.flush()
 
     def close(self) -> None:
-        """Write buffered read records and stop the background threads (read log, lease renewal)."""
-        self._reads.close()
-        self._settlement.leases.close()
+        """Write buffered read records and stop the background threads (read log, lease renewal);
+        the renewal stops also when the reads cannot be written (they stay buffered, the error
+        raised)."""
+        try:
+            self._reads.close()
+        finally:
+            self._settlement.leases.close()
 
     def __enter__(self) -> EffectGate:
         return self
