@@ -108,17 +108,16 @@ class Calls:
         for call in calls:  # before anything is recorded: a text or a dict would be read by index
             if not isinstance(call, tuple | list) or len(call) not in (2, 3):
                 raise TypeError(f"a step's call is (name, args) or (name, args, call_id) (got {call!r:.80})")
+        specs = [self.table.get(call[0]) for call in calls]  # a str subclass (an enum's) names a row too
         counts: dict[str, int] = {}
-        for call in calls:
-            named = self.table.get(call[0])  # counted by row: a str subclass (an enum's) names one too
+        for named in specs:  # counted by row
             if named is not None:
                 counts[named.name] = counts.get(named.name, 0) + 1
         out: list[tuple[Any, Outcome | None]] = []
         refusals: list[dict[str, Any]] = []
-        for call in calls:
+        for call, spec in zip(calls, specs, strict=True):
             name, args = call[0], call[1]
             call_ctx = with_call_id(ctx, call[2] if len(call) > 2 else None)
-            spec = self.table.get(name)
             if spec is not None and self.policy.gates(spec.effect) and counts[spec.name] > 1:
                 message = (
                     f"{counts[spec.name]} calls of {name} in one step; none was registered. "

@@ -136,7 +136,7 @@ def reveal(text: str) -> str:
     return "".join(f"<U+{ord(c):04X}>" if hidden(c) or _stray(text, i) else c for i, c in enumerate(text))
 
 
-def one_line(value: Any) -> str:
+def card_line(value: Any) -> str:
     """`value` as one line of a text card: `reveal`, and its newlines written out the same way (so
     every control character but tab, ESC and CR too, and every line break): a stored value cannot
     drive the terminal or pass for another line of the card."""

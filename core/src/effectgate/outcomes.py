@@ -14,7 +14,7 @@ from typing import Any, Literal
 import pydantic_core
 
 from ._json import parse
-from ._textcheck import one_line, text_warnings
+from ._textcheck import card_line, text_warnings
 from .context import SubjectEntry
 from .stores._dialect import REDACTED_PREFIX
 from .stores.records import ApprovalRow
@@ -147,8 +147,8 @@ class Card:
 
     def render(self) -> str:
         """A plain-text card (used where no richer surface is available): each stored text on one
-        line, its controls, line breaks and hidden characters written out (`one_line`)."""
-        t = one_line
+        line, its controls, line breaks and hidden characters written out (`card_line`)."""
+        t = card_line
         lines = [
             *(f"WARNING: {t(w)}" for w in self.warnings),
             f"{t(self.tool)}  [{t(self.effect)}, {t(self.reversibility)}]"

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from .._display import card_view, json_line, pretty, when
-from .._textcheck import one_line, reveal
+from .._textcheck import card_line, reveal
 from ..context import Approver
 from ..errors import EffectGateError, StaleApproval
 from ..gate import EffectGate
@@ -44,7 +44,7 @@ def _e(value: Any) -> str:
     return html.escape(reveal(value if isinstance(value, str) else pretty(value)))
 
 
-_plain = one_line  # a value as one line of the text card (its controls and line breaks written out)
+_plain = card_line  # a value as one line of the text card (its controls and line breaks written out)
 
 
 def _revealed(text: str, label: str = "") -> str:
