@@ -94,13 +94,28 @@ def read_small(path: str | Path, *, limit: int) -> bytes:
     return data
 
 
+def linked(target: Path) -> bool:
+    """`target` is a symlink, or has another hard link: renaming a new file over it would leave
+    the old content (what an erasure removed) under the other name."""
+    try:
+        st = os.lstat(target)
+    except FileNotFoundError:
+        return False
+    return stat.S_ISLNK(st.st_mode) or st.st_nlink > 1
+
+
 @contextmanager
-def rewrite(target: Path, busy: Callable[[str], Exception]) -> Iterator[TextIO]:
+def rewrite(target: Path, busy: Callable[[str], Exception], *, erasing: bool = False) -> Iterator[TextIO]:
     """Write `target` anew: into `target.partial`, created by this writer alone, renamed over
     `target` when the block ends and removed if it fails. `busy(message)` is raised, nothing
     written, when the partial exists: another rewrite of `target` is under way (two writers of one
     file would interleave, and the last rename would bring back what the other erased), or one
-    was interrupted and left it."""
+    was interrupted and left it. `erasing`: `target` must be its content's only name (`linked`)."""
+    if erasing and linked(target):
+        raise busy(
+            f"{target} was not changed: it is a symlink or has another hard link, which would keep "
+            "the erased values (give the file itself, with no other link)"
+        )
     partial = target.with_name(target.name + ".partial")
     try:
         out = partial.open("x", encoding="utf-8")

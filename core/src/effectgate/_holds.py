@@ -5,20 +5,61 @@ holds before it, and one that starts after sees it."""
 
 from __future__ import annotations
 
+import json
 import math
 import secrets
 import time
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .chain import ERASURE_LOCK
 from .context import _storable
 from .errors import EffectGateError
+from .stores._dialect import is_redacted
 from .stores.protocol import Store
 from .stores.records import HoldRow
 
 
 class RedactionError(EffectGateError):
     """A redaction, retention pass or hold was refused; nothing was changed."""
+
+
+class UnknownFact(RedactionError, ValueError):
+    """A name in `keep` that no record could hold (a typo would keep nothing, erasing the fact it
+    meant: `amout` for amount); nothing was erased."""
+
+
+def _names(text: str | None, schema: bool = False) -> set[str]:
+    """The top-level argument names of stored arguments (`schema`: of a rule row's schema)."""
+    try:
+        value = json.loads(text or "null")
+        value = value.get("schema", {}).get("properties") if schema else value
+    except (ValueError, TypeError, AttributeError, RecursionError):  # no gate wrote it: no names
+        return set()
+    marked = isinstance(text, str) and is_redacted(text)
+    return set(value) if isinstance(value, dict) and not marked else set()
+
+
+def known_names(store: Store, keep: Sequence[str], facts: Sequence[str]) -> set[str]:
+    """The facts, and when `keep` names others, the arguments of every tool the ledger recorded a
+    rule row for (its schema's properties): read before the erasure's transaction."""
+    if not set(keep) - set(facts):
+        return set(facts)
+    rows = store.rules().values()
+    return {*facts, *(n for r in rows if r.kind == "row" for n in _names(r.body_json, schema=True))}
+
+
+def check_keep(keep: Sequence[str], known: set[str], targets: Iterable[Any]) -> None:
+    """Refuse a name in `keep` that is not `known` (the facts, the recorded tools' arguments) and
+    that no target's stored arguments hold."""
+    unknown = set(keep) - known
+    for t in targets if unknown else ():
+        unknown -= _names(t.values.get("args_json"))
+    if unknown:
+        raise UnknownFact(
+            f"keep names {', '.join(sorted(unknown))}: no argument of a recorded tool or of a record "
+            "being erased (a typo?); nothing was erased"
+        )
 
 
 def _event(kind: str, at: float, **detail: Any) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -103,3 +104,16 @@ def refuse_overwriting(target: Path, manifest: Manifest) -> None:
                 f"{target} holds the export this one continues (or its manifest): write the new "
                 "export to another file; nothing was exported or written"
             )
+
+
+def personal_of(path: Path, number: int, line: Mapping[str, Any], user_id: str) -> dict[str, Any]:
+    """A line's personal values (outside its chain), as `redact_export` erases them. ExportError
+    for a line of `user_id` that has none beside its record (the first format, /1): its arguments
+    are inside the chain, where no erasure reaches them and leaves the file verifying."""
+    if "personal" not in line and line["record"].get("user_id") == user_id:
+        raise ExportError(
+            f"{path} was not changed: line {number} is of the first export format ({READABLE[0]}), "
+            "whose arguments are inside its chain and cannot be erased: export the ledger anew to "
+            "another file and delete this one"
+        )
+    return {**(line.get("personal") or {})}

@@ -62,6 +62,7 @@ from ._manifest import (  # noqa: F401 - the manifest's names, as `effectgate.ex
     ExportError,
     Manifest,
     manifest_path,
+    personal_of,
     refuse_overwriting,
 )
 from .audit import audit
@@ -260,18 +261,17 @@ def redact_export(
     and column and commits to the same value, so a redaction of one subject erases that subject's
     records and no other. Without it, every personal value of the user's lines goes (what `redact`
     of the whole user erases). Returns how many lines changed. The file is read a line at a time
-    (ExportError, nothing changed, for a line that is not a chain line or is longer than
-    `max_line` bytes) and replaced whole (written beside it, then renamed)."""
+    (ExportError, nothing changed, for a line not a chain line, longer than `max_line` bytes, or
+    the user's in the first format; and for a file with another link) and replaced whole."""
     if not isinstance(user_id, str) or not user_id:
         raise ExportError("user_id must be a non-empty string")
-    target = Path(path)
-    changed = 0
+    target, changed = Path(path), 0
     try:  # written beside it by this rewrite alone (another one under way is refused), then renamed
-        with rewrite(target, ExportError) as out:
+        with rewrite(target, ExportError, erasing=True) as out:
             for number, text in read_lines(target, max_line=max_line):
                 try:
                     line = strict_loads(text)
-                    record, personal = line["record"], {**(line.get("personal") or {})}
+                    record, personal = line["record"], personal_of(target, number, line, user_id)
                     mine = record.get("user_id") == user_id and personal
                 except (ValueError, RecursionError, KeyError, TypeError, AttributeError) as exc:
                     raise LineError(number, "not a chain line (run `effectgate verify`)") from exc

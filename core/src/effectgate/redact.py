@@ -22,18 +22,20 @@ values outside their hash chain, committed to by the same commitments, so `redac
 them from an export file while it still verifies (see `effectgate.export`).
 
 Refused, changing nothing: a keyring that is not the ledger's (`chain.check_keyring`: its
-commitments would be unverifiable and break the chain), a user under a legal hold, and a user
-with a call that may still run or is being decided (pending, approved, executing,
-needs_reconciliation; not an approved shadow call, nor one whose grant lapsed after its
-approval's deadline: those can never run, `stores._redaction.is_open`): decide or reconcile it
-first. Refused too, by `redact` and `retain` alike, when an approval's or execution's stored
-arguments no longer hash to its recorded args hash (edited in the database): erasing them would
-seal the edited facts and hide the tampering from the audit. A retention pass skips held users
-and every row of an open call (its approval, executions, events, decisions and idempotency
-records; and a note listing it in its detail's `approval_ids`). Each redaction is itself an
-event (`redacted`, with who ran it and why, and no personal value). A hold is placed and
-released under the erasure lock, so it never commits under a running redaction or retention
-pass. A redaction whose `subject` matches no record of the user is `SubjectNotFound`.
+commitments would be unverifiable and break the chain), a `keep` name that is no fact, no
+argument of a recorded tool nor of a record erased (a typo, `_holds.check_keep`: it would erase
+the fact meant), a user under a legal hold, and a user with a call that may still run or is
+being decided (pending, approved, executing, needs_reconciliation; not an approved shadow call,
+nor one whose grant lapsed after its approval's deadline: those can never run,
+`stores._redaction.is_open`): decide or reconcile it first. Refused too, by `redact` and
+`retain` alike, when an approval's or execution's stored arguments no longer hash to its
+recorded args hash (edited in the database): erasing them would seal the edited facts and hide
+the tampering from the audit. A retention pass skips held users and every row of an open call
+(its approval, executions, events, decisions and idempotency records; and a note listing it in
+its detail's `approval_ids`). Each redaction is itself an event (`redacted`, with who ran it
+and why, and no personal value). A hold is placed and released under the erasure lock, so it
+never commits under a running redaction or retention pass. A redaction whose `subject` matches
+no record of the user is `SubjectNotFound`.
 
 Redaction selects by the user a call acted for (and, with `subject`, one subject of theirs, e.g.
 an order: the calls of its approvals, by subject key, and the writes whose arguments hold every
@@ -53,7 +55,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._commitments import commitment, commitment_holds, commitment_part, keyed_hash
-from ._holds import RedactionError, _at, _event, _text, hold, holds, release
+from ._holds import RedactionError, _at, _event, _text, check_keep, hold, holds, known_names, release
 from ._seal import stored_args_hash
 from .canonical import canonical_json, digest
 from .chain import ERASURE_LOCK, check_keyring
@@ -274,7 +276,7 @@ def redact(
             "user's records, give no subject: nothing was redacted"
         )
     keep = _keep(keep)
-    at = _at(now)
+    at, known = _at(now), known_names(store, keep, FACTS)
     rid = f"r-{secrets.token_hex(8)}"
     with store.transaction() as conn:
         store.lock(conn, ERASURE_LOCK)  # a seal never reads a redaction half-way (`chain`)
@@ -297,6 +299,7 @@ def redact(
                 f"user {user_id!r} has {len(open_)} call(s) that may still run or are being decided "
                 f"({', '.join(open_[:5])}): deny, execute or reconcile them first; nothing was redacted"
             )
+        check_keep(keep, known, targets)  # a typo would erase the fact it meant to keep
         rows, values = _erase(store, conn, keyring, targets, rid, keep, at, _entered(store, conn))
         detail: dict[str, Any] = {"redaction_id": rid, "user_id": user_id, "by": by, "reason": reason}
         if keys:
@@ -329,7 +332,7 @@ def retain(
         if isinstance(days, bool) or not isinstance(days, int | float) or not 0 <= days <= sys.float_info.max:
             raise RedactionError(f"retention for {effect} must be a number of days >= 0 (got {days!r})")
     keep = _keep(keep)
-    at = _at(now)
+    at, known = _at(now), known_names(store, keep, FACTS)
     rid = f"r-{secrets.token_hex(8)}"
     rows = values = 0
     with store.transaction() as conn:
@@ -338,6 +341,10 @@ def retain(
         held = sorted({h.user_id for h in store.holds(conn)})
         erased = _entered(store, conn) if rules else set()  # once per pass, kept current by `_erase`
         live = _live(store, at)
+        if set(keep) - known:  # checked against every target first: a typo erases nothing
+            ages = [(e, at - d * DAY) for e, d in rules.items()]
+            found = [store.redaction_targets(conn, effect=e, before=b, held=held) for e, b in ages]
+            check_keep(keep, known, [t for ts in found for t in ts])
         for effect, days in sorted(rules.items()):
             targets = [
                 t

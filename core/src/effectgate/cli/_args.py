@@ -164,6 +164,11 @@ def check_export_file(url: str, path: str) -> None:
                 parsed = None
             if not isinstance(parsed, dict) or not isinstance(parsed.get("record"), dict):
                 raise UsageError(f"--export {path}: line {number} is not an export line; nothing was erased")
+            if "personal" not in parsed:  # the first format (/1): its arguments are inside its chain
+                raise UsageError(
+                    f"--export {path}: line {number} is of the first export format, whose arguments no "
+                    "erasure reaches: export the ledger anew and delete this file; nothing was erased"
+                )
             personal, committed = parsed.get("personal"), parsed["record"].get("personal")
             texts = isinstance(personal, dict) and all(map(_is_str, personal.values()))
             if not (personal is None or texts):

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
-from .._export_file import strict_loads
+from .._export_file import linked, strict_loads
+from .._holds import UnknownFact
 from ..audit import seal_rules
 from ..chain import check_keyring
 from ..context import _storable
@@ -86,6 +88,8 @@ def _cmd_redact(args: argparse.Namespace, out: Console) -> int:
             )
     for path in args.export:  # every export file checked before anything is erased
         check_export_file(args.db, path)
+        if linked(Path(path)):  # renamed over: the other link would keep the erased values
+            raise UsageError(f"--export {path} has another hard link (it keeps the values); nothing erased")
     with _open(args.db) as store:  # a mistyped path is "no database at" (3), not "no keyring"
         keyring = keyring_for(args.db, create=False)
         try:
@@ -100,6 +104,8 @@ def _cmd_redact(args: argparse.Namespace, out: Console) -> int:
             )
         except SubjectNotFound as exc:  # exit 3, not a refusal: nothing to erase was found
             raise NotFound(str(exc)) from exc
+        except UnknownFact as exc:  # a mistyped --keep: bad input (2), as the others
+            raise UsageError(str(exc)) from exc
         found = done.rows > 0 or _has_records(store, args.user)  # none at all: a typo, likely
         # the files lose exactly what the ledger erased (with --subject: that subject's records)
         erased = entries(store) if args.export else {}
@@ -151,7 +157,10 @@ def _cmd_retain(args: argparse.Namespace, out: Console) -> int:
         rules[kind] = days
     with _open(args.db) as store:
         keyring = keyring_for(args.db, create=False)
-        done = retain(store, keyring, rules, by=args.by, keep=_keep(args.keep))
+        try:
+            done = retain(store, keyring, rules, by=args.by, keep=_keep(args.keep))
+        except UnknownFact as exc:  # a mistyped --keep: bad input (2), as the others
+            raise UsageError(str(exc)) from exc
     if args.json:
         _write_json(done.to_dict())
         return EXIT_OK
