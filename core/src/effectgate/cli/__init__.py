@@ -363,7 +363,7 @@ def _main(argv: Sequence[str] | None) -> int:
         if _SURROGATE.search(str(getattr(args, "id", "") or "")):  # a non-UTF-8 byte in argv
             why = "holds a lone surrogate: give it as UTF-8 text (nothing was changed)"
             raise UsageError(f"the id {args.id!r} {why}")
-        args.db_given = args.db is not None
+        args.db_given = bool(args.db)  # `--db ""` is no URL: the default, as below (the demo's own)
         args.db = url = args.db or url
         out = _console(demo=args.command == "demo")
         code = args.verdict = _COMMANDS[args.command](args, out)

@@ -11,7 +11,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import sqlalchemy as sa
 from rich.console import Console
 from rich.text import Text
 
@@ -47,6 +46,7 @@ from ._store import (
     _sqlite_file,
     _where,
     check_listen,
+    holds_records,
     keyring_for,
     pending_cards,
     run_approved,
@@ -57,8 +57,7 @@ def _cmd_setup(args: argparse.Namespace, out: Console) -> int:
     parsed = _parse(args.db)
     with open_store(args.db) as store:
         store.setup()
-        with store.engine.connect() as conn:
-            empty = not any(conn.execute(sa.text(f"SELECT 1 FROM {t} LIMIT 1")).first() for t in _SEALED)
+        empty = not holds_records(store)
     where = _where(parsed)
     key_file, keys = _setup_keys(args.db, parsed, empty=empty)
     if args.json:
@@ -66,9 +65,6 @@ def _cmd_setup(args: argparse.Namespace, out: Console) -> int:
         return EXIT_OK
     out.print(_text(f"effectgate schema {SCHEMA_VERSION} ready at {where}; {keys}"))
     return EXIT_OK
-
-
-_SEALED = ("eg_approvals", "eg_decisions", "eg_executions", "eg_idempotency", "eg_events", "eg_chain")
 
 
 def _setup_keys(url: str, parsed: Any, *, empty: bool) -> tuple[str | None, str]:
@@ -156,7 +152,7 @@ def _cmd_approve(args: argparse.Namespace, out: Console) -> int:
 
 
 def _cmd_deny(args: argparse.Namespace, out: Console) -> int:
-    with _gate(args) as gate:
+    with _gate(args, approval=args.id) as gate:
         refused = gate.deny(
             args.id, approver=Approver(args.approver, args.role), reason=args.reason, version=args.version
         )
@@ -370,7 +366,10 @@ def _cmd_hash_secret(args: argparse.Namespace, out: Console) -> int:
 
     from ..web._auth import hash_secret
 
-    secret = sys.stdin.readline().rstrip("\n") if not sys.stdin.isatty() else getpass.getpass("secret: ")
+    if sys.stdin is None:  # `<&-`: no standard input to read the secret from
+        raise UsageError("hash-secret reads the secret on its standard input, and it has none")
+    # the line without its line break, Windows' too: no sign-in form sends one
+    secret = sys.stdin.readline().rstrip("\r\n") if not sys.stdin.isatty() else getpass.getpass("secret: ")
     if not secret:
         raise UsageError("an empty secret")
     if args.json:

@@ -19,7 +19,7 @@ from rich.console import Console
 
 from ..mcp._config import ENV_AGENT, ENV_CONFIG, ENV_SESSION, ENV_USER, default_session  # SDK-free
 from ._render import EXIT_OK, _text
-from ._store import UsageError, _open, check_listen, keyring_for
+from ._store import UsageError, _open, check_listen, holds_records, keyring_for
 
 if TYPE_CHECKING:  # the MCP SDK is imported only when the command runs
     from ..mcp._common import Identity
@@ -140,8 +140,8 @@ def run(args: argparse.Namespace, out: Console) -> int:
         check_listen(args.host, args.port)
     store = _open(args.db)
     try:
-        # As `mcp serve`: a database holding approvals never gets a new key (it would verify none)
-        keyring = keyring_for(args.db, create=not store.approvals(limit=1))
+        # As `mcp serve`: a database holding records never gets a new key (it would verify none)
+        keyring = keyring_for(args.db, create=not holds_records(store))
         proxy = GatedProxy(config, store, identity=identity, keyring=keyring, inbox_url=args.inbox_url)
         asyncio.run(_serve(proxy, args, identity))
     finally:

@@ -17,7 +17,15 @@ from rich.console import Console
 
 from ..mcp._config import ENV_AGENT, ENV_SESSION, ENV_USER, default_session  # the SDK-free part
 from ._render import EXIT_OK
-from ._store import StoreUnavailable, UsageError, _make_gate, _open, check_listen, keyring_for
+from ._store import (
+    StoreUnavailable,
+    UsageError,
+    _make_gate,
+    _open,
+    check_listen,
+    holds_records,
+    keyring_for,
+)
 
 if TYPE_CHECKING:  # the MCP SDK is imported only when the command runs
     from ..mcp._common import Identity
@@ -98,9 +106,9 @@ def run(args: argparse.Namespace, out: Console) -> int:
     store = _open(args.db)
     try:
         # The server is the application: a fresh SQLite database gets its development key file,
-        # as EffectGate creates it; a database holding approvals never gets a new key (it would
+        # as EffectGate creates it; a database holding records never gets a new key (it would
         # verify none of them), and a server database needs $EFFECTGATE_KEYRING.
-        keyring_for(args.db, create=not store.approvals(limit=1))
+        keyring_for(args.db, create=not holds_records(store))
         gate = _make_gate(args, store, need_app=True)
         try:
             if not gate.table.allowlist(identity.agent_id):

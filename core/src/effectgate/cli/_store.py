@@ -186,6 +186,16 @@ def keyring_for(url: str, *, create: bool = True) -> Keyring:
         raise UsageError(str(exc)) from exc
 
 
+_SEALED = ("eg_approvals", "eg_decisions", "eg_executions", "eg_idempotency", "eg_events", "eg_chain")
+
+
+def holds_records(store: SQLStore) -> bool:
+    """Whether the ledger holds any record sealed or chained under its keyring: a database that
+    does never gets a new development key (it would verify none of them)."""
+    with store.engine.connect() as conn:
+        return any(conn.execute(sa.text(f"SELECT 1 FROM {t} LIMIT 1")).first() for t in _SEALED)
+
+
 def _first_line(exc: BaseException) -> str:
     """The driver's message without its hints and SQL (psycopg adds lines; SQLAlchemy a link)."""
     text = str(exc).strip()
@@ -244,7 +254,9 @@ def _load_app(ref: str) -> Callable[..., EffectGate]:
     return factory  # type: ignore[no-any-return]
 
 
-def _make_gate(args: argparse.Namespace, store: SQLStore, *, need_app: bool) -> EffectGate:
+def _make_gate(
+    args: argparse.Namespace, store: SQLStore, *, need_app: bool, approval: str | None = None
+) -> EffectGate:
     if args.app:
         factory = _load_app(args.app)
         keyring = keyring_for(args.db, create=False)
@@ -263,14 +275,25 @@ def _make_gate(args: argparse.Namespace, store: SQLStore, *, need_app: bool) -> 
         raise UsageError(
             f"{args.command} re-runs the table's checks: pass --app module:factory (or EFFECTGATE_APP)"
         )
-    # Without --app: the stored records alone (seals are verified with the database's keyring).
-    return EffectGate(EffectTable(), store, policy=Policy(), keyring=keyring_for(args.db, create=False))
+    # Without --app: the stored records alone (seals are verified with the database's keyring),
+    # and to decide `approval`, the policy recorded with it (as `pending_cards` lists it).
+    keyring = keyring_for(args.db, create=False)
+    policy = recorded_policy(store, keyring, approval) if approval is not None else None
+    return EffectGate(EffectTable(), store, policy=policy or Policy(), keyring=keyring)
+
+
+def recorded_policy(store: SQLStore, keyring: Keyring, approval_id: str) -> Policy | None:
+    """The policy recorded with the approval (None for none, or one the gate never wrote)."""
+    row = store.get_approval(approval_id)
+    return Rules(store.rules(), keyring).policy(row.policy_fingerprint) if row is not None else None
 
 
 @contextmanager
-def _gate(args: argparse.Namespace, *, need_app: bool = False) -> Iterator[EffectGate]:
+def _gate(
+    args: argparse.Namespace, *, need_app: bool = False, approval: str | None = None
+) -> Iterator[EffectGate]:
     with _open(args.db) as store:
-        gate = _make_gate(args, store, need_app=need_app)
+        gate = _make_gate(args, store, need_app=need_app, approval=approval)
         try:
             yield gate
         finally:
