@@ -14,13 +14,15 @@ from effectgate.adapter import TamperedState, verify_state
 from effectgate.canonical import args_hash
 from effectgate.testing import Script, call, say, step
 from effectgate_langgraph import ARTIFACT_KEY, approve, deny
+from effectgate_langgraph._display import shown
 from tests.conformance.adapters import EMAIL, REFUND, SUPPORT_LEAD, ShopGate, grant
 
 from ._graph import edit_paused_call
 from ._paused import TAMPERED, assert_answer_refused, paused_refund, plain_resume, status_of, tool_messages
 from .conftest import MakeLangGraphHarness
 
-#: The payload fields the signature covers, per request (effectgate_langgraph._decisions).
+#: The payload fields the signature covers, per request (effectgate_langgraph._decisions), with
+#: the digest of its card (`_display.shown`).
 SIGNED = ("approval_id", "version", "args_hash", "tool", "tool_call_id", "call_args_hash")
 
 
@@ -30,7 +32,7 @@ def _signed(payload: Mapping[str, Any], user_id: str) -> dict[str, Any]:
         "session_id": payload["session_id"],
         "origin_message_id": payload["origin_message_id"],
         "user_id": user_id,
-        "requests": [{k: r[k] for k in SIGNED} for r in payload["requests"]],
+        "requests": [{**{k: r[k] for k in SIGNED}, "shown": shown(r)} for r in payload["requests"]],
     }
 
 

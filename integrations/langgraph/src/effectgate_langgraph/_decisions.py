@@ -39,11 +39,14 @@ than the one the run resumes for. Nothing runs for it; only a deny is accepted.
 
 `signature` is the gate keyring's MAC (`effectgate.adapter.sign_state`, purpose
 "langgraph.approval") over the session, origin message and user id of the step and, per request,
-`approval_id, version, args_hash, tool, tool_call_id, call_args_hash`. The node never reads a
+`approval_id, version, args_hash, tool, tool_call_id, call_args_hash` and `shown`: a digest of its
+card (but `status` and `approvals_given`, which a grant changes) and `mismatch`. Its HITL action
+request must show the card's tool and arguments, described by the card. The node never reads a
 payload back: each run it rebuilds the waiting calls from the gate and the checkpoint and signs
-them again. An application can check a payload it stored with `verify_state` and its own user
-id, and a decision may echo `"signature"`: it is then refused unless the step, as it stands now,
-signs the same (the checkpoint, the approval or the identity changed since it was shown).
+them again. An application can check a payload it stored with `is_signed_payload` and its own
+user id (as `resume(..., gate=, user_id=)` does), and a decision may echo `"signature"`: it is
+then refused unless the step, as it stands now, signs the same (the checkpoint, the approval or
+the identity changed since it was shown).
 
 Resume value: a mapping from approval id to decision (or HITL's answer, below)::
 
@@ -69,7 +72,8 @@ Resume value: a mapping from approval id to decision (or HITL's answer, below)::
 langchain's HumanInTheLoopMiddleware answer, `{"decisions": [...]}`, is read by position against
 the payload's `action_requests` (`_hitl.py`): there `{"type": "approve"}` without a token is a
 `NativeApprove` (approved through `gate.approve` as the application's `native_approver`) and
-`{"type": "reject", "message"?}` a `Reject` (always closes the approval).
+`{"type": "reject", "message"?}` a `Reject` (always closes the approval); either one naming an
+`"approver"` is refused, as a deny is.
 
 A decision that names no waiting approval, a token for another approval or version, or a
 version or hash that does not match is refused: nothing runs, and the step asks again.
@@ -77,7 +81,6 @@ version or hash that does not match is refused: nothing runs, and the step asks 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
@@ -85,6 +88,8 @@ from typing import Any, TypedDict
 from effectgate import CallContext, EffectGate, Pending
 from effectgate.adapter import TamperedState, sign_state, verify_state
 from effectgate.outcomes import VersionEntry
+
+from ._display import as_text, described, shown
 
 PAYLOAD_TYPE = "effectgate.approval"
 ALLOWED: tuple[str, ...] = ("approve", "deny", "edit")
@@ -146,31 +151,36 @@ SIGNED = ("approval_id", "version", "args_hash", "tool", "tool_call_id", "call_a
 
 def signed_fields(requests: Sequence[ApprovalRequest], ctx: CallContext) -> dict[str, Any]:
     """What the payload's signature covers: who the step runs for, and each waiting call as the
-    approval holds it and as the checkpoint holds it."""
+    approval holds it, as the checkpoint holds it, and as the reviewer is shown it."""
+    signed = [{**{k: r[k] for k in SIGNED}, "shown": shown(r)} for r in requests]  # type: ignore[literal-required]
     return {
         "session_id": ctx.session_id,
         "origin_message_id": ctx.origin_message_id,
         "user_id": ctx.user_id,
-        "requests": [{k: r[k] for k in SIGNED} for r in requests],  # type: ignore[literal-required]
+        "requests": signed,
     }
 
 
 def is_signed_payload(gate: EffectGate, value: object, user_id: str) -> bool:
     """Whether `value` (an interrupt's payload) is one this gate's node raised for `user_id`: its
-    signature verifies over the session, origin message and requests it carries. A tool's own
-    interrupt that copies the payload's `type` does not."""
+    signature verifies over the session, origin message and requests it carries, and each action
+    request shows its card. A tool's own interrupt that copies the payload's `type` does not."""
     if not isinstance(value, Mapping) or value.get("type") != PAYLOAD_TYPE:
         return False
-    requests = value.get("requests")
+    requests, actions = value.get("requests"), value.get("action_requests")
     if not isinstance(requests, list) or not all(isinstance(r, Mapping) for r in requests):
         return False
-    fields = {
-        "session_id": value.get("session_id"),
-        "origin_message_id": value.get("origin_message_id"),
-        "user_id": user_id,
-        "requests": [{k: r.get(k) for k in SIGNED} for r in requests],
-    }
-    try:
+    if not isinstance(actions, list) or len(actions) != len(requests):
+        return False
+    if not all(map(described, requests, actions)):
+        return False
+    try:  # a forged card nested deeper than Python recurses is refused, never raised
+        fields = {
+            "session_id": value.get("session_id"),
+            "origin_message_id": value.get("origin_message_id"),
+            "user_id": user_id,
+            "requests": [{**{k: r.get(k) for k in SIGNED}, "shown": shown(r)} for r in requests],
+        }
         verify_state(gate, "langgraph.approval", fields, value.get("signature"))
     except (TamperedState, RecursionError):
         return False
@@ -192,15 +202,6 @@ def _offered(gate: EffectGate, w: Waiting) -> tuple[str, ...]:
         and w.call_hash == w.pending.card.args_hash
     )
     return ALLOWED if editable else tuple(d for d in ALLOWED if d != "edit")
-
-
-def as_text(text: str) -> str:
-    """`text` as a Markdown code block: HITL inboxes render an action request's `description` as
-    Markdown, and the card holds model text (the arguments), which must reach the reviewer as
-    text, never as an image fetched on sight, a link or emphasis. The fence is longer than any
-    run of backticks in `text` (the card writes line breaks out, so no line of it can close it)."""
-    fence = "`" * max(3, 1 + max((len(run) for run in re.findall("`+", text)), default=0))
-    return f"{fence}text\n{text}\n{fence}"
 
 
 def payload(
@@ -291,6 +292,12 @@ DENY_NAMES_APPROVER = (
     "nothing was applied"
 )
 
+HITL_NAMES_APPROVER = (
+    "a HumanInTheLoopMiddleware reject or approve is recorded as the application's approver "
+    "(native_approver, else hitl-reject for a reject), never as one named in the resume value: "
+    "send it without 'approver'; nothing was applied"
+)
+
 
 class DecisionRefused(Exception):
     """A decision that cannot be applied; `reason` goes back to the person in the next payload."""
@@ -323,6 +330,8 @@ def read_decision(
     if "args_hash" in raw and raw["args_hash"] != waiting.pending.card.args_hash:
         raise DecisionRefused("the decision's args_hash does not match the waiting card")
     if hitl and (kind == "reject" or (kind == "approve" and raw.get("token") is None)):
+        if "approver" in raw:  # recorded as the application's approver, as a deny is
+            raise DecisionRefused(HITL_NAMES_APPROVER)
         return read_hitl(raw, waiting)
     if kind == "approve":
         token = raw.get("token")

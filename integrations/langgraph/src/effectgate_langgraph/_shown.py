@@ -35,6 +35,8 @@ from langgraph.types import interrupt
 
 from effectgate import CallContext, EffectGate
 from effectgate.adapter import TamperedState, sign_state, verify_state
+from effectgate.redact import MARK, entries, entry_sealed, is_redacted
+from effectgate.stores.records import RedactedRow
 
 from ._decisions import ApprovalPayload, Waiting
 from ._hitl import HOW_TO_ANSWER, is_hitl, next_slot, provenance, slot_interrupt_id
@@ -42,7 +44,8 @@ from ._hitl import HOW_TO_ANSWER, is_hitl, next_slot, provenance, slot_interrupt
 #: The event kind of an interrupt's record (detail: `interrupt_id`, `shown`).
 SHOWN = "langgraph_interrupt_shown"
 #: The event kind of a pause answered from the resume map by approval id (detail: `interrupt_id`,
-#: `slot`): the task's answer slot it was raised at was left for the task's next interrupt().
+#: `slot`, `approval_ids`, sealed as `SHOWN` is): the task's answer slot it was raised at was left
+#: for the task's next interrupt().
 ANSWERED_BY_ID = "langgraph_interrupt_answered_by_id"
 # LangGraph reads a resume dict whose keys all look like xxh3 digests (32 lowercase hex) as a
 # map from interrupt id to value. effectgate's default approval ids have that shape too, so a
@@ -231,23 +234,46 @@ def note_mapped(gate: EffectGate, mapped: Sequence[Mapped]) -> None:
     for ctx, ns, slot, approval_ids in mapped:
         interrupt_id = slot_interrupt_id(ns, slot)
         listed = sorted(approval_ids)
-        gate.note(ANSWERED_BY_ID, ctx=ctx, interrupt_id=interrupt_id, slot=slot, approval_ids=listed)
+        seal = sign_state(gate, _PURPOSE[ANSWERED_BY_ID], _sealed(ctx.session_id, interrupt_id, slot, listed))
+        gate.note(
+            ANSWERED_BY_ID, ctx=ctx, interrupt_id=interrupt_id, slot=slot, approval_ids=listed, seal=seal
+        )
 
 
 def _step_slots(gate: EffectGate, session_id: str, ns: str) -> set[int]:
     """The answer slots of the task `ns` at which the step paused (its records, `record`) and
     whose answer is the step's: not a pause answered by approval id from the resume map after
-    it (`note_mapped`), whose slot the task's next interrupt() took."""
+    it (`note_mapped`), whose slot the task's next interrupt() took. Only sealed records count:
+    the event log is not sealed, and a record added there would hand the step's answer (a grant
+    token) to the task's next interrupt()."""
     events = sorted(
         (e for kind in (SHOWN, ANSWERED_BY_ID) for e in gate.store.events(kind=kind, session_id=session_id)),
         key=lambda e: e.id or 0,
     )
     slots: dict[int, bool] = {}
+    erased: dict[tuple[str, str, str], RedactedRow] | None = None
     for e in events:
         d = _detail(e.detail_json)
-        if isinstance(d.get("slot"), int) and d.get("interrupt_id") == slot_interrupt_id(ns, d["slot"]):
-            slots[d["slot"]] = e.kind == SHOWN
+        slot = d.get("slot")
+        if not isinstance(slot, int) or d.get("interrupt_id") != slot_interrupt_id(ns, slot):
+            continue
+        if is_redacted(e.detail_json):  # erased by retention (its seal too): its entry vouches
+            erased = entries(gate.store) if erased is None else erased
+            if not _erased(gate, erased.get(("eg_events", str(e.id), "detail_json")), d):
+                continue
+        elif not _verified(gate, session_id, d, e.kind):  # an unsealed record moves no answer
+            continue
+        slots[slot] = e.kind == SHOWN
     return {slot for slot, paused in slots.items() if paused}
+
+
+def _erased(gate: EffectGate, entry: RedactedRow | None, marked: Mapping[str, Any]) -> bool:
+    """Whether an erased record's `marked` detail is what `redact` left: its entry is sealed with
+    the gate's keyring and holds the marker's redaction id and kept facts."""
+    if entry is None or not entry_sealed(gate.keyring, entry):
+        return False
+    facts = {k: v for k, v in marked.items() if k != MARK}
+    return entry.redaction_id == marked.get(MARK) and entry.kept_json == json.dumps(facts, sort_keys=True)
 
 
 def _take(asked: int, slots: set[int], answered: int) -> None:
@@ -276,10 +302,16 @@ async def askip_answered(gate: EffectGate, pauses: Pauses) -> None:
         _take(pauses.asked, await asyncio.to_thread(_step_slots, gate, *where[:2]), where[2])
 
 
-def _verified(gate: EffectGate, session_id: str, detail: Mapping[str, Any]) -> bool:
-    fields = _sealed(session_id, detail.get("interrupt_id"), detail.get("slot"), detail.get("shown"))
+#: The seal's purpose of each kind of record, and the detail field holding the calls it lists.
+_PURPOSE = {SHOWN: "langgraph.shown", ANSWERED_BY_ID: "langgraph.answered_by_id"}
+_CALLS = {SHOWN: "shown", ANSWERED_BY_ID: "approval_ids"}
+
+
+def _verified(gate: EffectGate, session_id: str, detail: Mapping[str, Any], kind: str = SHOWN) -> bool:
+    calls = detail.get(_CALLS[kind])
+    fields = _sealed(session_id, detail.get("interrupt_id"), detail.get("slot"), calls)
     try:
-        verify_state(gate, "langgraph.shown", fields, detail.get("seal"))
+        verify_state(gate, _PURPOSE[kind], fields, detail.get("seal"))
     except (TamperedState, RecursionError):
         return False
     return True
