@@ -23,7 +23,7 @@ NOT_CHECKED = (
     "to verify the records"
 )
 
-#: (approval id, tool, approver role, row fingerprint, status, decided_at set 0/1): the columns of
+#: (approval id, tool, approver role, row fingerprint, status, finite latency 0/1): the columns of
 #: the "decisions" aggregate an approval whose seal does not verify was counted under.
 Unsealed = tuple[str, Any, Any, Any, Any, int]
 
@@ -41,9 +41,15 @@ def unsealed(
         created = a[A_CREATED]  # the window first: an approval outside it costs no HMAC
         if not (isinstance(created, int | float) and low <= created < high) or sealed(a[:A_SEAL], a[A_SEAL]):
             continue
-        decided = 0 if a[A_DECIDED] is None else 1
+        decided = 1 if _finite(a[A_DECIDED], created) else 0
         out.append((a[A_ID], a[A_TOOL], a[A_ROLE], a[A_ROW_FP], status_at(a, now), decided))
     return out
+
+
+def _finite(decided: Any, created: float) -> bool:
+    """As the "decisions" aggregate flags it: a decision time whose latency is finite (a value
+    SQLite kept as another type is compared as SQLite would, a number)."""
+    return decided is not None and (not isinstance(decided, int | float) or math.isfinite(decided - created))
 
 
 def set_apart(

@@ -198,7 +198,10 @@ ReportQuery = Literal[
 ]
 
 _EDITED = "CASE WHEN e.approval_id IS NULL THEN 0 ELSE 1 END"
-_DECIDED_AT = "CASE WHEN a.decided_at IS NULL THEN 0 ELSE 1 END"
+#: Decided at a time a clock gives: its latency is a finite number (NULL, NaN and infinity times 0
+#: are not 0), as the audit counts it; one edited to NaN or infinity never sorts into the p95.
+_FINITE = "(decided_at - created_at) * 0 = 0"
+_DECIDED_AT = "CASE WHEN (a.decided_at - a.created_at) * 0 = 0 THEN 1 ELSE 0 END"
 #: An approval still pending past its expiry (not yet swept by the gate) is expired, as the gate
 #: treats it: it can no longer be decided (`:now`, the store's clock when the report is read).
 #: Grouped by its position: PostgreSQL does not take two bound copies of `:now` as one expression.
@@ -209,7 +212,7 @@ _STATUS = "CASE WHEN a.status = 'pending' AND a.expires_at <= :now THEN 'expired
 #: the window (the store passes -inf and inf for an open end). The CASE makes the JSON of amendments
 #: alone be read: SQL does not promise the order in which a WHERE clause's conditions are tested.
 REPORT_QUERIES: dict[str, str] = {
-    # (tool, approver role, row fingerprint, status, edited by a reviewer 0/1, decided_at set 0/1, count)
+    # (tool, approver role, row fingerprint, status, edited by a reviewer 0/1, finite latency 0/1, count)
     "decisions": (
         f"SELECT a.tool, a.approver_role, a.row_fingerprint, {_STATUS}, {_EDITED}, {_DECIDED_AT}, count(*) "
         "FROM eg_approvals a LEFT JOIN (SELECT DISTINCT approval_id FROM eg_events "
@@ -260,7 +263,7 @@ _FLAT_OBJECT = f"^\\s*\\{{\\s*({_MEMBER}(,\\s*{_MEMBER})*)?\\}}\\s*$"
 #: The `rank`-th smallest (from 0) approval latency of one role's decided approvals in the window.
 LATENCY_AT = (
     "SELECT decided_at - created_at FROM eg_approvals WHERE approver_role = :role "
-    "AND decided_at IS NOT NULL AND status NOT IN ('rejected', 'pending', 'expired') "
+    f"AND {_FINITE} AND status NOT IN ('rejected', 'pending', 'expired') "
     "AND created_at >= :since AND created_at < :until ORDER BY 1 LIMIT 1 OFFSET :rank"
 )
 

@@ -263,7 +263,7 @@ class ApprovalLedger(Protocol):
         ledger), over calls proposed (events recorded) in [since, until); None leaves an end open.
         Columns, in order: "decisions" (tool, approver role, row fingerprint, status (a pending
         approval past its expiry at `now`, the store's clock by default, is "expired"), edited by a
-        reviewer 0/1, decided_at set 0/1, count); "gated_by_day" (UTC day number, model id,
+        reviewer 0/1, decided with a finite latency 0/1, count); "gated_by_day" (UTC day number, model id,
         proposals not rejected); "sessions_by_day" (day, distinct non-empty session ids);
         "sessions_by_model" (day, model id, distinct sessions with an event of that model's calls);
         "replays_by_day" (day, replay events of an approval); "backlog_by_day" (day the record was
@@ -274,7 +274,7 @@ class ApprovalLedger(Protocol):
         self, conn: Any, role: str, rank: int, *, since: float | None = None, until: float | None = None
     ) -> float | None:
         """The `rank`-th smallest (from 0) approval latency, decided_at - created_at, among `role`'s
-        approvals proposed in [since, until) that were decided (decided_at set; not rejected,
+        approvals proposed in [since, until) that were decided (a finite latency; not rejected,
         pending or expired); None when there are no more than `rank` of them."""
 
     def marked_values(self, conn: Any) -> Iterator[tuple[str, str, tuple[Any, ...], dict[str, str]]]:
