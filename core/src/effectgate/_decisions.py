@@ -17,7 +17,7 @@ from typing import Any
 
 from ._deps import Deps, Events
 from ._json import parse
-from ._ledger import Ledger, context_of, in_scope, past
+from ._ledger import Ledger, context_of, grant_live, in_scope, past
 from ._logging import logger
 from ._seal import approval_intact, approval_verifies, broken, seal_approval, seal_decision
 from .canonical import _SURROGATE
@@ -181,7 +181,7 @@ class Decisions:
         freed the subject for other sessions), the old token is void (its hash is replaced), and
         the new grant needs its own round of distinct approvers."""
         now = self.clock.now()
-        if row.token_used_at is not None or (row.token_expires_at or 0) > now:
+        if row.token_used_at is not None or grant_live(row.token_expires_at, now):
             raise AlreadyDecided(row.id, "approved")  # a usable or presented grant exists
         if past(row.expires_at, now):
             raise ApprovalExpired(row.id)

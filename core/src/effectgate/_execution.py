@@ -50,8 +50,11 @@ WRITE_PREFIX = "w_"
 
 def lapsed(claims: TokenClaims, row: ApprovalRow, now: float) -> bool:
     """Whether the grant has expired at `now`: the signed expiry decides; a stored one can only
-    make it shorter."""
-    return now >= min(claims.expires_at, row.token_expires_at or claims.expires_at)
+    make it shorter (a stored one that is not a number, text edited into SQLite, cannot)."""
+    stored = row.token_expires_at
+    if not (stored and isinstance(stored, int | float)):
+        stored = claims.expires_at
+    return now >= min(claims.expires_at, stored)
 
 
 def exec_key(row: ApprovalRow) -> str:

@@ -48,6 +48,12 @@ def past(deadline: object, now: float) -> bool:
     return not (isinstance(deadline, int | float) and deadline > now)
 
 
+def grant_live(deadline: object, now: float) -> bool:
+    """Whether a grant with this deadline may still be presented: one not minted (None) may not;
+    a deadline that is not a number (text edited into a SQLite column) may be (it counts)."""
+    return deadline is not None and not (isinstance(deadline, int | float) and deadline <= now)
+
+
 def in_scope(spec: ToolSpec, args: Mapping[str, Any], ctx: CallContext) -> bool:
     """The row's `scope` check; a check that cannot decide denies."""
     if spec.scope is None:
@@ -119,6 +125,7 @@ class Ledger:
         status = {"succeeded": "executed", "needs_reconciliation": "approved", "presented": "approved"}.get(
             ran or "", r.status
         )
+        live = grant_live(r.token_expires_at, now)
         return SubjectEntry(
             approval_id=r.id,
             status=status,
@@ -127,7 +134,7 @@ class Ledger:
             created_at=r.created_at,
             in_effect=ran in ("succeeded", "needs_reconciliation", "presented")
             or r.status == "executed"
-            or (r.status == "approved" and (r.token_used_at is not None or (r.token_expires_at or 0) > now)),
+            or (r.status == "approved" and (r.token_used_at is not None or live)),
         )
 
     def verifies(self, row: ApprovalRow) -> bool:

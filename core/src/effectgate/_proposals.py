@@ -19,7 +19,7 @@ from ._answers import SHADOW_NOTE, log_outcome, shadowed
 from ._deps import Deps, Events
 from ._execution import exec_key
 from ._json import dumps
-from ._ledger import Ledger, in_scope, past
+from ._ledger import Ledger, grant_live, in_scope, past
 from ._logging import INFO, logger
 from ._seal import approval_intact, approval_sealed, broken, seal_approval
 from .canonical import ENCODE, digest, key_of, plain_json, sha256_hex
@@ -381,7 +381,7 @@ class Proposals:
                 idempotency_key=exec_key(row),
             )
         now = self.clock.now()
-        lapsed = (row.token_expires_at or 0) <= now and past(row.expires_at, now)  # nothing can run it
+        lapsed = not grant_live(row.token_expires_at, now) and past(row.expires_at, now)  # nothing runs it
         if row.status == "approved" and row.grants and row.token_used_at is None and lapsed:
             return Refused(
                 code="expired",

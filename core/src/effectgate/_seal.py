@@ -78,10 +78,19 @@ def approval_intact(keyring: Keyring, row: ApprovalRow) -> bool:
 
 def approval_verifies(keyring: Keyring, row: ApprovalRow) -> bool:
     """Whether the row's seal verifies and, unless `redact` erased them (they cannot be hashed
-    again; the audit checks the redaction's own sealed entry), its arguments hash to it."""
+    again; the audit checks the redaction's own sealed entry), its arguments hash to it. A
+    marker that is not JSON was never written by `redact`: an edit, as any other."""
     if row.args_json.startswith(REDACTED_PREFIX):
-        return approval_sealed(keyring, row)
+        return approval_sealed(keyring, row) and _json_text(row.args_json)
     return approval_intact(keyring, row)
+
+
+def _json_text(text: str) -> bool:
+    try:
+        json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return True
 
 
 def seal_decision(keyring: Keyring, values: dict[str, Any]) -> str:

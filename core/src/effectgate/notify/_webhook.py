@@ -106,8 +106,8 @@ class WebhookNotifier:
         unknown = set(kinds) - set(ALL_KINDS)
         if unknown:
             raise ValueError(f"unknown notification kinds {sorted(unknown)}; known: {list(ALL_KINDS)}")
-        if attempts < 1:
-            raise ValueError("attempts must be at least 1")
+        if not isinstance(attempts, int) or attempts < 1:  # 3.0 would fail every delivery (`range`)
+            raise ValueError(f"attempts must be a whole number, at least 1; got {attempts!r}")
         for name, value in (("backoff", backoff), ("max_backoff", max_backoff)):
             if not 0 <= value < math.inf:  # NaN too: a retry would otherwise fail as "internal"
                 raise ValueError(f"{name} must be a finite number of seconds, 0 or more; got {value!r}")
