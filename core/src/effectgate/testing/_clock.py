@@ -21,9 +21,13 @@ class FakeClock:
             return self._now
 
     def advance(self, seconds: float) -> None:
-        if not (math.isfinite(seconds) and seconds >= 0):  # `nan < 0` is False: test it as finite
-            raise ValueError(f"a clock does not go backwards, or by {seconds!r}")
         with self._lock:
+            try:  # `nan < 0` is False: test it as finite, and the time it moves to as well
+                ok = math.isfinite(seconds) and seconds >= 0 and math.isfinite(self._now + seconds)
+            except OverflowError:  # an integer too large for a float
+                ok = False
+            if not ok:
+                raise ValueError(f"a clock does not go backwards, or by {seconds!r}")
             self._now += seconds
 
     def sleep(self, seconds: float) -> None:

@@ -341,7 +341,11 @@ def replace_file(dir_fd: int, name: str, target: Target, data: bytes) -> bool:
     refused = _ANY  # until the rename, the target is untouched: any failure changed nothing
     try:
         try:
-            if old is not None:  # its permissions, never set-ID bits (a write into it clears them)
+            if old is not None:  # its group (one this user is in) and, as root, its owner, as a
+                with suppress(OSError):  # write into it keeps them: its user must not lose it
+                    os.fchown(fd, -1, old.st_gid)
+                    os.fchown(fd, old.st_uid, -1)
+                # its permissions, never set-ID bits (a write into it clears them)
                 os.fchmod(fd, stat.S_IMODE(old.st_mode) & ~(stat.S_ISUID | stat.S_ISGID))
             view = memoryview(data)
             while view:

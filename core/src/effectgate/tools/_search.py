@@ -4,7 +4,8 @@ Directories are opened with `O_NOFOLLOW | O_DIRECTORY` relative to their parent'
 a directory swapped for a symlink during the walk is skipped, not entered; files are opened as
 `read_file` opens them. Entries are visited in name order; the walk stops at a match beyond
 `max_results`, a file beyond `max_files`, or a directory `MAX_DEPTH` down (`truncated` then: more
-may match than was shown; a search that ends exactly at a limit is not truncated).
+may match than was shown; a search that ends exactly at a limit is not truncated). A file over
+`max_bytes` is not searched for text: the walk goes on, and the search is `truncated` too.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class Search:
         self.found: list[dict[str, Any]] = []
         self.visited = 0
         self.truncated = False
+        self.skipped = False  # a file too large to search for text: more may match
 
     def _add(self, match: dict[str, Any]) -> None:
         """Keep a match; one beyond `max_results` is what makes the search `truncated` (a last
@@ -84,7 +86,8 @@ class Search:
                 text = read_capped(fd, target, self.max_bytes).decode("utf-8")
             finally:
                 os.close(fd)
-        except (OSError, PathRefused, UnicodeDecodeError):
+        except (OSError, PathRefused, UnicodeDecodeError) as exc:
+            self.skipped |= isinstance(exc, PathRefused) and exc.code == "too_large"
             return  # too large, not text, or not a regular file any more: not searched
         # lines end at "\n" only, as grep and editors count them (splitlines also breaks at \f, U+2028...)
         lines = text.removesuffix("\n").split("\n") if text else []

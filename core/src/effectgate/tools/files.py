@@ -144,7 +144,8 @@ class _Files:
                 search.directory(fd, target.parts, depth=0)
             finally:
                 os.close(fd)
-        return {"path": target.shown, "matches": search.found, "truncated": search.truncated}
+        truncated = search.truncated or search.skipped
+        return {"path": target.shown, "matches": search.found, "truncated": truncated}
 
     def write_file(self, path: str, content: str) -> dict[str, Any]:
         """Write a UTF-8 text file in the work directory (replacing it atomically if it exists;
