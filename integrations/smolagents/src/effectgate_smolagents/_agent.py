@@ -305,20 +305,20 @@ class GatedAgent:
         observations: list[tuple[str, str]] = []
         final: Any = None
         started = time.time()
-        step_calls: list[str] = []
+        step_calls: dict[Any, str] = {}  # the step's calls by id: smolagents runs the last under each
         extra = {"additional_args": dict(additional_args)} if additional_args else {}
         try:
             for event in self._plain_run(task, stream=True, reset=reset, max_steps=max_steps, **extra):
                 kind = type(event).__name__
                 if kind == "ToolCall":
-                    step_calls.append(event.name)
+                    step_calls[event.id] = event.name
                 elif kind == "ToolOutput" and not event.is_final_answer:
                     observations.append((event.tool_call.name, event.observation))
                 elif kind == "ActionStep":
                     # a step's only call with a bad argument raised; the model reads the error
                     if isinstance(event.error, AgentToolCallError) and len(step_calls) == 1:
-                        observations.append((step_calls[0], str(event.error)))
-                    step_calls = []
+                        observations.append((next(iter(step_calls.values())), str(event.error)))
+                    step_calls = {}
                     if self._pending:  # stop here: at max_steps smolagents would ask the model for an answer
                         break
                 elif kind == "FinalAnswerStep":

@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from smolagents.agents import MultiStepAgent
+from smolagents.remote_executors import RemotePythonExecutor
 
 from effectgate import EffectGate, Pending
 from effectgate.adapter import UnknownTool
@@ -87,9 +88,17 @@ def _members(agent: MultiStepAgent) -> list[tuple[str, Any]]:
 def check_executor(agent: MultiStepAgent, who: str, allowed: frozenset[str]) -> None:
     """`UnknownTool` if a CodeAgent's code can call functions that are not tools: the local
     executor's `additional_functions` (`executor_kwargs`) run without the gate; or import a module
-    beyond the effect-free ones that `allowed` (its `GatedAgent`'s `allow_imports`) does not name."""
+    beyond the effect-free ones that `allowed` (its `GatedAgent`'s `allow_imports`) does not name;
+    or if it runs in a remote sandbox (smolagents rebuilds its tools there, outside the gate)."""
+    executor = getattr(agent, "python_executor", None)
+    if isinstance(executor, RemotePythonExecutor):  # smolagents rebuilds the tools there from source
+        raise UnknownTool(
+            f"{who} runs its code in a {type(executor).__name__}, a remote sandbox: smolagents "
+            "defines its tools there from their source, and a gated tool runs only through the "
+            "gate in this process. Use the local executor (executor_type='local')"
+        )
     check_imports(agent, who, allowed)
-    extra = getattr(getattr(agent, "python_executor", None), "additional_functions", None)
+    extra = getattr(executor, "additional_functions", None)
     if extra:
         raise UnknownTool(
             f"{who}'s code executor has additional_functions {sorted(extra)}: its code would call "
