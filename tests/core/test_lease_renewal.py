@@ -208,9 +208,10 @@ def test_a_closed_gate_leaves_no_renewal_thread(make_gate: MakeGate, store: SQLS
     assert not any(t.name == "effectgate-leases" and t.is_alive() for t in threading.enumerate())
 
 
-def test_a_store_in_memory_is_not_renewed_from_another_thread(clock: FakeClock) -> None:
-    """SQLite in memory is one connection that threads share: a renewal's transaction would
-    collide with the caller's, and no other process can recover it."""
+def test_a_store_in_memory_is_renewed_too(clock: FakeClock) -> None:
+    """SQLite in memory is one connection that threads share, one at a time: the renewal thread
+    runs beside the call (a `recover` in another thread would otherwise take a live run over:
+    test_round11_leases), and the call runs once."""
     store = open_store("sqlite://", clock=clock)
     store.setup()
     runs: list[int] = []
@@ -223,7 +224,8 @@ def test_a_store_in_memory_is_not_renewed_from_another_thread(clock: FakeClock) 
     with EffectGate(_table(pay), store, clock=clock) as gate:
         assert isinstance(gate.execute(_granted(gate).token), Executed)
         assert runs == [5]
-        assert gate._settlement.leases._thread is None
+        assert gate._settlement.leases._thread is not None
+    assert gate._settlement.leases._thread is None
     store.close()
 
 

@@ -19,9 +19,9 @@ settled record for a lease another worker took over.
 A renewal that finds the record no longer in flight under this owner (`recover` got there first)
 stops renewing it and logs a WARNING on "effectgate._execution"; the tool's completion then meets
 `LeaseLost` and its run is recorded as needing reconciliation (`_settle.py`). A renewal that
-fails (the database unreachable) is logged and tried again at the next beat. A store that shares
-one connection between threads (SQLite in memory) is never renewed from another thread: no other
-process can recover it, and a second thread's transaction would collide with the caller's.
+fails (the database unreachable) is logged and tried again at the next beat. A store in memory
+(SQLite, one connection that threads share) is renewed too: its work runs one thread at a time
+(`Checkouts.serial`), and a `recover` in another thread of the process would take a live run over.
 """
 
 from __future__ import annotations
@@ -46,8 +46,6 @@ class LeaseKeeper:
         self.store = store
         self.lease_seconds = lease_seconds
         self.interval = lease_seconds / 3
-        #: False for a store whose one connection threads share (`SQLStore.concurrent`)
-        self.enabled: bool = getattr(store, "concurrent", True)
         self._held: dict[str, str] = {}  # idempotency key -> lease owner
         self._lock = threading.Lock()  # the thread's start and its exit, against `hold`
         self._thread: threading.Thread | None = None
@@ -56,8 +54,6 @@ class LeaseKeeper:
 
     def hold(self, key: str, owner: str) -> None:
         """Renew `key`'s lease (held by `owner`) until `release`: call it before the tool runs."""
-        if not self.enabled:
-            return
         self._after_fork()
         with self._lock:
             self._held[key] = owner
@@ -76,9 +72,8 @@ class LeaseKeeper:
         """Stop renewing `key` for `owner` (its run ended, or its outcome is about to be stored):
         only that run's hold, never a later run's of the same key (a reconcile that ran it again
         under a new lease)."""
-        if self.enabled:
-            self._after_fork()
-            self._drop(key, owner)
+        self._after_fork()
+        self._drop(key, owner)
 
     def _after_fork(self) -> None:
         if self._pid != os.getpid():  # forked: the parent's thread, lock and leases are not ours

@@ -7,9 +7,10 @@ seconds later (sooner when `batch` records wait), on `flush()` and `close()`, an
 exit (a multiprocessing child's too, which skips atexit: see `_at_exit`). The thread ends after
 `IDLE` seconds with nothing to write (a later read starts another), so a gate dropped without
 `close()` keeps no thread, nor its store; one that cannot start (the process at its thread limit)
-is tried again at the next read. A batch whose write fails goes
-back to the buffer. A forked child starts with an empty
-buffer and a writer of its own (the rows buffered before the fork are the parent's to write).
+is tried again at the next read. A batch whose write fails goes back to the buffer, tried again
+every `interval` (logged: the first failure with its traceback, then a line at most every `QUIET`
+seconds, and the write that succeeds again). A forked child starts with an empty buffer and a
+writer of its own (the rows buffered before the fork are the parent's to write).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from .stores.protocol import Store
 _log = logger("effectgate")
 
 IDLE = 30.0  #: seconds with nothing to write after which the thread ends
+QUIET = 60.0  #: seconds between the warnings of a writer whose writes keep failing
 
 ReadRow = tuple[Any, ...]
 
@@ -98,6 +100,7 @@ class ReadLog:
 
     def _run(self, wake: threading.Event) -> None:
         idle_since = time.monotonic()
+        failed, told = 0, 0.0  # writes failed in a row; when that was last logged
         while wake is self._wake:  # until close() or IDLE (a later add starts another thread)
             wake.wait(self._interval)
             wake.clear()
@@ -105,7 +108,22 @@ class ReadLog:
             try:
                 self.flush()
             except Exception:  # the records stay buffered; the next round or close() retries
-                _log.warning("effectgate: writing read records failed; retrying", exc_info=True)
+                failed, now = failed + 1, time.monotonic()
+                if failed == 1:  # the first with its traceback, then a line every QUIET seconds
+                    _log.warning("effectgate: writing read records failed; retrying", exc_info=True)
+                    told = now
+                elif now - told >= QUIET:
+                    told = now
+                    _log.warning(
+                        "effectgate: writing read records still fails (%d attempts, %d records "
+                        "buffered); retrying",
+                        failed,
+                        len(self._items),
+                    )
+            else:
+                if failed:  # seen wherever the failure was
+                    _log.warning("effectgate: read records written again after %d failed attempts", failed)
+                failed = 0
             now = time.monotonic()
             if busy or self._items:
                 idle_since = now

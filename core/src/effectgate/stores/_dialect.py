@@ -15,7 +15,7 @@ from sqlalchemy.pool import StaticPool
 
 from ..errors import MissingDependency, StoreError
 from ._fork import fork_safe
-from ._memory import check_driver, in_memory, shown
+from ._memory import check_driver, in_memory, shown, unparsed
 from .records import SCHEMA_VERSION, SchemaVersionRow
 
 READONLY, _WAL_PENDING = "effectgate_readonly", "effectgate_wal_pending"
@@ -29,9 +29,8 @@ def make_engine(url: str, *, pool_size: int | None = None) -> Engine:
         raise StoreError(f"pool_size must be a positive integer (got {pool_size!r})")
     try:
         parsed = sa.engine.make_url(url)
-    except (sa.exc.ArgumentError, ValueError) as exc:  # the URL is not quoted: it may hold a password
-        fix = f"sqlite:///{url}" if "://" not in url else "sqlite:///PATH or postgresql+psycopg://..."
-        raise StoreError(f"cannot parse the database URL ({exc}); give {fix}") from None
+    except (sa.exc.ArgumentError, ValueError) as exc:
+        raise StoreError(unparsed(url, exc)) from None
     backend = parsed.get_backend_name()
     check_driver(parsed)  # the one driver the store runs on each database
     if backend == "sqlite":

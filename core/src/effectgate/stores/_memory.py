@@ -3,9 +3,11 @@ file the others name, and how a database URL is printed."""
 
 from __future__ import annotations
 
+import os
 import urllib.parse
 
 import sqlalchemy as sa
+from sqlalchemy.util import coerce_kw_type
 
 from ..errors import StoreError
 
@@ -18,11 +20,55 @@ _DRIVERS = {
 }
 
 
+#: The options of a SQLite URL that SQLAlchemy converts for the driver (pysqlite's
+#: `create_connect_args`), each with what it must be
+_SQLITE_OPTIONS = {
+    "uri": (bool, "true or false"),
+    "timeout": (float, "a number"),
+    "detect_types": (int, "a whole number"),
+    "check_same_thread": (bool, "true or false"),
+    "cached_statements": (int, "a whole number"),
+}
+
+
+def unparsed(url: object, exc: Exception) -> str:
+    """The error for a database URL that does not parse (`exc`), without quoting it: it may hold a
+    password. One that is no string (a `Path`) is named by its type."""
+    use = "sqlite:///PATH or postgresql+psycopg://..."
+    if isinstance(url, os.PathLike):
+        return f"the database URL is a str, not a {type(url).__name__}: give sqlite:///{os.fspath(url)}"
+    if not isinstance(url, str):
+        return f"the database URL is a str, not {type(url).__name__}: give {use}"
+    return f"cannot parse the database URL ({exc}); give {f'sqlite:///{url}' if '://' not in url else use}"
+
+
 def check_driver(url: sa.engine.URL) -> None:
-    """Refuse (StoreError) a URL that names a driver the store does not run on its database."""
+    """Refuse (StoreError) a URL that names a driver the store does not run on its database, a
+    SQLite option its driver cannot take (`?timeout=abc`, one given twice: SQLAlchemy's
+    conversion raised a bare ValueError or TypeError, naming no option), or SQLite URI options
+    on a name that is not a URI."""
     names, use = _DRIVERS.get(url.get_backend_name(), ((url.drivername,), ""))
     if url.drivername not in names:
         raise StoreError(f"use {use} (got {url.drivername})")
+    if url.get_backend_name() != "sqlite":
+        return
+    for key, (kind, what) in _SQLITE_OPTIONS.items():
+        value = url.query.get(key)
+        try:
+            if isinstance(value, tuple):  # given twice: bool() takes any pair as true, `_last` not
+                raise TypeError(key)
+            coerce_kw_type({key: value}, key, kind)
+        except (TypeError, ValueError):
+            raise StoreError(
+                f"the database URL's option {key} must be {what}, given once (got {value!r})"
+            ) from None
+    others = set(url.query) - set(_SQLITE_OPTIONS)  # SQLAlchemy appends them to the name
+    if _uri(url) and others and not str(url.database or "").startswith("file:"):
+        # SQLite reads them only in a `file:` name: another file (`x.db?mode=ro`) was opened
+        raise StoreError(
+            f"SQLite reads the URL's options ({', '.join(sorted(others))}) only in a name "
+            "written as a URI: sqlite:///file:PATH?...&uri=true"
+        )
 
 
 def in_memory(url: sa.engine.URL) -> bool:
