@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from .._ledger import context_of
+from .._seal import approval_verifies
 from ..context import Approver
 from ..effects import Policy
 from ..errors import PolicyViolation, TableError, TokenError
@@ -84,11 +85,13 @@ class ApprovingGate(EffectGate):
             raise PolicyViolation(message, code="upstream_unreachable") from exc
 
     def _approval(self, approval_id: str | None) -> ApprovalRow | None:
-        """The stored approval (None: the gate refuses an unknown one, or a bad token, itself)."""
+        """The stored approval (None: the gate refuses an unknown one, a bad token, or a record
+        that does not verify, itself: nothing is compared or recorded from an edited row)."""
         if approval_id is None:
             return None
         with self.store.reading() as conn:
-            return self.store.approval(conn, approval_id)
+            row = self.store.approval(conn, approval_id)
+        return row if row is not None and approval_verifies(self.keyring, row) else None
 
     def _compare(self, row: ApprovalRow, current: str | None) -> None:
         """Refuse, recorded, when the upstream's row now is not the one `row` was proposed under."""
@@ -132,13 +135,13 @@ def current_row(config: ProxyConfig, policy: Policy) -> CurrentRow:
         if upstream is None:
             return None
         connection = Connection(upstream)
-        for listed in await connection.list_tools():
-            if listed.name == tool:
-                try:
-                    return spec_for(upstream, connection, listed, policy).fingerprint
-                except TableError:  # listed, but not servable now
-                    return None
-        return None
+        listed = [t for t in await connection.list_tools() if t.name == tool]
+        if len(listed) != 1:  # not listed, or listed twice (not served either: `specs_for`)
+            return None
+        try:
+            return spec_for(upstream, connection, listed[0], policy).fingerprint
+        except TableError:  # listed, but not servable now
+            return None
 
     return row_now
 

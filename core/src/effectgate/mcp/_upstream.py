@@ -54,6 +54,7 @@ HOME, ...), never the proxy's own environment, so never $EFFECTGATE_KEYRING.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, cast
@@ -339,16 +340,18 @@ def spec_for(upstream: Upstream, connection: Connection, tool: types.Tool, polic
 def specs_for(
     upstream: Upstream, connection: Connection, tools: Iterable[types.Tool], policy: Policy
 ) -> list[ToolSpec]:
-    """The rows of an upstream's listing; a tool that cannot be served is logged and left out."""
+    """The rows of an upstream's listing; a tool not servable (or listed twice) is logged, left out."""
     specs: list[ToolSpec] = []
-    listed = set()
+    tools = list(tools)
+    listed = Counter(tool.name for tool in tools)
     for tool in tools:
-        listed.add(tool.name)
         try:
+            if listed[tool.name] > 1:  # which entry is the tool (its hints, schema) is unknown
+                raise TableError(upstream.served_name(tool.name), "name", "its upstream lists it twice")
             specs.append(spec_for(upstream, connection, tool, policy))
         except TableError as exc:
             log.warning("not served: %s", exc)
-    for missing in sorted(set(upstream.tools) - listed):
+    for missing in sorted(set(upstream.tools) - set(listed)):
         log.warning("the configuration names %s's %s, which it does not list", upstream.name, missing)
     return specs
 

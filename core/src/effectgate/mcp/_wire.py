@@ -49,7 +49,10 @@ def answer_of(result: Any) -> tuple[str, dict[str, Any] | None]:
     except RecursionError:
         return f"the result ({type(result).__name__}) is nested too deeply to be written out", None
     # the text's JSON: a value with no JSON form is printed there, never handed to the SDK raw
-    return text, json.loads(text) if jsonable and isinstance(value, dict) else None
+    try:
+        return text, json.loads(text) if jsonable and isinstance(value, dict) else None
+    except ValueError:  # an integer past Python's digit limit: written, but not read back
+        return text, None
 
 
 __all__ = ["answer_of", "written_out"]
