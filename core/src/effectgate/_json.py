@@ -11,6 +11,8 @@ JSON value as `json.dumps(value)` does (the same text: `default` is never reache
 from __future__ import annotations
 
 import json
+import re
+import sys
 from json.decoder import JSONDecoder
 from typing import Any
 
@@ -35,6 +37,16 @@ def parse(text: Any) -> Any:
     if end != len(text):
         return json.loads(text)
     return value
+
+
+def readable(text: str) -> str:
+    """`text` (JSON) when `parse` reads it back, else ValueError: JSON carries an integer of any
+    length, but Python reads none past its digit limit back (a record stored with one could never
+    be loaded: its call answered "running now", then put to a person as an unknown outcome)."""
+    limit = sys.get_int_max_str_digits()
+    if limit and len(text) > limit and re.search(f"[0-9]{{{limit + 1}}}", text):
+        parse(text)  # digits inside a string are text: only an integer raises
+    return text
 
 
 #: json's C encoder as `_DETAIL.encode` makes it, made once: without the check for cycles (its

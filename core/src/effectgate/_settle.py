@@ -14,13 +14,13 @@ idempotency key and the reason. Never the arguments or the result.
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Mapping
 from typing import Any
 
 from . import flow
 from ._deps import Deps, Events
+from ._json import parse, readable
 from ._leases import LeaseKeeper
 from ._logging import logger, one_line
 from ._notice import Notices
@@ -189,8 +189,8 @@ class Settlement:
                 approval_id=row.id if row else None,
                 version=row.version if row else None,
                 idempotency_key=key,
-                before=json.loads(before_json) if before_json is not None else None,
-                after=json.loads(after_json) if spec.snapshot else None,
+                before=parse(before_json) if before_json is not None else None,
+                after=parse(after_json) if spec.snapshot else None,
             )
         finally:
             self.leases.release(key, owner)
@@ -364,12 +364,12 @@ class Settlement:
 
 
 def storable(value: Any, what: str, tool: str, key: str) -> tuple[Any, str]:
-    """`value` and its JSON text when it has one, else `{"unserializable": its type's name}` (and
-    that text), logged at WARNING: a tool that returned (or a snapshot of) an object with no JSON
-    form still ran, and its record must say so (succeeded, with the type) rather than stay in
-    flight until a lease runs out and a person is asked about an outcome that is known."""
+    """`value` and its JSON text when it has one the store reads back, else `{"unserializable":
+    its type's name}` (and that text), logged at WARNING: a tool that returned (or a snapshot of)
+    an object with no JSON form still ran, and its record must say so (succeeded, with the type),
+    not stay in flight until a person is asked about an outcome that is known."""
     try:
-        return value, to_json(value)
+        return value, readable(to_json(value))
     except Exception as exc:
         log.warning(
             "%s of %s has no JSON form (%s), stored as its type name: key=%s",
