@@ -27,11 +27,9 @@ Heads = dict[str, dict[str, Any]]
 
 def heads(store: Store) -> Heads:
     """The last checkpoint of each chained table that has one (read after a seal)."""
-    out: Heads = {}
-    with store.reading() as conn:
-        for c in store.checkpoints(conn):  # in order: the last of each table wins
-            out[c.table_name] = {"last_id": int(c.last_id), "head": str(c.head)}
-    return out
+    with store.reading() as conn:  # in order: the last of each table wins (a seal verified it;
+        last = {c.table_name: c for c in store.checkpoints(conn)}  # an older one edited is the audit's)
+    return {table: {"last_id": int(c.last_id), "head": str(c.head)} for table, c in last.items()}
 
 
 def breaks(store: Store, pinned: Mapping[str, Any] | None) -> list[ChainBreak]:

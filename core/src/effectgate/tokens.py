@@ -14,6 +14,7 @@ import hmac
 import os
 import re
 import secrets
+import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -190,19 +191,27 @@ class Keyring:
 
     @classmethod
     def _load_file(cls, path: Path) -> Keyring:
-        mode = path.stat().st_mode & 0o777
-        if mode & 0o077:
-            raise ValueError(
-                f"keyring file {path} is readable or writable by other users (mode {mode:o}): "
-                f"run chmod 600 {path}"
-            )
-        try:
-            return cls.parse(path.read_text())
-        except ValueError as exc:
-            raise ValueError(
-                f"keyring file {path}: {exc}; delete the file to start a new development keyring "
-                "(grants minted with the old one stop working)"
-            ) from exc
+        # opened without waiting (a FIFO would block every command until a writer came), then
+        # what was opened is checked: a regular file, that other users cannot read or write
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            raise ValueError(f"keyring file {path} is not a regular file: remove it")
+        with open(fd) as fh:
+            mode = st.st_mode & 0o777
+            if mode & 0o077:
+                raise ValueError(
+                    f"keyring file {path} is readable or writable by other users (mode {mode:o}): "
+                    f"run chmod 600 {path}"
+                )
+            try:
+                return cls.parse(fh.read())
+            except ValueError as exc:
+                raise ValueError(
+                    f"keyring file {path}: {exc}; delete the file to start a new development keyring "
+                    "(grants minted with the old one stop working)"
+                ) from exc
 
     def _mac(self, kid: str, body: str) -> str:
         state = self._hmacs.get(kid)

@@ -11,6 +11,7 @@ the code (checked below), never input: every value is a bound parameter.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import fields
@@ -237,6 +238,8 @@ def record_of(row: Sequence[Any]) -> IdempotencyRecord:
         raise StoreError(
             f"idempotency record {values['key']}: its stored result is not JSON (edited outside effectgate)"
         ) from None
+    if not isinstance(values["lease_expires_at"], int | float | None):  # text edited into SQLite's REAL:
+        values["lease_expires_at"] = math.inf  # as its SQL compares it (never expired), no TypeError
     record: IdempotencyRecord = _new(IdempotencyRecord)
     record.__dict__.update(values)
     return record

@@ -139,6 +139,8 @@ def create_app(
                 return approvers.get(approver_id)
         live = sessions.approver(request.session.get("sid"))
         found = approvers.get(live[0]) if live is not None else None
+        if found is None and approvers.problem:  # refused while its file does not load, not ended
+            return None
         if live is not None and (found is None or found.secret_hash != live[1]):
             sessions.end(request.session.get("sid"))  # revoked, or a new secret (a leak): for good
             return None

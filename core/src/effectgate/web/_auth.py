@@ -11,7 +11,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+import os
 import secrets
+import stat
 import threading
 import tomllib
 from collections.abc import Callable, Iterable, MutableMapping
@@ -108,8 +110,9 @@ class ApproverRegistry:
         changes, so an approver removed from it, or given another role, loses what they had on
         their next request, without a restart (and the inbox ends their sessions, as it does
         those signed in with a secret since replaced). A change that does not load (or a file
-        gone) refuses everyone until the file is fixed, never the list it replaced (which would
-        keep a revoked approver): `problem` says why, and a warning is logged."""
+        gone, or empty: caught mid-rewrite) refuses everyone until the file is fixed, never the
+        list it replaced (which would keep a revoked approver), and ends no session (refused
+        meanwhile): `problem` says why, and a warning is logged."""
         own(path)  # who may approve is never the file tools' to rewrite (`_owned`)
         return _FileRegistry(Path(path))
 
@@ -143,8 +146,12 @@ def _index(approvers: Iterable[RegisteredApprover]) -> dict[str, RegisteredAppro
 def _load(path: Path, raw: bytes) -> dict[str, RegisteredApprover]:
     """The approvers of the file `path` holding `raw`, every entry checked (`from_toml`)."""
     text = raw.decode()
+    if not text.strip():  # caught mid-rewrite (truncated, not yet written): as a file that does not load
+        raise ValueError(f"{path} is empty (list at least one [[approver]])")
     data = tomllib.loads(text)
     rows: list[dict[str, Any]] = data.get("approver", [])
+    if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
+        raise ValueError(f"{path}: approvers are [[approver]] tables (id, role, secret, name)")
     headers = [n for n, line in enumerate(text.splitlines(), 1) if line.strip() == "[[approver]]"]
     for i, row in enumerate(rows):
         where = f"{path}:{headers[i] if i < len(headers) else '?'}"
@@ -175,11 +182,22 @@ def _load(path: Path, raw: bytes) -> dict[str, RegisteredApprover]:
     )
 
 
+def _read(path: Path) -> bytes:
+    """The file's bytes, opened without waiting: a FIFO in its place would block the inbox (it is
+    read on every request) until something wrote to it; anything but a regular file is refused."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ValueError(f"{path} is not a regular file")
+    with open(fd, "rb") as fh:
+        return fh.read()
+
+
 class _FileRegistry(ApproverRegistry):
     """The approvers of a TOML file, read again whenever its bytes change (`from_toml`)."""
 
     def __init__(self, path: Path) -> None:
-        raw = path.read_bytes()
+        raw = _read(path)
         super().__init__(_load(path, raw).values())
         self._path = path
         self._seen: bytes | None = raw  # None after a failed read: the next read loads
@@ -189,7 +207,7 @@ class _FileRegistry(ApproverRegistry):
         with self._lock:
             raw: bytes | None = None
             try:
-                raw = self._path.read_bytes()
+                raw = _read(self._path)
                 if raw != self._seen:
                     self._by_id, self.problem = _load(self._path, raw), None
             except (OSError, ValueError, TableError) as exc:  # refuse everyone: never the old list
