@@ -241,6 +241,7 @@ class Calls:
                 return self.out_of_scope(spec, ctx)
             return (yield from self.read(spec, args, frozen, ctx))
         if self.policy.gates(spec.effect):
+            flow.refuse_abandoned()  # a cancelled step's later call: no approval, no card
             return self.propose((spec, args, text, frozen), ctx, edited_by)
         if not in_scope(spec, args, ctx):
             return self.out_of_scope(spec, ctx)

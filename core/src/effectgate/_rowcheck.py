@@ -17,6 +17,7 @@ naming the tool and the field.
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
@@ -24,7 +25,7 @@ from typing import Any
 
 from ._rules import Escalate
 from ._textcheck import reveal, text_warnings
-from .effects import Policy
+from .effects import Effect, Policy
 from .errors import TableError
 
 
@@ -83,6 +84,18 @@ def own_copy(tool: str, schema: Mapping[str, Any]) -> dict[str, Any]:
         return copy.deepcopy(dict(schema))
     except RecursionError as exc:  # an upstream's schema may nest without end
         raise TableError(tool, "schema", "nests too deeply to be checked") from exc
+
+
+def check_fn(tool: str, effect: Effect, fn: object) -> None:
+    """`fn` is callable and, for a write or gated row, no generator function: a generator's body
+    runs only when iterated, never by the gate (its call would be recorded as run when nothing
+    ran, or, iterated by the result's serialization, as a success when its body raised)."""
+    if not callable(fn):
+        raise TableError(tool, "fn", "fn must be callable")
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if effect is not Effect.READ and (inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn)):
+        raise TableError(tool, "fn", "a write or gated tool must be a function, not a generator")
 
 
 def check_snapshot(tool: str, snapshot: object) -> None:

@@ -82,11 +82,8 @@ def refuse_async_on_loop(fn: Callable[..., Any]) -> None:
     coroutine only after the claim: an async tool driven synchronously on a thread whose event
     loop is running (a notebook cell calling `execute`). The async driver runs a flow's steps in
     worker threads, where no loop runs, so this passes there. `fn`'s `READY_CHECK`, if any, runs
-    first. In a flow whose task ended while its work ran on in a worker thread, it raises
-    `Abandoned`: a step's next call claims nothing for a cancelled task."""
-    worker = getattr(_jobs, "worker", None)
-    if worker is not None and worker.abandoned:
-        raise Abandoned("the call was cancelled: nothing more is claimed for it")
+    first; before it, `refuse_abandoned` (a step's next call claims nothing for a cancelled task)."""
+    refuse_abandoned()
     while isinstance(fn, functools.partial):
         fn = fn.func
     ready = getattr(fn, READY_CHECK, None)
@@ -99,6 +96,13 @@ def refuse_async_on_loop(fn: Callable[..., Any]) -> None:
         except RuntimeError:
             return
         raise RuntimeError(_ASYNC_ON_LOOP)
+
+
+def refuse_abandoned() -> None:
+    """`Abandoned` in a flow its task left to a worker thread: nothing more claimed or proposed."""
+    worker = getattr(_jobs, "worker", None)
+    if worker is not None and worker.abandoned:
+        raise Abandoned("the call was cancelled: nothing more is claimed for it")
 
 
 def run_sync(fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:
@@ -114,8 +118,9 @@ def run_sync(fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:
         asyncio.get_running_loop()
     except RuntimeError:
         return asyncio.run(_await(value))
-    unrun = inspect.iscoroutine(value) and inspect.getcoroutinestate(value) == inspect.CORO_CREATED
-    close = getattr(value, "close", None)
+    coro = value.get_coro() if isinstance(value, asyncio.Task) else value  # a task it scheduled here
+    unrun = inspect.iscoroutine(coro) and inspect.getcoroutinestate(coro) == inspect.CORO_CREATED
+    close = getattr(value, "cancel" if unrun and coro is not value else "close", None)  # unrun: stopped
     if callable(close):
         close()
     raise (NotStarted if unrun else RuntimeError)(_ASYNC_ON_LOOP)

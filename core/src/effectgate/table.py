@@ -129,8 +129,7 @@ class ToolSpec:
                 set_(self, "effect", Effect.from_label(effect))
             except ValueError as exc:
                 raise TableError(self.name, "effect", str(exc)) from exc
-        if not callable(self.fn):
-            raise TableError(self.name, "fn", "fn must be callable")
+        _rowcheck.check_fn(self.name, self.effect, self.fn)  # callable; an effect's no generator
         set_(self, "subject", _rowcheck.subject_of(self.name, self.subject))
         _rowcheck.check_snapshot(self.name, self.snapshot)  # taken synchronously, before and after
         for role in ("approver_role", "owner"):  # whom the calls wait for: text that reads as it is
