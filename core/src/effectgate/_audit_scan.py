@@ -330,11 +330,13 @@ class Scan:
                 approval_id,
                 ex_id,
             )
-        if ex[E_HASH] != bar.args_hash:
+        if ex[E_HASH] != bar.args_hash or tool != bar.tool:  # the hash covers the tool (erased args)
             self.add(
                 "hash_mismatch",
                 tool,
-                f"executed {ex[E_HASH][:12]}, approved {bar.args_hash[:12]}",
+                f"executed {ex[E_HASH][:12]}, approved {bar.args_hash[:12]}"
+                if ex[E_HASH] != bar.args_hash
+                else f"executed {tool}, approved {bar.tool}",
                 approval_id,
                 ex_id,
             )

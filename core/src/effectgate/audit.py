@@ -288,8 +288,7 @@ class _Half:
     pipe: Pipe
 
     def result(self) -> Part | None:
-        """The child's findings and counts, once it has ended; None if it failed (the caller
-        then scans the half itself)."""
+        """The child's findings and counts, once it has ended; None if it failed (scanned here)."""
         try:
             part = self.pipe.recv()
         except (EOFError, OSError):
@@ -307,16 +306,15 @@ class _Half:
 
 
 def _fork_half(store: Store, scan: Scan) -> _Half | None:
-    """Start scanning the upper half of a large ledger's approvals in a forked child (the scan
-    is CPU-bound: rows are decoded, hashes recomputed and seals verified, so the second core
-    halves it). None when the store is not a file or server SQL store, the ledger is small, or
-    this process has one core or cannot fork safely (not Linux, or other threads, whose locks a
-    child would copy)."""
+    """Scan the upper half of a large ledger's approvals in a forked child (CPU-bound: a second core
+    halves it). None for a store not a file or server SQL store, a small ledger, one core, no safe
+    fork (not Linux, or other threads, whose locks a child would copy) or none (daemonic, fork fails)."""
     if (
         not isinstance(store, AggregateSQL)
         or not sys.platform.startswith("linux")  # fork is safe there (not so on macOS)
         or len(os.sched_getaffinity(0)) < 2
         or threading.active_count() > 1
+        or multiprocessing.current_process().daemon
     ):
         return None
     with store.reading() as conn:
@@ -326,14 +324,17 @@ def _fork_half(store: Store, scan: Scan) -> _Half | None:
     context = multiprocessing.get_context("fork")
     receive, send = context.Pipe(duplex=False)
     process = context.Process(target=_child, args=(store, scan, split, send), daemon=True)
-    process.start()
-    send.close()
+    with closing(send):  # the child's end of the pipe: the child has its own copy
+        try:
+            process.start()
+        except OSError:  # no process to be had (a limit on processes, or memory): scanned here
+            receive.close()
+            return None
     return _Half(split, process, receive)
 
 
 def _child(store: Store, scan: Scan, split: str, send: Pipe) -> None:
-    """The forked child: scan [split, end) on its own connection and send what it found (or
-    nothing, if it failed: the parent then scans the half itself)."""
+    """The forked child: scan [split, end) on its own connection, send what it found (if it can)."""
     try:
         assert isinstance(store, AggregateSQL)
         store.audit_forked()
@@ -350,8 +351,7 @@ def _counts(store: Store) -> Mapping[str, int]:
 
 
 def _half_here(scan: Scan, store: Store, conn: Any, split: str) -> Part:
-    """Scan [split, end) in this process, in its transaction (the child failed), with a scan of
-    its own (merged as the child's would be)."""
+    """Scan [split, end) here, in this transaction (no child did), merged as the child's would be."""
     own = Scan(store, scan.table, scan.keyring)
     _scan_range(own, store, conn, low=split)
     return _part(own)
