@@ -204,7 +204,14 @@ class IdempotencyStore(ABC):
                 raise NeedsReconciliation(
                     key, record.error or "outcome unknown", provider_ref=record.provider_ref
                 )
-            retry = {**lease, "status": "in_progress", "attempts": record.attempts + 1, "error": None}
+            # a new attempt: the earlier one's error and provider reference are not its own
+            retry = {
+                **lease,
+                "status": "in_progress",
+                "attempts": record.attempts + 1,
+                "error": None,
+                "provider_ref": None,
+            }
             if record.status == "failed":
                 if self._transition(c, key, from_status=("failed",), values=retry):
                     return Claimed(key, owner, record.attempts + 1)
@@ -219,13 +226,19 @@ class IdempotencyStore(ABC):
                     return Claimed(key, owner, record.attempts + 1)
                 raise InProgress(key, None)  # pragma: no cover
             reason = f"lease of {record.lease_owner} expired while in flight"
-            self._transition(
+            if not self._transition(
                 c,
                 key,
                 from_status=("in_progress",),
                 lease_expired_before=now,
                 values={"status": "needs_reconciliation", "error": reason, "updated_at": now},
-            )
+            ):  # changed since it was read (PostgreSQL): its holder renewed or settled it
+                current = self._load(c, key)
+                if current is not None and current.status == "succeeded":
+                    return Stored(current)
+                if current is None or current.status != "needs_reconciliation":
+                    raise InProgress(key, None if current is None else current.lease_owner)
+                record, reason = current, current.error or reason
         raise NeedsReconciliation(key, reason, provider_ref=record.provider_ref)
 
     def complete(
@@ -360,7 +373,10 @@ class IdempotencyStore(ABC):
         except Exception as exc:
             self.fail(key, claim.owner, describe(exc))
             raise
-        return self.complete(key, claim.owner, result).result
+        try:
+            return self.complete(key, claim.owner, result).result
+        except pydantic_core.PydanticSerializationError:  # it ran: stored as the gate's `storable` does
+            return self.complete(key, claim.owner, {"unserializable": type(result).__name__}).result
 
 
 class _Reuse(AbstractContextManager[Connection]):
