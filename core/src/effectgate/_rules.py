@@ -138,14 +138,16 @@ def check_fingerprint(name: str, canonical: Mapping[str, Any]) -> None:
 
 def exceeds(args: Mapping[str, Any], arg: str, limit: int | float) -> bool:
     """`Escalate.above`'s test: the argument is a number greater than `limit`; a text (pydantic's
-    Decimal takes one) as the number it reads as, or above it if it reads as no finite number."""
+    Decimal takes one) as the number it reads as, or above it if it reads as no finite number;
+    a float limit as its shortest text (999.99, not its binary value 999.99000000000000909...)."""
     value = args.get(arg)
     if isinstance(value, str):
         try:
             number = decimal.Decimal(value)
         except decimal.InvalidOperation:
             return True
-        return not number.is_finite() or number > decimal.Decimal(limit)
+        bound = decimal.Decimal(repr(limit) if isinstance(limit, float) else limit)  # as written
+        return not number.is_finite() or number > bound
     return isinstance(value, int | float) and not isinstance(value, bool) and value > limit
 
 
@@ -177,7 +179,9 @@ def possible_roles(row: Mapping[str, Any], args: Mapping[str, Any]) -> set[str]:
     declarative rules are evaluated; a `when` predicate (code) may or may not have matched."""
     roles: set[str] = set()
     args = with_defaults(row.get("schema"), args)
-    for rule in row.get("escalate", ()):
+    for rule in row.get("escalate", ()):  # a rule the gate never writes (a limit in text) is refused
+        if type(rule["role"]) is not str or type(rule.get("above", 0)) not in (int, float):
+            raise TypeError(f"not an escalation rule of a table row: {rule!r}")
         if "above" in rule:
             if exceeds(args, rule["arg"], rule["above"]):
                 return roles | {rule["role"]}

@@ -24,6 +24,8 @@ def load_toml(source: str | Path, bindings: Mapping[str, Callable[..., Any]]) ->
         data = tomllib.loads(str(source) if inline else Path(source).read_bytes().decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise TableError("<toml>", "toml", f"{where} is not TOML: {exc}") from exc
+    except RecursionError as exc:  # tomllib recurses into each nested array and inline table
+        raise TableError("<toml>", "toml", f"{where} nests too deeply to be read") from exc
     unknown_top = set(data) - {"tools", "agents"}
     if unknown_top:
         raise TableError("<toml>", "sections", f"unknown sections {sorted(unknown_top)}")

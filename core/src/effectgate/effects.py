@@ -115,6 +115,8 @@ class Policy:
             raise ValueError("Policy.max_pending_per_session must be at least 1")
         if self.read_retries < 0:
             raise ValueError("Policy.read_retries cannot be negative")
+        if not isinstance(self.self_approval, bool):  # a text such as "false" would be taken as true
+            raise ValueError(f"Policy.self_approval must be True or False, not {self.self_approval!r}")
         grants: Mapping[str, object] = self.role_grants  # `in` a text tests its substrings ("fin")
         for held, granted in grants.items():
             roles = [held, *([] if isinstance(granted, str) else granted)]  # type: ignore[misc]
