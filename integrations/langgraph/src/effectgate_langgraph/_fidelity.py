@@ -84,6 +84,14 @@ class InvalidToolArguments(ValueError):
             super().__init__(f"{tool}: the arguments the graph injects could not be supplied: {error}")
 
 
+class ToolReportedError(Exception):
+    """A tool's own error ToolMessage (its `handle_tool_error`): a failed run, answered with it."""
+
+    def __init__(self, message: ToolMessage) -> None:
+        super().__init__(message.text)
+        self.message = message
+
+
 @dataclass
 class Flight:
     """Calls the gate is about to run (by tool name), each one's ToolRuntime (by tool call id),
@@ -237,6 +245,8 @@ def _ran(tool: BaseTool, flight: Flight | None, call_id: str, out: Any) -> Any:
         return out
     if isinstance(out, ToolMessage):
         flight.messages[call_id] = out
+        if out.status == "error":  # the tool handled its own exception: the run failed
+            raise ToolReportedError(out)
     elif is_update(out):
         if flight.graph_updates:
             flight.updates[call_id] = out
@@ -319,12 +329,8 @@ def invocation_error(
     `call`'s arguments, the model's own. None when that model accepts them (the gate's JSON
     schema is stricter) or the injected values cannot be supplied: the gate's text stays."""
     keys = injected_keys(tool)
-    given = ToolCall(
-        name=call["name"],
-        args={k: v for k, v in call["args"].items() if k not in keys},
-        id=call.get("id"),
-        type="tool_call",
-    )
+    args = {k: v for k, v in call["args"].items() if k not in keys}
+    given = ToolCall(name=call["name"], args=args, id=call.get("id"), type="tool_call")
     try:
         value = inject(given, runtime, tool) if keys else given
         _check(tool, value["args"], keys, call.get("id"))
@@ -353,11 +359,13 @@ def error_message(exc: Exception, call: ToolCall, flag: Any) -> ToolMessage:
     a tuple of types or a typed callable handle only those types; `True`, a string or an untyped
     callable handle all. Arguments the tool's pydantic model refused are ToolNode's
     `ToolInvocationError`, which its default flag turns into an error ToolMessage; injected values
-    that could not be supplied are raised (`raise_injection_error`). Unhandled, the exception is
-    raised again and fails the run."""
+    that could not be supplied are raised (`raise_injection_error`); the error ToolMessage a tool
+    made itself is its answer. Unhandled, the exception is raised again and fails the run."""
     cause = exc.__cause__ if isinstance(exc, NeedsReconciliation) else exc
     error = cause if isinstance(cause, Exception) else exc
     raise_injection_error(error)
+    if isinstance(error, ToolReportedError):  # as ToolNode gives it, whatever the flag
+        return error.message
     if isinstance(error, InvalidToolArguments):  # what ToolNode raises for arguments its tool refuses
         source = error.source
         assert isinstance(source, pydantic.ValidationError)
@@ -373,8 +381,7 @@ def error_message(exc: Exception, call: ToolCall, flag: Any) -> ToolMessage:
         handled = _infer_handled_types(flag)
     else:
         handled = (Exception,)
-    # an answer to the tool's own interrupt() that does not fit its response_schema is never
-    # handled: the run fails so the interrupt can be answered again (ToolNode's rule)
+    # a resume value not fitting the tool's interrupt() response_schema fails the run (ToolNode's rule)
     if not flag or not isinstance(error, handled) or is_invalid_resume(error):
         raise error
     return _error_tool_message(error, call, flag)
@@ -389,9 +396,5 @@ def wrapper_failed(exc: Exception, call: ToolCall, flag: Any) -> ToolMessage:
 
 
 def _error_tool_message(error: Exception, call: ToolCall, flag: Any) -> ToolMessage:
-    return ToolMessage(
-        content=_handle_tool_error(error, flag=flag),
-        name=call["name"],
-        tool_call_id=str(call.get("id") or ""),
-        status="error",
-    )
+    content = _handle_tool_error(error, flag=flag)
+    return ToolMessage(content, name=call["name"], tool_call_id=str(call.get("id") or ""), status="error")

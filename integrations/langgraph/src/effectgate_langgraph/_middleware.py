@@ -47,6 +47,7 @@ from effectgate.adapter import is_gated, native_approver
 from ._fidelity import (
     Flight,
     InvalidToolArguments,
+    ToolReportedError,
     flying,
     framework_keys,
     invocation_error,
@@ -206,6 +207,8 @@ class EffectGateMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             except InvalidToolArguments as exc:
                 raise_injection_error(exc)
                 raise
+            except ToolReportedError as exc:  # the tool's own error ToolMessage, as ToolNode gives it
+                return exc.message
         return self._answer(call, outcome, flight, request)
 
     async def awrap_tool_call(
@@ -229,4 +232,6 @@ class EffectGateMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             except InvalidToolArguments as exc:
                 raise_injection_error(exc)
                 raise
+            except ToolReportedError as exc:  # the tool's own error ToolMessage, as ToolNode gives it
+                return exc.message
         return self._answer(call, outcome, flight, request)
