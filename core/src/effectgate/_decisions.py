@@ -181,7 +181,11 @@ class Decisions:
         freed the subject for other sessions), the old token is void (its hash is replaced), and
         the new grant needs its own round of distinct approvers."""
         now = self.clock.now()
-        if row.token_used_at is not None or grant_live(row.token_expires_at, now):
+        if (
+            row.token_used_at is not None
+            or grant_live(row.token_expires_at, now)
+            or self.store.grant_spent(conn, row.id, row.version)  # the append-only rows decide
+        ):
             raise AlreadyDecided(row.id, "approved")  # a usable or presented grant exists
         if past(row.expires_at, now):
             raise ApprovalExpired(row.id)
