@@ -20,6 +20,7 @@ _BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\
 # Characters that render as nothing (or as a plain space) but are not a space to a program.
 _INVISIBLE = frozenset(
     "\u200b\u200c\u200d\u2060\u2061\u2062\u2063\u2064\ufeff\u00ad\u180e\u034f\u115f\u1160\u3164\uffa0"
+    "\u17b4\u17b5\u180b\u180c\u180d\u180f\u2065\ufff0\ufff1\ufff2\ufff3\ufff4\ufff5\ufff6\ufff7\ufff8"
 )
 # What must be in one script: a run of text without spaces (a word, and also an address, a
 # domain or a URL: "ceo@сосо.com" mixes scripts though each of its words is in one). Prose in two
@@ -36,6 +37,12 @@ _HIDDEN = ("Cf", *_BREAKING)
 
 
 _SELECTORS = re.compile("[\ufe00-\ufe0f\U000e0100-\U000e01ef]")
+
+
+def _invisible(ch: str) -> bool:
+    """A default-ignorable code point (Unicode): rendered as nothing, whatever its category (a
+    variation selector after a character it varies is not one: see `_stray`)."""
+    return ch in _INVISIBLE or ("\U000e0000" <= ch <= "\U000e0fff" and not _selector(ch))
 
 
 def _selector(ch: str) -> bool:
@@ -96,9 +103,7 @@ def text_warnings(value: Any, *, limit: int = 20) -> tuple[str, ...]:
         bidi = sorted({c for c in text if c in _BIDI})
         if bidi:
             found.append("bidirectional control " + ", ".join(_describe(c) for c in bidi))
-        invisible = sorted(
-            {c for c in text if c in _INVISIBLE or unicodedata.category(c) == "Cf"} - set(bidi)
-        )
+        invisible = sorted({c for c in text if _invisible(c) or unicodedata.category(c) == "Cf"} - set(bidi))
         if invisible:
             found.append("invisible character " + ", ".join(_describe(c) for c in invisible))
         controls = sorted({c for c in text if unicodedata.category(c) in _BREAKING and c not in "\n\t"})
@@ -125,7 +130,7 @@ def hidden(ch: str) -> bool:
     """Whether `ch` renders as nothing or reorders the text around it (bidirectional controls,
     zero-width and other format characters, fillers, controls other than newline and tab, line
     and paragraph separators)."""
-    return ch in _INVISIBLE or ch in _BIDI or (unicodedata.category(ch) in _HIDDEN and ch not in "\n\t")
+    return _invisible(ch) or ch in _BIDI or (unicodedata.category(ch) in _HIDDEN and ch not in "\n\t")
 
 
 def reveal(text: str) -> str:
