@@ -14,7 +14,6 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.pool import StaticPool
 from sqlmodel import SQLModel
 
 from .._clock import SYSTEM_CLOCK, Clock
@@ -65,7 +64,6 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, ReadingSQL, IdempotencyStor
         self._stmts: dict[tuple[Any, ...], Any] = {}
         self._texts: dict[str, str] = {}
         self._checkouts = Checkouts(engine)
-        self.concurrent = not isinstance(engine.pool, StaticPool)  # threads at once (not in memory)
 
     def _q(self, key: tuple[Any, ...], build: Callable[[], Any]) -> Any:
         """A statement built once per shape and reused: SQLAlchemy memoizes the cache key of a
