@@ -81,15 +81,16 @@ def read_lines(path: str | Path, *, max_line: int = MAX_LINE) -> Iterator[tuple[
             yield number, text
 
 
-def read_small(path: str | Path, *, limit: int) -> bytes:
-    """The whole file, when it is a regular file of at most `limit` bytes (ValueError otherwise: a
-    named pipe would block the read for ever; OSError when it cannot be read)."""
+def read_small(path: str | Path, *, limit: int | None) -> bytes:
+    """The whole file, when it is a regular file of at most `limit` bytes (None: any size;
+    ValueError otherwise: a named pipe would block the read for ever; OSError when it cannot be
+    read)."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # opening a pipe does not wait for a writer
     with os.fdopen(fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise ValueError(f"{path} is not a regular file")
-        data = f.read(limit + 1)
-    if len(data) > limit:
+        data = f.read(-1 if limit is None else limit + 1)
+    if limit is not None and len(data) > limit:
         raise ValueError(f"{path} is longer than {limit} bytes")
     return data
 

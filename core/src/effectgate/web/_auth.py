@@ -11,9 +11,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
-import os
 import secrets
-import stat
 import threading
 import tomllib
 from collections.abc import Callable, Iterable, MutableMapping
@@ -21,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._export_file import read_small
 from .._owned import own
 from ..context import _storable
 from ..errors import TableError
@@ -182,22 +181,11 @@ def _load(path: Path, raw: bytes) -> dict[str, RegisteredApprover]:
     )
 
 
-def _read(path: Path) -> bytes:
-    """The file's bytes, opened without waiting: a FIFO in its place would block the inbox (it is
-    read on every request) until something wrote to it; anything but a regular file is refused."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise ValueError(f"{path} is not a regular file")
-    with open(fd, "rb") as fh:
-        return fh.read()
-
-
 class _FileRegistry(ApproverRegistry):
     """The approvers of a TOML file, read again whenever its bytes change (`from_toml`)."""
 
     def __init__(self, path: Path) -> None:
-        raw = _read(path)
+        raw = read_small(path, limit=None)  # a FIFO in its place would block the inbox
         super().__init__(_load(path, raw).values())
         self._path = path
         self._seen: bytes | None = raw  # None after a failed read: the next read loads
@@ -207,7 +195,7 @@ class _FileRegistry(ApproverRegistry):
         with self._lock:
             raw: bytes | None = None
             try:
-                raw = _read(self._path)
+                raw = read_small(self._path, limit=None)
                 if raw != self._seen:
                     self._by_id, self.problem = _load(self._path, raw), None
             except (OSError, ValueError, TableError) as exc:  # refuse everyone: never the old list
