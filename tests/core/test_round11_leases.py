@@ -12,52 +12,18 @@ from typing import Any, cast
 import pytest
 
 from effectgate import (
-    Approver,
-    Effect,
     EffectGate,
-    EffectTable,
     Executed,
-    Grant,
-    Pending,
     Policy,
-    Reconciled,
-    ToolSpec,
     _readlog,
     open_store,
 )
 from effectgate._readlog import ReadLog
 from effectgate.errors import StoreError
-from effectgate.examples.shop import context
 from effectgate.stores.protocol import Store
 from effectgate.testing import EffectRecorder, FakeClock
 
-FINANCE = Approver("fiona", "finance")
-LEASE = 0.3  # seconds: the keeper renews every 0.1 s of real time; the fake clock moves the lease
-
-
-def _table(pay: Any) -> EffectTable:
-    def not_at_provider(key: str) -> Reconciled:
-        return Reconciled(found=False)
-
-    spec = ToolSpec(
-        name="pay",
-        effect=Effect.MONEY,
-        fn=pay,
-        approver_role="finance",
-        subject=("account",),
-        reconcile=not_at_provider,
-    )
-    table = EffectTable([spec])
-    table.allow("support", ["pay"])
-    return table
-
-
-def _granted(gate: EffectGate) -> Grant:
-    pending = gate.call("pay", {"account": "acct-1", "amount": 5}, context("m1"))
-    assert isinstance(pending, Pending)
-    grant = gate.approve(pending.approval_id, version=1, approver=FINANCE)
-    assert isinstance(grant, Grant)
-    return grant
+from .test_lease_renewal import LEASE, _granted, _table
 
 
 def test_a_slow_tool_on_a_store_in_memory_is_not_taken_over_and_run_twice(clock: FakeClock) -> None:
