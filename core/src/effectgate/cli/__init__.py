@@ -95,10 +95,13 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    def options(default: Any, app_default: Any, db: str = f"$EFFECTGATE_DB or {DEFAULT_DB}") -> _Parser:
+    def options(
+        default: Any, app_default: Any, db: str = f"$EFFECTGATE_DB or {DEFAULT_DB}", app: bool = True
+    ) -> _Parser:
         shared = _Parser(add_help=False)
         shared.add_argument("--db", default=default, help=f"database URL (default {db})")
-        shared.add_argument("--app", default=app_default, help="module:factory returning an EffectGate")
+        if app:  # the demo runs the shop's own table: an --app given to it is refused, not ignored
+            shared.add_argument("--app", default=app_default, help="module:factory returning an EffectGate")
         return shared
 
     # Two copies of the options: argparse shares action objects between parents, and the
@@ -250,7 +253,7 @@ def _parser() -> argparse.ArgumentParser:
         "sqlite:///effectgate-demo.db; --framework langgraph: effectgate-demo-langgraph.db; "
         "never $EFFECTGATE_DB"
     )
-    demo = options(argparse.SUPPRESS, argparse.SUPPRESS, db=demo_db)
+    demo = options(argparse.SUPPRESS, argparse.SUPPRESS, db=demo_db, app=False)
     p = sub.add_parser("demo", parents=[demo], help="run the shop demo (ten conversations)")
     p.add_argument(
         "--framework",
