@@ -36,11 +36,15 @@ class EffectRecorder:
 
     def wrap(self, kind: str, fn: Callable[P, R]) -> Callable[P, R]:
         """A function that records `kind` (with its keyword arguments) and then calls `fn`; for an
-        async `fn`, an async function that records when it runs (an unawaited call ran nothing)."""
+        async `fn`, an async function that records when it runs (an unawaited call ran nothing).
+        A ToolContext argument is not a field: its idempotency key is the effect's key."""
+        context_params, hints = _context_params(fn)
 
         def note(kwargs: Mapping[str, Any]) -> None:
+            keys = [getattr(kwargs.get(name), "idempotency_key", None) for name in context_params]
+            payload = {k: v for k, v in kwargs.items() if not k.startswith("_") and k not in context_params}
             with self._lock:
-                self._effects.append(Effect(kind, {k: v for k, v in kwargs.items() if not k.startswith("_")}))
+                self._effects.append(Effect(kind, payload, next((k for k in keys if k is not None), None)))
 
         def called(*args: P.args, **kwargs: P.kwargs) -> R:
             note(kwargs)
@@ -58,7 +62,7 @@ class EffectRecorder:
         recorded.__wrapped__ = fn  # type: ignore[attr-defined]
         # fn's hints, resolved: a row derives fn's typed schema and its ToolContext parameters
         # from the wrapper (not untyped arguments the model would have to supply)
-        recorded.__annotations__ = _context_params(fn)[1]
+        recorded.__annotations__ = hints
         return recorded
 
     @property

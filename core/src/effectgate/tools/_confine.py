@@ -204,9 +204,12 @@ def _open_dir(dir_fd: int, name: str, target: Target, *, create: bool) -> int:
 
 def open_subdir(dir_fd: int, name: str) -> int | None:
     """A descriptor of the directory `name` in `dir_fd`, or None when it is anything else (a
-    symlink included) or gone: for walking a tree that is not the model's path."""
+    symlink included) or gone: for walking a tree that is not the model's path. One this user
+    may not open raises PermissionError (a search must say it left it out)."""
     try:
         return os.open(name, _DIR, dir_fd=dir_fd)
+    except PermissionError:
+        raise
     except OSError:
         return None
 
@@ -333,6 +336,9 @@ def replace_file(dir_fd: int, name: str, target: Target, data: bytes) -> bool:
         raise PathRefused(target.given, "symlink", f"symlinks are not followed: {name!r} is a symlink")
     if old is not None and not stat.S_ISREG(old.st_mode):
         raise not_regular(target, old.st_mode)
+    # a rename needs only the directory's permission: refuse what a write into it could not change
+    if old is not None and not os.access(name, os.W_OK, dir_fd=dir_fd, effective_ids=True):
+        raise PathRefused(target.given, "denied", f"the file system refused: {target.shown} is not writable")
     temp = f".effectgate-{secrets.token_hex(8)}.tmp"
     try:  # private until it has the old file's mode: no one else can open it and read the new text
         fd = os.open(temp, _CREATE, 0o666 if old is None else 0o600, dir_fd=dir_fd)

@@ -5,7 +5,8 @@ a directory swapped for a symlink during the walk is skipped, not entered; files
 `read_file` opens them. Entries are visited in name order; the walk stops at a match beyond
 `max_results`, a file beyond `max_files`, or a directory `MAX_DEPTH` down (`truncated` then: more
 may match than was shown; a search that ends exactly at a limit is not truncated). A file over
-`max_bytes` is not searched for text: the walk goes on, and the search is `truncated` too.
+`max_bytes` is not searched for text, nor is a file or directory this user may not read: the walk
+goes on, and the search is `truncated` too.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ class Search:
     def __init__(
         self, pattern: str, contains: str | None, *, max_results: int, max_files: int, max_bytes: int
     ) -> None:
+        if contains is not None and "\n" in contains:  # it could never match: no empty answer
+            raise ValueError("`contains` is matched within one line: give text without a line break")
         self.max_results = max_results
         self.max_files = max_files
         self.max_bytes = max_bytes
@@ -35,7 +38,7 @@ class Search:
         self.found: list[dict[str, Any]] = []
         self.visited = 0
         self.truncated = False
-        self.skipped = False  # a file too large to search for text: more may match
+        self.skipped = False  # a file too large or unreadable, a directory unreadable: more may match
 
     def _add(self, match: dict[str, Any]) -> None:
         """Keep a match; one beyond `max_results` is what makes the search `truncated` (a last
@@ -53,14 +56,19 @@ class Search:
                 return
             try:
                 mode = entry.stat(follow_symlinks=False).st_mode
-            except OSError:
-                continue  # gone meanwhile
+            except OSError as exc:  # gone meanwhile, or in a directory this user may list only
+                self.skipped |= isinstance(exc, PermissionError)
+                continue
             rel = (*prefix, entry.name)
             if stat.S_ISDIR(mode):
                 if depth >= MAX_DEPTH:
                     self.truncated = True
                     continue
-                sub = open_subdir(fd, entry.name)  # None when swapped for a symlink: skipped
+                try:
+                    sub = open_subdir(fd, entry.name)  # None when swapped for a symlink: skipped
+                except PermissionError:
+                    self.skipped = True
+                    continue
                 if sub is not None:
                     try:
                         self.directory(sub, rel, depth=depth + 1)
@@ -87,8 +95,9 @@ class Search:
             finally:
                 os.close(fd)
         except (OSError, PathRefused, UnicodeDecodeError) as exc:
-            self.skipped |= isinstance(exc, PathRefused) and exc.code == "too_large"
-            return  # too large, not text, or not a regular file any more: not searched
+            too_large = isinstance(exc, PathRefused) and exc.code == "too_large"
+            self.skipped |= too_large or isinstance(exc, PermissionError)
+            return  # too large, unreadable, not text, or not a regular file any more: not searched
         # lines end at "\n" only, as grep and editors count them (splitlines also breaks at \f, U+2028...)
         lines = text.removesuffix("\n").split("\n") if text else []
         for number, line in enumerate(lines, start=1):

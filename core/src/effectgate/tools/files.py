@@ -24,9 +24,13 @@ Every path is relative to the work directory and is walked on file descriptors, 
 also pointing inside: refused, not followed), device files, FIFOs, directories where a file is
 expected, and files over the size limit are refused with `PathRefused`, whose message says why.
 A symlink swapped in between a check and the use cannot escape: the check is the `O_NOFOLLOW`
-open itself. `PathRefused` and `FileNotFoundError` are the rows' definite failures: a gated
-delete or write that raises one is recorded as failed, with nothing changed; one whose path is
-refused as text is refused when proposed (its `confirm` check), before anyone is asked.
+open itself. A write replaces only a file its user may write into (another user's file, or one
+made read-only, is refused as `denied`, as a write into it would be), and a search says
+`truncated` when it could not read a file or a directory. `PathRefused` and `FileNotFoundError`
+are the rows' definite failures: a gated delete or write that raises one is recorded as failed,
+with nothing changed; one whose path is refused as text is refused when proposed (its `confirm`
+check), before anyone is asked. A `contains` with a line break (it could never match a line) is
+refused with ValueError.
 
 Two calls naming one file differently (`a.txt`, `./a.txt`) are two subjects to the gate. The
 work directory and the limits are not part of a row's fingerprint (the code is, by name). POSIX
@@ -309,7 +313,10 @@ def file_tools(
                         "type": "string",
                         "description": "a glob (*.py, src/*.md) or a substring of file names (default *)",
                     },
-                    "contains": {"type": "string", "description": "text the file must contain (optional)"},
+                    "contains": {
+                        "type": "string",
+                        "description": "text a line must contain, without line breaks (optional)",
+                    },
                     **where,
                 }
             ),
