@@ -10,9 +10,9 @@ from typing import Literal
 from rich.console import Console
 from rich.table import Table
 
-from .._display import duration
 from ..errors import MissingDependency, MissingKeyring
 from ..report import Metrics, check_charts, figures, write_html
+from ..report._html import latency_cells
 from ..tokens import Keyring, keyring_for
 from ._args import check_output
 from ._render import EXIT_OK, _text, _write_json
@@ -85,10 +85,7 @@ def _cmd_report(args: argparse.Namespace, out: Console) -> int:
         target = m.latency_targets.get(role)
         met = m.latency_met(role)
         grid.add_row(
-            _text(role),
-            "-" if p95 is None else duration(p95),
-            "-" if target is None else duration(target),
-            "-" if met is None else ("met" if met else "MISSED"),
+            _text(role), *latency_cells(p95, target), "-" if met is None else ("met" if met else "MISSED")
         )
     out.print(grid)
     _print_rollout(m, out)

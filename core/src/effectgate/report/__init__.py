@@ -30,7 +30,8 @@ in the JSON and the page) and points to `effectgate audit`.
 The rollout figures (`Metrics`), over the same window (events by their time):
 
 - `latency_p95_s`: per approver role, the p95 (nearest rank, `p95`) of decided_at - created_at
-  over its decided calls, against `latency_targets` (`latency_met`);
+  over its decided calls, against `latency_targets` (`latency_met`); a role given a target and
+  no decided call is listed with None (a target is a finite number of seconds > 0, else ValueError);
 - `decision_rates`: per tool, approved, denied, edited and expired over the calls that settled
   (decided or expired); an edited call is also approved or denied;
 - `replays_absorbed` (the same message again, answered from the record) and `replay_rate`, over

@@ -131,8 +131,11 @@ def _latency(m: Metrics) -> Chart:
         if target is not None:
             ax.plot([target / scale] * 2, [i - 0.4, i + 0.4], color="#1d232b", linewidth=2)
         verdict = "no decision" if p95 is None else "met" if met else "MISSED" if met is False else ""
+        shown = "-" if p95 is None else f"{p95 / scale:.1f}"
+        if p95 is not None and target is not None and not met and shown == f"{target / scale:.1f}":
+            shown = repr(p95 / scale)  # missed by less than the rounding: never shown as the target
         ax.annotate(
-            f" {'-' if p95 is None else f'{p95 / scale:.1f}'} {verdict}",
+            f" {shown} {verdict}",
             ((p95 or 0) / scale, i),
             va="center",
             fontsize=8,

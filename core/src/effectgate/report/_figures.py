@@ -184,6 +184,15 @@ class Figures:
         }
 
 
+def _targets(targets: Mapping[str, float] | None) -> dict[str, float]:
+    """The p95 targets per role, each a finite number of seconds > 0 (as `--target` takes them)."""
+    out = dict(targets or {})
+    for role, t in out.items():
+        if isinstance(t, bool) or not isinstance(t, int | float) or not (math.isfinite(t) and t > 0):
+            raise ValueError(f"latency target of role {role!r}: {t!r} is not a finite number of seconds > 0")
+    return out
+
+
 def per_1000(proposals: int, sessions: int) -> float | None:
     """Gated proposals per 1,000 sessions (None without sessions)."""
     return 1000.0 * proposals / sessions if sessions else None
@@ -326,7 +335,7 @@ def figures(
     one read transaction: the disagreement rates by tool and role, and `metrics`. With the ledger's
     `keyring` every approval's seal is checked: one that does not verify counts under mode
     "unverified" (`Figures.unverified`); without it the figures say that no seal was checked."""
-    window = {"since": since, "until": until}
+    window, goals = {"since": since, "until": until}, _targets(targets)
     now = store.clock.now()  # an approval pending past its expiry then is expired, not pending
     with store.reading() as conn:
         decisions = store.report_rows(conn, "decisions", **window, now=now)
@@ -343,6 +352,8 @@ def figures(
             str(role): store.latency_at(conn, role, p95_rank(n), **window) if n else None
             for role, n in sorted(latencies.items(), key=lambda item: str(item[0]))
         }
+        # a role with a target and no decided call is listed (no p95), never silently left out
+        p95s = dict(sorted({**dict.fromkeys(goals), **p95s}.items()))
         gated = store.report_rows(conn, "gated_by_day", **window)
         sessions = dict(_by_day(store.report_rows(conn, "sessions_by_day", **window)))
         of_model = {
@@ -373,7 +384,7 @@ def figures(
             since=since,
             until=until,
             latency_p95_s=p95s,
-            latency_targets=dict(targets or {}),
+            latency_targets=goals,
             proposals=proposals,
             replays_absorbed=sum(int(n) for _, n in replayed),
             gated_by_day=[(d, by_day.get(d, 0), sessions.get(d, 0)) for d in days],

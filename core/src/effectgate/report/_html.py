@@ -40,6 +40,16 @@ def _t(value: object) -> str:
     return escape(reveal(str(value)))
 
 
+def latency_cells(p95: float | None, target: float | None) -> tuple[str, str]:
+    """A role's p95 and its target as text ("-" for none), as `duration` gives them, unless the
+    two read the same and differ (300.4 s against 300 s, both "5m 0s" beside MISSED): then both
+    as exact seconds, so the figures never contradict the verdict beside them."""
+    shown = "-" if p95 is None else duration(p95), "-" if target is None else duration(target)
+    if p95 is not None and target is not None and p95 != target and shown[0] == shown[1]:
+        return f"{p95!r} s", f"{target!r} s"
+    return shown
+
+
 def _pct(part: int, whole: int) -> str:
     return "-" if not whole else f"{100 * part / whole:.1f}%"
 
@@ -93,14 +103,7 @@ def body(figures: Figures) -> str:
     for role, p95 in m.latency_p95_s.items():
         target, met = m.latency_targets.get(role), m.latency_met(role)
         verdict = "-" if met is None else "met" if met else '<span class="missed">MISSED</span>'
-        latency.append(
-            [
-                _t(role),
-                "-" if p95 is None else duration(p95),
-                "-" if target is None else duration(target),
-                verdict,
-            ]
-        )
+        latency.append([_t(role), *map(escape, latency_cells(p95, target)), verdict])
     parts.append(
         _table("latency", "approval latency, p95 per role", ("role", "p95", "target", "met"), latency)
     )
