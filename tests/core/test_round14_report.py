@@ -109,13 +109,6 @@ def test_a_target_that_is_not_a_time_is_refused_not_reported_missed(
         figures(gate.store, targets={"finance": bad})  # type: ignore[dict-item]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the fix is in the report's SQL, outside the report package: stores/_queries.py "
-    "REPORT_QUERIES['replays_by_day'] counts every replay event of an approval; it needs "
-    "`AND approval_id NOT IN (SELECT id FROM eg_approvals WHERE status = 'rejected')` (the "
-    "proposals it is a rate over leave rejected calls out: 'gated proposals (not rejected)')",
-)
 def test_replays_of_an_out_of_scope_call_are_not_gated_replays_absorbed(shop_gate: ShopGate) -> None:
     """An injected refund of another customer's order, out of scope, sent three times in one
     message: it never reached a reviewer, so it is no gated proposal (`proposals` 0), and its two

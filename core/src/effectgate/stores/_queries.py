@@ -241,7 +241,9 @@ REPORT_QUERIES: dict[str, str] = {
     # (day, replays answered from an approval's record)
     "replays_by_day": (
         "SELECT {day_at}, count(*) FROM eg_events WHERE kind = 'replay' AND kind <> 'read' "
-        "AND approval_id IS NOT NULL AND at >= :since AND at < :until GROUP BY {day_at}"
+        "AND approval_id IS NOT NULL AND at >= :since AND at < :until "
+        # as the proposals it is a rate over: a refused (out-of-scope) call's replays are not gated
+        "AND approval_id NOT IN (SELECT id FROM eg_approvals WHERE status = 'rejected') GROUP BY {day_at}"
     ),
     # (day the record began waiting, records needing reconciliation now): the backlog, not windowed
     "backlog_by_day": (
