@@ -199,7 +199,11 @@ def seal_chain(
     (`check_keyring`), and ChainError when a table's last checkpoint does not verify or a row
     holds a value no gate writes. The redaction entries and the rows are read in one
     transaction, under the lock every redaction takes, so a redaction committing meanwhile cannot
-    leave a marker sealed as text."""
+    leave a marker sealed as text. ValueError, nothing read, for a `settle` that is not a finite
+    number >= 0 or a `now` that is not finite (NaN would checkpoint and export nothing, silently)."""
+    for name, value, low in (("settle", settle, 0.0), ("now", 0.0 if now is None else now, -math.inf)):
+        if type(value) not in (int, float) or not math.isfinite(value) or value < low:
+            raise ValueError(f"{name} must be a finite number{' >= 0' if low == 0 else ''}, not {value!r}")
     cutoff = (time.time() if now is None else now) - settle
     made: list[ChainRow] = []
     with store.transaction() as conn:

@@ -4,18 +4,19 @@
     for r in report.changed: print(r.approval_id, r.verdict, r.detail)
 
 Each approved intent in the ledger (an approval that was approved: it ran, failed, awaits
-reconciliation, or holds an unspent grant) is re-run through the current gate code and the given
+reconciliation, or holds an unspent grant; one with an execution recorded, whatever its status
+column says) is re-run through the current gate code and the given
 table and policy, in a sandbox: a throwaway SQLite ledger, a fresh keyring, and every tool's
 function replaced by a recorder (or the stub given for it), its snapshot and reconcile hooks
-dropped, so nothing real is ever called. Each
+dropped, so nothing real is ever called, and no span reaches the application's tracer. Each
 intent is proposed again with its recorded arguments and identity (session, origin message, user,
 agent, run), approved by its recorded approvers in their recorded roles, and executed with the
 grant. The verdict:
 
 - `same`: it pauses for the recorded role and number of approvers, the recorded approvers'
   decisions grant it, and it runs once with exactly the recorded arguments (same args hash);
-- `rerouted`: it would now run without approval, need another role or another number of
-  approvers, or hash its arguments differently;
+- `rerouted`: it would now run without approval, have another effect (a reclassified row), need
+  another role or another number of approvers, or hash its arguments differently;
 - `refused`: the current gate refuses it (the tool is gone or not allowed, the arguments no longer
   fit the schema, the caller is out of scope, a check fails, the recorded approvers may not decide),
   or its version has a recorded denial (a revoked grant never runs, whatever the status column says).
@@ -44,6 +45,7 @@ from typing import Any, Literal
 from ._audit_rows import is_shadow, marker_problem
 from ._ledger import context_of
 from ._seal import approval_sealed, decision_intact
+from ._telemetry import _api
 from .canonical import hash_of_text
 from .context import Approver
 from .effects import Policy
@@ -147,7 +149,9 @@ def replay(
             except (TypeError, ValueError):  # no approver's id and role: edited in, none of them
                 continue
             approvers[(d.approval_id, d.version)].append(approver)
-    rows = sorted(store.approvals(status=list(REPLAYED)), key=_order)
+    # what ran is read from the append-only executions, not from the status column (no seal covers it)
+    ran = {ex.approval_id for ex in store.executions() if ex.approval_id is not None}
+    rows = sorted((r for r in store.approvals() if r.status in REPLAYED or r.id in ran), key=_order)
     erased = entries(store) if any(is_redacted(r.args_json) for r in rows) else {}
     # a marker no (sealed) redaction entry backs erased nothing: the row is tampered, replayed as such
     forged = {r.id for r in rows if is_redacted(r.args_json) and _forged(erased, keyring, r)}
@@ -163,6 +167,7 @@ def replay(
             sandbox_store,
             policy=policy,
             keyring=Keyring.generate(),
+            tracer_provider=_no_spans(),  # not the application's global tracer: nothing here ran
         )
         try:
             for row in rows:
@@ -226,6 +231,8 @@ def _one(
             return verdict("rerouted", f"runs without approval now (its row is {effect}, was {row.effect})")
         assert isinstance(out, Pending)
         card = out.card
+        if card.effect != row.effect:  # reclassified (money to send), whoever approves it
+            return verdict("rerouted", f"its row is {card.effect} now, was {row.effect}")
         if card.args_hash != row.args_hash:
             return verdict("rerouted", "its arguments hash differently now")
         if (card.approver_role, card.approvals_required) != (row.approver_role, row.approvals_required):
@@ -291,6 +298,12 @@ def _forged(
     checks it: `_audit_rows.marker_problem`; with `keyring`, the entry's seal too)."""
     entry = erased.get(("eg_approvals", row.id, "args_json"))
     return marker_problem(entry, keyring, row.args_json, row.args_hash) is not None
+
+
+def _no_spans() -> object | None:
+    """A tracer provider that records nothing (None without OpenTelemetry: no spans anyway)."""
+    api = _api()
+    return None if api is None else api[0].NoOpTracerProvider()
 
 
 def _stubbed(spec: ToolSpec | None) -> bool:
