@@ -89,9 +89,16 @@ def hold(store: Store, *, user_id: str, by: str, reason: str, now: float | None 
     the hold is released. It takes the erasure lock (`ERASURE_LOCK`), so it waits for a
     redaction or retention pass already running (which read the holds before it) and one that
     starts after it sees it."""
+    user_id = _text("user_id", user_id)
+    if user_id != user_id.strip() or not user_id.isprintable():  # as `effectgate hold` refuses it
+        raise RedactionError(
+            f"user_id {user_id!r} has leading or trailing whitespace, or a control or invisible "
+            "character: it is not the id the calls recorded, and its hold would hold nothing; nothing "
+            "was placed"
+        )
     placed = HoldRow(
         id=f"h-{secrets.token_hex(8)}",
-        user_id=_text("user_id", user_id),
+        user_id=user_id,
         reason=_text("reason", reason),
         placed_by=_text("by", by),
         at=_at(now),

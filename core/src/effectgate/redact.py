@@ -26,7 +26,7 @@ commitments would be unverifiable and break the chain), a `keep` name that is no
 argument of a recorded tool nor of a record erased (a typo, `_holds.check_keep`: it would erase
 the fact meant), a user under a legal hold, and a user with a call that may still run or is
 being decided (pending, approved, executing, needs_reconciliation; not an approved shadow call,
-nor one whose grant lapsed after its approval's deadline: those can never run,
+one pending past its deadline, nor one whose grant lapsed after it: those can never run,
 `stores._redaction.is_open`): decide or reconcile it first. Refused too, by `redact` and
 `retain` alike, when an approval's or execution's stored arguments no longer hash to its
 recorded args hash (edited in the database): erasing them would seal the edited facts and hide

@@ -17,10 +17,10 @@ from .._holds import UnknownFact
 from ..audit import seal_rules
 from ..chain import check_keyring
 from ..context import _storable
-from ..export import ExportError, redact_export
+from ..export import ExportError, redact_export, verify_export
 from ..redact import FACTS, SubjectNotFound, entries, hold, holds, redact, release, retain
 from ._args import check_export_file, retention_rule
-from ._render import EXIT_OK, _one_line, _text, _write_json
+from ._render import EXIT_FINDINGS, EXIT_OK, _one_line, _text, _write_json
 from ._store import NotFound, UsageError, _open, keyring_for
 
 
@@ -110,11 +110,14 @@ def _cmd_redact(args: argparse.Namespace, out: Console) -> int:
         # the files lose exactly what the ledger erased (with --subject: that subject's records)
         erased = entries(store) if args.export else {}
     files = {path: _redact_file(path, args.user, erased, done.id) for path in args.export}
+    # checked, not assumed: a file broken before the erasure is still broken after it
+    broken = {path: v.problem or "broken" for path in files if not (v := verify_export(path, keyring)).ok}
+    code = EXIT_FINDINGS if broken else EXIT_OK  # as `verify` exits for a broken export
     if not found:  # nothing to erase is no error, but must not read as an erasure done
         _no_records(args.user, "nothing was erased")
     if args.json:
-        _write_json({**done.to_dict(), "found": found, "exports": files})
-        return EXIT_OK
+        _write_json({**done.to_dict(), "found": found, "exports": files, "broken": broken})
+        return code
     out.print(
         _text(
             f"redaction {done.id}: erased {done.values} value(s) in {done.rows} record(s) of user "
@@ -122,8 +125,9 @@ def _cmd_redact(args: argparse.Namespace, out: Console) -> int:
         )
     )
     for path, lines in files.items():
-        out.print(_text(f"{path}: erased the values of {lines} record(s); the file still verifies"))
-    return EXIT_OK
+        state = f"it does NOT verify: {broken[path]}" if path in broken else "the file still verifies"
+        out.print(_text(f"{path}: erased the values of {lines} record(s); {state}"))
+    return code
 
 
 def _has_records(store: Any, user: str) -> bool:

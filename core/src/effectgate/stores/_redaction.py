@@ -99,7 +99,8 @@ def is_open(t: Target, now: float) -> bool:
     """Whether the call of a target row may still run or is still being decided (never erased):
     every row of such a call is open, not only its approval and idempotency record (`Call`).
     An approved call that can never run is not open: a shadow call (approved, never run) and one
-    whose grant lapsed unpresented after its approval's deadline (no regrant: `_decisions.lapsed`)."""
+    whose grant lapsed unpresented after its approval's deadline (no regrant: `_decisions.lapsed`);
+    nor is a pending one past its deadline (the gate answers it `expired`, swept or not)."""
     if t.call is not None:
         if any(status in OPEN_RECORDS for status in t.call.records):
             return True
@@ -119,6 +120,8 @@ def _row_open(t: Target, now: float) -> bool:
         return t.status in OPEN_RECORDS
     if t.table != "eg_approvals" or t.status not in OPEN_APPROVALS:
         return False
+    if t.status == "pending":  # past its deadline, swept or not, it is expired (`_ledger.past`)
+        return isinstance(t.expires_at, int | float) and t.expires_at > now
     if t.status != "approved":
         return True
     if (t.subject_key or "").startswith("shadow:"):
