@@ -296,15 +296,6 @@ def _edit_arguments(snapshot: str, old: str, new: str) -> str:
     return json.dumps(data)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "A native state.approve(item) is settled from is_enabled, where the SDK gives effectgate "
-        "the run context but not the paused item: the item's arguments cannot be checked against "
-        "the record's args hash before gate.approve records the decision (approve/approve_as "
-        "check them). Needs a design decision on where to settle native approvals."
-    ),
-)
 def test_a_native_approve_of_an_edited_snapshot_records_no_approval(shop: Callable[..., Shop]) -> None:
     """The model asked to refund 99999; the stored snapshot is edited so that its paused item
     shows 500. The reviewer, shown 500, approves natively (`state.approve(item)`, with

@@ -55,6 +55,7 @@ from ._deferred import own_deferred
 from ._native import native_tool
 from ._native_decisions import NativeApprover
 from ._reach import check_current, check_reach, checked_handoffs
+from ._records import Turn
 from ._tools import Mode, as_function_tool, gate_tools
 
 
@@ -109,11 +110,11 @@ class StepHooks(AgentHooks[Any]):
         if self.gate is not None:
             check_current(agent, self.gate)  # before any call of this response runs
         if isinstance(context.context, Mapping):
-            calls = {
-                item.call_id: [item.name, item.arguments]
+            calls = Turn(
+                (item.call_id, [item.name, item.arguments])
                 for item in response.output
                 if isinstance(item, ResponseFunctionToolCall)
-            }
+            )
             gate = self.gate
             if gate is not None and any(gate.table.get(name) is not None for name, _ in calls.values()):
                 call_context(

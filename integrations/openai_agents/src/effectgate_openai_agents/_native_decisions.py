@@ -63,7 +63,7 @@ from effectgate.errors import AlreadyDecided, EffectGateError, NeedsReconciliati
 
 from ._context import STATE_KEY, TamperedState
 from ._native import model_output
-from ._records import verified_approval
+from ._records import EDITED_ITEM, same_invocation, verified_approval
 from ._restored import observe
 
 log = guarded_logger(__name__)  # a handler that raises changes no call (effectgate._logging)
@@ -166,6 +166,9 @@ class NativeDecisions:
     ) -> None:
         approval_id, version = str(record["approval_id"]), record.get("version")
         await self._owned_row(ctx, call_id)
+        if not same_invocation(ctx, call_id, record):  # the item approved is not the call registered
+            record["native"], record["native_error"] = "refused", EDITED_ITEM
+            return
         approver = native_approver(self.approver, ctx.context)
         if approver is None:
             record["native"] = "refused"

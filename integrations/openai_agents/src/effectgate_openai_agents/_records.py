@@ -11,7 +11,10 @@ message, user). Whatever approves, denies or settles through the record (`approv
 - the record's seal verifies for this call id and this identity: a record pointed at another
   approval, moved to another call (two records swapped) or carried into another run is refused;
 - given the SDK's paused item, its tool and the hash of its arguments are the record's: the call
-  the SDK will run is the one the approval was registered for;
+  the SDK will run is the one the approval was registered for; the SDK's own `state.approve`, whose
+  item effectgate never sees, is settled only while the SDK's fingerprint of the call is the one
+  the record sealed when it paused (`same_invocation`: an item edited in the snapshot, its unkeyed
+  fingerprint recomputed or dropped, approves nothing);
 - the approval, as the gate's store has it, belongs to this run: the same session and user, and
   the same origin message or one the gate recorded as registering it (a later message of the
   session that found the same waiting approval); the same tool, and at the recorded version the
@@ -39,24 +42,56 @@ _FIELDS = ("approval_id", "version", "args_hash", "tool")
 
 
 def _sealed(call_id: str, record: Mapping[str, Any], ctx: CallContext) -> dict[str, Any]:
-    return {
+    sealed = {
         "call_id": call_id,
         **{name: record.get(name) for name in _FIELDS},
         "session_id": ctx.session_id,
         "origin_message_id": ctx.origin_message_id,
         "user_id": ctx.user_id,
     }
+    if "invocation" in record:  # sealed when present: removing or adding it breaks the seal
+        sealed["invocation"] = record["invocation"]
+    return sealed
 
 
-def paused_record(gate: EffectGate, ctx: CallContext, call_id: str, pending: Pending) -> dict[str, Any]:
-    """The record of one paused call (its approval, version, args hash and tool), sealed with the
-    gate's keyring for this call id and the run's identity."""
+def invocation_of(wrapper: Any, call_id: str) -> str | None:
+    """The SDK's own fingerprint of call `call_id` (its tool and arguments) in the run context
+    `wrapper` (0.24 keeps one per call id; None when it has none)."""
+    found = getattr(getattr(wrapper, "_tool_invocations", None), "get", lambda _: None)(call_id)
+    fingerprint = getattr(found, "fingerprint", None)
+    return fingerprint if isinstance(fingerprint, str) else None
+
+
+#: What the model is told when a native `state.approve(item)` approved an item that is not the call
+#: effectgate registered (`same_invocation`).
+EDITED_ITEM = (
+    "the SDK item approved with state.approve() is not the call effectgate registered (its "
+    "arguments were edited in the run state), so nothing was approved"
+)
+
+
+def same_invocation(wrapper: Any, call_id: str, record: Mapping[str, Any]) -> bool:
+    """Whether the call the SDK holds for `call_id` now (the item `state.approve` decided) is the
+    one the record sealed when it paused: the SDK's fingerprint of its tool and arguments, kept in
+    the record, is the context's. A record without one (an earlier release's) cannot tell."""
+    sealed = record.get("invocation")
+    return sealed is None or invocation_of(wrapper, call_id) == sealed
+
+
+def paused_record(
+    gate: EffectGate, ctx: CallContext, call_id: str, pending: Pending, invocation: str | None = None
+) -> dict[str, Any]:
+    """The record of one paused call (its approval, version, args hash and tool, and the SDK's
+    fingerprint of the paused call, `invocation_of`), sealed with the gate's keyring for this
+    call id and the run's identity."""
     record: dict[str, Any] = {
         "approval_id": pending.approval_id,
         "version": pending.version,
         "args_hash": pending.card.args_hash,
         "tool": pending.card.tool,
     }
+    if invocation is not None:
+        record["invocation"] = invocation
     record["seal"] = _adapter.sign_state(gate, _PURPOSE, _sealed(call_id, record, ctx))
     return record
 
@@ -72,6 +107,22 @@ def hash_of_call(gate: EffectGate, tool: str, arguments: str) -> str | None:
         return args_hash(tool, freeze(parsed, spec.schema)) if isinstance(parsed, Mapping) else None
     except (ValueError, TypeError):  # JSON errors and the canonical form's ArgumentError
         return None
+
+
+class Turn(dict[str, list[str]]):
+    """The calls of one model response as `StepHooks.on_llm_end` recorded them in this process. A
+    turn entry read back from a snapshot is a plain dict: unsigned, anyone holding the snapshot
+    can edit it, so it never names the calls registered together with one (`step_calls`)."""
+
+
+def step_calls(turn: Any, call_id: str) -> list[tuple[str, str, str]]:
+    """The calls of `call_id`'s model response to register together with it: those of a `Turn`
+    recorded in this process that names it ([]: register the call alone, with its own arguments).
+    A restored entry is checked (`turn_calls`) and not used."""
+    if not isinstance(turn, Mapping) or call_id not in turn:
+        return []
+    calls = turn_calls(turn)
+    return calls if isinstance(turn, Turn) else []
 
 
 def turn_calls(turn: Mapping[str, Any]) -> list[tuple[str, str, str]]:
@@ -155,4 +206,15 @@ def verified_approval(
     return record, row
 
 
-__all__ = ["check_owner", "hash_of_call", "paused_record", "turn_calls", "verified_approval"]
+__all__ = [
+    "EDITED_ITEM",
+    "Turn",
+    "check_owner",
+    "hash_of_call",
+    "invocation_of",
+    "paused_record",
+    "same_invocation",
+    "step_calls",
+    "turn_calls",
+    "verified_approval",
+]

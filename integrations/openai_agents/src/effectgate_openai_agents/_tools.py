@@ -19,10 +19,9 @@ description and JSON schema (what the model sees), and two things replaced:
 (`state.approve` / `state.reject`): the SDK evaluates it with the run's context at the start of
 every turn, before it selects which paused calls of a resumed run may run.
 
-Parallel calls: with `gate_agent` (which installs agent hooks that record each model response's
-calls in the run context), the gated calls of one model turn are registered together through
-`gate.acall_step`, so the core's rule holds: two calls of one gated tool in a turn register neither.
-Tools wrapped with `gate_tools` on an agent without those hooks register call by call.
+Parallel calls: with `gate_agent` (its hooks record each model response's calls in the run context,
+`_records.Turn`), one turn's gated calls register together (`gate.call_step`: two calls of one
+gated tool in a turn register neither); otherwise, and from a restored snapshot, call by call.
 
 Deferred mode (`mode="deferred"`): gated calls never pause; the tool answers
 `{"status": "deferred", "operation_id": <approval id>, ...}`, recorded in the run context as this
@@ -30,8 +29,7 @@ run's own, and the run ends with that payload (as a JSON string) as its final ou
 tool's output that only reads like one is not deferred (see `_deferred`).
 
 A paused call's record in the run context is sealed (`_records`); every decision through it is
-verified first. Each gated tool's `on_invoke_tool` carries its gate (`_reach.mark`), which is how
-`gate_agent` tells a gated tool from one added afterwards.
+verified first. Each gated tool's `on_invoke_tool` carries its gate (`_reach.mark`).
 """
 
 from __future__ import annotations
@@ -42,14 +40,14 @@ import dataclasses
 import inspect
 import json
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any, Literal
 
 from agents import FunctionTool, RunContextWrapper, function_tool
 from agents.strict_schema import ensure_strict_json_schema
 from agents.tool_context import ToolContext
 
-from effectgate import CallContext, EffectGate, Executed, Invalid, Outcome, Pending, ToolSpec
+from effectgate import Approver, CallContext, EffectGate, Executed, Invalid, Outcome, Pending, ToolSpec
 from effectgate.adapter import Paused, Unknown, bind_token, check_wrappable, is_gated
 from effectgate.errors import EffectGateError, NeedsReconciliation, TokenError
 
@@ -59,7 +57,7 @@ from ._deferred import deferred_payload, is_deferred, remember_deferred
 from ._native import awaited, calling, check_own_approval, failed, invalid_error, model_output, own_policy
 from ._native_decisions import NativeApprover, NativeDecisions, execute_grant, not_granted, unknown_outcome
 from ._reach import mark
-from ._records import paused_record, turn_calls
+from ._records import invocation_of, paused_record, step_calls
 from ._restored import gated as mark_gated
 from ._restored import observe
 
@@ -93,6 +91,10 @@ class GatedTools:
             raise ValueError(f"mode must be 'approval' or 'deferred', not {mode!r}")
         if not agent_id:
             raise ValueError("gate_tools needs the agent_id the effect table's allowlist names")
+        if not isinstance(native_approver, Approver | None) and not callable(native_approver):
+            raise TypeError(
+                f"native_approver must be an Approver or a function of the run context: {native_approver!r}"
+            )
         self.gate = gate
         self.agent_id = agent_id
         self.mode: Mode = mode
@@ -194,11 +196,11 @@ class GatedTools:
     async def _register(self, name: str, context: Any, args: Any, call_id: str, cctx: CallContext) -> Outcome:
         """Register one gated call, together with its turn's other gated calls when known."""
         turn = adapter_state(context).get("turn")
-        calls: list[tuple[str, Any, str]] = []
-        if isinstance(turn, Mapping) and call_id in turn:
-            for cid, tname, targs in turn_calls(turn):
-                if tname in self.names and is_gated(self.gate, tname):
-                    calls.append((tname, parse(targs), cid))
+        calls = [
+            (tname, parse(targs), cid)
+            for cid, tname, targs in step_calls(turn, call_id)
+            if tname in self.names and is_gated(self.gate, tname)
+        ]
         if not any(cid == call_id for _, _, cid in calls):
             return await self._call(name, args, cctx)
         key = (cctx.session_id, cctx.origin_message_id, tuple(cid for _, _, cid in calls))
@@ -240,7 +242,7 @@ class GatedTools:
         outcome = await self._register(name, ctx.context, params, call_id, cctx)
         key = (cctx.session_id, cctx.origin_message_id, call_id, call_of(name, params))
         if isinstance(outcome, Pending):
-            record = paused_record(self.gate, cctx, call_id, outcome)
+            record = paused_record(self.gate, cctx, call_id, outcome, invocation_of(ctx, call_id))
             adapter_state(ctx.context)["approvals"][call_id] = record
             # the run pauses: what the application decides on this state (or the copy
             # `result.to_state()` makes) from now on is a decision made in this process
