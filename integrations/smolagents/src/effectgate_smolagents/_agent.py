@@ -57,7 +57,7 @@ from ._arguments import bad_argument, received
 from ._calling import route_tool_calls, step_key
 from ._code import ApprovalRequired, keep_logs_at_a_stop
 from ._decisions import Decision, apply_decisions, continuation
-from ._errors import Snippet, refused, tool_failed
+from ._errors import Snippet, gate_refused, tool_failed
 from ._identity import Stop, model_id_of, outside_a_run, refuse_plain_runs, run_context
 from ._imports import acknowledged, freeze
 from ._managed import adopt, check_team, check_tools, own, serve_as_member
@@ -199,7 +199,7 @@ class GatedAgent:
     # -- one call
 
     def _call(self, name: str, args: Any) -> Any:
-        ctx = self._context()
+        ctx, code = self._context(), self._snippet if self.code else None  # refusals raise in code
         self._check_stopped(answer=name == "final_answer")  # a final_answer of the user's too
         with self._lock:
             queued = self._step.get(step_key(name, args))
@@ -207,7 +207,7 @@ class GatedAgent:
         try:
             outcome = decided if decided is not None else self.gate.call(name, args, ctx)
         except EffectGateError as exc:
-            return refused(f"Refused: {exc}", code=self._snippet if self.code else None)
+            return gate_refused(name, exc, code=code)
         except Exception as exc:  # the tool's own failure, recorded: shown as smolagents shows it
             return tool_failed(
                 name, args, exc, code=self.code, parallel=self._parallel, logger=self.agent.logger
@@ -226,7 +226,7 @@ class GatedAgent:
                 self._stopped = outcome
                 raise ApprovalRequired(outcome)
         if isinstance(outcome, Refused):
-            return refused(outcome.for_model(), code=self._snippet if self.code else None)
+            return gate_refused(name, outcome, code=code)
         return outcome.for_model()
 
     def _check_stopped(self, answer: bool = False) -> None:

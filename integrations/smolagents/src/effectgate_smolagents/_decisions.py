@@ -29,7 +29,7 @@ from effectgate.errors import (
     TokenError,
     WrongApprover,
 )
-from effectgate.outcomes import RefusalCode
+from effectgate.outcomes import TAMPERED_WARNING, Card, RefusalCode
 
 from ._outcomes import AWAITING, AwaitingApproval
 
@@ -69,6 +69,7 @@ def bind(gate: EffectGate, awaiting: AwaitingApproval, decisions: Mapping[str, D
         elif not isinstance(decision, Deny):
             raise DecisionMismatch(at.approval_id, f"a decision is Approve or Deny, not {decision!r}")
         else:
+            _check_denial(decision)
             card = gate.card(at.approval_id)
             if card.status in ("pending", "approved") and (card.version, card.args_hash) != (
                 at.version,
@@ -91,6 +92,14 @@ def bind(gate: EffectGate, awaiting: AwaitingApproval, decisions: Mapping[str, D
                     f"{card.tool} needs role {card.approver_role}; {decision.approver.id} holds "
                     f"{decision.approver.role}",
                 )
+
+
+def _check_denial(decision: Deny) -> None:
+    """`TypeError` (as `gate.deny` raises it) for a `Deny` whose approver or reason is not one."""
+    if not isinstance(decision.approver, Approver):
+        raise TypeError(f"Deny's approver must be an Approver (got {type(decision.approver).__name__})")
+    if not isinstance(decision.reason, str):
+        raise TypeError(f"a denial reason must be text (got {type(decision.reason).__name__})")
 
 
 def apply_decisions(
@@ -202,12 +211,20 @@ def _token(decision: Approve) -> str:
     return decision.grant.token if isinstance(decision.grant, Grant) else decision.grant
 
 
+def _shown_args(card: Card) -> str:
+    """A call's arguments for the model: withheld when its stored record does not verify (a
+    column edited into something else: it is not what the call was, and must not stop the rest)."""
+    if TAMPERED_WARNING in card.warnings or not isinstance(card.args, Mapping):
+        return "arguments not shown: its stored record does not verify"
+    return json.dumps(dict(card.args), sort_keys=True, default=str)
+
+
 def continuation(awaiting: AwaitingApproval, done: Mapping[str, Outcome]) -> str:
     """The task text that continues a run: how each decided call ended, and what still waits."""
     lines = ["effectgate: the calls that waited for approval were decided."]
     for pending in awaiting.pending:
         card = pending.card
-        call = f"{card.tool}({json.dumps(dict(card.args), sort_keys=True)})"
+        call = f"{card.tool}({_shown_args(card)})"
         outcome = done.get(pending.approval_id)
         if isinstance(outcome, Executed):
             lines.append(

@@ -23,6 +23,9 @@ from typing import Any
 from smolagents.monitoring import AgentLogger
 from smolagents.utils import AgentToolExecutionError
 
+from effectgate import Refused
+from effectgate.errors import LeaseLost, NeedsReconciliation
+
 
 def tool_error_text(name: str, arguments: Any, exc: BaseException) -> str:
     """smolagents' text for a tool that raised (`ToolCallingAgent.execute_tool_call`)."""
@@ -73,4 +76,30 @@ def refused(text: str, *, code: Snippet | None) -> str:
     if code is not None:
         code.refusal = text
         raise GateRefusal(text)
+    return text
+
+
+class UnknownOutcome(Exception):
+    """A gated call whose outcome is unknown (it may have happened), raised in a CodeAgent's code
+    at the call, as a refusal is (`Snippet` holds it: the block's `final_answer` waits for it)."""
+
+
+def gate_refused(name: str, what: Exception | Refused, *, code: Snippet | None) -> str:
+    """What the model is told of a call the gate refused or raised for: a refusal (nothing ran,
+    `refused`), or for an unknown outcome (`NeedsReconciliation`, `LeaseLost`, or a call of one
+    already awaiting reconciliation) no refusal: it may have happened and is not to be called
+    again, as the other adapters say. Raised in a CodeAgent's code, as a refusal is."""
+    if isinstance(what, Refused):
+        if what.code != "needs_reconciliation":
+            return refused(what.for_model(), code=code)
+        cause = what.message
+    elif isinstance(what, NeedsReconciliation | LeaseLost):
+        cause = getattr(what, "reason", None) or str(what)
+    else:
+        return refused(f"Refused: {what}", code=code)
+    text = f"{name}: its outcome is unknown ({cause}), so it may have happened; a person will reconcile it."
+    text += " Do not call it again."
+    if code is not None:
+        code.refusal = text
+        raise UnknownOutcome(text)
     return text
