@@ -48,6 +48,13 @@ def past(deadline: object, now: float) -> bool:
     return not (isinstance(deadline, int | float) and deadline > now)
 
 
+def said(head: str, reason: object) -> str:
+    """`head: reason` for the model, or `head (its reason was erased)` when `redact` erased it
+    (a reviewer's or the gate's reason is personal: its marker's JSON is no reason)."""
+    erased = isinstance(reason, str) and reason.startswith(REDACTED_PREFIX)
+    return f"{head} (its reason was erased)" if erased else f"{head}: {reason}"
+
+
 def grant_live(deadline: object, now: float) -> bool:
     """Whether a grant with this deadline may still be presented: one not minted (None) may not;
     a deadline that is not a number (text edited into a SQLite column) may be (it counts)."""

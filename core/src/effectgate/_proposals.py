@@ -19,7 +19,7 @@ from ._answers import SHADOW_NOTE, log_outcome, shadowed
 from ._deps import Deps, Events
 from ._execution import exec_key
 from ._json import dumps
-from ._ledger import Ledger, grant_live, in_scope, past
+from ._ledger import Ledger, grant_live, in_scope, past, said
 from ._logging import INFO, logger
 from ._seal import approval_intact, approval_sealed, broken, seal_approval
 from .canonical import ENCODE, digest, key_of, plain_json, sha256_hex
@@ -352,12 +352,12 @@ class Proposals:
         self.store.append_events(conn, [self.events.event("replay", row=row, ctx=ctx, **detail)])
         if row.status == "rejected":
             return Refused(
-                code="out_of_scope", message=f"{row.tool}: {row.reason}", tool=row.tool, approval_id=row.id
+                code="out_of_scope", message=said(row.tool, row.reason), tool=row.tool, approval_id=row.id
             )
         if row.status == "denied":
             return Refused(
                 code="denied",
-                message=f"{row.tool} was denied: {row.reason}",
+                message=said(f"{row.tool} was denied", row.reason),
                 tool=row.tool,
                 approval_id=row.id,
             )
@@ -365,7 +365,7 @@ class Proposals:
             message = f"approval {row.id} for {row.tool} expired undecided"
             return Refused(code="expired", message=message, tool=row.tool, approval_id=row.id)
         if row.status == "failed":
-            message = f"{row.tool} ran and failed: {row.reason}. A new attempt needs a new request"
+            message = f"{said(f'{row.tool} ran and failed', row.reason)}. A new attempt needs a new request"
             return Refused(code="failed", message=message, tool=row.tool, approval_id=row.id)
         if row.status == "executed":
             record = self.store.load(conn, exec_key(row))
