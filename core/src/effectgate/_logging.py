@@ -10,10 +10,13 @@ inside logging is dropped there (there is nowhere left to report it).
 from __future__ import annotations
 
 import logging
-from collections.abc import MutableMapping
+from collections.abc import Iterator, MutableMapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 INFO = logging.INFO
+_QUIET: ContextVar[bool] = ContextVar("effectgate_quiet_logs", default=False)
 
 
 class GuardedLogger(logging.LoggerAdapter[logging.Logger]):
@@ -24,7 +27,7 @@ class GuardedLogger(logging.LoggerAdapter[logging.Logger]):
         return msg, kwargs
 
     def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
-        if not self.logger.isEnabledFor(level):  # the common case, as cheap as a plain logger's
+        if not self.logger.isEnabledFor(level) or _QUIET.get():  # the first: as cheap as a plain logger's
             return
         try:
             # one frame more than a plain logger call: this one, so the record names the caller
@@ -32,6 +35,18 @@ class GuardedLogger(logging.LoggerAdapter[logging.Logger]):
             super().log(level, msg, *args, **kwargs)
         except Exception:  # noqa: S110 - a failing handler must not change the gate's outcome
             pass
+
+
+@contextmanager
+def quiet() -> Iterator[None]:
+    """No record from the gate's loggers in this context (this thread, or this task): `replay`'s
+    sandbox gate proposes, approves and executes nothing of the application's, and its records
+    would read exactly like the application's own."""
+    token = _QUIET.set(True)
+    try:
+        yield
+    finally:
+        _QUIET.reset(token)
 
 
 def logger(name: str) -> GuardedLogger:

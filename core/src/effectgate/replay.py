@@ -44,6 +44,7 @@ from typing import Any, Literal
 
 from ._audit_rows import is_shadow, marker_problem
 from ._ledger import context_of
+from ._logging import quiet
 from ._seal import approval_sealed, decision_intact
 from ._telemetry import _api
 from .canonical import hash_of_text
@@ -170,19 +171,20 @@ def replay(
             tracer_provider=_no_spans(),  # not the application's global tracer: nothing here ran
         )
         try:
-            for row in rows:
-                recorded = approvers[(row.id, row.version)]
-                if row.id in forged or (keyring is not None and not approval_sealed(keyring, row)):
-                    results.append(Replayed(row.id, row.version, str(row.tool), "refused", _TAMPERED))
-                    continue
-                if (row.id, row.version) in denied:  # its status says otherwise: edited
-                    results.append(Replayed(row.id, row.version, str(row.tool), "refused", _DENIED))
-                    continue
-                # proposed in shadow mode: its recorded row says so, or its (sealed) subject key
-                was_shadow = row.row_fingerprint in shadow or is_shadow(None, str(row.subject_key))
-                results.append(_one(gate, row, recorded, calls, shadow=was_shadow))
-                if results[-1].verdict != "same":
-                    _close(gate, sandbox_store)
+            with quiet():  # its proposals and executions are not the application's: not logged
+                for row in rows:
+                    recorded = approvers[(row.id, row.version)]
+                    if row.id in forged or (keyring is not None and not approval_sealed(keyring, row)):
+                        results.append(Replayed(row.id, row.version, str(row.tool), "refused", _TAMPERED))
+                        continue
+                    if (row.id, row.version) in denied:  # its status says otherwise: edited
+                        results.append(Replayed(row.id, row.version, str(row.tool), "refused", _DENIED))
+                        continue
+                    # proposed in shadow mode: its recorded row says so, or its (sealed) subject key
+                    was_shadow = row.row_fingerprint in shadow or is_shadow(None, str(row.subject_key))
+                    results.append(_one(gate, row, recorded, calls, shadow=was_shadow))
+                    if results[-1].verdict != "same":
+                        _close(gate, sandbox_store)
         finally:
             gate.close()
             sandbox_store.close()
