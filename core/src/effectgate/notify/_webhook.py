@@ -46,6 +46,7 @@ _STOP = object()
 # How long the interpreter's exit waits for each open notifier to deliver what it holds; what is
 # still queued then is recorded as dropped (its worker thread ends with the interpreter).
 EXIT_TIMEOUT = 30.0
+DEFAULT_TIMEOUT = 5.0  # seconds, each of connect, read, write and pool, for the notifier's own client
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,8 @@ class WebhookNotifier:
       timeout, 408/425/429 or 5xx it waits `backoff * 2**n` seconds (at most `max_backoff`; a
       Retry-After header is honoured up to that cap) with jitter, then re-signs and re-sends.
       Other 4xx answers are final.
+    - `timeout`: seconds for each request's connect, read, write and pool wait, also with a
+      `client` given; None: the client's own (DEFAULT_TIMEOUT for the notifier's own client).
     - `clock`: time for signatures and the waits between attempts (inject a FakeClock in tests).
     - `background=False` delivers in the caller's thread (scripts, the CLI, tests).
     """
@@ -87,7 +90,7 @@ class WebhookNotifier:
         backoff: float = 1.0,
         max_backoff: float = 60.0,
         jitter: bool = True,
-        timeout: float = 5.0,
+        timeout: float | None = None,
         clock: Clock = SYSTEM_CLOCK,
         client: httpx.Client | None = None,
         background: bool = True,
@@ -103,6 +106,9 @@ class WebhookNotifier:
             raise ValueError(
                 "the webhook URL is not a valid http(s) URL (a bad port, or a control character)"
             ) from None
+        for name, names in (("kinds", kinds), ("roles", roles)):
+            if isinstance(names, str):  # its letters would be the names: nothing would ever match
+                raise TypeError(f"{name} is a collection of names, not one string: {name}={{{names!r}}}")
         unknown = set(kinds) - set(ALL_KINDS)
         if unknown:
             raise ValueError(f"unknown notification kinds {sorted(unknown)}; known: {list(ALL_KINDS)}")
@@ -111,7 +117,7 @@ class WebhookNotifier:
         for name, value in (("backoff", backoff), ("max_backoff", max_backoff)):
             if not 0 <= value < math.inf:  # NaN too: a retry would otherwise fail as "internal"
                 raise ValueError(f"{name} must be a finite number of seconds, 0 or more; got {value!r}")
-        if not 0 < timeout < math.inf:
+        if timeout is not None and not 0 < timeout < math.inf:
             raise ValueError(f"timeout must be a finite number of seconds above 0; got {timeout!r}")
         self.url = url
         self.target = parts.hostname
@@ -134,6 +140,8 @@ class WebhookNotifier:
         self.clock = clock
         self._own_client = client is None
         self._timeout = timeout
+        # given, it holds for a client given too (whose own default would otherwise rule)
+        self._request_timeout = httpx.USE_CLIENT_DEFAULT if timeout is None else timeout
         self._client = client or self._new_client()
         self._background = background
         self._queue_size = queue_size
@@ -144,7 +152,7 @@ class WebhookNotifier:
         logging.getLogger("httpx").addFilter(_HIDE_URLS)  # once: a filter is added only once
 
     def _new_client(self) -> httpx.Client:
-        return httpx.Client(timeout=self._timeout, follow_redirects=False)
+        return httpx.Client(timeout=self._timeout or DEFAULT_TIMEOUT, follow_redirects=False)
 
     def _fresh(self) -> None:
         """The worker's state: at construction, and again in a forked child (`_forked`)."""
@@ -212,7 +220,9 @@ class WebhookNotifier:
                 try:
                     # The status line is the answer: the body is never read (one that never ends
                     # would hold this delivery, and every notice queued behind it, for ever).
-                    with self._client.stream("POST", self.url, content=body, headers=headers) as response:
+                    with self._client.stream(
+                        "POST", self.url, content=body, headers=headers, timeout=self._request_timeout
+                    ) as response:
                         pass
                 except Exception as exc:
                     statuses.append(None)

@@ -21,7 +21,13 @@ MIN_SSO_SECRET = 16  # characters of the proxy's shared secret, so that it canno
 
 
 def host_guard(allowed_hosts: Sequence[str]) -> Middleware:
-    """Answer only requests for these Host names (400 otherwise)."""
+    """Answer only requests for these Host names (400 otherwise); a wildcard is `*.example.com`,
+    and anything else holding a `*` (but `*` alone) is a ValueError."""
+    for h in allowed_hosts:
+        # Starlette checks this with `assert` at the first request (a 500 for every page, and
+        # under `python -O` "*example.com" would serve "evilexample.com"): refused here instead.
+        if h != "*" and "*" in h and not (h.startswith("*.") and "*" not in h[1:] and len(h) > 2):
+            raise ValueError(f"allowed host {h!r}: a wildcard is written *.example.com")
     # an IPv6 literal arrives in brackets ("Host: [::1]:8765"), as Starlette compares it
     names = [f"[{h}]" if ":" in h and not h.startswith("[") else h for h in allowed_hosts]
     return Middleware(TrustedHostMiddleware, allowed_hosts=names, www_redirect=False)
@@ -30,7 +36,9 @@ def host_guard(allowed_hosts: Sequence[str]) -> Middleware:
 def from_proxy(request: Request, secret: bytes) -> bool:
     """Whether the request carries the proxy's shared secret (compared in constant time)."""
     given = request.headers.get(PROXY_HEADER)
-    return given is not None and bool(secret) and hmac.compare_digest(given.encode(), secret)
+    # Starlette decodes header bytes as Latin-1: compare the bytes the proxy sent (the secret's
+    # UTF-8), not that text encoded again (a secret with an umlaut would never match).
+    return given is not None and bool(secret) and hmac.compare_digest(given.encode("latin-1"), secret)
 
 
 _HEADERS = [
