@@ -45,10 +45,17 @@ WHERE_MESSAGE = (
 )
 
 
-def _field(source: Any, name: str) -> str | None:
+def _field(source: Any, name: str, where: str | None = None) -> str | None:
+    """`source`'s (a mapping's or an object's) `name`, when non-empty text. With `where`: a value
+    it holds that is not (an integer id, "") is refused, never read as absent and replaced by
+    another source's."""
     if source is None:
         return None
     value = source.get(name) if isinstance(source, Mapping) else getattr(source, name, None)
+    if where is not None and value is not None and not (isinstance(value, str) and value):
+        raise missing_identity(
+            f"{name} ({type(value).__name__} {value!r:.40} is not a non-empty string)", where
+        )
     return value if isinstance(value, str) and value else None
 
 
@@ -107,7 +114,7 @@ def call_context(
     thread = conf.get("thread_id")
     if thread is None or str(thread) == "":
         raise missing_identity("thread_id", WHERE_THREAD)
-    user = _field(context, "user_id") or _field(conf, "user_id")
+    user = _field(context, "user_id", WHERE_USER) or _field(conf, "user_id", WHERE_USER)
     if user is None:
         given = (
             "no runtime context was passed"
@@ -115,7 +122,7 @@ def call_context(
             else f"the runtime context ({type(context).__name__}) has no non-empty string user_id"
         )
         raise missing_identity(f"user_id ({given})", WHERE_USER)
-    agent = agent_id or _field(context, "agent_id") or _field(conf, "agent_id")
+    agent = agent_id or _field(context, "agent_id", WHERE_AGENT) or _field(conf, "agent_id", WHERE_AGENT)
     if agent is None:
         raise missing_identity("agent_id", WHERE_AGENT)
     run = config.get("run_id")
@@ -140,24 +147,37 @@ def reused_ids(gate: EffectGate, calls: Sequence[ToolCall]) -> frozenset[str]:
     more than one) where one of those calls is gated. The id is the model's, and a gated call's
     answer is routed by it (its slot, its settled outcome, the ToolMessage ToolNode files under
     it): two calls under one id would take each other's answer, and one approval would be
-    registered that no reviewer is shown. Such calls are refused unregistered
+    registered that no reviewer is shown. So is an id that is not valid text (a lone surrogate):
+    the pause listing it cannot be signed. Such calls are refused unregistered
     (`reused_id_refusal`); nothing runs for them. Reads and writes sharing an id among
     themselves are each answered by their own request, as ToolNode answers them."""
     seen: set[str] = set()
     reused: set[str] = set()
     for c in calls:
         cid = call_id(c)
-        (reused if cid in seen else seen).add(cid)
+        (reused if cid in seen or not _is_text(cid) else seen).add(cid)
     gated = {call_id(c) for c in calls if is_gated(gate, c["name"])}
     return frozenset(reused & gated)
 
 
+def _is_text(cid: str) -> bool:
+    try:
+        cid.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def reused_id_refusal(call: ToolCall) -> Refused:
-    """What the model is told for a call whose id another call of its step also carries."""
+    """What the model is told for a call whose id another call of its step also carries, or
+    whose id is not valid text."""
+    if not _is_text(cid := call_id(call)):
+        message = f"the tool-call id {cid!r} is not valid text; {call['name']} did not run. Call again."
+        return Refused(code="mismatch", message=message, tool=call["name"])
     return Refused(
         code="mismatch",
         message=(
-            f"the tool-call id {call_id(call)!r} is on more than one call of this step, so no "
+            f"the tool-call id {cid!r} is on more than one call of this step, so no "
             f"answer could be told apart; {call['name']} did not run (nor did the other calls "
             "with that id). Call again, each call with its own id."
         ),

@@ -15,15 +15,15 @@ again and again with the same result:
    reject closes the approval, an approve goes through `gate.approve` as the application's
    `native_approver`, and a replayed HITL answer is skipped (it was applied by its own run).
 
-The flow composes the gate's own flows (`gate.flows`) with `yield from` and adds one request of
-its own, `Ask` (the pause): one body serves the sync and the async node, driven by
-`effectgate.flow.drive` / `adrive`, which hand each `Ask` to LangGraph's `interrupt()`.
+The flow composes the gate's flows (`gate.flows`) with `yield from`, plus its own `Ask` (the
+pause): one body serves the sync and async node, driven by `effectgate.flow.drive` / `adrive`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +31,7 @@ from typing import Any
 from langchain_core.messages import ToolCall
 from langgraph.errors import GraphInterrupt
 
-from effectgate import Approver, CallContext, EffectGate, Executed, Grant, Outcome, Pending, flow
+from effectgate import Approver, CallContext, EffectGate, Executed, Grant, Outcome, Pending, Refused, flow
 from effectgate.adapter import DecisionMismatch, Paused, bind_decision, is_gated, rejecting_approver
 from effectgate.canonical import args_hash, freeze
 from effectgate.errors import ApprovalError, ArgumentError, EffectGateError, PolicyViolation, TokenError
@@ -64,10 +64,6 @@ from ._shown import Answer, Ask, Pauses, asker, askip_answered, record, refusal,
 
 #: The application's approver for HITL decisions in this run (`effectgate.adapter.native_approver`).
 ApproverOf = Callable[[], Approver | None]
-
-
-def _no_approver() -> Approver | None:
-    return None
 
 
 @dataclass
@@ -104,8 +100,8 @@ def _slot(gate: EffectGate, call: ToolCall, outcome: Outcome, ctx: CallContext) 
     """A waiting call stands for its approval's frozen arguments. When those differ from the call
     in the checkpoint, the difference must be a reviewer's edit: the checkpoint's arguments are an
     earlier version of this approval proposed by this same user message, and every later version
-    came from that message too (an edit). Anything else (the checkpoint's call was changed after
-    the pause, or a later message amended the approval) is a mismatch: nothing runs for it.
+    came from that message too (an edit). Anything else (the call changed in the checkpoint after
+    the pause or after it ran, a later message amended the approval) is a mismatch: nothing runs.
 
     The identity is re-supplied by the application on every resume, so it is compared too: a
     waiting approval proposed for another user or session than the one this run is for (the
@@ -113,10 +109,14 @@ def _slot(gate: EffectGate, call: ToolCall, outcome: Outcome, ctx: CallContext) 
     slot = _Slot(
         call=call, outcome=outcome, args=call["args"], call_hash=call_hash(gate, call["name"], call["args"])
     )
-    if isinstance(outcome, Executed) and outcome.approval_id and (ran := outcome.version or 1) > 1:
-        # settled on an earlier run (a sibling waited, or a replay): the model is told of an edit too
-        if edited(gate.versions(outcome.approval_id), slot.call_hash, ran, ctx):
-            slot.edited_args = dict(gate.card(outcome.approval_id).args)
+    if isinstance(outcome, Executed) and outcome.approval_id:
+        # ran earlier (a sibling waited, a replay, a fork): an edit is told, other arguments did not run
+        history, ran = gate.versions(outcome.approval_id), outcome.version or 1
+        if any(v.version == ran and v.args_hash != slot.call_hash for v in history):
+            if edited(history, slot.call_hash, ran, ctx):
+                slot.edited_args = dict(gate.card(outcome.approval_id).args)
+            else:
+                slot.outcome = _ran_other(gate, outcome)
         return slot
     if not isinstance(outcome, Pending):
         return slot
@@ -143,6 +143,13 @@ def _slot(gate: EffectGate, call: ToolCall, outcome: Outcome, ctx: CallContext) 
     return slot
 
 
+def _ran_other(gate: EffectGate, ran: Executed) -> Refused:
+    """A call answered by an approval that ran other arguments (not a reviewer's edit of it)."""
+    args = json.dumps(dict(gate.card(str(ran.approval_id)).args), sort_keys=True, ensure_ascii=False)
+    why = f"approval {ran.approval_id} ran {ran.tool} once, with {args}; these arguments did not run"
+    return Refused(code="mismatch", message=why, tool=ran.tool, approval_id=ran.approval_id)
+
+
 def settle_step(
     gate: EffectGate,
     calls: Sequence[ToolCall],
@@ -151,7 +158,7 @@ def settle_step(
     own: frozenset[str] | None = None,
     resume_identity: str,
     injected_keys: Mapping[str, frozenset[str]] | None = None,
-    approver_of: ApproverOf = _no_approver,
+    approver_of: ApproverOf = lambda: None,
 ) -> StepFlow:
     """Settle the gated calls among `calls` (those in `own`, or all); see the module docstring.
 
