@@ -64,6 +64,7 @@ from typing import Any
 
 import mcp.types as types
 
+from .._calls import MAX_SESSION_BYTES
 from .._execution import EXEC_PREFIX
 from ..adapter import DecisionMismatch, Paused, bind_decision
 from ..canonical import args_hash, digest, freeze
@@ -207,6 +208,15 @@ class Identity:
             value = getattr(self, name)
             if not isinstance(value, str) or not value:
                 raise ValueError(f"Identity.{name} must be a non-empty string (configure it)")
+        # What every call's context would refuse (a NUL, a lone surrogate, a session no approval's
+        # index holds), refused now: not at each call of a server that started and listed its tools
+        try:
+            ids = {"session_id": self.session_id, "user_id": self.user_id, "agent_id": self.agent_id}
+            CallContext(**ids, origin_message_id=self.origin or "mcp:", run_id=self.run_id)
+        except ValueError as exc:
+            raise ValueError(f"Identity: {exc} (configure another)") from None
+        if len(self.session_id.encode()) > MAX_SESSION_BYTES:
+            raise ValueError(f"Identity.session_id is longer than {MAX_SESSION_BYTES} bytes (UTF-8)")
 
 
 def origin_for(name: str, args: Any, spec: ToolSpec | None = None) -> str:

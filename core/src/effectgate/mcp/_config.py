@@ -310,7 +310,7 @@ def load_config(path: str | Path) -> ProxyConfig:
             data = tomllib.load(f)
     except OSError as exc:
         raise ProxyConfigError(f"cannot read the proxy configuration {path}: {exc.strerror or exc}") from exc
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:  # TOML is UTF-8 text
         raise ProxyConfigError(f"the proxy configuration {path} is not valid TOML: {exc}") from exc
     return parse_config(data)
 

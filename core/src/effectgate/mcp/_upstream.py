@@ -28,12 +28,12 @@ upstream could make the proxy request any address it can reach, or read a local 
 
 **Errors** follow the gate's rules for the row's class. A transport failure (connection lost,
 no answer within the server's `timeout`, a protocol error) is `UpstreamUnreachable`, an
-`OutcomeUnknown`: the call may or may not
-have reached the upstream, so a write or gated call ends `needs_reconciliation` and is never
-re-run blindly. An error result (`isError`) from the upstream is `UpstreamToolError`: for a gated
-row it is an unknown outcome unless the row says `tool_errors = "definite"` (the upstream's
-errors mean nothing happened); for a write it is a definite failure unless the row says
-`tool_errors = "unknown"`; a read's error result is returned to the client as it is.
+`OutcomeUnknown`: the call may or may not have reached the upstream, so a write or gated call
+ends `needs_reconciliation` and is never re-run blindly (a held session that closed, its process
+gone, is dropped: later requests connect again, each with a session of its own). An error result
+(`isError`) is `UpstreamToolError`: for a gated row an unknown outcome unless the row says
+`tool_errors = "definite"` (the upstream's errors mean nothing happened); for a write a definite
+failure unless the row says `tool_errors = "unknown"`; a read's is returned to the client as is.
 
 **The idempotency key travels upstream**: a write's or gated call's key is sent in the call's
 `_meta` as "effectgate/idempotency_key", for an upstream that can refuse a second effect itself.
@@ -62,6 +62,7 @@ from typing import Any, cast
 import anyio
 import mcp.types as types
 from mcp import Client, StdioServerParameters
+from mcp.shared.exceptions import MCPError
 
 from .._logging import logger
 from ..context import ToolContext
@@ -80,21 +81,18 @@ CONTEXT_PARAM = "_effectgate_context"
 
 
 class UpstreamToolError(EffectGateError):
-    """The upstream answered a call with an error result (`isError`); `result` is that result as
-    stored (content, structuredContent, isError)."""
+    """The upstream answered a call with an error result (`isError`); `result` is it as stored."""
 
     def __init__(self, server: str, tool: str, result: dict[str, Any]) -> None:
-        self.server = server
-        self.tool = tool
-        self.result = result
+        self.server, self.tool, self.result = server, tool, result
         texts = [b.get("text", "") for b in result.get("content", []) if isinstance(b, dict)]
         # The upstream's words as repr: the message is logged, and may hold control characters.
         super().__init__(f"{server}: {tool!r} answered with an error: {' '.join(texts)[:200]!r}")
 
 
 class UpstreamUnreachable(OutcomeUnknown):
-    """The upstream could not be reached (started, connected to, or answered in transport): for a
-    call, whether it took effect is unknown. The message names the server."""
+    """The upstream could not be reached (started, connected to, answered): a call's outcome is
+    unknown. The message names the server."""
 
 
 class UpstreamListingError(EffectGateError):
@@ -119,9 +117,15 @@ def _leaf(exc: BaseException) -> BaseException:
     return exc
 
 
+def _closed(exc: BaseException) -> bool:
+    """Whether `exc` says the session itself is gone (not a slow or failing request)."""
+    leaf = _leaf(exc)
+    lost = (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream)
+    return isinstance(leaf, lost) or (isinstance(leaf, MCPError) and leaf.code == types.CONNECTION_CLOSED)
+
+
 def unreachable(server: str, doing: str, exc: BaseException) -> UpstreamUnreachable:
-    """`UpstreamUnreachable` naming the server and what failed (the upstream's text as repr:
-    it may hold control characters)."""
+    """`UpstreamUnreachable` naming the server and what failed (its text as repr: control chars)."""
     leaf = _leaf(exc)
     text = str(leaf) or ("no answer within the server's timeout" if isinstance(leaf, TimeoutError) else "")
     return UpstreamUnreachable(f"upstream {server!r}: {doing} failed: {type(leaf).__name__}: {text!r}")
@@ -142,8 +146,7 @@ def client_for(target: Any, timeout: float | None = None) -> Client:
 
 
 def _payload(result: types.CallToolResult) -> dict[str, Any]:
-    """The part of an upstream result the proxy stores and forwards (the upstream's own `_meta`
-    stays with the upstream)."""
+    """The part of an upstream result the proxy stores and forwards (never its own `_meta`)."""
     return {
         "content": [
             block.model_dump(by_alias=True, mode="json", exclude_none=True) for block in result.content
@@ -166,28 +169,29 @@ class Connection:
         return self.upstream.name
 
     async def open(self, stack: AsyncExitStack) -> None:
-        """Connect (start the process, or reach the URL); `UpstreamUnreachable` naming the server
-        if it cannot."""
+        """Connect (start the process, or reach the URL); else `UpstreamUnreachable`."""
+        up = self.upstream
         try:
-            self._client = await stack.enter_async_context(self._client_of())
+            self._client = await stack.enter_async_context(client_for(up.target, up.timeout))
         except Exception as exc:  # the SDK raises an ExceptionGroup, or OSError for a bad command
             raise unreachable(self.name, "connecting", exc) from exc
 
     @asynccontextmanager
     async def _session(self) -> AsyncIterator[Client]:
         if self._client is not None:
-            yield self._client
+            try:
+                yield self._client
+            except Exception as exc:
+                if _closed(exc):  # the upstream exited or went away: the next request reconnects
+                    self._client = None  # (a session per request; the dead one is closed on exit)
+                raise
             return
-        async with self._client_of() as client:
+        async with client_for(self.upstream.target, self.upstream.timeout) as client:
             yield client
 
-    def _client_of(self) -> Client:
-        return client_for(self.upstream.target, self.upstream.timeout)
-
     async def list_tools(self) -> list[types.Tool]:
-        """Every tool the upstream lists now (all pages). Raises `UpstreamListingError` past the
-        bounds (`MAX_PAGES`, `MAX_TOOLS`, a repeated cursor) and `UpstreamUnreachable` when the
-        listing fails or takes longer than the server's `timeout` in all; both name the server."""
+        """Every tool the upstream lists now (all pages); `UpstreamListingError` past the bounds
+        (see `_pages`), `UpstreamUnreachable` when it fails or outlasts the server's `timeout`."""
         try:
             with anyio.fail_after(self.upstream.timeout):
                 async with self._session() as client:
@@ -201,9 +205,8 @@ class Connection:
             raise unreachable(self.name, "listing its tools", exc) from exc
 
     async def call(self, tool: str, arguments: dict[str, Any], *, key: str | None) -> dict[str, Any]:
-        """Call one upstream tool; with `key` (a write or gated call), an error result raises
-        `UpstreamToolError`. A transport failure, or no answer within the server's `timeout`
-        (`client_for`), raises `UpstreamUnreachable`."""
+        """Call one upstream tool; with `key` (a write or gated call) an error result raises
+        `UpstreamToolError`; a transport failure or no answer in `timeout`, `UpstreamUnreachable`."""
         meta = cast(types.RequestParamsMeta, {IDEMPOTENCY_META: key}) if key is not None else None
         try:
             async with self._session() as client:
@@ -217,7 +220,7 @@ class Connection:
 
 
 async def _pages(server: str, client: Client) -> list[types.Tool]:
-    """Follow `tools/list` pages within the bounds (see `Connection.list_tools`)."""
+    """Follow `tools/list` pages within the bounds: `MAX_PAGES`, `MAX_TOOLS`, no repeated cursor."""
     tools: list[types.Tool] = []
     cursors: set[str] = set()
     cursor: str | None = None
@@ -240,8 +243,7 @@ _NO_CONTEXT = cast(ToolContext, None)
 
 
 def _caller(connection: Connection, tool: str) -> Callable[..., Awaitable[dict[str, Any]]]:
-    """The row's `fn`: the gate calls it with the frozen arguments (and, for a write or gated
-    call, the ToolContext whose idempotency key travels upstream)."""
+    """The row's `fn`: called with the frozen arguments (and a write's or gated call's ToolContext)."""
 
     async def call_upstream(
         _effectgate_context: ToolContext = _NO_CONTEXT, **arguments: Any
@@ -284,8 +286,7 @@ def outside_reference(schema: Any) -> str | None:
 
 
 def spec_for(upstream: Upstream, connection: Connection, tool: types.Tool, policy: Policy) -> ToolSpec:
-    """The table row of one upstream tool the configuration classifies (raises `TableError`,
-    naming why, for a tool that cannot be served)."""
+    """The table row of one upstream tool (`TableError`, naming why, for one not servable)."""
     name = upstream.served_name(tool.name)
     if not upstream.routes_back(tool.name):
         raise TableError(
@@ -371,8 +372,7 @@ def table_of(rows: Iterable[Iterable[ToolSpec]], agent: str | None) -> EffectTab
 
 
 def __getattr__(name: str) -> Any:
-    # `effectgate.mcp._upstream:proxy_app` (as --app) keeps working; it lives in `_approving`,
-    # which imports this module.
+    # `effectgate.mcp._upstream:proxy_app` (as --app) keeps working; it lives in `_approving`.
     if name == "proxy_app":
         from ._approving import proxy_app
 
