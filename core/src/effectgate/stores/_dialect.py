@@ -15,7 +15,7 @@ from sqlalchemy.pool import StaticPool
 
 from ..errors import MissingDependency, StoreError
 from ._fork import fork_safe
-from ._memory import check_driver, in_memory, shown, unparsed
+from ._memory import check_driver, in_memory, shown, sqlite_timeout, unparsed
 from .records import SCHEMA_VERSION, SchemaVersionRow
 
 READONLY, _WAL_PENDING = "effectgate_readonly", "effectgate_wal_pending"
@@ -74,8 +74,9 @@ def _postgresql_engine(parsed: sa.engine.URL, pool_size: int | None) -> Engine:
 
 def _sqlite_engine(parsed: sa.engine.URL, pool_size: int | None) -> Engine:
     memory = in_memory(parsed)  # one shared connection, or each checkout could see another database
+    wait = sqlite_timeout(parsed)  # the URL's `?timeout=` (our connect_args would override it)
     # hide_parameters: an error's text is printed, logged and recorded, so never with its values
-    kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False, "timeout": 30}}
+    kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False, "timeout": wait}}
     kwargs["hide_parameters"] = True
     if memory:
         kwargs["poolclass"] = StaticPool
@@ -96,7 +97,7 @@ def _sqlite_engine(parsed: sa.engine.URL, pool_size: int | None) -> Engine:
         # FULL: a committed approval or claim survives power loss, not only a process crash.
         cur.execute("PRAGMA synchronous=FULL")
         # Writers queue for the lock instead of failing at once with "database is locked".
-        cur.execute("PRAGMA busy_timeout=30000")
+        cur.execute(f"PRAGMA busy_timeout={round(wait * 1000)}")
         cur.close()
 
     @sa.event.listens_for(engine, "checkin")

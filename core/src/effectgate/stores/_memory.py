@@ -63,12 +63,55 @@ def check_driver(url: sa.engine.URL) -> None:
                 f"the database URL's option {key} must be {what}, given once (got {value!r})"
             ) from None
     others = set(url.query) - set(_SQLITE_OPTIONS)  # SQLAlchemy appends them to the name
-    if _uri(url) and others and not str(url.database or "").startswith("file:"):
-        # SQLite reads them only in a `file:` name: another file (`x.db?mode=ro`) was opened
+    if others and not (_uri(url) and str(url.database or "").startswith("file:")):
+        # SQLite reads them only in a `file:` name: with uri=true another file (`x.db?mode=ro`)
+        # was opened; without it SQLAlchemy dropped them with a warning (`?mode=ro`: read-write)
         raise StoreError(
             f"SQLite reads the URL's options ({', '.join(sorted(others))}) only in a name "
             "written as a URI: sqlite:///file:PATH?...&uri=true"
         )
+
+
+def refuse_unusable(url: sa.engine.URL, where: str, *, create: bool) -> None:
+    """Refuse (StoreError) the file a SQLite URL names before a connection opens it: a missing
+    one (unless `create`, as `setup` does: sqlite3 created an empty file, left behind by a store
+    that only reads), one in a missing directory, a directory, or a file that is not a SQLite
+    database (sqlite3's bare "unable to open database file", "file is not a database")."""
+    path = sqlite_file(url)
+    if path is None:  # not SQLite, or in memory
+        return
+    if not os.path.exists(path):
+        if not create:
+            raise StoreError(
+                f"no effectgate schema at {where} (no such file): run `effectgate setup` or call "
+                "store.setup()"
+            )
+        if not os.path.isdir(os.path.dirname(path) or "."):
+            raise StoreError(
+                f"cannot create the database at {where}: {os.path.dirname(path)}/ does not exist"
+            )
+        return
+    if os.path.isdir(path):
+        raise StoreError(f"cannot read the SQLite database at {where}: it is a directory, not a file")
+    try:
+        with open(path, "rb") as file:
+            head = file.read(16)
+    except OSError:
+        return  # unreadable: SQLite says why
+    if head and head != b"SQLite format 3\x00":  # empty: a database SQLite creates
+        raise StoreError(f"cannot read the SQLite database at {where}: file is not a database")
+
+
+def sqlite_timeout(url: sa.engine.URL) -> float:
+    """The seconds a SQLite writer waits for another's lock: the URL's `timeout` (checked by
+    `check_driver`), else 30; from 0 to 2,000,000 (SQLite's busy_timeout is a C int of ms)."""
+    value = _last(url.query.get("timeout"))
+    seconds = 30.0 if value is None else float(value)
+    if not 0 <= seconds <= 2_000_000:  # NaN too
+        raise StoreError(
+            f"the database URL's option timeout must be seconds from 0 to 2000000 (got {value!r})"
+        )
+    return seconds
 
 
 def in_memory(url: sa.engine.URL) -> bool:

@@ -25,7 +25,7 @@ from . import _statements as S
 from ._aggregates import AggregateSQL
 from ._chain import ChainSQL
 from ._checkouts import Checkouts, Held
-from ._memory import shown
+from ._memory import refuse_unusable, shown
 from ._reading import ReadingSQL
 from ._redaction import RedactionSQL
 from .base import IdempotencyRecord, IdempotencyStore, Status
@@ -94,6 +94,7 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, ReadingSQL, IdempotencyStor
         """Create the tables (idempotent) and check or record the schema version. A database of an
         older version this release knows is upgraded in place (`_upgrade.py`, in one transaction);
         any other version is refused before anything is created or written in it."""
+        refuse_unusable(self.engine.url, self._where(), create=True)
         with self.engine.begin() as conn:
             # Concurrent set-ups queue on one lock and create the tables inside it (PostgreSQL DDL
             # is transactional); create_all's check-then-create would otherwise collide.
@@ -138,6 +139,7 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, ReadingSQL, IdempotencyStor
         version. Every transaction runs this once per store before its first statement."""
         if self._ready:
             return
+        refuse_unusable(self.engine.url, self._where(), create=False)  # never create the file
         # read-only (SQLite: DEFERRED): the check waits for no writer, as `reading` does not
         with self.engine.connect().execution_options(**{_dialect.READONLY: True}) as conn:
             self._check(conn)
