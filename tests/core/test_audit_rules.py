@@ -51,7 +51,8 @@ def _execution(gate: EffectGate, tool: str, args: dict[str, Any], **values: Any)
         "effect": "write",
         "args_hash": hash_of_text(tool, text),
         "args_json": text,
-        "idempotency_key": f"forged-{tool}-{values.get('approval_id')}",
+        # the key the gate runs an approval's version under (`exec_key`): a forger writes it too
+        "idempotency_key": f"eg_{values.get('approval_id')}_v{values.get('version')}",
         "status": "succeeded",
         "session_id": "s-ada",
         "origin_message_id": "m-forged",

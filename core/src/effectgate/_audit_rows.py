@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from ._execution import EXEC_PREFIX
 from ._json import same_json
 from ._rules import possible_roles
 from ._seal import rule_sealed, seals_by_rule
@@ -67,6 +68,7 @@ A_SUBJECT, A_HASH, A_ROLE, A_REQUIRED, A_ROW_FP, A_POLICY_FP = range(9, 15)
 A_SEAL, A_ARGS, A_STATUS, A_CREATED, A_DECIDED, A_EXPIRES = range(15, 21)
 D_APPROVAL, D_VERSION, D_ROUND, D_APPROVER, D_ROLE, D_DECISION, D_SEAL, D_ID = range(8)
 E_ID, E_APPROVAL, E_VERSION, E_TOOL, E_EFFECT, E_HASH, E_ARGS, E_STATUS, E_ROW_FP, E_POLICY_FP = range(10)
+E_KEY = 10  # the idempotency key it ran under (passed downstream): `_execution.exec_key` of its grant
 
 
 EFFECTS = {e.value: e for e in Effect}  # Effect(text) without the enum's call, for every execution
@@ -299,8 +301,20 @@ def roles_of(rule: Derived, args_json: str, redacted: bool) -> set[str]:
 
 
 Entries = Mapping[tuple[str, str, str], RedactedRow]  # the redaction entries by (table, row key, column)
-#: The executions whose arguments `Scan.execution` checks (marker included): the ones that ran.
-RAN = ("succeeded", "needs_reconciliation")
+
+
+def foreign_key(ex: tuple[Any, ...]) -> str | None:
+    """The idempotency key a gated execution ran under when it is not its own grant's (the gate
+    writes each under `_execution.exec_key` of the approval version it names), else None."""
+    key = ex[E_KEY]
+    return None if key == f"{EXEC_PREFIX}{ex[E_APPROVAL]}_v{ex[E_VERSION]}" else str(key)
+
+
+def ran(status: object) -> bool:
+    """Whether an execution row is checked as one that ran (`Scan.execution`, its arguments' marker
+    included): the gate writes succeeded, needs_reconciliation and failed (nothing happened); a
+    status it never writes was edited in, and is never what hides a run from the audit."""
+    return status != "failed"
 
 
 def marker_problem(

@@ -1,10 +1,8 @@
-"""The audit's checks, and the findings they report (`audit.py` documents what is checked and
-drives the scan over the streamed rows; `_audit_rows.py` holds the row plumbing).
-
-`Scan.approval` checks one approval with its decisions and returns the bar its executions are
-held to; `Scan.execution` checks one execution against that bar, and against the recorded table
-row it names (an execution with no approval: that row says whether it needed one).
-"""
+"""The audit's checks and their findings (`audit.py` documents what is checked and drives the
+scan over the streamed rows; `_audit_rows.py` holds the row plumbing). `Scan.approval` checks one
+approval with its decisions and returns the bar its executions are held to; `Scan.execution`
+checks one execution against that bar, and against the recorded table row it names (an execution
+with no approval: that row says whether it needed one)."""
 
 from __future__ import annotations
 
@@ -54,8 +52,10 @@ from ._audit_rows import (
     FindingKind,
     Rules,
     changed_since,
+    foreign_key,
     is_shadow,
     marker_problem,
+    ran,
     roles_of,
     row_problem,
     status_at,
@@ -251,12 +251,8 @@ class Scan:
             return False
         ok = True
         if policy is not None and not policy.role_satisfies(d[D_ROLE], a[A_ROLE]):
-            self.add(
-                "wrong_role",
-                tool,
-                f"{d[D_APPROVER]} approved as {d[D_ROLE]}; {a[A_ROLE]} needed",
-                approval_id,
-            )
+            detail = f"{d[D_APPROVER]} approved as {d[D_ROLE]}; {a[A_ROLE]} needed"
+            self.add("wrong_role", tool, detail, approval_id)
             ok = False
         if d[D_APPROVER] == a[A_USER] and not (policy is not None and policy.self_approval):
             self.add("self_approved", tool, f"{d[D_APPROVER]} approved their own call", approval_id)
@@ -270,7 +266,7 @@ class Scan:
         status = ex[E_STATUS]
         if status == "succeeded":
             self.succeeded += 1
-        if status in ("succeeded", "needs_reconciliation"):
+        if ran(status):  # a status the gate never writes too: edited in, checked as a run
             self.execution(ex, runs, bar)
 
     def execution(self, ex: tuple[Any, ...], runs: dict[str, int], bar: Bar | None) -> None:
@@ -330,6 +326,8 @@ class Scan:
                 approval_id,
                 ex_id,
             )
+        elif (key := foreign_key(ex)) is not None:  # the run of another grant, named this one's
+            self.add("not_approved", tool, f"ran under another grant's key {key}", approval_id, ex_id)
         if ex[E_HASH] != bar.args_hash or tool != bar.tool:  # the hash covers the tool (erased args)
             self.add(
                 "hash_mismatch",
@@ -340,7 +338,7 @@ class Scan:
                 approval_id,
                 ex_id,
             )
-        if ex[E_STATUS] == "succeeded":
+        if ex[E_STATUS] != "needs_reconciliation":  # its settlement, if it ran, is a row of its own
             runs[approval_id] = runs.get(approval_id, 0) + 1
             if runs[approval_id] == 2:
                 self.add("executed_twice", tool, "executed more than once", approval_id, ex_id)

@@ -9,8 +9,13 @@ exit (a multiprocessing child's too, which skips atexit: see `_at_exit`). The th
 `close()` keeps no thread, nor its store; one that cannot start (the process at its thread limit)
 is tried again at the next read. A batch whose write fails goes back to the buffer, tried again
 every `interval` (logged: the first failure with its traceback, then a line at most every `QUIET`
-seconds, and the write that succeeds again). A forked child starts with an empty buffer and a
-writer of its own (the rows buffered before the fork are the parent's to write).
+seconds, and the write that succeeds again). The buffer holds at most `LIMIT` records: the read
+that finds it full writes it on the caller's path (waiting for a batch the writer holds), and
+when that fails too (the database has been failing all along), raises `StoreError` instead of
+returning its result, its record kept in the buffer: no record is dropped, and reads are refused
+loudly, not served without a record, until the database takes them again. Records that cannot be
+written at exit are logged as lost (an ERROR with their count). A forked child starts with an
+empty buffer and a writer of its own (the rows buffered before the fork are the parent's to write).
 """
 
 from __future__ import annotations
@@ -25,20 +30,25 @@ import weakref
 from typing import Any
 
 from ._logging import logger
+from .errors import StoreError
 from .stores.protocol import Store
 
 _log = logger("effectgate")
 
 IDLE = 30.0  #: seconds with nothing to write after which the thread ends
 QUIET = 60.0  #: seconds between the warnings of a writer whose writes keep failing
+LIMIT = 100_000  #: records buffered at most (the read that finds as many writes them itself)
 
 ReadRow = tuple[Any, ...]
 
 
 class ReadLog:
-    def __init__(self, store: Store, *, batch: int = 4096, interval: float = 0.2) -> None:
+    def __init__(
+        self, store: Store, *, batch: int = 4096, interval: float = 0.2, limit: int | None = None
+    ) -> None:
         self._store = store
-        self._batch = max(1, batch)
+        self._limit = max(1, LIMIT if limit is None else limit)
+        self._batch = max(1, min(batch, self._limit))  # never more than the buffer holds
         self._interval = interval
         self._exiting = False  # the interpreter exits: no thread starts any more
         self._forked()
@@ -62,8 +72,21 @@ class ReadLog:
         items.append(row)
         if self._thread is None:
             self._start()
-        if len(items) >= self._batch and not self._wake.is_set():
-            self._wake.set()
+        if (n := len(items)) >= self._batch:
+            if n >= self._limit:
+                self._overflow()
+            elif not self._wake.is_set():
+                self._wake.set()
+
+    def _overflow(self) -> None:
+        """The buffer is full: write it here, or refuse the read that filled it (its record kept)."""
+        try:
+            self.flush()
+        except Exception as exc:
+            raise StoreError(
+                f"{len(self._items)} read records could not be written ({exc!r}); reads are refused "
+                "until the database takes them (the records stay buffered)"
+            ) from exc
 
     def _start(self) -> None:
         with self._lock:
@@ -192,5 +215,7 @@ def _close_at_exit(ref: weakref.ref[ReadLog]) -> None:
     log._exiting = True
     try:
         log.close()
-    except Exception:  # the store may already be gone at exit; nothing more can be done
-        return
+    except Exception:  # the store may already be gone at exit: said, with what is lost
+        _log.error(
+            "effectgate: %d read records could not be written at exit: lost", len(log._items), exc_info=True
+        )

@@ -369,7 +369,7 @@ def _forged_markers(scan: Scan, store: Store, conn: Any) -> list[Finding]:
     for table, key, (approval_id, tool, args_hash, status), texts in store.marked_values(conn):
         for column, text in texts.items():
             arguments = column == "args_json"
-            if arguments and (table == "eg_approvals" or status in col.RAN):
+            if arguments and (table == "eg_approvals" or (table == "eg_executions" and col.ran(status))):
                 continue
             where = (table, key, column)
             if where not in redacted and not reread:

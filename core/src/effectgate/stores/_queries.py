@@ -152,7 +152,7 @@ AuditTable = Literal["approvals", "decisions", "gated_executions", "other_execut
 
 _EXECUTION_COLUMNS = (
     "SELECT id, approval_id, version, tool, effect, args_hash, args_json, status, row_fingerprint, "
-    "policy_fingerprint FROM eg_executions"
+    "policy_fingerprint, idempotency_key FROM eg_executions"
 )
 #: The audit's streamed columns and order. Approvals and decisions start with their sealed
 #: fields, in the order `_seal.APPROVAL_FIELDS` / `DECISION_FIELDS` seal them (audit.py indexes
