@@ -1,22 +1,24 @@
 """After the fact: stored results, reconciliation of unknown outcomes, and crash recovery.
 
-An unknown outcome is settled through the tool's `reconcile(key)` hook (found: the record
-completes with the provider's result; not found: it runs again under the same key, which the
-provider dedupes on) or by a person (`settle`: it happened, with its result, or it did not, a
-definite failure that ends the approval `failed`). A person reconciling must hold the approval's
-role. What happened is recorded under the table row the approval was made under (a result with no
-JSON form as `{"unserializable": TYPE}`); only running it again needs the current row. A write has
-no approval: it is reconciled or settled by its idempotency key (`NeedsReconciliation.key`); not
-found, or not happened, it is released and its next call runs it again under that key. Anything
-not awaiting reconciliation is refused (`PolicyViolation(code="not_reconcilable")`), nothing
-changed; so is a hook's answer that is not None or a `Reconciled` with a bool `found` (TypeError).
-`recover()` turns in-flight records whose lease expired into `needs_reconciliation`, each on its
-own: a reconciliation that raises is logged and recorded (`reconcile_failed`). A stored result is
-read back only for the arguments it was recorded for (its payload hash; else StoreError).
+An unknown outcome is settled through the tool's `reconcile(key)` hook (found: the record completes
+with the provider's result; not found: it runs again under the same key, which the provider dedupes
+on, unless its approval had ended `failed` before a late run of its grant reopened the record:
+`failed` is terminal, so it is released and never runs again) or by a person (`settle`: it
+happened, with its result, or it did not, a definite failure that ends the approval `failed`). A
+person reconciling must hold the approval's role. What happened is recorded under the table row the
+approval was made under (a result with no JSON form as `{"unserializable": TYPE}`); only running it
+again needs the current row. A write is reconciled or settled by its idempotency key
+(`NeedsReconciliation.key`); not found, or not happened, it is released and its next call runs it
+again under that key. Anything not awaiting reconciliation is refused
+(`PolicyViolation(code="not_reconcilable")`), nothing changed; so is a hook's answer that is not
+None or a `Reconciled` with a bool `found` (TypeError). `recover()` turns in-flight records whose
+lease expired into `needs_reconciliation`, each on its own: a reconciliation that raises is logged
+and recorded (`reconcile_failed`). A stored result is read back only for the arguments it was
+recorded for (its payload hash; else StoreError).
 
 Logged on "effectgate._reconcile": reconciliations and settlements at INFO (approval id, version,
-key, who), a lease that expired in flight, a reconciliation that raised in `recover` and a
-tampered record at WARNING.
+key, who), a lease that expired in flight, a reconciliation that raised in `recover` and a tampered
+record at WARNING.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ log = logger(__name__)
 _WHO = ("session_id", "origin_message_id", "user_id", "agent_id", "run_id", "model_id")
 _CALL_FIELDS = ("effect", "args_hash", *_WHO)
 _RUN_FIELDS = (*_CALL_FIELDS, "tool", "args_json", "idempotency_key", "row_fingerprint", "policy_fingerprint")
+_ENDED = "the provider never saw it, and its approval had ended: not run again"
 
 
 class Reconciliation:
@@ -88,13 +91,10 @@ class Reconciliation:
 
     def reconcile(self, approval_id: str, *, approver: Approver | None = None) -> Executed | None:
         """Settle a `needs_reconciliation` approval (or a write, by its idempotency key) through the
-        tool's `reconcile(key)` hook.
-
-        Found at the provider: the record completes with the provider's result. Not found: it runs
-        again with the same key (the provider dedupes on it); a write is released, and runs again
-        when its call is made again. Unknown: it stays; returns None.
-        A person reconciling passes `approver`: they must hold the approval's role (it can run
-        the operation again), and the events record who did it."""
+        tool's `reconcile(key)` hook, as the module docstring says (a write not found is released, and
+        runs again when its call is made again). Unknown: it stays; returns None. A person reconciling
+        passes `approver`: they must hold the approval's role (it can run the operation again), and
+        the events record who did it."""
         return flow.drive(self.reconcile_flow(approval_id, approver))
 
     def target(self, approval_id: str, approver: Approver | None) -> ApprovalRow | str:
@@ -179,6 +179,11 @@ class Reconciliation:
         with self.settling(key, f"approval {approval_id}", row, attempts) as conn:  # one commit: a failed
             self.store.release(key, "provider never saw the key", conn=conn)  # claim releases nothing
             self.store.append_events(conn, [self.events.event("released", row=row, key=key, by=by)])
+            ended = self.store.approval(conn, row.id)  # settled "did not happen", or its run failed,
+            if ended is None or ended.status != "approved":  # before a late run reopened the record
+                self.append_settled(conn, row, key, "failed", row.row_fingerprint, error=f"{by}: {_ENDED}")
+                log.info("reconcile: %s: approval=%s key=%s by=%r", _ENDED, row.id, key, by)
+                return None  # committed: its grant never runs again
             claim = self.store.claim(key, row.args_hash, lease_seconds=self.policy.lease_seconds, conn=conn)
         log.info(
             "reconcile: the provider never saw it, running again under the same key: approval=%s "
