@@ -251,18 +251,21 @@ def test_a_bad_argument_in_a_parallel_step_is_its_observation(
     model.assert_complete()
 
 
-def test_a_code_agent_gets_the_gate_text_as_before(
+def test_a_code_agent_reads_a_bad_argument_as_its_steps_error(
     gated: list[GatedAgent], db: str, receiver: EffectRecorder
 ) -> None:
-    """smolagents' CodeAgent has no argument check of its own: a bad argument's result is the
-    gate's text, and nothing runs."""
+    """In a CodeAgent's code a bad argument is raised, as the plain tool's forward raises a
+    TypeError for it: the step records the gate's text as its error (the block cannot go on to a
+    final_answer that claims the call done), and nothing runs."""
     model = ScriptedCodeModel(["print(get_order(order_idd='1042'))", "final_answer('Sorry.')"])
     g = wrap(gated, agent_of(CodeAgent, model), db)
     out = g.run("Where is 1042?", **IDENTITY)
     assert isinstance(out, Finished)
-    assert errors(g.agent) == [None, None]
-    [first, _] = [s for s in g.agent.memory.steps if isinstance(s, ActionStep)]
-    assert "Invalid arguments for get_order" in (first.observations or "")
+    [first, second] = errors(g.agent)
+    assert first is not None
+    assert first[0] == "AgentExecutionError"
+    assert "Invalid arguments for get_order" in first[1]
+    assert second is None
     assert receiver.effects == []
     model.assert_complete()
 

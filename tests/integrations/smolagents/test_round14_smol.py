@@ -148,14 +148,6 @@ def test_a_deny_with_a_bad_approver_or_reason_is_a_clear_error_and_runs_nothing(
     assert FINANCE.role == "finance"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="design decision: a CodeAgent's bad argument (`Invalid`) is handed back as the call's "
-    "value (_arguments.bad_argument, code=True), documented in integrations/smolagents/README.md "
-    "(fidelity gap 4) and pinned by test_fidelity_gaps::test_a_code_agent_gets_the_gate_text_as_before; "
-    "raising it as a refusal is (`_errors.refused(text, code=snippet)`, 4 lines) needs that README "
-    "entry and that test changed, outside this review's files",
-)
 @pytest.mark.parametrize(
     "snippet",
     [

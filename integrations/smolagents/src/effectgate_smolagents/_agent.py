@@ -215,7 +215,7 @@ class GatedAgent:
         if isinstance(outcome, Executed):
             return outcome.result
         if isinstance(outcome, Invalid):
-            return bad_argument(outcome, code=self.code, parallel=self._parallel, logger=self.agent.logger)
+            return bad_argument(outcome, code=code, parallel=self._parallel, logger=self.agent.logger)
         if isinstance(outcome, Pending):
             with self._lock:
                 self._pending[outcome.approval_id] = outcome

@@ -32,6 +32,8 @@ from smolagents.utils import AgentToolCallError
 
 from effectgate import Invalid
 
+from ._errors import Snippet, refused
+
 #: `Tool.__call__`'s own keyword: an argument of that name cannot be passed through it
 _CALL_OPTION = "sanitize_inputs_outputs"
 
@@ -59,10 +61,13 @@ def keywords(arguments: Any) -> bool:
     )
 
 
-def bad_argument(outcome: Invalid, *, code: bool, parallel: bool, logger: AgentLogger) -> str:
+def bad_argument(outcome: Invalid, *, code: Snippet | None, parallel: bool, logger: AgentLogger) -> str:
     """Raise `AgentToolCallError` for a ToolCallingAgent step's only call (see the module
-    docstring); otherwise return the gate's text as the call's result."""
+    docstring); in a CodeAgent's code (`code`) raise it as a refusal is raised (`refused`: the
+    block's `final_answer` cannot claim the call done unread); otherwise return the gate's text."""
     text = outcome.for_model()
-    if code or parallel:
+    if code is not None:
+        return refused(text, code=code)
+    if parallel:
         return text
     raise AgentToolCallError(text, logger)
