@@ -17,7 +17,7 @@ import pytest
 import sqlalchemy as sa
 
 import effectgate._readlog as readlog_module
-from effectgate import Approver, EffectGate, Executed, Grant, Pending
+from effectgate import Executed, Grant, Pending
 from effectgate._readlog import ReadLog
 from effectgate.audit import audit
 from effectgate.errors import StoreError
@@ -25,32 +25,7 @@ from effectgate.examples.shop import context
 from effectgate.stores import SQLStore
 
 from .conftest import ShopGate
-
-FINANCE = Approver("fiona", "finance")
-REFUND = {"order_id": "1042", "amount": 1200, "currency": "GBP"}
-
-
-def refund(gate: EffectGate, message: str) -> str:
-    """A refund proposed, approved and run; its approval id."""
-    pending = gate.call("refund_order", REFUND, context(message))
-    assert isinstance(pending, Pending)
-    grant = gate.approve(pending.approval_id, version=pending.version, approver=FINANCE)
-    assert isinstance(grant, Grant)
-    gate.execute(grant.token)
-    return pending.approval_id
-
-
-def edit(store: SQLStore, sql: str, **params: object) -> None:
-    """Run `sql` with the append-only triggers dropped, as the database's owner can."""
-    with store.transaction() as conn:
-        for table in ("eg_decisions", "eg_executions", "eg_events", "eg_approvals"):
-            if conn.dialect.name == "sqlite":
-                conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {table}_no_update")
-                conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {table}_no_delete")
-            else:
-                conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {table}_append_only ON {table}")
-    with store.transaction() as conn:
-        conn.execute(sa.text(sql), params)
+from .test_round12_audit import FINANCE, REFUND, edit, refund  # a refund run; a ledger edit
 
 
 def down(store: SQLStore, monkeypatch: pytest.MonkeyPatch) -> list[int]:
