@@ -22,7 +22,7 @@ from ._seal import approval_verifies, decision_intact
 from .context import CallContext, Confirmation, SubjectEntry
 from .errors import PolicyViolation, TamperedRecord, UnknownApproval, describe
 from .outcomes import UNSEALED_WARNING, Card, SubjectView, VersionEntry
-from .stores._dialect import REDACTED_PREFIX
+from .stores._dialect import REDACTED_PREFIX, is_redacted
 from .stores._statements import no_nul
 from .stores.records import ApprovalRow, DecisionRow
 from .table import ToolSpec
@@ -48,11 +48,15 @@ def past(deadline: object, now: float) -> bool:
     return not (isinstance(deadline, int | float) and deadline > now)
 
 
+#: The status an approval has by what its executions (`store.execution_outcomes`) say, whatever
+#: its unsealed status column says: ran, or its outcome unknown (in effect).
+RAN_STATUS = {"succeeded": "executed", "needs_reconciliation": "approved", "presented": "approved"}
+
+
 def said(head: str, reason: object) -> str:
     """`head: reason` for the model, or `head (its reason was erased)` when `redact` erased it
     (a reviewer's or the gate's reason is personal: its marker's JSON is no reason)."""
-    erased = isinstance(reason, str) and reason.startswith(REDACTED_PREFIX)
-    return f"{head} (its reason was erased)" if erased else f"{head}: {reason}"
+    return f"{head} (its reason was erased)" if is_redacted(reason) else f"{head}: {reason}"
 
 
 def grant_live(deadline: object, now: float) -> bool:
@@ -129,9 +133,7 @@ class Ledger:
     @staticmethod
     def _entry(r: ApprovalRow, ran: str | None, now: float) -> SubjectEntry:
         """One history entry: what the executions say (`ran`) overrides the stored status."""
-        status = {"succeeded": "executed", "needs_reconciliation": "approved", "presented": "approved"}.get(
-            ran or "", r.status
-        )
+        status = RAN_STATUS.get(ran or "", r.status)
         live = grant_live(r.token_expires_at, now)
         return SubjectEntry(
             approval_id=r.id,

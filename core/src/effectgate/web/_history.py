@@ -12,17 +12,13 @@ from collections import defaultdict
 from typing import Any
 
 from .._display import stored_json
+from .._ledger import RAN_STATUS
 from .._seal import approval_verifies, decision_intact
 from ..gate import EffectGate
 
 DECIDED = ["executed", "failed", "denied", "expired", "rejected", "approved"]
 # what the executions (and a grant presented) say an approval's status is, whatever its column says
-_RAN = {
-    "succeeded": "executed",
-    "failed": "failed",
-    "needs_reconciliation": "approved",
-    "presented": "approved",
-}
+_RAN = {**RAN_STATUS, "failed": "failed"}
 
 
 def history_context(gate: EffectGate) -> dict[str, Any]:
