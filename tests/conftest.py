@@ -1,14 +1,14 @@
 """Shared fixtures: a fake clock, and stores on SQLite (file-backed) and PostgreSQL.
 
 `store_url` is parametrized over both backends; every store and gate test that takes it runs on
-each. PostgreSQL uses a throwaway database per test on the server from tests/pgserver.py. Under
+each. PostgreSQL gives each test an empty database on the server from tests/pgserver.py (emptied
+and reused when proven empty, see _pgpool.py). Under
 CI=true a PostgreSQL test that cannot reach its server fails; elsewhere it skips with the hint.
 """
 
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -19,6 +19,7 @@ from effectgate.stores import SQLStore
 from effectgate.testing import FakeClock
 
 from . import pgserver
+from ._pgpool import DatabasePool
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
@@ -42,17 +43,19 @@ def pg_server() -> Iterator[str]:
         pgserver.stop()
 
 
+@pytest.fixture(scope="session")
+def pg_pool(pg_server: str) -> Iterator[DatabasePool]:
+    pool = DatabasePool(sa.engine.make_url(pg_server).set(drivername="postgresql").render_as_string(False))
+    yield pool
+    pool.close()
+
+
 @pytest.fixture
-def pg_url(pg_server: str) -> Iterator[str]:
-    """A fresh, empty database for this test, dropped afterwards."""
-    name = f"t_{uuid.uuid4().hex[:16]}"
-    admin = sa.create_engine(pg_server, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f"CREATE DATABASE {name}")
+def pg_url(pg_pool: DatabasePool) -> Iterator[str]:
+    """A fresh, empty database for this test (one emptied and proven empty, see _pgpool)."""
+    name = pg_pool.take()
     yield pgserver.url(name)
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-    admin.dispose()
+    pg_pool.give_back(name)
 
 
 @pytest.fixture
