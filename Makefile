@@ -5,7 +5,7 @@ SHELL := /bin/bash
 UV ?= python3 -m uv
 PY := $(UV) run --frozen python
 
-.PHONY: help uv sync demo test check lint typecheck pytest compat notebooks bench browser serve pg-start pg-stop clean
+.PHONY: help uv sync demo test check lint typecheck pytest proofs compat notebooks bench browser serve pg-start pg-stop clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -56,6 +56,9 @@ bench: sync ## benchmarks: ratios measured in one run
 	@$(UV) run --frozen python -m benchmarks
 
 test: check pytest ## the whole suite: lint, types, tests (SQLite and PostgreSQL), notebooks, bench smoke
+
+proofs: sync ## the kill and race proofs at full size (make test runs them smaller; EFFECTGATE_PROOFS=long)
+	@$(MAKE) --no-print-directory pytest PYTEST_ARGS="tests/proofs" EFFECTGATE_PROOFS=long
 
 compat: uv ## the adapter suites on the lowest and the newest framework versions each adapter declares
 	@UV="$(UV)" python3 tests/compat.py

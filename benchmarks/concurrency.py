@@ -179,9 +179,9 @@ def _gate(url: str, workers: int) -> tuple[Callable[[int], Callable[[int], None]
     return make, lambda: ran[0]
 
 
-def run(directory: Path, pg_url: str | None, *, ops: int) -> list[Rate]:
+def run(directory: Path, pg_url: str | None, *, ops: int, rounds: int = ROUNDS) -> list[Rate]:
     """Rates for SQLite (file in `directory`) and, when `pg_url` is given, PostgreSQL: per worker
-    count, the round whose ratio is the median of `ROUNDS` alternating raw/effectgate rounds."""
+    count, the round whose ratio is the median of `rounds` alternating raw/effectgate rounds."""
     rates: list[Rate] = []
     # each side's connections (and store) are opened just before its own rate, which closes them
     backends: list[tuple[str, Callable[[int, int], Any], Callable[[int, int], tuple[Any, Any]]]] = [
@@ -196,14 +196,14 @@ def run(directory: Path, pg_url: str | None, *, ops: int) -> list[Rate]:
     for backend, raw_side, gate_side in backends:
         for workers in WORKERS:
             per_worker = max(2, ops // workers)
-            rounds = []
-            for r in range(ROUNDS):
+            measured = []
+            for r in range(rounds):
                 raw = _rate(workers, per_worker, raw_side(workers, r))
                 gate_make, ran = gate_side(workers, r)
                 gate = _rate(workers, per_worker, gate_make)
                 expected = workers * (per_worker + 1)  # with each worker's untimed first operation
                 if ran() != expected:
                     raise RuntimeError(f"{expected} operations ran the tool {ran()} times ({backend})")
-                rounds.append(Rate(backend, workers, raw, gate))
-            rates.append(sorted(rounds, key=lambda rate: rate.ratio)[len(rounds) // 2])
+                measured.append(Rate(backend, workers, raw, gate))
+            rates.append(sorted(measured, key=lambda rate: rate.ratio)[len(measured) // 2])
     return rates

@@ -3,6 +3,7 @@ on SQLite and PostgreSQL (`store_url`)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import socket
@@ -37,9 +38,15 @@ SSO_SECRET = "the proxy's shared secret"
 FROM_PROXY = {"X-Effectgate-Proxy-Secret": SSO_SECRET}
 
 
+@functools.cache
+def _hashed(secret: str) -> str:
+    """Each secret hashed once per session: scrypt costs ~40 ms a call, five per registry."""
+    return hash_secret(secret)
+
+
 def registry() -> ApproverRegistry:
     return ApproverRegistry(
-        RegisteredApprover(i, ROLES[i], hash_secret(SECRETS[i]), name=i.title()) for i in SECRETS
+        RegisteredApprover(i, ROLES[i], _hashed(SECRETS[i]), name=i.title()) for i in SECRETS
     )
 
 
