@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from ._textcheck import _selector, hidden, reveal
 from .canonical import _SURROGATE
 
 #: The fields stored as text columns (the model-written `tool_call_id` is stored as escaped JSON)
@@ -86,6 +87,10 @@ class Approver:
             raise ValueError("Approver needs a non-empty id and role")
         if not (_storable(self.id) and _storable(self.role)):  # it is stored with every decision
             raise ValueError("Approver id and role cannot hold NUL or a lone surrogate (never stored)")
+        for name, text in (("id", self.id), ("role", self.role)):
+            if not any(not (c.isspace() or hidden(c) or _selector(c)) for c in text):
+                # blank, spaces or invisible characters only: a decision recorded by nobody
+                raise ValueError(f"Approver {name} {reveal(text)!r} shows no character: give who decides")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -24,8 +24,10 @@ Exit codes (a failure prints one line, `effectgate: error: ...`, on stderr, neve
     3   not found: no approval with that id, no database (or manifest, export) file at that path
     4   refused: the gate refused the decision and recorded none (stale version, wrong role or
         approver, expired, already decided, confirm check failed, tampered record, policy
-        violation, token error), `export` refused (audit findings, a foreign manifest), or
-        `redact`/`retain`/`hold` refused (a held user, a call still open, no such hold)
+        violation, token error), `export` refused (audit findings, a foreign manifest),
+        `redact`/`retain`/`hold` refused (a held user, a call still open, no such hold), or
+        `approve --execute` recorded the approval and the gate refused to start its run (a tool
+        this process cannot run): nothing ran, and the unspent grant token is printed
     5   store unavailable: the server is unreachable, the database file is corrupt, the URL cannot
         be parsed, the database has no effectgate schema or another schema version, or its
         driver is not installed
@@ -184,12 +186,9 @@ def _parser() -> argparse.ArgumentParser:
         parents=[common],
         help="disagreement per tool and role, approval latency, replays, gated rates, backlog",
     )
-    p.add_argument(
-        "--since", type=moment, help="calls proposed at or after this time (ISO 8601, or epoch seconds)"
-    )
-    p.add_argument(
-        "--until", type=moment, help="calls proposed before this time (ISO 8601, or epoch seconds)"
-    )
+    when = "ISO 8601, UTC unless it names a zone: 2026-12-01, 20261201 or 2026-12-01T09:00; or epoch seconds"
+    p.add_argument("--since", type=moment, help=f"calls proposed at or after this time ({when})")
+    p.add_argument("--until", type=moment, help=f"calls proposed before this time ({when})")
     p.add_argument(
         "--target",
         type=target,

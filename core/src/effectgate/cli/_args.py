@@ -42,14 +42,19 @@ def seconds(text: str) -> float:
 
 
 def moment(text: str) -> float:
-    """A time as finite epoch seconds or ISO 8601 (a date alone is midnight UTC)."""
+    """A time as finite epoch seconds or ISO 8601 (a date alone is midnight UTC). Eight digits
+    that make a date (`20261201`, ISO 8601's basic form) are that date, not seconds in 1970."""
+    bare = text.strip()
+    if not (len(bare) == 8 and bare.isascii() and bare.isdigit()):
+        try:
+            return _number(text, what="a time")
+        except argparse.ArgumentTypeError:
+            pass
     try:
-        return _number(text, what="a time")
-    except argparse.ArgumentTypeError:
-        pass
-    try:
-        when = datetime.fromisoformat(text)
+        when = datetime.fromisoformat(bare)
     except ValueError:
+        if bare.isdigit():  # eight digits that are no date (10000000): epoch seconds after all
+            return _number(text, what="a time")
         raise argparse.ArgumentTypeError(
             f"{text!r}: give ISO 8601 (2026-12-01T09:00) or epoch seconds"
         ) from None

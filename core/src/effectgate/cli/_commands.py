@@ -37,6 +37,7 @@ from ._render import (
 from ._report import _targets
 from ._store import (
     NotFound,
+    NotRun,
     StoreUnavailable,
     UsageError,
     _gate,
@@ -125,10 +126,10 @@ def _cmd_approve(args: argparse.Namespace, out: Console) -> int:
         now = gate.clock.now()
         # --execute: the approver runs the grant now (its token is spent here and never printed)
         done = run_approved(gate, decision, args.db) if args.execute and isinstance(decision, Grant) else None
+    unrun, done = (done, None) if isinstance(done, NotRun) else (None, done)  # its grant printed, then raised
     if args.json:
-        kind = {Grant: "grant", PartialApproval: "partial_approval", Recorded: "shadow_recorded"}[
-            type(decision)
-        ]
+        kinds = {Grant: "grant", PartialApproval: "partial_approval", Recorded: "shadow_recorded"}
+        kind = kinds[type(decision)]
         extra: dict[str, Any] = {} if isinstance(decision, Grant) else {"message": decision.message}
         fields = asdict(decision)
         if done is not None:
@@ -139,15 +140,13 @@ def _cmd_approve(args: argparse.Namespace, out: Console) -> int:
         out.print(_text(f"approved and executed {args.id} v{args.version}: {_short(done.result)}"))
     elif isinstance(decision, Grant):
         expires = f"{when(decision.expires_at)}, {remaining(decision.expires_at - now)}"
-        out.print(
-            _text(
-                f"approved {decision.approval_id} v{decision.version}; "
-                f"grant token (single use, expires {expires}):"
-            )
-        )
+        head = f"approved {decision.approval_id} v{decision.version}; "
+        out.print(_text(f"{head}grant token (single use, expires {expires}):"))
         print(decision.token)
     else:
         out.print(_text(f"recorded: {decision.message}"))
+    if unrun is not None:
+        raise unrun
     return EXIT_OK
 
 

@@ -72,8 +72,17 @@ class RunFailed(CommandError):
     exit_code = EXIT_RAN_FAILED
 
 
-def run_approved(gate: EffectGate, grant: Grant, url: str) -> Executed:
-    """The execution of a grant just recorded; its failure is a `RunFailed`."""
+class NotRun(CommandError):
+    """`approve --execute`: the approval was recorded, and the gate refused to start its run (a
+    tool this process cannot run, such as a framework's native tool): nothing ran, and the grant
+    is unspent (its token is printed, as without --execute); exit 4."""
+
+    exit_code = EXIT_REFUSED
+
+
+def run_approved(gate: EffectGate, grant: Grant, url: str) -> Executed | NotRun:
+    """The execution of a grant just recorded; a run refused before it started is a `NotRun`
+    (returned, for the grant to be printed), one that failed or may have run a `RunFailed`."""
     try:
         return gate.execute(grant.token)
     except Exception as exc:
@@ -83,7 +92,23 @@ def run_approved(gate: EffectGate, grant: Grant, url: str) -> Executed:
         elif code in (EXIT_UNAVAILABLE, EXIT_INTERNAL):  # the database, or a bug: said as such
             raise
         approval = f"{grant.approval_id} v{grant.version}"
+        if _never_started(gate, grant.approval_id):
+            return NotRun(f"approved {approval} (recorded), but nothing ran: {why}; the grant is unspent")
         raise RunFailed(f"approved {approval} (recorded), then its run failed: {why}") from exc
+
+
+def _never_started(gate: EffectGate, approval_id: str) -> bool:
+    """Whether the approval's grant was never presented (no `token_used_at`, no execution): the
+    gate refused before its claim, so nothing ran. The store cannot say: not known, so False."""
+    try:
+        row = gate.store.get_approval(approval_id)
+        return (
+            row is not None
+            and row.token_used_at is None
+            and not gate.store.executions(approval_id=approval_id)
+        )
+    except Exception:
+        return False
 
 
 def _run_failed(gate: EffectGate, approval_id: str) -> bool:

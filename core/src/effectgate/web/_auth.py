@@ -21,7 +21,7 @@ from typing import Any
 
 from .._export_file import read_small
 from .._owned import own
-from ..context import _storable
+from ..context import Approver, _storable
 from ..errors import TableError
 
 _log = logging.getLogger("effectgate.web")
@@ -136,6 +136,10 @@ def _index(approvers: Iterable[RegisteredApprover]) -> dict[str, RegisteredAppro
             raise TableError(a.id or "?", "approver", "an approver needs an id and a role")
         if not (_storable(a.id) and _storable(a.role)):  # its every decision would fail
             raise TableError(a.id, "approver", _UNSTORABLE)
+        try:  # an id showing no character would record decisions by nobody (`Approver`)
+            Approver(a.id, a.role)
+        except ValueError as exc:
+            raise TableError(a.id, "approver", str(exc)) from None
         if a.id in by_id:
             raise TableError(a.id, "approver", "registered twice")
         by_id[a.id] = a
@@ -162,6 +166,10 @@ def _load(path: Path, raw: bytes) -> dict[str, RegisteredApprover]:
                 raise ValueError(f'{where}: every approver needs a non-empty {key} = "..."')
             if not _storable(row[key]):
                 raise ValueError(f"{where}: the {key} {_UNSTORABLE}")
+        try:
+            Approver(row["id"], row["role"])
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
         secret = row.get("secret")
         if secret is not None and (not isinstance(secret, str) or secret_problem(secret)):
             problem = secret_problem(secret) if isinstance(secret, str) else "it is not a string"
