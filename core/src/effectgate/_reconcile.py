@@ -7,14 +7,14 @@ on, unless its approval had ended `failed` before a late run of its grant reopen
 happened, with its result, or it did not, a definite failure that ends the approval `failed`). A
 person reconciling must hold the approval's role. What happened is recorded under the table row the
 approval was made under (a result with no JSON form as `{"unserializable": TYPE}`); only running it
-again needs the current row. A write is reconciled or settled by its idempotency key
+again needs today's row and policy (as `execute`). A write is reconciled or settled by its idempotency key
 (`NeedsReconciliation.key`); not found, or not happened, it is released and its next call runs it
 again under that key. Anything not awaiting reconciliation is refused
 (`PolicyViolation(code="not_reconcilable")`), nothing changed; so is a hook's answer that is not
 None or a `Reconciled` with a bool `found` (TypeError). `recover()` turns in-flight records whose
 lease expired into `needs_reconciliation`, each on its own: a reconciliation that raises is logged
-and recorded (`reconcile_failed`). A stored result is read back only for the arguments it was
-recorded for (its payload hash; else StoreError).
+and recorded (`reconcile_failed`; not a run again whose failure settled it). A stored result is
+read back only for the arguments it was recorded for (its payload hash; else StoreError).
 
 Logged on "effectgate._reconcile": reconciliations and settlements at INFO (approval id, version,
 key, who), a lease that expired in flight, a reconciliation that raised in `recover` and a tampered
@@ -157,17 +157,12 @@ class Reconciliation:
             raise no_hook(row.tool)
         found = answered((yield flow.Invoke(hook.reconcile, {"key": key})), row.tool, key)
         if found is None:
-            log.info(
-                "reconcile: still unknown at the provider: approval=%s version=%d key=%s",
-                row.id,
-                row.version,
-                key,
-            )
+            log.info("reconcile: still unknown at the provider: approval=%s key=%s", row.id, key)
             return None
         if found.found:
             return self.settle_found(row, key, found.result, found.provider_ref, by=by)
         try:
-            spec = self.ledger.current_spec(row)  # it runs again: under the row it was approved under
+            spec = self.ledger.bar(row)[0]  # it runs again: today's row and policy, as `execute`
         except PolicyViolation as exc:
             raise PolicyViolation(
                 f"approval {row.id}: the provider never saw {key}, and it cannot run again: {exc}; "
@@ -366,8 +361,9 @@ class Reconciliation:
         """After a crash: every in-flight record whose lease expired becomes needs_reconciliation,
         its approver is notified, and tools with a `reconcile` hook are reconciled now (a write by
         its key). Each record on its own: a reconciliation that raises (the provider's lookup down,
-        a changed row) is logged at WARNING and recorded (`reconcile_failed`), the next is handled.
-        Returns the keys it touched."""
+        a changed row) is logged at WARNING and recorded (`reconcile_failed`), the next is handled;
+        a run again that raised a definite failure settled its record (recorded as that), no failure
+        of reconciling. Returns the keys it touched."""
         now = self.clock.now()
         touched: list[str] = []
         for record in self.store.idempotency_records(status="in_progress"):
@@ -394,6 +390,10 @@ class Reconciliation:
                     self.reconcile(row.id if row is not None else record.key)
                 except Exception as exc:  # each record on its own: logged, recorded, and on
                     error = describe(exc)
+                    settled = self.store.get(record.key)  # its run again failed: recorded as that
+                    if settled is not None and settled.status in ("succeeded", "failed"):
+                        log.info("recover: reconciled: key=%s ended %s", record.key, settled.status)
+                        continue
                     log.warning("recover: reconcile failed: key=%s error=%s", record.key, error)
                     failed = self.events.event("reconcile_failed", row=row, key=record.key, error=error)
                     self.events.record(failed)

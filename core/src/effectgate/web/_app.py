@@ -67,6 +67,7 @@ from ..stores._statements import possible_id
 from ._auth import ApproverRegistry, RegisteredApprover, csrf_ok, csrf_token
 from ._guard import LOCAL_HOSTS, MIN_SSO_SECRET, PROXY_HEADER, SecurityHeaders, from_proxy, host_guard
 from ._history import history_context
+from ._reconciling import unsettled_message
 from ._sessions import LoginThrottle, Sessions
 
 OnGrant = Callable[[Grant], Any]
@@ -367,7 +368,7 @@ def create_app(
         message = (
             f"Settled: {pretty(settled.result)}"
             if settled is not None
-            else "The provider could not say; the record stays in the queue."
+            else await run_in_threadpool(unsettled_message, gate, approval_id)
         )
         return page(request, "message.html", title="Reconciliation", message=message, link=approval_id)
 
