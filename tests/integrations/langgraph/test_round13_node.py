@@ -26,16 +26,6 @@ from .test_review_round3 import CONTEXT
 FIONA = Approver("fiona", "finance")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "a gated langchain tool with response_format='content_and_artifact' that ran while a "
-        "sibling gated call of its step still waited: the node's output of that pass is dropped "
-        "by the sibling's interrupt, and the re-run answers the call from the store, which keeps "
-        "the content only (`_native._content`), so the tool's artifact never reaches the graph; "
-        "keeping it needs the stored result to carry the artifact (a core result-shape decision)"
-    ),
-)
 def test_an_approved_calls_artifact_survives_a_siblings_later_approval(
     tmp_path: Path, gates: list[EffectGate], checkpointer: BaseCheckpointSaver[Any]
 ) -> None:

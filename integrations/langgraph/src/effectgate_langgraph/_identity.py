@@ -23,6 +23,8 @@ from langchain_core.runnables import RunnableConfig
 
 from effectgate import CallContext, EffectGate, Refused
 from effectgate.adapter import MissingIdentity, is_gated, missing_identity
+from effectgate.canonical import args_hash, freeze
+from effectgate.errors import ArgumentError
 
 #: Where each identity value goes, for MissingIdentity (see `call_context`).
 WHERE_THREAD = (
@@ -183,3 +185,12 @@ def reused_id_refusal(call: ToolCall) -> Refused:
         ),
         tool=call["name"],
     )
+
+
+def call_hash(gate: EffectGate, name: str, args: Any) -> str:
+    """The args hash of a call as it stands in the checkpoint (frozen as the gate freezes it)."""
+    spec = gate.table.get(name)
+    try:
+        return args_hash(name, freeze(args, spec.schema if spec else None))
+    except (ArgumentError, TypeError):
+        return ""

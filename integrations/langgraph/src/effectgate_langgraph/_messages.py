@@ -68,9 +68,11 @@ def tool_message(
     *,
     edited_args: Mapping[str, Any] | None = None,
     ran: ToolMessage | None = None,
+    artifact: Any = None,
 ) -> ToolMessage:
     """The ToolMessage the model receives for one call. `ran`: the tool's own ToolMessage, when
-    it ran just now (a native langchain tool): used as it is for an `Executed` outcome."""
+    it ran just now (a native langchain tool): used as it is for an `Executed` outcome.
+    `artifact`: the tool's own artifact kept from its run (`_artifacts`), for a replay of it."""
     content: str | list[Any]
     if isinstance(outcome, NeedsReconciliation):
         content = (
@@ -99,5 +101,5 @@ def tool_message(
         name=call["name"],
         tool_call_id=str(call.get("id") or ""),
         status=status,
-        artifact=_artifact(outcome),
+        artifact=_artifact(outcome) if artifact is None or not isinstance(outcome, Executed) else artifact,
     )

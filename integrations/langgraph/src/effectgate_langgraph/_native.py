@@ -35,8 +35,10 @@ Limits, refused or documented rather than guessed:
   and a state update or jump is not a result the gate can store. Should such a tool return one
   anyway, the model is told the text of its ToolMessage and the rest of the update is dropped
   (logged as a warning).
-- `response_format="content_and_artifact"`: the content is the result; the artifact is dropped
-  (it was never shown to the model).
+- `response_format="content_and_artifact"`: the content is the result; the artifact is not (it
+  was never shown to the model). A gated call's artifact with a JSON form is kept beside its
+  record, sealed, and given back when a re-run of its step answers it from the store
+  (`_artifacts`).
 - A result with no JSON form is stored as its text (what langchain would have shown the model).
 - `handle_tool_error` turns a `ToolException` into the tool's error ToolMessage, which the model
   receives as under ToolNode; the gate records its text as a success. Leave it off and list

@@ -99,7 +99,7 @@ def answer_settled(
         return error_message(outcome, call, flag)
     if isinstance(outcome, BaseException) and not isinstance(outcome, NeedsReconciliation):
         raise outcome
-    return tool_message(outcome, call, edited_args=settled.edited_args, ran=ran)
+    return tool_message(outcome, call, edited_args=settled.edited_args, ran=ran, artifact=settled.artifact)
 
 
 def _ended(message: ToolMessage, span: CallbackManagerForToolRun | None) -> ToolMessage:

@@ -73,7 +73,7 @@ class Ask:
 @dataclass(frozen=True)
 class Answer:
     """What an `Ask` got back; `newest`: brought by this invoke's resume, not replayed from the
-    checkpoint (told apart for HITL answers only, see `_hitl.provenance`); `interrupt_id`: the
+    checkpoint (`_hitl.provenance`; an answer by approval id: `_brought`); `interrupt_id`: the
     interrupt a newest HITL answer was given for, addressed or not, raised at the task's answer
     `slot` (checked against the store by `refusal`); `unconfirmed`: why a HITL answer could be
     told neither way (it is refused)."""
@@ -202,7 +202,7 @@ def asker(pauses: Pauses) -> Callable[[Ask], Answer]:
             pauses.raised.append((exc, op.shown, op.ctx, next_slot()))
             raise
         if not is_hitl(value):
-            return Answer(value)
+            return Answer(value, newest=_brought(value))
         came = provenance(value)
         return Answer(
             value,
@@ -213,6 +213,18 @@ def asker(pauses: Pauses) -> Callable[[Ask], Answer]:
         )
 
     return ask
+
+
+def _brought(value: object) -> bool:
+    """Whether an answer by approval id was brought by this invoke's resume (False: one of the
+    task's answers kept in the checkpoint, a replay or a write put there by whoever can write
+    it: `_step` applies only its grant tokens, which vouch for themselves). Where LangGraph's
+    bookkeeping cannot tell, it counts as brought: the token's and the store's checks still hold."""
+    try:
+        came = provenance(value)
+    except RuntimeError:
+        return True
+    return came.interrupt_id is not None or came.unconfirmed is not None
 
 
 def _unasked(asked: int) -> tuple[str, str, int] | None:

@@ -11,6 +11,8 @@ again and again with the same result:
    answer through the core (`execute` with the grant token, `deny`, or `call` with edited
    arguments). Each loop turn consumes one interrupt slot, so a re-run replays the same answers
    in the same order; what an answer already did is in the store and comes back as a replay.
+   Of an answer by approval id that this invoke did not bring (read back from the checkpoint),
+   only the grant tokens are applied; a deny or edit there is refused (`STORED_ANSWER`).
    langchain's HITL answer (`{"decisions": [...]}`, by position) is bridged in `_hitl.py`: a
    reject closes the approval, an approve goes through `gate.approve` as the application's
    `native_approver`, and a replayed HITL answer is skipped (it was applied by its own run).
@@ -33,9 +35,9 @@ from langgraph.errors import GraphInterrupt
 
 from effectgate import Approver, CallContext, EffectGate, Executed, Grant, Outcome, Pending, Refused, flow
 from effectgate.adapter import DecisionMismatch, Paused, bind_decision, is_gated, rejecting_approver
-from effectgate.canonical import args_hash, freeze
 from effectgate.errors import ApprovalError, ArgumentError, EffectGateError, PolicyViolation, TokenError
 
+from ._artifacts import keep, restore
 from ._decisions import (
     Approve,
     Decision,
@@ -50,16 +52,8 @@ from ._decisions import (
     payload,
     read_decision,
 )
-from ._hitl import (
-    HITL_REJECT,
-    HOW_TO_ANSWER,
-    NO_APPROVER,
-    UNCONFIRMED,
-    in_proposal_order,
-    is_hitl,
-    matched,
-)
-from ._identity import call_id, reused_ids
+from ._hitl import HITL_REJECT, HOW_TO_ANSWER, NO_APPROVER, UNCONFIRMED, in_proposal_order, is_hitl, matched
+from ._identity import call_hash, call_id, reused_ids
 from ._shown import Answer, Ask, Pauses, asker, askip_answered, record, refusal, shown, skip_answered
 
 #: The application's approver for HITL decisions in this run (`effectgate.adapter.native_approver`).
@@ -68,10 +62,12 @@ ApproverOf = Callable[[], Approver | None]
 
 @dataclass
 class Settled:
-    """How one gated call ended: an outcome, or the exception its execution raised."""
+    """How one gated call ended: an outcome, or the exception its execution raised; `artifact`:
+    the tool's own, kept from its run (`_artifacts`), for a run answered from the store."""
 
     outcome: Outcome | BaseException
     edited_args: Mapping[str, Any] | None = None
+    artifact: Any = None
 
 
 @dataclass
@@ -85,15 +81,6 @@ class _Slot:
 
 
 StepFlow = Generator[Any, Any, dict[str, Settled]]
-
-
-def call_hash(gate: EffectGate, name: str, args: Any) -> str:
-    """The args hash of a call as it stands in the checkpoint (frozen as the gate freezes it)."""
-    spec = gate.table.get(name)
-    try:
-        return args_hash(name, freeze(args, spec.schema if spec else None))
-    except (ArgumentError, TypeError):
-        return ""
 
 
 def _slot(gate: EffectGate, call: ToolCall, outcome: Outcome, ctx: CallContext) -> _Slot:
@@ -202,10 +189,16 @@ def settle_step(
         refused = yield from _apply(
             gate, answer, waiting, slots, ctx, resume_identity, ask["signature"], keys, approver_of
         )
-    return {cid: Settled(s.outcome, s.edited_args) for cid, s in slots.items()}
+    kept = yield from flow.done(restore, gate, ctx, {cid: s.outcome for cid, s in slots.items()})
+    return {cid: Settled(s.outcome, s.edited_args, kept.get(cid)) for cid, s in slots.items()}
 
 
 NOT_A_MAPPING = f"the resume value is not a mapping from approval id to decision; {HOW_TO_ANSWER}"
+#: Why a deny or edit read back from the answer the checkpoint keeps, not this resume's, is refused.
+STORED_ANSWER = (
+    "this deny or edit is in the answer the checkpoint keeps for the step and no resume brought it "
+    "(a replay, or a write to the checkpoint); only a grant token vouches for itself: nothing was applied"
+)
 
 
 def _apply(
@@ -247,6 +240,8 @@ def _apply(
         slot = slots[w.call_id or ""]
         try:
             decision = read_decision(raw, w, signature, hitl=hitl)
+            if not (answer.newest or hitl or isinstance(decision, Approve)):
+                raise DecisionRefused(STORED_ANSWER)
             if isinstance(decision, Edit) and keys.get(w.tool):
                 dropped = keys[w.tool]
                 decision = Edit({k: v for k, v in decision.args.items() if k not in dropped})
@@ -299,6 +294,8 @@ def _apply_one(
             raise DecisionRefused(f"the token was refused: {exc}") from exc
         except Exception as exc:  # settled as this call's result: NeedsReconciliation, a tool error
             slot.outcome = exc
+            return
+        yield from flow.done(keep, gate, call_ctx, slot.outcome)  # its artifact, for a re-run
         return
     if isinstance(decision, Deny | Reject):
         role = w.pending.card.approver_role
