@@ -21,7 +21,9 @@ message, user). Whatever approves, denies or settles through the record (`approv
   same args hash.
 
 Anything else is `TamperedState`, and nothing is decided. Records from before the seal existed
-(an earlier release's snapshots) are refused the same way: re-run the request.
+(an earlier release's snapshots) are refused the same way: re-run the request. A paused call the
+resumed SDK asks about again (its paused item dropped from the snapshot) registers nothing unless
+it is the call its record sealed (`check_asked_again`): an edited one would amend the approval.
 """
 
 from __future__ import annotations
@@ -141,6 +143,35 @@ def turn_calls(turn: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     return calls
 
 
+def check_asked_again(
+    gate: EffectGate, wrapper: Any, ctx: CallContext, call_id: str, tool: str, params: Any
+) -> None:
+    """`TamperedState` when the SDK asks whether a call the run paused on needs approval again (a
+    restored snapshot whose paused item was dropped) and the call is not the one the record sealed
+    for this call id and run: its tool, args hash or the SDK's fingerprint of it (`invocation_of`)
+    edited, which would register (amend the approval to) a call no model proposed. A call id that
+    a model response of this process names (a `Turn`), or with another run's record, is a new call."""
+    state = adapter_state(wrapper.context)
+    record, turn = state["approvals"].get(call_id), state.get("turn")
+    if not isinstance(record, Mapping) or (isinstance(turn, Turn) and call_id in turn):
+        return
+    try:
+        _adapter.verify_state(gate, _PURPOSE, _sealed(call_id, record, ctx), record.get("seal"))
+    except _adapter.TamperedState:
+        return  # not this run's record (a context reused for another message): not its paused call
+    sealed, current = record.get("invocation"), invocation_of(wrapper, call_id)
+    arguments = json.dumps(params) if isinstance(params, Mapping) else ""
+    if (
+        tool != record.get("tool")
+        or hash_of_call(gate, tool, arguments) != record.get("args_hash")
+        or (sealed is not None and current is not None and current != sealed)
+    ):
+        raise TamperedState(
+            f"paused call {call_id!r} is not the {record.get('tool')!r} call its approval was "
+            "registered for: the run state was edited. Nothing was registered"
+        )
+
+
 def check_owner(gate: EffectGate, row: ApprovalRow, ctx: CallContext) -> None:
     """`TamperedState` unless the stored approval belongs to the run `ctx`: its session, origin
     message and user, or an event the gate recorded for it under exactly that identity (a later
@@ -209,6 +240,7 @@ def verified_approval(
 __all__ = [
     "EDITED_ITEM",
     "Turn",
+    "check_asked_again",
     "check_owner",
     "hash_of_call",
     "invocation_of",

@@ -57,7 +57,7 @@ from ._deferred import deferred_payload, is_deferred, remember_deferred
 from ._native import awaited, calling, check_own_approval, failed, invalid_error, model_output, own_policy
 from ._native_decisions import NativeApprover, NativeDecisions, execute_grant, not_granted, unknown_outcome
 from ._reach import mark
-from ._records import invocation_of, paused_record, step_calls
+from ._records import check_asked_again, invocation_of, paused_record, step_calls
 from ._restored import gated as mark_gated
 from ._restored import observe
 
@@ -239,13 +239,13 @@ class GatedTools:
         self, name: str, ctx: RunContextWrapper[Any], params: dict[str, Any], call_id: str
     ) -> bool:
         cctx = self._cctx(ctx, call_id)
+        check_asked_again(self.gate, ctx, cctx, call_id, name, params)  # a paused call, edited
         outcome = await self._register(name, ctx.context, params, call_id, cctx)
         key = (cctx.session_id, cctx.origin_message_id, call_id, call_of(name, params))
         if isinstance(outcome, Pending):
             record = paused_record(self.gate, cctx, call_id, outcome, invocation_of(ctx, call_id))
             adapter_state(ctx.context)["approvals"][call_id] = record
-            # the run pauses: what the application decides on this state (or the copy
-            # `result.to_state()` makes) from now on is a decision made in this process
+            # the run pauses: decisions on this state (or its `result.to_state()` copy) are made here
             observe(ctx)
             self._decided.pop(key, None)
             return True
