@@ -296,7 +296,7 @@ def test_approve_execute_of_an_openai_agents_call_leaves_no_unknown_outcome(work
         statuses = [e.status for e in store.executions(approval_id=approval_id)]
         idempotency = store.idempotency_records()
         (row,) = [a for a in store.approvals() if a.id == approval_id]
-    assert code == 6  # approved (recorded), then the run could not start
+    assert code == 4  # approved (recorded), the run refused before it started: nothing ran
     assert statuses == []  # nothing ran, nothing claimed: the grant is kept for the SDK's run
     assert idempotency == []
     assert (row.status, row.token_used_at) == ("approved", None)

@@ -27,6 +27,8 @@ from .stores._memory import shown
 from .stores.sql import open_store
 from .testing import Say, Script, Step, call, say, step
 
+DEFAULT_URL = "sqlite:///effectgate-demo.db"  # the database `make serve` opens
+
 
 class DemoFailed(Exception):
     """A step of the demo did not behave as it says."""
@@ -143,9 +145,22 @@ def run_demo(url: str, out: Console) -> int:
         if run is not None:  # its read log's thread and the store's connections end here
             run.gate.close()
             run.store.close()
-    where = shown(sa.engine.make_url(url))  # a password in the URL is not printed
-    out.print(f"\nThe records are in {where}. Look at them with:  uv run effectgate --db {where} audit")
+    out.print(_t(where_to_look(url, waiting=run.waiting if run else None)))
     return 0
+
+
+def where_to_look(url: str, *, waiting: str | None = None) -> str:
+    """The demo's closing lines: commands that reach the database it wrote (`make serve` opens
+    the default one only; an in-memory one ended with the demo), its password never printed."""
+    parsed = sa.engine.make_url(url)
+    db = shown(parsed)
+    if parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:"):
+        return "\nThe records were in memory and ended with the demo: give --db a file to see them."
+    app = "--app effectgate.examples.shop:app --approvers approvers.toml"
+    inbox = "make serve" if url == DEFAULT_URL else f"uv run effectgate serve --db {db} {app}"
+    wait = f"\nWaiting for a finance approver: refund approval {waiting} (decide it in the inbox: `{inbox}`, "
+    wait = f"{wait}or `uv run effectgate --db {db} pending`).\n" if waiting else ""
+    return f"{wait}\nThe records are in {db}. Look at them with:  uv run effectgate --db {db} audit"
 
 
 def _conversations(run: _Run) -> None:
@@ -166,10 +181,7 @@ def _conversations(run: _Run) -> None:
         context("m2"),
         Script([call("update_ticket_tags", ticket_id="t-17", tags=["billing", "urgent"]), say("Tagged.")]),
     )
-    _expect(
-        isinstance(o, Executed) and o.before == ["billing"] and o.after == ["billing", "urgent"],
-        "write recorded",
-    )
+    _expect(isinstance(o, Executed) and [o.before, o.after] == [["billing"], ["billing", "urgent"]], "write")
 
     refund: dict[str, Any] = {"order_id": "1042", "amount": 12000, "currency": "GBP"}
     [p] = run.turn(
@@ -206,10 +218,7 @@ def _conversations(run: _Run) -> None:
         context("m3"),
         Script([call("refund_order", **refund), say("Still waiting for finance.")]),
     )
-    _expect(
-        isinstance(o, Pending) and o.approval_id == p.approval_id and o.replay,
-        "replay finds the same approval",
-    )
+    _expect(isinstance(o, Pending) and o.approval_id == p.approval_id and o.replay, "replay: same approval")
     _expect(len(gate.pending()) == 1, "no second card")
 
     [o] = run.turn(
@@ -220,9 +229,7 @@ def _conversations(run: _Run) -> None:
             [call("refund_order", order_id="1042", amount=6000, currency="GBP"), say("Updated to 60.00.")]
         ),
     )
-    _expect(
-        isinstance(o, Pending) and o.approval_id == p.approval_id and o.version == 2, "amended in place as v2"
-    )
+    _expect(isinstance(o, Pending) and o.approval_id == p.approval_id and o.version == 2, "amended as v2")
 
     out.rule("[bold]approval by finance")
     try:
@@ -258,10 +265,7 @@ def _conversations(run: _Run) -> None:
         context("m3"),
         Script([call("refund_order", **refund), say("That refund was already made.")]),
     )
-    _expect(
-        isinstance(o, Executed) and o.replay and o.approval_id == p.approval_id,
-        "replay returns the stored result",
-    )
+    _expect(isinstance(o, Executed) and o.replay and o.approval_id == p.approval_id, "replay: stored result")
     _expect(shop.receiver.count("refund", order_id="1042") == 1, "still one refund of 1042")
 
     small: dict[str, Any] = {"order_id": "1043", "amount": 3500, "currency": "GBP"}
@@ -280,9 +284,7 @@ def _conversations(run: _Run) -> None:
             ]
         ),
     )
-    _expect(
-        [getattr(x, "code", None) for x in outcomes[:2]] == ["parallel_calls"] * 2, "parallel calls refused"
-    )
+    _expect([getattr(x, "code", None) for x in outcomes[:2]] == ["parallel_calls"] * 2, "parallel refused")
     retry = outcomes[2]
     _expect(isinstance(retry, Pending), "one consistent call is registered")
     assert isinstance(retry, Pending)
@@ -332,10 +334,7 @@ def _conversations(run: _Run) -> None:
             [call("send_email", to=bulk, subject="Outage", body="We are on it."), say("Queued for approval.")]
         ),
     )
-    _expect(
-        isinstance(o, Pending) and o.card.approver_role == "marketing_lead",
-        "600 recipients need marketing_lead",
-    )
+    _expect(isinstance(o, Pending) and o.card.approver_role == "marketing_lead", "600 need marketing_lead")
     if isinstance(o, Pending):
         out.print(f"  card: role {o.card.approver_role}; {'; '.join(o.card.notes)}")
     [o] = run.turn(
@@ -372,10 +371,7 @@ def _conversations(run: _Run) -> None:
     spec = gate.table["refund_order"]
     reclassified = gate.table.replace(dataclasses.replace(spec, effect=Effect.WRITE, approver_role=None))
     findings = gate.audit(table=reclassified).findings
-    _expect(
-        any(f.kind == "reclassified" and f.tool == "refund_order" for f in findings),
-        "reclassification is seen",
-    )
+    _expect(any(f.kind == "reclassified" and f.tool == "refund_order" for f in findings), "reclassified seen")
     out.print(
         Panel(
             "\n".join(f"{f.kind}: {f.tool}: {f.detail}" for f in findings),
@@ -393,8 +389,3 @@ def _summary(out: Console, run: _Run) -> None:
         effects[e.kind] = effects.get(e.kind, 0) + 1
     out.rule("[bold]effects counted at the receiver")
     out.print(f"  {effects}")
-    if run.waiting is not None:
-        out.print(
-            f"\nWaiting for a finance approver: refund approval {run.waiting} (decide it in the inbox: "
-            f"`make serve`, or `uv run effectgate --db {shown(sa.engine.make_url(run.store.url))} pending`)."
-        )

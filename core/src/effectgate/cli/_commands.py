@@ -394,4 +394,6 @@ def _cmd_demo(args: argparse.Namespace, out: Console) -> int:
         ) from exc
     default = "sqlite:///effectgate-demo.db" if extra is None else f"sqlite:///effectgate-demo-{extra}.db"
     run_demo: Callable[[str, Console], int] = module.run_demo
-    return run_demo(args.db if args.db_given else default, out)
+    url = args.db if args.db_given else default
+    _parse(url)  # as every command: a path names the URL to give, no password is ever printed
+    return run_demo(url, out)

@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from effectgate import Approver, Grant, open_store
-from effectgate._demo import DemoFailed, _expect, _prepare
+from effectgate._demo import DemoFailed, _expect, _prepare, where_to_look
 from effectgate.cli import _card_panel, keyring_for
 from effectgate.errors import EffectGateError
 from effectgate.examples.shop import SUPPORT_AGENT, Shop, app
@@ -232,5 +232,5 @@ def run_demo(url: str, out: Console) -> int:
     except (DemoFailed, EffectGateError) as exc:
         out.print(f"[bold red]demo failed:[/bold red] {escape(str(exc))}")
         return 1
-    out.print(f"\nThe records are in {url}. Look at them with:  uv run effectgate --db {url} audit")
+    out.print(escape(where_to_look(url)))  # the URL without its password
     return 0
