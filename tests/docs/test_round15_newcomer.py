@@ -18,9 +18,6 @@ import sqlalchemy as sa
 from effectgate import Keyring
 from effectgate.cli import main
 
-from .test_readme_blocks import BLOCKS, _explain, _run, _write
-
-README_BLOCKS = [b for b in BLOCKS if b.doc == "README"]
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
 
@@ -38,19 +35,6 @@ def wide(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     monkeypatch.setenv("COLUMNS", "1000")
     monkeypatch.chdir(tmp_path)
     return tmp_path
-
-
-def test_every_readme_block_runs_again_in_the_directory_it_ran_in(tmp_path: Path) -> None:
-    """A newcomer copies the README's blocks into one directory and runs each, then runs it
-    again (as the quick start says to). The shadow-mode block proposed its call for message m1
-    and approved it; run again, the same message found the decided approval and `gate.approve`
-    raised `AlreadyDecided` as a raw traceback."""
-    assert len(README_BLOCKS) >= 5
-    for block in README_BLOCKS:
-        path = _write(block, tmp_path)
-        for run in (1, 2):
-            done = _run([sys.executable, path.name], tmp_path)
-            assert done.returncode == 0, _explain(f"run {run} of {block.id}", done)
 
 
 @pytest.mark.parametrize("url", ["sqlite://", "sqlite:///:memory:"])
