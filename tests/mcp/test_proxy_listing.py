@@ -17,7 +17,7 @@ from mcp.types import INTERNAL_ERROR, ToolAnnotations
 
 from effectgate import Grant, Keyring
 from effectgate.effects import Effect
-from effectgate.mcp import _upstream
+from effectgate.mcp import _connection
 from effectgate.mcp._common import Grants
 from effectgate.mcp._config import Row, Upstream
 from effectgate.mcp._proxy import GatedProxy
@@ -170,7 +170,7 @@ def test_a_listing_out_of_bounds_raises_naming_the_server(
     """A cursor that comes back (this upstream repeats "again" forever), or more tools than
     MAX_TOOLS (5 here; one new tool and cursor a page): `UpstreamListingError` naming the
     server, after reading no more than it had to (the upstream stops after 300 pages)."""
-    monkeypatch.setattr(_upstream, "MAX_TOOLS", 5)
+    monkeypatch.setattr(_connection, "MAX_TOOLS", 5)  # where the listing is read
     served: list[str | None] = []
 
     def listing(cursor: str | None) -> types.ListToolsResult:

@@ -1,5 +1,5 @@
-"""Upstream MCP servers: one live client session each, their tool listings, and the effect-table
-rows the proxy builds from them.
+"""The effect-table rows the proxy builds from upstream MCP servers' tool listings (each
+upstream's client session, its listing and its errors are `_connection`'s, re-exported here).
 
 **The table decides; annotations only make a row stricter.** Each upstream tool gets the row the
 configuration names for it (or the server's explicit `default`; without either it is not served,
@@ -30,7 +30,7 @@ upstream could make the proxy request any address it can reach, or read a local 
 no answer within the server's `timeout`, a protocol error) is `UpstreamUnreachable`, an
 `OutcomeUnknown`: the call may or may not have reached the upstream, so a write or gated call
 ends `needs_reconciliation` and is never re-run blindly (a held session that closed, its process
-gone, is dropped: later requests connect again, each with a session of its own). An error result
+gone, is started again for the next request: see `_connection`). An error result
 (`isError`) is `UpstreamToolError`: for a gated row an unknown outcome unless the row says
 `tool_errors = "definite"` (the upstream's errors mean nothing happened); for a write a definite
 failure unless the row says `tool_errors = "unknown"`; a read's is returned to the client as is.
@@ -43,199 +43,38 @@ approve`, `deny`, `serve` and `audit`): from the same configuration and the upst
 read when it starts, and it re-lists an approval's upstream before approving or executing it, so
 a decision re-derives its bar from the tool as the upstream describes it then. Its rows' upstream
 sessions are opened per request (the proxy holds one open per upstream).
-
-**Listings are bounded** (`MAX_PAGES` pages, `MAX_TOOLS` tools, no repeated cursor), and a
-failure to connect or list raises an error naming the server (`UpstreamListingError`,
-`UpstreamUnreachable`), never the SDK's exception group.
-
-An upstream process sees the configured `env` and the SDK's minimal safe environment (PATH,
-HOME, ...), never the proxy's own environment, so never $EFFECTGATE_KEYRING.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, cast
 
-import anyio
 import mcp.types as types
-from mcp import Client, StdioServerParameters
-from mcp.shared.exceptions import MCPError
 
 from .._logging import logger
 from ..context import ToolContext
 from ..effects import Effect, Policy
-from ..errors import EffectGateError, OutcomeUnknown, TableError
+from ..errors import TableError
 from ..table import EffectTable, ToolSpec
-from ._config import SEPARATOR, Http, Row, Stdio, Upstream
+from ._config import SEPARATOR, Row, Upstream
+from ._connection import (
+    IDEMPOTENCY_META,
+    MAX_PAGES,
+    MAX_TOOLS,
+    Connection,
+    UpstreamListingError,
+    UpstreamToolError,
+    UpstreamUnreachable,
+    client_for,
+    unreachable,
+)
 
 log = logger(__name__)
 
-#: The `_meta` key that carries the idempotency key of a write or gated call upstream.
-IDEMPOTENCY_META = "effectgate/idempotency_key"
-
 #: The parameter through which the gate hands the upstream caller its ToolContext.
 CONTEXT_PARAM = "_effectgate_context"
-
-
-class UpstreamToolError(EffectGateError):
-    """The upstream answered a call with an error result (`isError`); `result` is it as stored."""
-
-    def __init__(self, server: str, tool: str, result: dict[str, Any]) -> None:
-        self.server, self.tool, self.result = server, tool, result
-        texts = [b.get("text", "") for b in result.get("content", []) if isinstance(b, dict)]
-        # The upstream's words as repr: the message is logged, and may hold control characters.
-        super().__init__(f"{server}: {tool!r} answered with an error: {' '.join(texts)[:200]!r}")
-
-
-class UpstreamUnreachable(OutcomeUnknown):
-    """The upstream could not be reached (started, connected to, answered): a call's outcome is
-    unknown. The message names the server."""
-
-
-class UpstreamListingError(EffectGateError):
-    """An upstream's tool listing is out of bounds (more than `MAX_PAGES` pages or `MAX_TOOLS`
-    tools, or a page cursor that repeats): none of it is used. The message names the server."""
-
-    def __init__(self, server: str, problem: str) -> None:
-        self.server = server
-        super().__init__(f"upstream {server!r}: {problem}; its listing was not used")
-
-
-#: Bounds on one upstream's `tools/list`: every call re-reads its upstream's listing first, so an
-#: upstream that pages forever must not hold its calls (or the proxy's memory) for ever.
-MAX_PAGES = 100
-MAX_TOOLS = 10_000
-
-
-def _leaf(exc: BaseException) -> BaseException:
-    """The first exception inside the SDK's (nested) exception groups: what actually failed."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    return exc
-
-
-def _closed(exc: BaseException) -> bool:
-    """Whether `exc` says the session itself is gone (not a slow or failing request)."""
-    leaf = _leaf(exc)
-    lost = (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream)
-    return isinstance(leaf, lost) or (isinstance(leaf, MCPError) and leaf.code == types.CONNECTION_CLOSED)
-
-
-def unreachable(server: str, doing: str, exc: BaseException) -> UpstreamUnreachable:
-    """`UpstreamUnreachable` naming the server and what failed (its text as repr: control chars)."""
-    leaf = _leaf(exc)
-    text = str(leaf) or ("no answer within the server's timeout" if isinstance(leaf, TimeoutError) else "")
-    return UpstreamUnreachable(f"upstream {server!r}: {doing} failed: {type(leaf).__name__}: {text!r}")
-
-
-def client_for(target: Any, timeout: float | None = None) -> Client:
-    """An `mcp.Client` for a configured upstream (or an in-process server, in tests), each of
-    whose requests waits at most `timeout` seconds for its answer (the SDK sends the upstream a
-    cancellation, and the session stays usable). Responses are never cached: every listing is the
-    upstream's current one."""
-    if isinstance(target, Stdio):
-        target = StdioServerParameters(
-            command=target.command, args=list(target.args), env=dict(target.env) or None, cwd=target.cwd
-        )
-    elif isinstance(target, Http):
-        target = target.url
-    return Client(target, cache=None, read_timeout_seconds=timeout)
-
-
-def _payload(result: types.CallToolResult) -> dict[str, Any]:
-    """The part of an upstream result the proxy stores and forwards (never its own `_meta`)."""
-    return {
-        "content": [
-            block.model_dump(by_alias=True, mode="json", exclude_none=True) for block in result.content
-        ],
-        "structuredContent": result.structured_content,
-        "isError": result.is_error,
-    }
-
-
-class Connection:
-    """One upstream's client session: held open while the proxy runs (`open`), or, unopened (an
-    approving process's table, `proxy_app`), a session of its own for each request."""
-
-    def __init__(self, upstream: Upstream) -> None:
-        self.upstream = upstream
-        self._client: Client | None = None
-
-    @property
-    def name(self) -> str:
-        return self.upstream.name
-
-    async def open(self, stack: AsyncExitStack) -> None:
-        """Connect (start the process, or reach the URL); else `UpstreamUnreachable`."""
-        up = self.upstream
-        try:
-            self._client = await stack.enter_async_context(client_for(up.target, up.timeout))
-        except Exception as exc:  # the SDK raises an ExceptionGroup, or OSError for a bad command
-            raise unreachable(self.name, "connecting", exc) from exc
-
-    @asynccontextmanager
-    async def _session(self) -> AsyncIterator[Client]:
-        if self._client is not None:
-            try:
-                yield self._client
-            except Exception as exc:
-                if _closed(exc):  # the upstream exited or went away: the next request reconnects
-                    self._client = None  # (a session per request; the dead one is closed on exit)
-                raise
-            return
-        async with client_for(self.upstream.target, self.upstream.timeout) as client:
-            yield client
-
-    async def list_tools(self) -> list[types.Tool]:
-        """Every tool the upstream lists now (all pages); `UpstreamListingError` past the bounds
-        (see `_pages`), `UpstreamUnreachable` when it fails or outlasts the server's `timeout`."""
-        try:
-            with anyio.fail_after(self.upstream.timeout):
-                async with self._session() as client:
-                    return await _pages(self.name, client)
-        except UpstreamListingError:
-            raise
-        except Exception as exc:
-            leaf = _leaf(exc)
-            if isinstance(leaf, UpstreamListingError):  # ours, wrapped by the session's task group
-                raise leaf from None
-            raise unreachable(self.name, "listing its tools", exc) from exc
-
-    async def call(self, tool: str, arguments: dict[str, Any], *, key: str | None) -> dict[str, Any]:
-        """Call one upstream tool; with `key` (a write or gated call) an error result raises
-        `UpstreamToolError`; a transport failure or no answer in `timeout`, `UpstreamUnreachable`."""
-        meta = cast(types.RequestParamsMeta, {IDEMPOTENCY_META: key}) if key is not None else None
-        try:
-            async with self._session() as client:
-                result = await client.call_tool(tool, arguments, meta=meta)
-        except Exception as exc:  # anything between here and the upstream: the outcome is unknown
-            raise unreachable(self.name, f"calling {tool!r}", exc) from exc
-        payload = _payload(result)
-        if result.is_error and key is not None:
-            raise UpstreamToolError(self.name, tool, payload)
-        return payload
-
-
-async def _pages(server: str, client: Client) -> list[types.Tool]:
-    """Follow `tools/list` pages within the bounds: `MAX_PAGES`, `MAX_TOOLS`, no repeated cursor."""
-    tools: list[types.Tool] = []
-    cursors: set[str] = set()
-    cursor: str | None = None
-    for _ in range(MAX_PAGES):
-        page = await client.list_tools(cursor=cursor)
-        tools.extend(page.tools)
-        if len(tools) > MAX_TOOLS:
-            raise UpstreamListingError(server, f"it lists more than {MAX_TOOLS} tools")
-        cursor = page.next_cursor
-        if not cursor:
-            return tools
-        if cursor in cursors:
-            raise UpstreamListingError(server, f"its tools/list cursor {cursor[:40]!r} repeats")
-        cursors.add(cursor)
-    raise UpstreamListingError(server, f"its tools/list has more than {MAX_PAGES} pages")
 
 
 #: What a read's caller gets for its ToolContext: none (reads carry no idempotency key).
