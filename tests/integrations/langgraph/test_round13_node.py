@@ -11,12 +11,12 @@ import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
-from langchain_core.tools import StructuredTool, ToolException, tool
+from langchain_core.tools import StructuredTool, ToolException
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 
 from effectgate import Approver, EffectGate, Grant, money, write
-from effectgate.testing import EffectRecorder, Script, call, say, step
+from effectgate.testing import EffectRecorder, Script, call, say
 from effectgate_langgraph import approve, gated_middleware, gated_node, resume
 from effectgate_langgraph.testing import ScriptedChatModel
 
@@ -24,62 +24,6 @@ from ._graph import shop_graph
 from .test_review_round3 import CONTEXT
 
 FIONA = Approver("fiona", "finance")
-
-
-def test_an_approved_calls_artifact_survives_a_siblings_later_approval(
-    tmp_path: Path, gates: list[EffectGate], checkpointer: BaseCheckpointSaver[Any]
-) -> None:
-    """Two gated calls in one step; the reviewer approves the first (it runs: its receipt is in
-    its artifact) while the second still waits, then the second. The ToolMessage the graph keeps
-    for the first carries the tool's own artifact, as ToolNode would give it."""
-    receiver = EffectRecorder()
-
-    @tool(response_format="content_and_artifact")
-    def pay_invoice(invoice_id: str) -> tuple[str, dict[str, Any]]:
-        """Pay an invoice."""
-        receiver.record("pay", invoice_id=invoice_id)
-        return "paid", {"receipt": "r-" + invoice_id}
-
-    @tool
-    def refund(order_id: str) -> str:
-        """Refund an order."""
-        receiver.record("refund", order_id=order_id)
-        return "refunded"
-
-    node = gated_node(
-        [pay_invoice, refund],
-        {
-            "pay_invoice": money("finance", subject="invoice_id"),
-            "refund": money("finance", subject="order_id"),
-        },
-        db=f"sqlite:///{tmp_path}/eg.db",
-    )
-    gates.append(node.gate)
-    script = Script(
-        [step(call("pay_invoice", invoice_id="inv-1"), call("refund", order_id="o-1")), say("Done.")]
-    )
-    graph = shop_graph(node.gate, ScriptedChatModel(script=script), checkpointer=checkpointer, node=node)
-    cfg: RunnableConfig = {"configurable": {"thread_id": "s-ada"}}
-    out = graph.invoke(
-        {"messages": [HumanMessage("pay and refund", id="m3")]}, cfg, context=CONTEXT, version="v2"
-    )
-    ids = {r["tool"]: r["approval_id"] for r in out.interrupts[0].value["requests"]}
-    pay = node.gate.approve(ids["pay_invoice"], version=1, approver=FIONA)
-    assert isinstance(pay, Grant)
-    out = graph.invoke(
-        resume({ids["pay_invoice"]: approve(pay.token)}, out.interrupts), cfg, context=CONTEXT, version="v2"
-    )
-    assert receiver.count("pay") == 1
-    ref = node.gate.approve(ids["refund"], version=1, approver=FIONA)
-    assert isinstance(ref, Grant)
-    out = graph.invoke(
-        resume({ids["refund"]: approve(ref.token)}, out.interrupts), cfg, context=CONTEXT, version="v2"
-    )
-    assert out.interrupts == ()
-    assert receiver.count("pay") == 1
-    assert receiver.count("refund") == 1
-    [paid] = [m for m in out.value["messages"] if isinstance(m, ToolMessage) and m.name == "pay_invoice"]
-    assert paid.artifact == {"receipt": "r-inv-1"}
 
 
 @pytest.mark.parametrize("is_async", [False, True])
