@@ -179,9 +179,11 @@ def _gate(url: str, workers: int) -> tuple[Callable[[int], Callable[[int], None]
     return make, lambda: ran[0]
 
 
-def run(directory: Path, pg_url: str | None, *, ops: int, rounds: int = ROUNDS) -> list[Rate]:
+def run(directory: Path, pg_url: str | None, *, ops: int, rounds: int | None = None) -> list[Rate]:
     """Rates for SQLite (file in `directory`) and, when `pg_url` is given, PostgreSQL: per worker
-    count, the round whose ratio is the median of `rounds` alternating raw/effectgate rounds."""
+    count, the round whose ratio is the median of `rounds` (default `ROUNDS`) alternating
+    raw/effectgate rounds."""
+    rounds = ROUNDS if rounds is None else rounds
     rates: list[Rate] = []
     # each side's connections (and store) are opened just before its own rate, which closes them
     backends: list[tuple[str, Callable[[int, int], Any], Callable[[int, int], tuple[Any, Any]]]] = [

@@ -168,7 +168,7 @@ def synthetic(monkeypatch: pytest.MonkeyPatch) -> None:
         concurrency.Rate("sqlite", 8, 1000.0, 400.0),  # 0.4x: missed
         concurrency.Rate("sqlite", 32, 1000.0, 900.0),  # 0.9x: met
     ]
-    monkeypatch.setattr(concurrency, "run", lambda d, pg, ops: rates)
+    monkeypatch.setattr(concurrency, "run", lambda d, pg, ops, rounds: rates)
     monkeypatch.setattr(processes, "run", lambda d, sweep: [])
     monkeypatch.setattr(bench_main, "_frameworks", lambda d, smoke: {})
 
