@@ -1,8 +1,8 @@
 """Every ```python block of README.md, core's and the adapters' READMEs runs and type-checks (issue 17).
 
 Each block is written to a fresh directory and run there with this interpreter, without the
-EFFECTGATE_KEYRING and EFFECTGATE_DB variables, as a reader who copies it would run it; the quick
-start runs twice in one directory, since its database persists. Each block also passes
+EFFECTGATE_KEYRING and EFFECTGATE_DB variables, as a reader who copies it would run it; every block
+runs twice in one directory, since what it stores persists. Each block also passes
 `mypy --strict` with the repository's configuration.
 """
 
@@ -99,11 +99,12 @@ def _write(block: Block, directory: Path) -> Path:
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[b.id for b in BLOCKS])
 def test_block_runs(block: Block, tmp_path: Path) -> None:
-    """The block runs to the end in a fresh directory, and each of the main README's runs again
-    there (a newcomer runs a block twice: the quick start says to; the shadow-mode block stopped
-    on AlreadyDecided the second time)."""
+    """The block runs to the end in a fresh directory, and then again there: a newcomer runs a
+    block twice, in the directory it ran in (the quick start says to), and finds what the first
+    run left: its database file, a decided approval, a call that now replays (the shadow-mode
+    block stopped on AlreadyDecided the second time, an adapter block on the replayed call)."""
     path = _write(block, tmp_path)
-    runs = 2 if block.doc == "README" else 1
+    runs = 2
     for run in range(1, runs + 1):
         done = _run([sys.executable, path.name], tmp_path)
         assert done.returncode == 0, _explain(f"run {run} of {block.id}", done)
