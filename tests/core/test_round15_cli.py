@@ -78,6 +78,9 @@ def test_an_iso_basic_date_bounds_the_report_as_that_date(
     assert _decided(cli("report", "--db", url, "--json", "--since", "20261101")) == 1
     assert _decided(cli("report", "--db", url, "--json", "--until", "20261201")) == 1
     assert _decided(cli("report", "--db", url, "--json", "--since", "1000000")) == 1  # epoch seconds
+    mistyped = cli("report", "--db", url, "--json", "--since", "20261301")  # no 13th month
+    assert (mistyped.code, mistyped.out) == (2, "")  # not read as seconds in 1970
+    assert "YYYYMMDD" in mistyped.err
     help_run = cli("report", "--help")
     assert help_run.code == 0
     assert "20261201" in help_run.out

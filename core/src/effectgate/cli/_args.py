@@ -43,7 +43,8 @@ def seconds(text: str) -> float:
 
 def moment(text: str) -> float:
     """A time as finite epoch seconds or ISO 8601 (a date alone is midnight UTC). Eight digits
-    that make a date (`20261201`, ISO 8601's basic form) are that date, not seconds in 1970."""
+    are a date (`20261201`, ISO 8601's basic form), never seconds in 1970: eight that make no
+    date (`20261301`) are a usage error."""
     bare = text.strip()
     if not (len(bare) == 8 and bare.isascii() and bare.isdigit()):
         try:
@@ -53,8 +54,11 @@ def moment(text: str) -> float:
     try:
         when = datetime.fromisoformat(bare)
     except ValueError:
-        if bare.isdigit():  # eight digits that are no date (10000000): epoch seconds after all
-            return _number(text, what="a time")
+        if len(bare) == 8 and bare.isdigit():  # a mistyped date: said, never read as 1970
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: eight digits are a date (YYYYMMDD) and this is none; give ISO 8601 "
+                "(2026-12-01) or epoch seconds"
+            ) from None
         raise argparse.ArgumentTypeError(
             f"{text!r}: give ISO 8601 (2026-12-01T09:00) or epoch seconds"
         ) from None
