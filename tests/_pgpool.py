@@ -13,8 +13,10 @@ database is dropped as before, and the next test gets a new one.
 from __future__ import annotations
 
 import uuid
+from typing import TYPE_CHECKING
 
-import psycopg
+if TYPE_CHECKING:  # imported when a pool is made: the adapters' compat venvs have no psycopg
+    import psycopg
 
 #: What a database holds beyond its public schema's contents, and who may use it: equal to a
 #: freshly created database's, or the database is not reused.
@@ -53,6 +55,8 @@ class DatabasePool:
     """Hands out empty databases on one server (`conninfo` names its maintenance database)."""
 
     def __init__(self, conninfo: str) -> None:
+        import psycopg
+
         self._admin = psycopg.connect(conninfo, autocommit=True)
         self._conninfo = conninfo
         self._free: list[str] = []
@@ -75,6 +79,8 @@ class DatabasePool:
 
     def give_back(self, name: str) -> None:
         """Empty `name` for the next test, or drop it when it cannot be proven empty."""
+        import psycopg
+
         try:
             if self._empty(name):
                 self._free.append(name)
@@ -113,6 +119,8 @@ class DatabasePool:
         self._admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
     def _connect(self, name: str) -> psycopg.Connection:
+        import psycopg
+
         return psycopg.connect(self._conninfo.rsplit("/", 1)[0] + f"/{name}", autocommit=True)
 
     @staticmethod
