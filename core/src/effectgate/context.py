@@ -88,7 +88,7 @@ class Approver:
         if not (_storable(self.id) and _storable(self.role)):  # it is stored with every decision
             raise ValueError("Approver id and role cannot hold NUL or a lone surrogate (never stored)")
         for name, text in (("id", self.id), ("role", self.role)):
-            if not any(not (c.isspace() or hidden(c) or _selector(c)) for c in text):
+            if all(c.isspace() or hidden(c) or _selector(c) for c in text):
                 # blank, spaces or invisible characters only: a decision recorded by nobody
                 raise ValueError(f"Approver {name} {reveal(text)!r} shows no character: give who decides")
 

@@ -46,7 +46,8 @@ def moment(text: str) -> float:
     are a date (`20261201`, ISO 8601's basic form), never seconds in 1970: eight that make no
     date (`20261301`) are a usage error."""
     bare = text.strip()
-    if not (len(bare) == 8 and bare.isascii() and bare.isdigit()):
+    eight_digits = len(bare) == 8 and bare.isascii() and bare.isdigit()
+    if not eight_digits:
         try:
             return _number(text, what="a time")
         except argparse.ArgumentTypeError:
@@ -54,7 +55,7 @@ def moment(text: str) -> float:
     try:
         when = datetime.fromisoformat(bare)
     except ValueError:
-        if len(bare) == 8 and bare.isdigit():  # a mistyped date: said, never read as 1970
+        if eight_digits:  # a mistyped date: said, never read as 1970
             raise argparse.ArgumentTypeError(
                 f"{text!r}: eight digits are a date (YYYYMMDD) and this is none; give ISO 8601 "
                 "(2026-12-01) or epoch seconds"
