@@ -18,16 +18,12 @@ smolagents has no pause primitive, so `GatedAgent` builds one from what it has:
   run stops before the next model call. In a `CodeAgent` it raises `ApprovalRequired`, a
   `BaseException` no handler in smolagents catches, so nothing after the gated call in the code
   block runs. Either way `GatedAgent.run` returns `AwaitingApproval` (approval ids, cards).
-- The CodeAgent stop is total: once a gated call has stopped a snippet, every later tool call of
-  that run (from a `finally`, an `except`, a loop, a nested function, `final_answer` included)
-  raises `ApprovalRequired` again and runs nothing, until the run is resumed. Code that swallows
-  the stop (a `return`, `break` or `continue` in a `finally`) still ends the run before the next
-  model call. smolagents' interpreter lets code read and set any attribute that is not a dunder,
-  so a `GatedTool` keeps the gate and the agent only in a closure: code cannot reach them.
-- `AwaitingApproval` records what the run paused on, signed with the gate's keyring (`_outcomes`).
-  `GatedAgent.resume(awaiting, decisions)` binds every decision to the call it is filed under,
-  applies it through the gate (an approved call runs once), and continues the run with
-  `agent.run(..., reset=False)`, telling the model how each call ended (`_decisions`).
+- The CodeAgent stop is total: every later tool call of that run raises `ApprovalRequired` again
+  and runs nothing (`_check_stopped`); code that swallows it still ends the run before the next
+  model call. A `GatedTool` keeps the gate and the agent only in a closure (`_tools`).
+- `AwaitingApproval` records what the run paused on, signed (`_outcomes`). `resume` checks the
+  run can go on, binds every decision to its call, applies it through the gate (an approved call
+  runs once) and continues with `agent.run(..., reset=False)`, telling the model (`_decisions`).
 
 A `ToolCallingAgent`'s step registers its gated calls together and has the gate validate their
 arguments (`_calling`); the tools put in place of the agent's own are in `_tools`. A manager is
@@ -129,7 +125,9 @@ class GatedAgent:
             raise ValueError("GatedAgent needs the agent_id the effect table's allowlist names")
         members = check_team(agent, gate, allowed)  # before anything is changed, like every tool's row
         for name, tool in agent.tools.items():
-            if not is_wrapped(tool) and not is_own_final_answer(name, tool):
+            if is_wrapped(tool):  # another GatedAgent's: it calls with that one's run identity
+                raise TypeError(f"tool {name!r} is another GatedAgent's: give this agent the plain tool")
+            if not is_own_final_answer(name, tool):
                 check_wrappable(gate, agent_id=agent_id, name=name, unknown=unknown)
         self.agent = agent
         self.gate = gate
@@ -148,8 +146,6 @@ class GatedAgent:
         self._parallel = False  # the ToolCallingAgent step in progress has more than one call
         self._memory_of: tuple[str, str, list[Any]] | None = None  # the last run's session, user, steps
         for name, tool in list(agent.tools.items()):
-            if is_wrapped(tool):
-                continue
             if is_own_final_answer(name, tool):  # a final_answer of the user's is gated
                 if self.code:
                     agent.tools[name] = StopGuard(tool, self)
@@ -290,10 +286,8 @@ class GatedAgent:
         return_full_result: bool | None,
         additional_args: Mapping[str, Any] | None = None,
     ) -> RunOutcome:
-        """One run as `ctx`; refused before the model is asked anything if a tool, a managed agent
-        or an import a CodeAgent's code may make was added after wrapping."""
-        check_tools(self.agent, "the agent", self.allow_imports)
-        adopt(self, check_team(self.agent, self.gate, self.allow_imports, owner=self))
+        """One run as `ctx`, refused before the model is asked anything (`_check_runnable`)."""
+        self._check_runnable()
         with self._lock:  # one run at a time; a second one changes nothing of the first
             if self._current is not None:
                 raise RuntimeError("this GatedAgent is already running (smolagents agents are not reentrant)")
@@ -356,6 +350,13 @@ class GatedAgent:
             full = run_result(self.agent, final, started=started)
         return Finished(output=final, observations=tuple(observations), run_result=full)
 
+    def _check_runnable(self) -> None:
+        """Refused while it runs, or with a tool, managed agent or code import added after wrapping."""
+        if self._current is not None:
+            raise RuntimeError("this GatedAgent is already running (smolagents agents are not reentrant)")
+        check_tools(self.agent, "the agent", self.allow_imports)
+        adopt(self, check_team(self.agent, self.gate, self.allow_imports, owner=self))
+
     def decide(self, awaiting: AwaitingApproval, decisions: Mapping[str, Decision]) -> dict[str, Outcome]:
         """Apply decisions through the gate (`_decisions.apply_decisions`): approved calls run once,
         the rest named are denied; a record another gated agent made is refused (DecisionMismatch)."""
@@ -369,11 +370,10 @@ class GatedAgent:
         max_steps: int | None = None,
         return_full_result: bool | None = None,
     ) -> RunOutcome:
-        """Apply the decisions, then continue the run (memory kept) with how each call ended.
-
-        The outcome's `decided` holds each decided approval's outcome (what the model is told);
-        `return_full_result` is `run`'s."""
+        """Apply the decisions, then continue the run (memory kept) with how each call ended; the
+        outcome's `decided` holds each decided approval's outcome. `return_full_result` is `run`'s."""
         check_resumable(self.gate, self.agent, self._memory_of, awaiting)  # not in another's memory
+        self._check_runnable()  # a continuation that would be refused: nothing is decided
         done = self.decide(awaiting, decisions)
         outcome = self.run(
             continuation(awaiting, done),

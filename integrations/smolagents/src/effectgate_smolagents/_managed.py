@@ -44,7 +44,7 @@ from ._code import ApprovalRequired
 from ._identity import model_id_of, plain_run_refused
 from ._imports import check_imports
 from ._outcomes import AwaitingApproval
-from ._tools import is_own_final_answer, is_wrapped
+from ._tools import is_own_final_answer, wrapped_by
 
 if TYPE_CHECKING:
     from ._agent import GatedAgent
@@ -111,11 +111,13 @@ def check_tools(agent: MultiStepAgent, who: str, allowed: frozenset[str]) -> Non
     (`is_own_final_answer`; a tool of the user's named `final_answer` is not) is a gated one,
     and its code (a CodeAgent's) can call or import nothing else (`check_executor`)."""
     check_executor(agent, who, allowed)
+    owner = owner_of(agent)
     for name, tool in list(agent.tools.items()):
-        if not is_wrapped(tool) and not is_own_final_answer(name, tool):
+        if not wrapped_by(tool, owner) and not is_own_final_answer(name, tool):
             raise UnknownTool(
                 f"{who} has tool {name!r}, added after it was wrapped: it would run without the "
-                "gate. Give an agent all its tools before wrapping it, or wrap a new agent"
+                "gate, or with another GatedAgent's run identity. Give an agent all its tools "
+                "before wrapping it, or wrap a new agent"
             )
 
 

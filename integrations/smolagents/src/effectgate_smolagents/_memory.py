@@ -18,11 +18,15 @@ identity, are refused.
 
 from __future__ import annotations
 
+import copy
+import functools
+import io
 import json
 import pickle
 from typing import Any
 
 from smolagents.agents import MultiStepAgent
+from smolagents.utils import AgentError
 
 from effectgate import CallContext, EffectGate, Keyring
 from effectgate.adapter import DecisionMismatch, missing_identity, verify_state
@@ -49,7 +53,7 @@ def save_memory(
     """The memory steps of a gated agent as a blob signed for this session, user and agent and,
     when the run paused, for `awaiting` (the `AwaitingApproval` it returned)."""
     binding = _binding(agent, session_id=session_id, user_id=user_id, awaiting=awaiting)
-    data = pickle.dumps(agent.memory.steps, protocol=pickle.HIGHEST_PROTOCOL)
+    data = pickle.dumps([_savable(step) for step in agent.memory.steps], protocol=pickle.HIGHEST_PROTOCOL)
     header = canonical_json(binding)
     return _MAGIC + keyring.sign(_PURPOSE, header + b"\n" + data).encode() + b"\n" + header + b"\n" + data
 
@@ -96,7 +100,7 @@ def restore_memory(
                 "it was saved for",
             ) from exc
         raise
-    steps = pickle.loads(data)  # noqa: S301 - verified above: save_memory wrote it, for this binding
+    steps = _Steps(io.BytesIO(data)).load()  # verified above: save_memory wrote it, for this binding
     if not isinstance(steps, list):
         raise TokenError("malformed", "the memory blob does not hold a list of steps")
     owner = owner_of(agent)
@@ -106,6 +110,43 @@ def restore_memory(
         _clear_kept(agent)  # the last run's code variables are another user's
     agent.memory.steps = steps
     owner._memory_of = (session_id, user_id, steps)  # judged as a run's memory is (`check_resumable`)
+
+
+def _savable(step: Any) -> Any:
+    """`step`, or a copy whose `action_output` is text when that value does not pickle and load
+    back. smolagents keeps there what a CodeAgent's code block ended on (a function the model
+    defined, a generator, a queue; an `AgentImage` pickles but does not load); the model is never
+    shown it, so the conversation the blob carries is the same."""
+    value = getattr(step, "action_output", None)
+    if value is None or isinstance(value, str | int | float | bool):
+        return step
+    try:
+        _Steps(io.BytesIO(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))).load()
+    except Exception:
+        step = copy.copy(step)
+        step.action_output = f"{type(value).__name__}, not saved (it cannot be pickled): {value!r}"
+    return step
+
+
+class _Steps(pickle.Unpickler):
+    """The steps' unpickler. smolagents' `AgentError` (a step's `error`: a bad tool call, a code
+    block that failed) takes a logger its pickle does not carry, so `pickle.loads` of such a
+    step raised TypeError and the blob could never be restored: it is rebuilt from its message."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        found = super().find_class(module, name)
+        if isinstance(found, type) and issubclass(found, AgentError):
+            return functools.partial(_agent_error, found)
+        return found
+
+
+def _agent_error(cls: type[AgentError], *args: Any) -> AgentError:
+    """An `AgentError` of class `cls` as pickled (`args`; its `message` comes back with its state),
+    without logging it again."""
+    error: AgentError = BaseException.__new__(cls)
+    Exception.__init__(error, *args)
+    error.message = args[0] if args else ""
+    return error
 
 
 def check_resumable(

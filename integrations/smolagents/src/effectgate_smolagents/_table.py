@@ -12,13 +12,13 @@ from typing import Any
 from smolagents import Tool
 
 from effectgate import EffectGate, ToolSpec
-from effectgate.errors import EffectGateError
 
 
 def spec_tool(spec: ToolSpec) -> Tool:
     """A smolagents Tool for one effect-table row (inputs from the row's JSON schema).
 
-    Called outside the gate it refuses; give it to a `GatedAgent`."""
+    Called outside the gate it refuses; give it to a `GatedAgent`. Its code is self-contained, so a
+    gated agent of such tools saves (`agent.save`, `to_dict`) as one of your own tools does."""
     schema = spec.schema or {}
     properties: Mapping[str, Any] = schema.get("properties", {})
     required = set(schema.get("required", ()))
@@ -37,7 +37,10 @@ def spec_tool(spec: ToolSpec) -> Tool:
         skip_forward_signature_validation = True
 
         def forward(self, *args: Any, **kwargs: Any) -> Any:
-            raise EffectGateError(f"{spec.name} runs only through effectgate: give it to a GatedAgent")
+            # imported here and named through `self`: `agent.save` writes this method alone
+            from effectgate.errors import EffectGateError
+
+            raise EffectGateError(f"{self.name} runs only through effectgate: give it to a GatedAgent")
 
     RowTool.name = spec.name
     RowTool.description = spec.description or spec.name

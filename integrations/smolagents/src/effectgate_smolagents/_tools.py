@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import types
+import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -41,6 +42,7 @@ class GatedTool(Tool):
 
     def __init__(self, inner: Tool, owner: Owner) -> None:
         _described_as(self, inner)
+        _HELD_BY[self] = weakref.ref(owner)
         self.output_schema = getattr(inner, "output_schema", None)
         self.positional = positional_order(inner)  # what `forward(*args)` binds, in order
         self._run = _through(owner, inner.name)
@@ -101,6 +103,7 @@ class StopGuard(Tool):
 
     def __init__(self, inner: Tool, owner: Owner) -> None:
         _described_as(self, inner)
+        _HELD_BY[self] = weakref.ref(owner)
         self._answer = _guarded(owner, inner)  # a closure, like GatedTool's: nothing to reach
         self._saved = unmarked(inner)  # final_answer is saved as it was
         super().__init__()
@@ -123,6 +126,17 @@ def _guarded(owner: Owner, inner: Tool) -> Callable[..., Any]:
 def is_wrapped(tool: Tool) -> bool:
     """Whether `tool` is one a `GatedAgent` put in place (a `GatedTool` or a `StopGuard`)."""
     return isinstance(tool, GatedTool | StopGuard)
+
+
+def wrapped_by(tool: Tool, owner: object) -> bool:
+    """Whether `tool` is one `owner` put in place. Another GatedAgent's runs its calls with that
+    agent's identity (session, user), whichever agent holds it: it is no tool of `owner`'s."""
+    held = _HELD_BY.get(tool) if is_wrapped(tool) else None
+    return held is not None and held() is owner
+
+
+# wrapped tool -> the GatedAgent it calls back: kept here, never on the tool (model code reads it)
+_HELD_BY: weakref.WeakKeyDictionary[Tool, weakref.ref[Owner]] = weakref.WeakKeyDictionary()
 
 
 def is_own_final_answer(name: str, tool: Tool) -> bool:
