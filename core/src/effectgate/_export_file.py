@@ -65,8 +65,12 @@ def doubles(value: Any) -> Any:
 def read_lines(path: str | Path, *, max_line: int = MAX_LINE) -> Iterator[tuple[int, str]]:
     """Each line of the file (1-based number, text without its newline), read one at a time.
     Raises LineError for a line longer than `max_line` bytes, one that is not UTF-8, or a last line
-    without its newline (the exporter ends every line with one); OSError when it cannot be read."""
-    with Path(path).open("rb") as f:
+    without its newline (the exporter ends every line with one); OSError when it cannot be read or
+    is not a regular file (a named pipe put in its place would block the read for ever)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # opening a pipe does not wait for a writer
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file")
         number = 0
         while raw := f.readline(max_line + 1):
             number += 1
@@ -107,11 +111,12 @@ def linked(target: Path) -> bool:
 
 @contextmanager
 def rewrite(target: Path, busy: Callable[[str], Exception], *, erasing: bool = False) -> Iterator[TextIO]:
-    """Write `target` anew: into `target.partial`, created by this writer alone, renamed over
-    `target` when the block ends and removed if it fails. `busy(message)` is raised, nothing
-    written, when the partial exists: another rewrite of `target` is under way (two writers of one
-    file would interleave, and the last rename would bring back what the other erased), or one
-    was interrupted and left it. `erasing`: `target` must be its content's only name (`linked`)."""
+    """Write `target` anew: into `target.partial`, created by this writer alone, flushed to disk
+    and renamed over `target` when the block ends, and removed if it fails. `busy(message)` is
+    raised, nothing written, when the partial exists: another rewrite of `target` is under way (two
+    writers of one file would interleave, and the last rename would bring back what the other
+    erased), or one was interrupted and left it. `erasing`: `target` must be its content's only
+    name (`linked`)."""
     if erasing and linked(target):
         raise busy(
             f"{target} was not changed: it is a symlink or has another hard link, which would keep "
@@ -130,7 +135,24 @@ def rewrite(target: Path, busy: Callable[[str], Exception], *, erasing: bool = F
             os.chmod(partial, stat.S_IMODE(target.stat().st_mode))  # widened to the umask's)
         with out:
             yield out
+            out.flush()  # on disk before its rename: after a power loss the name holds it whole
+            os.fsync(out.fileno())
         partial.replace(target)  # a rename that fails (a directory there) leaves no partial behind
     except BaseException:
         partial.unlink(missing_ok=True)
         raise
+    _sync_dir(target.parent)  # and the rename itself lasts
+
+
+def _sync_dir(path: Path) -> None:
+    """Flush a directory's entries to disk (where a directory cannot be opened, as on Windows,
+    there is nothing to do)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        with suppress(OSError):
+            os.fsync(fd)
+    finally:
+        os.close(fd)

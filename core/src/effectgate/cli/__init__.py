@@ -56,7 +56,7 @@ from rich.console import Console
 from .. import __version__
 from ..canonical import _SURROGATE
 from . import _governance, _mcp
-from ._args import allowed_host, moment, seconds, target, trusted_proxy
+from ._args import allowed_host, file_name, moment, seconds, target, trusted_proxy
 from ._commands import (
     _DEMOS,
     _cmd_approve,
@@ -161,13 +161,21 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--pinned",
+        type=file_name,
         metavar="MANIFEST",
         help="also check the chain still holds the heads this export's manifest pinned (implies --chain)",
     )
     p = sub.add_parser("export", parents=[common], help="the decision records as a signed hash chain")
-    p.add_argument("--out", help="the export file; its signed manifest goes beside it (FILE.manifest.json)")
     p.add_argument(
-        "--after", metavar="MANIFEST", help="continue this earlier export's chain: only what is new"
+        "--out",
+        type=file_name,
+        help="the export file; its signed manifest goes beside it (FILE.manifest.json)",
+    )
+    p.add_argument(
+        "--after",
+        type=file_name,
+        metavar="MANIFEST",
+        help="continue this earlier export's chain: only what is new",
     )
     p.add_argument(
         "--settle", type=seconds, default=60.0, help="leave records newer than this (seconds) for later"
@@ -179,7 +187,9 @@ def _parser() -> argparse.ArgumentParser:
         "verify", parents=[common], help="check an export's chain and manifest; exit 1 if broken"
     )
     p.add_argument("file", help="the export file (FILE.manifest.json beside it)")
-    p.add_argument("--after", metavar="MANIFEST", help="the earlier export this file must continue")
+    p.add_argument(
+        "--after", type=file_name, metavar="MANIFEST", help="the earlier export this file must continue"
+    )
     p.add_argument("--json", action="store_true", help="the verdict as JSON")
     p = sub.add_parser(
         "report",
@@ -199,6 +209,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="the rates and figures as JSON")
     p.add_argument(
         "--html",
+        type=file_name,
         metavar="FILE",
         help="also write the report with its charts as one static HTML file (the report extra)",
     )

@@ -9,13 +9,13 @@ import math
 import os
 import sys
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
 from .._export_file import LineError, read_lines, rewrite, strict_loads
-from .._manifest import Manifest, refuse_overwriting
+from .._manifest import Manifest, manifest_path, refuse_overwriting
 from .._owned import store_files
 from ..effects import Effect
 from ..export import ExportError
@@ -95,6 +95,14 @@ def retention_rule(text: str) -> tuple[str, float]:
 # -- output and input files
 
 
+def file_name(text: str) -> str:
+    """A file option's value: never empty (`--pinned "$MANIFEST"` with the variable unset would
+    skip the check it asks for, and `--html ""` would write nothing, both silently)."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty file name: give the file's path")
+    return text
+
+
 def _ledger_files(url: str) -> list[tuple[Path, str]]:
     """The files of a SQLite ledger, each with what it is (`_owned.store_files`)."""
     _parse(url)  # a URL that cannot be parsed: StoreUnavailable, as before anything is opened
@@ -138,17 +146,31 @@ def check_output(
 
 def check_new(option: str, *paths: Path, force: bool, after: Manifest | None = None) -> None:
     """Refuse (usage error, nothing written) an export over a file already there, an earlier
-    export or its signed manifest (evidence), unless `force`; a device, pipe or symlink (such as
-    /dev/stdout) is written into or replaced, not its target. `after`'s own export is refused
-    first, `force` or not (`refuse_overwriting`)."""
+    export or its signed manifest (evidence), unless `force`: a symlink to a file with content too
+    (`export --jsonl` writes through it); a device, a pipe, or a symlink to one or to an empty file
+    (/dev/stdout) is written into. `after`'s own export is refused first, `force` or not."""
     if after is not None:
         refuse_overwriting(paths[0], after)
     for path in [] if force else paths:
-        if path.is_file() and not path.is_symlink():
+        if path.is_file() and (not path.is_symlink() or path.stat().st_size > 0):
             raise UsageError(
                 f"{option} {paths[0]}: {path} exists (an earlier export?): give a new file name, or "
                 "--force to replace it; nothing was written"
             )
+
+
+def check_not_export(option: str, path: Path) -> None:
+    """Refuse (usage error, nothing written) a report written over an export's evidence: a file
+    with a signed manifest beside it, or a manifest itself (a completion slip would replace it)."""
+    evidence = manifest_path(path).is_file()
+    if not evidence and path.is_file():
+        with suppress(ExportError):
+            evidence = bool(Manifest.load(path))
+    if evidence:
+        raise UsageError(
+            f"{option} {path}: that is an export (or its signed manifest): give another file name; "
+            "nothing was written"
+        )
 
 
 def check_export_file(url: str, path: str) -> None:

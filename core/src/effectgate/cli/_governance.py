@@ -18,7 +18,7 @@ from ..audit import seal_rules
 from ..chain import check_keyring
 from ..context import _storable
 from ..export import ExportError, redact_export, verify_export
-from ..redact import FACTS, SubjectNotFound, entries, hold, holds, redact, release, retain
+from ..redact import FACTS, RedactionError, SubjectNotFound, entries, hold, holds, redact, release, retain
 from ._args import check_export_file, retention_rule
 from ._render import EXIT_FINDINGS, EXIT_OK, _one_line, _text, _write_json
 from ._store import NotFound, UsageError, _open, keyring_for
@@ -69,7 +69,12 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _keep(text: str) -> tuple[str, ...]:
-    return tuple(k.strip() for k in text.split(",") if k.strip())
+    """The `--keep` names; none at all (`--keep "$FACTS"`, the variable unset) is bad input: it
+    would erase the financial facts with the rest, which no later pass brings back."""
+    names = tuple(k.strip() for k in text.split(",") if k.strip())
+    if not names:
+        raise UsageError(f"--keep {text!r} names no argument: give the facts to keep; nothing was erased")
+    return names
 
 
 def _cmd_redact(args: argparse.Namespace, out: Console) -> int:
@@ -109,7 +114,15 @@ def _cmd_redact(args: argparse.Namespace, out: Console) -> int:
         found = done.rows > 0 or _has_records(store, args.user)  # none at all: a typo, likely
         # the files lose exactly what the ledger erased (with --subject: that subject's records)
         erased = entries(store) if args.export else {}
-    files = {path: _redact_file(path, args.user, erased, done.id) for path in args.export}
+        files: dict[str, int] = {}
+        for path in dict.fromkeys(args.export):  # each once; a hold placed since keeps the files' copies
+            if any(h.user_id == args.user for h in holds(store)):
+                raise RedactionError(
+                    f"redaction {done.id} erased the ledger's values, but user {args.user!r} has been "
+                    f"placed under a legal hold since: {path} was not changed (export files erased "
+                    f"before it: {', '.join(files) or 'none'})"
+                )
+            files[path] = _redact_file(path, args.user, erased, done.id)
     # checked, not assumed: a file broken before the erasure is still broken after it
     broken = {path: v.problem or "broken" for path in files if not (v := verify_export(path, keyring)).ok}
     code = EXIT_FINDINGS if broken else EXIT_OK  # as `verify` exits for a broken export

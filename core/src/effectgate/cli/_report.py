@@ -14,7 +14,7 @@ from ..errors import MissingDependency, MissingKeyring
 from ..report import Metrics, check_charts, figures, write_html
 from ..report._html import latency_cells
 from ..tokens import Keyring, keyring_for
-from ._args import check_output
+from ._args import check_not_export, check_output
 from ._render import EXIT_OK, _text, _write_json
 from ._store import UsageError, _open
 
@@ -35,6 +35,7 @@ def _cmd_report(args: argparse.Namespace, out: Console) -> int:
         page = Path(args.html)
         partial = [page.with_name(page.name + ".partial")] if page.name else []  # "/" has no name
         check_output(args.db, "--html", args.html, also=partial, renamed=True)
+        check_not_export("--html", page)
         try:
             check_charts()  # before the ledger is read: a missing extra fails at once
         except MissingDependency as exc:
