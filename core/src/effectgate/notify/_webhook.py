@@ -295,7 +295,8 @@ class WebhookNotifier:
         while True:
             item = self._queue.get()
             try:
-                if item is _STOP:
+                if item is _STOP:  # the queue is drained: the client is done with (see close)
+                    self._close_client()
                     return
                 self.deliver(item)
             except Exception:  # pragma: no cover - deliver records its own failures
@@ -310,7 +311,8 @@ class WebhookNotifier:
 
     def close(self, timeout: float | None = 30.0) -> None:
         """Deliver what is queued (up to `timeout`), stop the worker, close the HTTP client.
-        A worker still delivering after `timeout` ends once the queue is drained."""
+        A worker still delivering after `timeout` ends once the queue is drained, and closes the
+        notifier's own client then (closed under it, what it still holds would fail)."""
         with self._lock:
             stop, self._closed = not self._closed, True
             worker = self._worker
@@ -318,8 +320,14 @@ class WebhookNotifier:
                 self._queue.put_nowait(_STOP)  # after every notice queued so far (see __call__)
         if worker is not None and worker.is_alive():
             worker.join(timeout)
+        if worker is None or not worker.is_alive():
+            self._close_client()
+
+    def _close_client(self) -> None:
+        """Close the notifier's own client (a client given is the caller's to close)."""
         if self._own_client:
-            self._client.close()
+            with self._lock:
+                self._client.close()
 
     def __enter__(self) -> WebhookNotifier:
         return self

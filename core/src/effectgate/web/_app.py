@@ -18,6 +18,7 @@ proxy's shared secret (any local process can send a header).
 
 from __future__ import annotations
 
+import inspect
 import re
 import secrets
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -36,7 +37,6 @@ from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
 from .._display import (
-    card_view,
     keyring_warnings,
     pretty,
     reconciliation_queue,
@@ -66,7 +66,7 @@ from ..report._html import body as report_body
 from ..stores._statements import possible_id
 from ._auth import ApproverRegistry, RegisteredApprover, csrf_ok, csrf_token
 from ._guard import LOCAL_HOSTS, MIN_SSO_SECRET, PROXY_HEADER, SecurityHeaders, from_proxy, host_guard
-from ._history import history_context
+from ._history import card_context, history_context
 from ._reconciling import unsettled_message
 from ._sessions import LoginThrottle, Sessions
 
@@ -93,8 +93,8 @@ def create_app(
     latency_targets: Mapping[str, float] | None = None,
 ) -> Starlette:
     """The inbox over `gate`. `on_grant(grant)` receives each minted grant (e.g. to resume the
-    agent, or `gate.execute(grant.token)` for a backend that executes on approval) and may return
-    a result to show; without it the page shows the grant token once, for the application.
+    agent, or `gate.execute(grant.token)` for a backend that executes on approval; an `async def`
+    is awaited) and may return a result to show; without it the page shows the grant token once.
     `sso_header`: the header a trusted proxy sets; its value goes through `approvers.verify` (or
     is the approver id itself without one) and must name a registered approver. It counts only
     on a request whose `X-Effectgate-Proxy-Secret` header equals `sso_secret` (at least 16
@@ -228,7 +228,7 @@ def create_app(
 
     async def show(request: Request, me: RegisteredApprover) -> Response:
         try:
-            context = await run_in_threadpool(card_view, gate, request.path_params["id"])
+            context = await run_in_threadpool(card_context, gate, request.path_params["id"])
         except UnknownApproval:
             return page(request, "message.html", 404, title="Not found", message="No such approval.")
         card: Card = context["card"]
@@ -299,6 +299,7 @@ def create_app(
             if on_grant is not None:
                 try:
                     shown = await run_in_threadpool(on_grant, outcome)
+                    shown = await shown if inspect.isawaitable(shown) else shown  # an async on_grant
                 except Exception as exc:  # the decision stands: say what happened, never a bare 500
                     shown = f"the application could not use the grant: {type(exc).__name__}: {exc}"
             else:

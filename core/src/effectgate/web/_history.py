@@ -4,21 +4,66 @@ and its run, every one verified against the keyring before it is shown as anyone
 The status column is not sealed: what a row shows as its status is what the append-only
 executions and the sealed denials say (as in a subject's history, `Ledger.history`), and a
 call that ran or was denied stays listed even when its column was edited back to 'pending'
-(the inbox does not offer it either: it would be on no page). Such a row is flagged."""
+(the inbox does not offer it either: it would be on no page). Such a row is flagged, and so is
+one whose column claims a run or a denial (executed, failed, denied) that neither the executions
+nor a sealed denial record: it is shown as what it is (pending, or approved once granted). A
+card shows its status the same way (`card_status`)."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from typing import Any
 
-from .._display import stored_json
+from .._display import card_view, stored_json
 from .._ledger import RAN_STATUS
 from .._seal import approval_verifies, decision_intact
 from ..gate import EffectGate
+from ..stores.records import ApprovalRow
 
 DECIDED = ["executed", "failed", "denied", "expired", "rejected", "approved"]
 # what the executions (and a grant presented) say an approval's status is, whatever its column says
 _RAN = {**RAN_STATUS, "failed": "failed"}
+# what a status column claims that only an execution (a run, a failure) or a sealed denial records
+_RECORDED = ("executed", "failed", "denied")
+
+
+def said_status(row: ApprovalRow, ran: str | None, denied: bool, verified: bool) -> str:
+    """The status the executions (`ran`, see `store.execution_outcomes`) and a sealed denial of
+    the row's version (`denied`) say the row has; its column only where they say nothing and it
+    claims nothing they would record. A row that does not verify under this keyring (`verified`:
+    flagged so) keeps its column: its denial may be sealed under a key this keyring lacks."""
+    if ran:
+        return _RAN.get(ran, row.status)
+    if denied:
+        return "denied"
+    if verified and row.status in _RECORDED:  # edited in the database: nothing ran, no one denied it
+        return "approved" if row.grants else "pending"
+    return row.status
+
+
+def card_status(gate: EffectGate, approval_id: str) -> tuple[str, str] | None:
+    """The status column of `approval_id` and what its card shows as its status (`said_status`),
+    read together (a call that ran since the card was read is no edit); None when it is gone."""
+    store = gate.store
+    with store.reading() as conn:
+        row = store.approval(conn, approval_id)
+        if row is None:
+            return None
+        ran = store.execution_outcomes(conn, [row.id]).get(row.id)
+        denied = any(
+            d.decision == "deny" and decision_intact(gate.keyring, d)
+            for d in store.decisions(conn, row.id, row.version)
+        )
+    return row.status, said_status(row, ran, denied, approval_verifies(gate.keyring, row))
+
+
+def card_context(gate: EffectGate, approval_id: str) -> dict[str, Any]:
+    """`card_view`, with the status column (`column`) and the status the card shows (`shown`,
+    see `card_status`). Raises UnknownApproval."""
+    context = card_view(gate, approval_id)
+    card = context["card"]
+    column, shown = card_status(gate, card.approval_id) or (card.status, card.status)
+    return {**context, "column": column, "shown": shown}
 
 
 def history_context(gate: EffectGate) -> dict[str, Any]:
@@ -33,16 +78,16 @@ def history_context(gate: EffectGate) -> dict[str, Any]:
     with store.reading() as conn:
         ran = store.execution_outcomes(conn, [r.id for r in (*rows, *waiting)])
     rows = [r for r in waiting if r.id in ran or (r.id, r.version) in denied] + rows
+    # flagged, as on their cards
+    unverified = {r.id for r in rows if not approval_verifies(gate.keyring, r)}
     status = {
-        r.id: _RAN.get(ran.get(r.id, ""), "denied" if (r.id, r.version) in denied else r.status) for r in rows
+        r.id: said_status(r, ran.get(r.id), (r.id, r.version) in denied, r.id not in unverified) for r in rows
     }
     results = {
         e.approval_id: {"status": e.status, "result": stored_json(e.result_json)}
         for e in store.executions()
         if e.approval_id
     }
-    # flagged, as on their cards
-    unverified = {r.id for r in rows if not approval_verifies(gate.keyring, r)}
     edited = {r.id for r in rows if status[r.id] != r.status}
     return {
         "rows": rows,
