@@ -6,6 +6,7 @@ committed, and records a hook that raises. A hook never blocks or breaks a call.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -23,6 +24,28 @@ NotificationKind = Literal["pending", "expiring", "needs_reconciliation"]
 
 def _no_record(kind: str, detail: Mapping[str, Any]) -> None:
     return None
+
+
+def _sync_hook(hook: object, what: str) -> None:
+    """Refuse (TypeError) an `async def` hook: the gate calls hooks synchronously after a
+    commit, and a coroutine nobody awaits is a notice lost without a trace."""
+    call = getattr(hook, "__call__", None)  # noqa: B004 - an object whose __call__ is async
+    if inspect.iscoroutinefunction(hook) or inspect.iscoroutinefunction(call):
+        raise TypeError(
+            f"{what} is an async function, and the gate calls it synchronously after its commit "
+            "(the notice would be a coroutine no one awaits): give a plain function, which may "
+            "hand the notice to your event loop (asyncio.run_coroutine_threadsafe)"
+        )
+
+
+def _called(hook: Callable[[Any], Any], notice: Any) -> None:
+    """`hook(notice)`; a result that is awaitable (a plain function returning a coroutine) is
+    a notice no one will deliver: closed, and raised as the hook's failure."""
+    result = hook(notice)
+    if inspect.isawaitable(result):
+        if inspect.iscoroutine(result):
+            result.close()  # never awaited: no "never awaited" warning at its collection
+        raise TypeError("the hook returned an awaitable, which the gate never awaits: nothing was sent")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,6 +100,10 @@ class Notices:
         self.clock = deps.clock
         self.events = events
         self.notifiers = tuple(notifiers)
+        for hook in self.notifiers:
+            _sync_hook(hook, "a notifier")
+        if on_needs_reconciliation is not None:
+            _sync_hook(on_needs_reconciliation, "on_needs_reconciliation")
         self.on_needs_reconciliation = on_needs_reconciliation
         self.ledger = ledger
 
@@ -138,7 +165,7 @@ class Notices:
         )
         for hook in self.notifiers:
             try:
-                hook(notice)
+                _called(hook, notice)
             except Exception as exc:  # a notifier must never break the gate; its failure is kept
                 try:
                     notice.record("notify_failed", {"notification": kind, "error": repr(exc)})
@@ -195,7 +222,7 @@ class Notices:
         event = self.events.event
         detail: dict[str, Any]
         try:
-            hook(notice)
+            _called(hook, notice)
             kind, detail = "notified", {"role": notice.approver_role}
         except Exception as exc:
             kind, detail = "notify_failed", {"error": repr(exc)}
