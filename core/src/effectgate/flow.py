@@ -2,19 +2,18 @@
 
 The gate writes each operation once, as a generator (a `Flow`) that yields an `Invoke` whenever
 it needs a tool (or a check) to run and receives the tool's return value (or its exception) back.
-The sync driver runs everything inline. The async driver runs the store work between yields in a
-worker thread, so the event loop never waits on the database, and awaits coroutine tools on the
-loop.
+The sync driver runs everything inline; the async one runs the store work between yields in a
+worker thread (the event loop never waits on the database) and awaits coroutine tools on the loop.
 
 Adapters compose the gate's flows (`gate.flows`) into their own with `yield from`, and may yield
-requests of their own (LangGraph's "ask a person" pause): the drivers hand every request that is
-not an `Invoke` to `other(request)` and send back what it returns (an exception it raises, such
-as LangGraph's interrupt, propagates out of the driver).
+requests of their own (LangGraph's "ask a person" pause): the drivers send back what
+`other(request)` returns for a request that is not an `Invoke` (what it raises propagates).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import inspect
@@ -24,16 +23,15 @@ from typing import Any, TypeVar
 
 from ._logging import logger
 from .context import ToolContext
-from .errors import EffectGateError
+from .errors import EffectGateError, OutcomeUnknown
 
 T = TypeVar("T")
 _log = logger("effectgate._execution")  # a raising handler must not skip _abandon
 
 
 class Invoke:
-    """Run `fn(**args)` (plus the ToolContext parameters it declares) and send back the result.
-
-    A plain slotted class, not a dataclass: one is built per tool call on the read hot path."""
+    """Run `fn(**args)` (plus the ToolContext parameters it declares) and send back the result (a
+    plain slotted class, not a dataclass: one is built per tool call on the read hot path)."""
 
     __slots__ = ("args", "context_params", "fn", "tool_context")
 
@@ -60,16 +58,10 @@ class Invoke:
 
 Flow = Generator[Invoke, Any, T]
 
-
-def _call_sync(req: Invoke) -> Any:
-    return run_sync(req.fn, req.kwargs())
-
-
 _ASYNC_ON_LOOP = (
     "this tool is async and an event loop is running: use the gate's async methods "
     "(acall, aexecute) instead of call/execute"
 )
-
 
 #: An attribute a tool function may carry: a callable that raises where the tool cannot run at
 #: all (an adapter's native tool outside the framework's own call), checked before anything is
@@ -81,16 +73,18 @@ def refuse_async_on_loop(fn: Callable[..., Any]) -> None:
     """Raise RuntimeError, before anything is claimed, where `drive` would refuse `fn`'s
     coroutine only after the claim: an async tool driven synchronously on a thread whose event
     loop is running (a notebook cell calling `execute`). The async driver runs a flow's steps in
-    worker threads, where no loop runs, so this passes there. `fn`'s `READY_CHECK`, if any, runs
-    first; before it, `refuse_abandoned` (a step's next call claims nothing for a cancelled task)."""
+    worker threads, where no loop runs. First `refuse_abandoned`, then `fn`'s `READY_CHECK`."""
     refuse_abandoned()
     while isinstance(fn, functools.partial):
         fn = fn.func
     ready = getattr(fn, READY_CHECK, None)
     if ready is not None:
         ready()
-    # an object whose `__call__` is a coroutine function is as async as an `async def`
-    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__):
+    try:  # as async as an `async def`: one behind a plain decorator (`functools.wraps`) and
+        tools: tuple[Any, ...] = (fn, inspect.unwrap(fn))  # an object with an async `__call__`
+    except ValueError:  # a cycle of `__wrapped__`
+        tools = (fn,)
+    if any(inspect.iscoroutinefunction(f) or inspect.iscoroutinefunction(type(f).__call__) for f in tools):
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -117,13 +111,14 @@ def run_sync(fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(_await(value))
+        with asyncio.Runner(loop_factory=asyncio.new_event_loop) as runner:  # not `asyncio.run`: it
+            return runner.run(_own(value))  # unsets the thread's event loop, which the caller may use
     coro = value.get_coro() if isinstance(value, asyncio.Task) else value  # a task it scheduled here
     unrun = inspect.iscoroutine(coro) and inspect.getcoroutinestate(coro) == inspect.CORO_CREATED
     close = getattr(value, "cancel" if unrun and coro is not value else "close", None)  # unrun: stopped
     if callable(close):
         close()
-    raise (NotStarted if unrun else RuntimeError)(_ASYNC_ON_LOOP)
+    raise (NotStarted if unrun else Unfinished)(_ASYNC_ON_LOOP)
 
 
 def _stopped(stop: StopIteration) -> RuntimeError:
@@ -135,15 +130,17 @@ def _stopped(stop: StopIteration) -> RuntimeError:
 
 
 class NotStarted(RuntimeError):
-    """A tool's coroutine refused on a running loop before its first step (a plain function that
-    returns one, which `refuse_async_on_loop` cannot tell from a sync tool): nothing ran, so its
-    record is a definite failure, not an unknown outcome."""
+    """A tool's coroutine refused on a running loop before its first step (from a plain function
+    that returns one): nothing ran, so its record is a definite failure, not an unknown outcome."""
+
+
+class Unfinished(OutcomeUnknown, RuntimeError):
+    """A tool's awaitable left unfinished: started but refused on a loop, or cancelled from within."""
 
 
 class Abandoned(RuntimeError):
-    """What `refuse_async_on_loop` raises before a claim in a flow its task left to a worker
-    thread (cancelled, interrupted): the outcome of the tool that ran is stored (`_Worker`), and
-    the flow goes on no further than that (a step's next write is not claimed, never to run)."""
+    """Raised before a claim in a flow its task left to a worker thread (cancelled, interrupted):
+    the outcome of the tool that ran is stored (`_Worker`), and nothing more is claimed."""
 
 
 _jobs = threading.local()  # `.worker`: the `_Worker` whose store work runs on this thread
@@ -151,8 +148,15 @@ _ASYNC_CANCELLED = "the call was cancelled before its coroutine ran"
 _PLAIN = frozenset({dict, list, str, int, float, bool, type(None), tuple})
 
 
-async def _await(value: Any) -> Any:
-    return await value
+async def _own(value: Any) -> Any:
+    """Await a tool's awaitable; a CancelledError of its own, while its call was not cancelled,
+    is its unknown outcome (an error), not its caller's cancellation."""
+    try:
+        return await value
+    except asyncio.CancelledError as exc:
+        if (task := asyncio.current_task()) is None or task.cancelling():
+            raise
+        raise Unfinished("the tool's coroutine raised CancelledError (its call was not cancelled)") from exc
 
 
 Other = Callable[[Any], Any]
@@ -183,7 +187,7 @@ def _drive(flow: Generator[Any, Any, T], other: Other) -> T:
                 req = flow.send(other(req))
                 continue
             try:
-                value = _call_sync(req)
+                value = run_sync(req.fn, req.kwargs())
             except Exception as exc:
                 req = flow.throw(exc)
                 continue
@@ -196,9 +200,8 @@ def _drive(flow: Generator[Any, Any, T], other: Other) -> T:
 
 
 def _abandon(flow: Generator[Any, Any, Any]) -> None:
-    """A flow left at a tool that never returned (KeyboardInterrupt, a cancelled task): closed
-    now, so its `finally` blocks run (the lease stops being renewed) rather than whenever the
-    generator is collected, which a kept exception (a REPL's last one) can put off for ever."""
+    """A flow left at a tool that never returned (KeyboardInterrupt, a cancelled task): closed now,
+    its `finally` blocks run (its lease released), not when a kept exception lets it be collected."""
     try:
         flow.close()
     except ValueError:  # running in another thread: an async flow's, left to it (`_Worker`)
@@ -229,11 +232,10 @@ async def adrive(flow: Generator[Any, Any, T], *, other: Other = _refuse_other) 
 class _Worker:
     """The part of an async flow that runs in a worker thread (a store step, a sync tool). A task
     cancelled meanwhile cannot stop that thread: the flow is left to it, never closed under it
-    (its lease would lapse while its tool still ran). A tool that ends has its outcome stored,
-    also when the task ended just before taking it; a store step that ends closes the flow, and
-    one still queued runs only if it stores a tool's outcome (no tool starts for a cancelled
-    call, and nothing more is claimed: `Abandoned`). Jobs are shielded from the task's
-    cancellation and run in a copy of its context, as `asyncio.to_thread` runs them."""
+    (its lease would lapse while its tool still ran). A tool that ends has its outcome stored, also
+    when the task ended just before taking it; a store step that ends closes the flow, one still
+    queued runs only if it stores a tool's outcome (no tool starts for a cancelled call, nothing
+    more is claimed: `Abandoned`). Jobs are shielded, in a copy of the context (`to_thread`)."""
 
     __slots__ = ("abandoned", "busy", "flow", "handover", "lock")
 
@@ -258,20 +260,17 @@ class _Worker:
             with self.lock:
                 self.busy = False
             raise
+        taken = True
         try:
-            value = await asyncio.shield(fut)
+            return await asyncio.shield(fut)
         except (asyncio.CancelledError, GeneratorExit):  # GeneratorExit: a pending task collected
-            fut.add_done_callback(_retrieved)  # its error, if any, is the flow's (not logged again)
-            raise  # a tool's outcome stays in `handover`, for `abandon`
-        except BaseException:
-            self._taken()
+            taken = False  # a tool's outcome stays in `handover`, for `abandon`
+            fut.add_done_callback(functools.partial(_retrieved, call))
             raise
-        self._taken()
-        return value
-
-    def _taken(self) -> None:
-        with self.lock:
-            self.handover = None
+        finally:
+            if taken:
+                with self.lock:
+                    self.handover = None
 
     def _step(self, step: Callable[[], Any], outcome: bool) -> Any:
         with self.lock:
@@ -322,8 +321,7 @@ class _Worker:
         self.store(returned, value)
 
     def store(self, returned: bool, value: Any) -> None:
-        """Store a tool's outcome in an abandoned flow (a value it returned, or the exception it
-        raised), then close the flow: whatever it asks for next is not run."""
+        """Store a tool's outcome (its value or exception) in an abandoned flow, then close it."""
         if returned and inspect.isawaitable(value):  # an async result nobody awaits now
             unrun = inspect.iscoroutine(value) and inspect.getcoroutinestate(value) == inspect.CORO_CREATED
             getattr(value, "close", lambda: None)()
@@ -348,9 +346,8 @@ class _Worker:
         _abandon(self.flow)
 
     def abandon(self) -> None:
-        """The task ended early (cancelled, interrupted): leave the flow to the thread whose job
-        is running or queued, store a tool's outcome the task did not take (in a worker thread:
-        it is store work), or close the flow now."""
+        """The task ended early (cancelled, interrupted): leave the flow to the thread whose job is
+        running or queued, store a tool's outcome the task did not take (store work), or close it."""
         with self.lock:
             self.abandoned = True  # whatever runs of it from now on claims nothing more
             if self.busy:
@@ -366,9 +363,13 @@ class _Worker:
             job()
 
 
-def _retrieved(fut: asyncio.Future[Any]) -> None:
+def _retrieved(call: Callable[[], Any], fut: asyncio.Future[Any]) -> None:
+    """A job left to its thread: its error is the flow's; one its executor dropped unrun runs here."""
     if not fut.cancelled():
         fut.exception()
+        return
+    with contextlib.suppress(Exception):  # the flow's own error, recorded before it was raised
+        call()
 
 
 async def _adrive(flow: Generator[Any, Any, T], other: Other, worker: _Worker) -> T:
@@ -381,11 +382,11 @@ async def _adrive(flow: Generator[Any, Any, T], other: Other, worker: _Worker) -
         req: Invoke = out
         try:
             if inspect.iscoroutinefunction(req.fn):
-                value = await req.fn(**req.kwargs())
+                value = await _own(req.fn(**req.kwargs()))
             else:
                 value = await worker.tool(req.fn, req.kwargs())
                 if inspect.isawaitable(value):
-                    value = await value
+                    value = await _own(value)
         except Exception as exc:
             out = await worker.step(lambda e=exc: flow.throw(e), outcome=True)  # type: ignore[misc]
             continue
@@ -394,7 +395,6 @@ async def _adrive(flow: Generator[Any, Any, T], other: Other, worker: _Worker) -
 
 
 def done(fn: Callable[..., T], *args: Any, **kwargs: Any) -> Flow[T]:
-    """A flow with no tool to run: `fn(*args, **kwargs)` is its value. It runs at the flow's first
-    step, so the async driver runs it (store work) in its worker thread."""
+    """A flow with no tool to run: `fn(*args, **kwargs)`, at its first step (store work)."""
     yield from ()  # a generator: nothing runs until the driver asks
     return fn(*args, **kwargs)

@@ -37,6 +37,8 @@ class Step:
 
 
 def call(name: str, /, *, id: str | None = None, **args: Any) -> Call:
+    """A call of `name` with `args`; `id=` is the call's id, never an argument (for a tool that
+    takes an argument named `id`, write `Call(name, {"id": ...})`)."""
     return Call(name, args) if id is None else Call(name, args, id)
 
 
