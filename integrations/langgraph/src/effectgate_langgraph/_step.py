@@ -55,6 +55,7 @@ from ._decisions import (
 from ._hitl import HITL_REJECT, HOW_TO_ANSWER, NO_APPROVER, UNCONFIRMED, in_proposal_order, is_hitl, matched
 from ._identity import call_hash, call_id, reused_ids
 from ._shown import Answer, Ask, Pauses, asker, askip_answered, record, refusal, shown, skip_answered
+from ._unknown import settle_unknown
 
 #: The application's approver for HITL decisions in this run (`effectgate.adapter.native_approver`).
 ApproverOf = Callable[[], Approver | None]
@@ -83,7 +84,7 @@ class _Slot:
 StepFlow = Generator[Any, Any, dict[str, Settled]]
 
 
-def _slot(gate: EffectGate, call: ToolCall, outcome: Outcome, ctx: CallContext) -> _Slot:
+def _slot(gate: EffectGate, call: ToolCall, outcome: Outcome | BaseException, ctx: CallContext) -> _Slot:
     """A waiting call stands for its approval's frozen arguments. When those differ from the call
     in the checkpoint, the difference must be a reviewer's edit: the checkpoint's arguments are an
     earlier version of this approval proposed by this same user message, and every later version
@@ -160,7 +161,8 @@ def settle_step(
     gated = [c for c in calls if is_gated(gate, c["name"]) and call_id(c) not in reused]
     if not gated:
         return {}
-    outcomes = yield from gate.flows.call_step([(c["name"], c["args"], c.get("id")) for c in gated], ctx)
+    registered = yield from gate.flows.call_step([(c["name"], c["args"], c.get("id")) for c in gated], ctx)
+    outcomes = yield from flow.done(settle_unknown, gate, registered)  # a run of unknown outcome is settled
     slots = {
         call_id(c): _slot(gate, c, o, ctx)
         for c, o in zip(gated, outcomes, strict=True)
