@@ -61,6 +61,7 @@ class Keyring:
     def __init__(self, keys: Mapping[str, bytes], *, current: str) -> None:
         if current not in keys:
             raise ValueError(f"current key id {current!r} is not in the keyring")
+        firsts: dict[bytes, str] = {}  # secret -> its first key id (a rotation must change the secret)
         for kid, secret in keys.items():
             if not _KID.fullmatch(kid):
                 raise ValueError("a key id must be 1-32 letters, digits, '_' or '-'")  # not echoed
@@ -71,6 +72,8 @@ class Keyring:
                     f"key {kid!r} is not random (all zeros, or a few repeated bytes): make one with "
                     'python -c "import secrets; print(secrets.token_hex(32))"'
                 )
+            if firsts.setdefault(secret, kid) != kid:
+                raise ValueError(f"key {kid!r} has the secret of key {firsts[secret]!r}: give each its own")
         self._keys = dict(keys)
         self.current = current
         self._derived: dict[tuple[str, str], bytes] = {}
@@ -112,7 +115,7 @@ class Keyring:
             try:
                 keys[kid] = bytes.fromhex(hexkey)
             except ValueError:
-                raise ValueError(f"key {kid!r} is not hex (kid:hexsecret)") from None
+                raise ValueError(f"key {kid!r} is not hex (kid:hexsecret[,kid:hexsecret...])") from None
         if not keys:
             raise ValueError("empty keyring")
         return cls(keys, current=next(iter(keys)))

@@ -142,6 +142,17 @@ def possible_id(approval_id: object) -> bool:
     return approval_id.isascii() or _SURROGATE.search(approval_id) is None
 
 
+def version_of(key: str, value: Any) -> int:
+    """An intent key's recorded version as read back: an int, else (a column edited outside
+    effectgate: SQLite keeps text or a real in it) a StoreError naming the key, not a bare
+    ValueError from `int()` (or a huge real taken as a version)."""
+    if type(value) is int:
+        return value
+    raise StoreError(
+        f"intent key {key}: its recorded version is not a version number (edited outside effectgate)"
+    )
+
+
 _new = object.__new__
 
 

@@ -204,6 +204,10 @@ class IdempotencyStore(ABC):
                 raise NeedsReconciliation(
                     key, record.error or "outcome unknown", provider_ref=record.provider_ref
                 )
+            if type(record.attempts) is not int:  # edited outside effectgate (SQLite keeps any type)
+                raise StoreError(
+                    f"idempotency record {key}: its attempts are not a count (edited outside effectgate)"
+                )
             # a new attempt: the earlier one's error and provider reference are not its own
             retry = {
                 **lease,

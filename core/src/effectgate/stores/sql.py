@@ -259,7 +259,7 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, ReadingSQL, IdempotencyStor
     def key_version(self, conn: Connection, key: str) -> int | None:
         """The approval version an intent key was recorded against."""
         row = self._x(conn, S.KEY_VERSION, {"p_key": key}).fetchone()
-        return None if row is None else int(row[0])
+        return None if row is None else S.version_of(key, row[0])
 
     def pending_of_session(self, conn: Connection, session_id: str) -> list[ApprovalRow]:
         """The session's pending approvals, lapsed or not, newest first (one read for what
