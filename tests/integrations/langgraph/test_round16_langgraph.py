@@ -11,6 +11,7 @@ approval is executing) and the step never settled.
 from __future__ import annotations
 
 import asyncio
+import inspect
 from pathlib import Path
 from typing import Any
 
@@ -200,6 +201,10 @@ def test_two_native_reviewers_under_ainvoke_and_an_async_sqlite_saver(
 ) -> None:
     """On AsyncSqliteSaver, pia's approve replayed when pat's reject resumes the step is not
     applied again as pat's: the deletion is denied and nothing runs."""
+    aiosqlite = pytest.importorskip("aiosqlite")
+    calls = "is_alive" in inspect.getsource(AsyncSqliteSaver.setup)  # langgraph-checkpoint-sqlite 3.0
+    if calls and not hasattr(aiosqlite.Connection, "is_alive"):  # which aiosqlite 0.22 dropped
+        pytest.skip("this aiosqlite and langgraph-checkpoint-sqlite do not work together (is_alive)")
 
     async def run() -> None:
         async with AsyncSqliteSaver.from_conn_string(str(tmp_path / "checkpoints.db")) as saver:
