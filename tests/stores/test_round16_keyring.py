@@ -9,8 +9,9 @@ Defect found (failed before its fix):
 - entries written one per line were refused as "key 'k1' is not hex (kid:hexsecret)": the
   message now shows the comma-separated form.
 
-Strict xfail: a grant over an approval whose first decision was sealed with a retired key is
-refused as "tampered" (the audit says decision_forged), not as a keyring mismatch naming the key.
+A grant over an approval whose first decision was sealed with a retired key was refused as
+"tampered"; since round 17 it is refused as a keyring mismatch naming the key (the audit still
+reports decision_forged: it cannot tell a retired key from an edited key id).
 """
 
 from __future__ import annotations
@@ -171,13 +172,6 @@ def test_a_retired_key_refuses_and_the_grant_is_not_spent(
         assert [e.payload for e in receiver.effects] == [{"account": "a1"}, {"account": "a2"}]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a decision sealed with a key the keyring no longer holds is counted as not valid: "
-    "execute refuses the grant as 'tampered' (and records token_refused tampered), the audit "
-    "reports decision_forged; the seal names its key id, so _execution.py/_seal.py could say "
-    "keyring_mismatch naming it, as the cards do (ForeignSeal)",
-)
 def test_a_grant_over_an_approval_sealed_with_a_retired_key_is_refused_as_a_keyring_mismatch(
     wiping: tuple[EffectTable, EffectRecorder], store: SQLStore, clock: FakeClock
 ) -> None:

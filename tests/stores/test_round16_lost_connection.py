@@ -7,13 +7,15 @@ exit 5; `store.lost_connection` recognises it), nothing of its transaction is wr
 same operation run again completes, its effect at the receiver once. This holds today.
 
 Both databases (simulated as `tests/core/test_lost_connection.py` does: the COMMIT lands and its
-reply is lost, as in a failover): two cases where a grant is lost, kept as strict xfails (the fix
-belongs to `_decisions.py` / `_execution.py`, outside the stores):
-- approve: the decision and the grant's hash are committed, the approver never gets the token,
-  and approving again is `AlreadyDecided`: nobody holds a grant until it lapses.
-- execute: the claim (token_used, the record in flight under this run's lease) is committed and
-  the tool never runs; presenting the grant again is `TokenError("used")`, and after the lease
-  `recover` asks a person about a call that never started.
+reply is lost, as in a failover): two cases where a grant was lost, fixed in round 17 by reading
+back what the transaction committed (`Decisions.landed`, `Execution.landed`):
+- approve: the decision and the grant's hash were committed, the approver never got the token,
+  and approving again was `AlreadyDecided`: nobody held a grant until it lapsed. Now the approval
+  row, read back and verified, holds the minted grant's hash: the grant is returned.
+- execute: the claim (token_used, the record in flight under this run's lease) was committed and
+  the tool never ran; presenting the grant again was `TokenError("used")`, and after the lease
+  `recover` asked a person about a call that never started. Now the record, read back, is in
+  flight under this claim's owner: the tool runs, once.
 """
 
 from __future__ import annotations
@@ -189,12 +191,6 @@ class LostReply:
         monkeypatch.setattr(_dialect, "driver_end", landed_then_lost)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="approve: a COMMIT that landed with its reply lost leaves the grant minted and unknown "
-    "to anyone; approving again is AlreadyDecided (fix in _decisions.py: on a lost connection, "
-    "read the decision back and return the grant it committed)",
-)
 def test_an_approval_whose_commit_landed_and_reply_was_lost_still_yields_its_grant(
     paying: tuple[EffectGate, EffectRecorder], store: SQLStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -213,12 +209,6 @@ def test_an_approval_whose_commit_landed_and_reply_was_lost_still_yields_its_gra
     assert receiver.count("pay") == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="execute: a claim whose COMMIT landed with its reply lost spends the grant and never "
-    "runs the tool (fix in _execution.py: on a lost connection, load the record; in flight under "
-    "this claim's owner means the claim landed: run the tool)",
-)
 def test_an_execution_whose_claim_commit_landed_and_reply_was_lost_runs_once(
     paying: tuple[EffectGate, EffectRecorder], store: SQLStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -13,9 +13,10 @@ with its error and code; a tampered record at WARNING. Never a token.
 
 from __future__ import annotations
 
+import hmac
 from typing import Any
 
-from ._deps import Deps, Events
+from ._deps import Deps, Events, connection_lost
 from ._json import parse
 from ._ledger import Ledger, context_of, grant_live, in_scope, past
 from ._logging import logger
@@ -78,11 +79,16 @@ class Decisions:
     def approve(self, approval_id: str, *, version: int, approver: Approver) -> Decision:
         """Approve one version (see `_approve`), logged."""
         _an_approver(approver)
+        minted: list[Grant] = []
         try:
-            decision = self._approve(approval_id, version=version, approver=approver)
+            decision = self._approve(approval_id, version=version, approver=approver, minted=minted)
         except EffectGateError as exc:
             _log_refused("approve", approval_id, approver, exc)
             raise
+        except Exception as exc:
+            if not minted or not self.landed(minted[0], exc):
+                raise
+            decision = minted[0]
         if isinstance(decision, Grant):
             log.info(
                 "approval granted: approval=%s version=%d approver=%r role=%s",
@@ -106,13 +112,39 @@ class Decisions:
             )
         return decision
 
-    def _approve(self, approval_id: str, *, version: int, approver: Approver) -> Decision:
+    def landed(self, grant: Grant, exc: Exception) -> bool:
+        """Whether the transaction that minted `grant` committed although `exc` (the connection
+        lost, its reply never received: a failover) says otherwise: the approval, read back and
+        verified, holds this grant's hash. The grant is then returned; the token exists nowhere
+        else (only its hash is stored), so raising would leave a grant nobody holds."""
+        if not connection_lost(self.store, exc):
+            return False
+        with self.store.reading() as conn:
+            row = self.store.approval(conn, grant.approval_id)
+        held = (
+            row is not None
+            and row.status == "approved"
+            and row.version == grant.version
+            and isinstance(row.token_hash, str)
+            and hmac.compare_digest(row.token_hash.encode(), token_hash(grant.token).encode())
+            and approval_intact(self.keyring, row)
+        )
+        if held:
+            log.warning(
+                "connection lost after the grant was committed (it was): approval=%s", grant.approval_id
+            )
+        return held
+
+    def _approve(
+        self, approval_id: str, *, version: int, approver: Approver, minted: list[Grant]
+    ) -> Decision:
         """Approve one version. Checks role (after escalation), version, expiry, that the approver
         did not make the call (unless `Policy.self_approval`), and re-runs `scope` and `confirm`.
         Returns a `Grant`, or a `PartialApproval` while more distinct approvers are needed. An
         approved version whose grant lapsed unpresented can be granted again, by as many distinct
         approvers as the first grant needed (see `_lapsed`). Raises an `ApprovalError` (or a
-        `PolicyViolation`) and changes nothing otherwise."""
+        `PolicyViolation`) and changes nothing otherwise. A grant is put in `minted` before its
+        transaction commits (see `landed`)."""
         expired = False
         with self.store.transaction() as conn:
             row = self.decidable(conn, approval_id, approver, allow=("pending", "approved"))
@@ -149,9 +181,11 @@ class Decisions:
                         approval_id=row.id, version=row.version, approvals=len(given) + 1, required=required
                     )
                 if regrant:
-                    return self.mint(conn, row, approver, "regranted", {}, expect="approved")
-                decided = {"status": "approved", "decided_at": self.clock.now()}
-                return self.mint(conn, row, approver, "approved", decided, expect="pending")
+                    minted.append(self.mint(conn, row, approver, "regranted", {}, expect="approved"))
+                else:
+                    decided = {"status": "approved", "decided_at": self.clock.now()}
+                    minted.append(self.mint(conn, row, approver, "approved", decided, expect="pending"))
+                return minted[0]
         assert expired
         raise ApprovalExpired(approval_id)
 

@@ -40,6 +40,19 @@ def _nothing() -> None:
     return None
 
 
+def connection_lost(store: Store, exc: BaseException, handled: BaseException | None = None) -> bool:
+    """Whether a store operation failed because the database connection was lost (its COMMIT's
+    outcome unknown). A loss in the middle of a transaction surfaces as its ROLLBACK's error,
+    raised while handling the loss: the exceptions raised since the transaction began are looked
+    at (`__context__`), not what the caller was already handling when it called (`handled`)."""
+    seen: BaseException | None = exc
+    while seen is not None and seen is not handled:
+        if store.lost_connection(seen):
+            return True
+        seen = seen.__context__
+    return False
+
+
 @dataclass(frozen=True, kw_only=True)
 class Deps:
     """What every part of the gate reads: the table, the store, the policy, keys, time, ids."""

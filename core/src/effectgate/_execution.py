@@ -26,12 +26,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from . import flow
-from ._deps import Deps, Events
+from ._deps import Deps, Events, connection_lost
 from ._json import parse
 from ._ledger import Ledger, context_of
 from ._logging import logger
 from ._notice import Notices
-from ._seal import approval_intact, approval_verifies
+from ._seal import approval_intact, approval_verifies, foreign_key, mismatch
 from ._settle import Settlement, log_outcome
 from .canonical import args_hash, freeze
 from .context import ToolContext
@@ -81,6 +81,8 @@ class Execution:
     def execute_flow(self, token: str, args: Mapping[str, Any] | None) -> flow.Flow[Executed]:
         deferred: NeedsReconciliation | None = None
         claims: TokenClaims | None = None
+        claim: Claimed | Stored | None = None
+        row: ApprovalRow | None = None
         try:
             claims = Keyring.read(token)
             with self.store.transaction() as conn:
@@ -195,6 +197,9 @@ class Execution:
                 claims.version if claims is not None else None,
             )
             raise
+        except Exception as exc:  # the claim committed, its reply lost: the tool runs (see `landed`)
+            if row is None or not isinstance(claim, Claimed) or not self.landed(row, claim, exc):
+                raise
         if deferred is not None:
             log_outcome("needs_reconciliation (outcome unknown)", row.tool, row, key, deferred.reason)
             self.notices.unknown_outcome(row, key, deferred.reason, deferred.provider_ref)
@@ -221,6 +226,24 @@ class Execution:
         )
         return result
 
+    def landed(self, row: ApprovalRow, claim: Claimed, exc: Exception) -> bool:
+        """Whether the claim's transaction committed although `exc` (the connection lost, its
+        reply never received: a failover) says otherwise: the record, read back, is in flight
+        under this claim's lease for these arguments. The grant was then spent by this very call,
+        so the tool runs now; raising would leave it spent and the call never run."""
+        if not connection_lost(self.store, exc):
+            return False
+        record = self.store.get(exec_key(row))
+        held = (
+            record is not None
+            and record.status == "in_progress"
+            and record.lease_owner == claim.owner
+            and record.payload_hash == row.args_hash
+        )
+        if held:
+            log.warning("connection lost after the claim was committed (it was): approval=%s", row.id)
+        return held
+
     def resent_hash(self, row: ApprovalRow, args: Mapping[str, Any]) -> str | None:
         """The hash of arguments a framework re-sends, frozen as a call's arguments are."""
         spec = self.table.get(row.tool)
@@ -244,6 +267,10 @@ class Execution:
                 "column says otherwise because it was changed outside effectgate",
             )
         if row.grants < 1 or len(approvers) < required:
+            for d in self.store.decisions(conn, row.id, row.version):  # retired, not edited?
+                kid = foreign_key(self.keyring, d.seal) if d.grant_round == row.grants - 1 else None
+                if kid is not None:
+                    raise TokenError("keyring_mismatch", f"approval {row.id}, a decision: {mismatch(kid)}")
             raise TokenError(
                 "tampered",
                 f"approval {row.id} has {len(approvers)} valid approval(s) of the {required} it needs",

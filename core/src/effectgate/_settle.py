@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from . import flow
-from ._deps import Deps, Events
+from ._deps import Deps, Events, connection_lost
 from ._json import parse, readable
 from ._leases import LeaseKeeper
 from ._logging import logger, one_line
@@ -171,7 +171,7 @@ class Settlement:
                 try:
                     record = self.store_success(*settle)
                 except Exception as exc:
-                    if not self.connection_lost(exc, handled):
+                    if not connection_lost(self.store, exc, handled):
                         raise
                     record = self.store_success_again(settle)
             except LeaseLost:
@@ -248,18 +248,6 @@ class Settlement:
             if (record := self.landed(key, owner)) is None:
                 raise
             return record
-
-    def connection_lost(self, exc: BaseException, handled: BaseException | None) -> bool:
-        """Whether storing the outcome failed because the connection was lost. A loss in the
-        middle of a transaction surfaces as its ROLLBACK's error, raised while handling the loss:
-        the exceptions raised since the transaction began are looked at (`__context__`), not what
-        the caller was already handling when it called (`handled`)."""
-        seen: BaseException | None = exc
-        while seen is not None and seen is not handled:
-            if self.store.lost_connection(seen):
-                return True
-            seen = seen.__context__
-        return False
 
     def landed(self, key: str, owner: str) -> IdempotencyRecord | None:
         """The record of `key` if this run's own commit settled it: succeeded under its lease (a
