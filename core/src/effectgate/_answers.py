@@ -6,6 +6,8 @@ from __future__ import annotations
 from ._logging import logger
 from .context import CallContext
 from .outcomes import Outcome, Pending, Refused
+from .stores.base import IdempotencyRecord
+from .stores.records import ApprovalRow
 from .table import ToolSpec
 
 log = logger("effectgate._proposals")
@@ -53,3 +55,14 @@ def log_outcome(outcome: Outcome, spec: ToolSpec, ctx: CallContext, edited_by: s
         ctx.session_id,
         editor,
     )
+
+
+def unknown_outcome(row: ApprovalRow, record: IdempotencyRecord | None) -> Refused | None:
+    """What a call of `row` is answered once its grant ran and the run's outcome is unknown (the
+    execution `record` of its version needs reconciliation): never `Pending` (it may have run),
+    never a plain refusal (`for_model` words it "Outcome unknown"). None otherwise."""
+    if record is None or record.status != "needs_reconciliation" or record.payload_hash != row.args_hash:
+        return None
+    message = f"{row.tool} needs reconciliation: its outcome is unknown ({record.error}), so it may "
+    message += "have happened; a person will reconcile it. Do not call it again."
+    return Refused(code="needs_reconciliation", message=message, tool=row.tool, approval_id=row.id)

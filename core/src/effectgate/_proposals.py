@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ._answers import SHADOW_NOTE, log_outcome, shadowed
+from ._answers import SHADOW_NOTE, log_outcome, shadowed, unknown_outcome
 from ._deps import Deps, Events
 from ._execution import exec_key
 from ._json import dumps
@@ -383,17 +383,12 @@ class Proposals:
         now = self.clock.now()
         lapsed = not grant_live(row.token_expires_at, now) and past(row.expires_at, now)  # nothing runs it
         if row.status == "approved" and row.grants and row.token_used_at is None and lapsed:
-            return Refused(
-                code="expired",
-                message=f"the grant for {row.tool} lapsed unused and approval {row.id} expired; "
-                "a new attempt needs a new request",
-                tool=row.tool,
-                approval_id=row.id,
-            )
-        return Pending(
-            approval_id=row.id,
-            version=row.version,
-            card=self.ledger.card_of(conn, row),
-            status=row.status,
-            replay=True,
-        )
+            message = f"the grant for {row.tool} lapsed unused and approval {row.id} expired; "
+            message += "a new attempt needs a new request"
+            return Refused(code="expired", message=message, tool=row.tool, approval_id=row.id)
+        record = self.store.load(conn, exec_key(row)) if row.status == "approved" else None
+        unknown = unknown_outcome(row, record) if record is not None else None
+        if unknown is not None:  # its grant ran: not Pending
+            return unknown
+        card = self.ledger.card_of(conn, row)
+        return Pending(approval_id=row.id, version=row.version, card=card, status=row.status, replay=True)

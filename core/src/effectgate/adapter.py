@@ -24,11 +24,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ._answers import unknown_outcome
+from ._execution import exec_key
 from .canonical import canonical_json
 from .context import Approver
 from .errors import EffectGateError, TokenError, UnknownApproval
 from .gate import EffectGate
-from .outcomes import Pending
+from .outcomes import Pending, Refused
 from .tokens import Keyring, TokenClaims
 
 #: What a wrapper does with a tool the effect table has no row for (or the agent may not call):
@@ -194,6 +196,14 @@ def rejecting_approver(gate: EffectGate, chosen: Approver | None, role: str, *, 
     return Approver(system, role)
 
 
+def unknown_outcome_of(gate: EffectGate, approval_id: str) -> Refused | None:
+    """The answer to a call of `approval_id` whose grant ran and whose run's outcome is unknown
+    (`Refused("needs_reconciliation")`, as a replay of its message is answered), else None: what
+    an adapter tells the model of a call another resume presented first. Blocking (reads the store)."""
+    row = gate.store.get_approval(approval_id)
+    return unknown_outcome(row, gate.store.get(exec_key(row))) if row is not None else None
+
+
 __all__ = [
     "DecisionMismatch",
     "MissingIdentity",
@@ -210,5 +220,6 @@ __all__ = [
     "native_approver",
     "rejecting_approver",
     "sign_state",
+    "unknown_outcome_of",
     "verify_state",
 ]

@@ -288,6 +288,8 @@ class Refused:
     approval_id: str | None = None
 
     def for_model(self) -> str:
+        if self.code == "needs_reconciliation":  # nothing refused it: it may have happened
+            return f"Outcome unknown (needs_reconciliation): {self.message}"
         return f"Refused ({self.code}): {self.message}"
 
 

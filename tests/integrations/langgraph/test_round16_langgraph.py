@@ -24,7 +24,7 @@ from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, Send
 
-from effectgate import Approver, Pending
+from effectgate import Approver, Pending, Refused
 from effectgate.errors import NeedsReconciliation
 from effectgate.examples.shop import context
 from effectgate.testing import Script, call, say, step
@@ -222,13 +222,6 @@ def test_two_native_reviewers_under_ainvoke_and_an_async_sqlite_saver(
     assert statuses(shop_gate) == {"delete_customer_data": "denied"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core: `_proposals.replayed` answers an approved approval whose grant was presented and "
-    "whose run needs reconciliation with Pending (status approved), as if the grant still waited to "
-    "run; every adapter then offers the call for a decision again. The LangGraph adapter settles it "
-    "from the execution record (`_unknown.py`); the core should answer it from the record itself",
-)
 def test_the_core_answers_a_call_of_unknown_outcome_as_unknown(shop_gate: ShopGate) -> None:
     """The same call again, after its approved run's outcome became unknown, is not Pending."""
     shop_gate.shop.provider.timeouts_to_inject = 1
@@ -241,5 +234,6 @@ def test_the_core_answers_a_call_of_unknown_outcome_as_unknown(shop_gate: ShopGa
     with pytest.raises(NeedsReconciliation):
         shop_gate.gate.execute(token)
     again = shop_gate.gate.call("refund_order", REFUND, ctx)
-    assert not isinstance(again, Pending)
+    assert isinstance(again, Refused), again
+    assert again.code == "needs_reconciliation"
     assert shop_gate.shop.receiver.count("refund") == 1

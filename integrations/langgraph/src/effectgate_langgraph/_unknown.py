@@ -1,21 +1,19 @@
 """An approved call whose run's outcome is unknown is settled, never asked for again.
 
-The core answers a call whose approval is "approved" with `Pending` (a grant waits to run), also
-once that grant was presented and the run's outcome is unknown (its record `needs_reconciliation`:
-the tool raised, or its lease lapsed and `recover()` found it). A step re-run from its first line
-(a sibling's answer, a fork or replay from the paused checkpoint) would then list the call as
-waiting again: a reviewer is asked to decide a call that may have run, a deny is refused (the
-approval is executing), a HITL answer by position is refused because its pause showed other
-calls, and the step never settles. The store's record for the approval's version says how the run
-ended; an unknown one is settled here as the `NeedsReconciliation` the run raised, so the model is
-told what it was told when the call ran: the outcome is unknown, a person will reconcile it.
+The core answers a call whose approved run's outcome is unknown (its record `needs_reconciliation`:
+the tool raised, or its lease lapsed and `recover()` found it) with `Refused("needs_reconciliation")`
+(until round 17 it answered `Pending`, as if the grant still waited to run, and a step re-run from
+its first line, by a sibling's answer or a fork or replay from the paused checkpoint, listed the
+call as waiting again). Such a step's outcome is settled here as the `NeedsReconciliation` the run
+raised, from the store's record for the approval's version, so the model is told what it was told
+when the call ran (the outcome is unknown, a person will reconcile it) in the same message.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from effectgate import EffectGate, Outcome, Pending
+from effectgate import EffectGate, Outcome, Refused
 from effectgate._execution import exec_key
 from effectgate.errors import NeedsReconciliation
 
@@ -30,10 +28,10 @@ def settle_unknown(gate: EffectGate, outcomes: Sequence[Outcome]) -> list[Outcom
 
 
 def _unknown(gate: EffectGate, outcome: Outcome) -> NeedsReconciliation | None:
-    if not isinstance(outcome, Pending) or outcome.status != "approved":
+    if not isinstance(outcome, Refused) or outcome.code != "needs_reconciliation" or not outcome.approval_id:
         return None
     row = gate.store.get_approval(outcome.approval_id)
-    if row is None or row.version != outcome.version:
+    if row is None:
         return None
     record = gate.store.get(exec_key(row))
     if record is None or record.status != "needs_reconciliation" or record.payload_hash != row.args_hash:
