@@ -50,7 +50,7 @@ from effectgate import EffectGate
 from effectgate.adapter import Unknown
 from effectgate.rows import DEFAULT_DB, Row, gate_for
 
-from ._context import adapter_state, call_context, resumed
+from ._context import adapter_state, call_context, check_call_id, resumed
 from ._deferred import own_deferred
 from ._native import native_tool
 from ._native_decisions import NativeApprover
@@ -115,6 +115,8 @@ class StepHooks(AgentHooks[Any]):
                 for item in response.output
                 if isinstance(item, ResponseFunctionToolCall)
             )
+            for call_id in calls:  # before any call of this response registers
+                check_call_id(call_id)
             gate = self.gate
             if gate is not None and any(gate.table.get(name) is not None for name, _ in calls.values()):
                 call_context(

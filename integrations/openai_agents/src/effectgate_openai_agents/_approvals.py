@@ -40,6 +40,7 @@ from agents.items import ToolApprovalItem
 from effectgate import Approver, EffectGate, Grant, Refused
 from effectgate import adapter as _adapter
 from effectgate.adapter import DecisionMismatch, Paused, bind_token
+from effectgate.errors import AlreadyDecided
 from effectgate.outcomes import Decision
 
 from ._context import TamperedState, adapter_state, has_signed_identity, mark_resumed
@@ -47,6 +48,7 @@ from ._native_decisions import ran_first
 from ._reach import agent_gate, tool_gate
 from ._records import verified_approval
 from ._restored import observe
+from ._spent import spent_answer
 
 
 @dataclass(frozen=True)
@@ -289,7 +291,8 @@ def reject(
     the model is told why and the call never runs. Returns the core's refusal, if any. A state
     whose identity or record does not verify is refused (`TamperedState`), nothing denied. A call
     that already ran (another copy of this state was approved and resumed first) is not denied:
-    the model is told its stored result."""
+    the model is told its stored result, or, when that run's outcome is unknown or it still runs
+    there, so ("Outcome unknown", never a denial of a call that may have happened)."""
     _mark(state)
     refused: Refused | None = None
     message = f"Refused (denied): {paused.tool} was denied: {reason}"
@@ -303,7 +306,14 @@ def reject(
         elif done is not None:  # it ran first (another copy of this state was approved and resumed)
             message = ran_first(paused.tool, approval_id, done)
         else:
-            refused = gate.deny(approval_id, approver=approver, reason=reason, version=version)
-            message = refused.for_model()
+            try:
+                refused = gate.deny(approval_id, approver=approver, reason=reason, version=version)
+                message = refused.for_model()
+            except AlreadyDecided as exc:  # its grant was presented by another copy: not denied
+                if exc.status != "executing":
+                    raise
+                done = gate.result(approval_id)
+                spent = spent_answer(gate, paused.tool, approval_id)  # unknown outcome, or running
+                message = ran_first(paused.tool, approval_id, done) if done is not None else spent
     state.reject(_state_item(state, paused), rejection_message=message)
     return refused

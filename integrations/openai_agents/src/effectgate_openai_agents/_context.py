@@ -29,11 +29,12 @@ told from a new run inside the SDK: inspect every restored state with `pending_a
 
 from __future__ import annotations
 
+import re
 import weakref
 from collections.abc import Mapping, MutableMapping
 from typing import Any, NotRequired, TypedDict
 
-from agents.exceptions import UserError
+from agents.exceptions import ModelBehaviorError, UserError
 
 from effectgate import CallContext, EffectGate
 from effectgate import adapter as _adapter
@@ -101,6 +102,8 @@ def call_context(
     """The CallContext of one call; MissingIdentity when the backend left something out. With
     `gate`, the identity is signed into the context, and on a `resumed` run it must verify."""
     ctx = _mapping(context)
+    if tool_call_id is not None:
+        check_call_id(tool_call_id)
     values = {name: ctx.get(name) for name in _REQUIRED}
     missing = tuple(name for name, value in values.items() if not isinstance(value, str) or not value)
     if missing:
@@ -122,6 +125,19 @@ def call_context(
     if gate is not None:
         _check_identity(gate, context, made, resumed=resumed)
     return made
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def check_call_id(call_id: Any) -> None:
+    """`ModelBehaviorError` (as the SDK's for a reused call id) when the model's tool call id is not
+    text a database or snapshot can keep (a lone surrogate): raised before anything registers."""
+    if not isinstance(call_id, str) or _SURROGATE.search(call_id):
+        raise ModelBehaviorError(
+            f"the model's tool call id {call_id!r} is not valid Unicode text; effectgate registered "
+            "no call of this model response"
+        )
 
 
 def _check_identity(gate: EffectGate, context: Any, made: CallContext, *, resumed: bool) -> None:

@@ -168,6 +168,7 @@ def native_tool(tool: FunctionTool) -> NativeTool:
     fn.__name__ = fn.__qualname__ = name
     setattr(fn, _AWAITED, True)
     setattr(fn, READY_CHECK, ready)  # checked before the claim: elsewhere no grant is spent
+    setattr(fn, SOURCE_ATTR, tool)  # what a row with this function runs (`_reach` checks it)
     return NativeTool(
         name=name,
         description=tool.description or name,
@@ -176,6 +177,9 @@ def native_tool(tool: FunctionTool) -> NativeTool:
     )
 
 
+#: The SDK tool a `native_tool` function runs: a row with it runs that tool, whatever tool the
+#: agent holds under the row's name (`_reach.check_reach` checks both).
+SOURCE_ATTR = "_effectgate_source"
 #: The SDK's mark on the `on_invoke_tool` of a `@function_tool` made from a sync function (0.24).
 _SYNC_MARKER = "__agents_sync_function_tool__"
 _AWAITED = "_effectgate_awaited"
@@ -284,6 +288,7 @@ def invalid_error(name: str, raw: str, outcome: Invalid) -> ModelBehaviorError:
 
 
 __all__ = [
+    "SOURCE_ATTR",
     "Call",
     "awaited",
     "calling",

@@ -65,6 +65,7 @@ from ._context import STATE_KEY, TamperedState
 from ._native import model_output
 from ._records import EDITED_ITEM, same_invocation, verified_approval
 from ._restored import observe
+from ._spent import outcome_unknown, running_elsewhere, spent_answer
 
 log = guarded_logger(__name__)  # a handler that raises changes no call (effectgate._logging)
 
@@ -280,12 +281,17 @@ class NativeDecisions:
     async def _ran_first(
         self, ctx: RunContextWrapper[Any], call_id: str, tool: str, approval_id: str, *, running: bool = False
     ) -> None:
-        """A rejection that came after the call ran, or while it runs (a copy of the same snapshot
-        was approved and resumed first): the model is told so, not that the call was rejected."""
+        """A rejection that came after the call ran, while it runs, or after its run ended with an
+        unknown outcome (a copy of the same snapshot was approved and resumed first): the model is
+        told so ("Outcome unknown" for the last), not that the call was rejected."""
         done = await asyncio.to_thread(self.gate.result, approval_id)
-        if done is None and not running:
+        unknown = await asyncio.to_thread(outcome_unknown, self.gate, approval_id) if done is None else None
+        if done is not None:
+            text = ran_first(tool, approval_id, done)
+        elif unknown is not None or running:
+            text = unknown or running_elsewhere(tool, approval_id)
+        else:
             return
-        text = running_elsewhere(tool, approval_id) if done is None else ran_first(tool, approval_id, done)
         for key, sdk in getattr(ctx, "_approvals", {}).items():  # the SDK's text for the call (0.24)
             rejected = getattr(sdk, "rejected", None)
             if (isinstance(rejected, list) and call_id in rejected) or (
@@ -323,8 +329,8 @@ async def not_granted(
         done = await asyncio.to_thread(gate.result, pending.approval_id) if spent else None
         if done is not None:
             return model_output(done)
-        if spent:
-            return running_elsewhere(pending.card.tool, pending.approval_id)
+        if spent:  # its outcome is unknown, or it runs there
+            return await asyncio.to_thread(spent_answer, gate, pending.card.tool, pending.approval_id)
     return refusal(
         pending.card.tool, record, pending.approval_id, pending.version, pending.status, granted=granted
     )
@@ -342,15 +348,6 @@ def ran_first(tool: str, approval_id: str, done: Executed) -> str:
     return (
         f"{tool} had already run for this request (approval {approval_id}) when this rejection "
         f"was made, so it was not rejected. Its result: {model_output(done)}"
-    )
-
-
-def running_elsewhere(tool: str, approval_id: str) -> str:
-    """What the model is told of an approved call another resume of the run is running now."""
-    return (
-        f"{tool} was approved and is being run for this request elsewhere (approval {approval_id}, "
-        "by another resume of this run, say); it was not started again here, and its result is "
-        "not known yet. Do not call it again."
     )
 
 
@@ -382,7 +379,7 @@ async def execute_grant(
         row = await asyncio.to_thread(gate.store.get_approval, pending.approval_id)
         if row is None or row.status != "approved":
             raise
-        return running_elsewhere(pending.card.tool, pending.approval_id)
+        return await asyncio.to_thread(spent_answer, gate, pending.card.tool, pending.approval_id)
 
 
 __all__ = [

@@ -23,7 +23,9 @@ after wrapping, e.g. to close a cycle between two gated agents, is checked there
   call (a write or gated row would answer the second call from its record of the first, which
   returned while the agent waited, so the approved call would never run). An agent that
   defers gated calls (`mode="deferred"`) cannot be a tool: its deferred answer would end only
-  its own run, inside the tool, where `deferred_operations` never finds it.
+  its own run, inside the tool, where `deferred_operations` never finds it. The gate runs a
+  row's function, not the tool the agent holds: a row made with `native_tool(agent.as_tool(...))`
+  is checked by the same rules (an ungated agent there would run its tools with no approval).
 
 Hosted tools never reach `on_invoke_tool` and are refused too (`_agent._function_tools`).
 Guardrails, hooks, `tool_use_behavior` and handoff callbacks are the application's code, not
@@ -41,6 +43,8 @@ from agents import Agent, Handoff, RunContextWrapper
 from effectgate import EffectGate
 from effectgate.adapter import is_gated
 from effectgate.effects import Effect
+
+from ._native import SOURCE_ATTR
 
 #: The attribute a gated tool's `on_invoke_tool` carries: the gate every call of it goes through.
 GATE_ATTR = "_effectgate_gate"
@@ -164,9 +168,22 @@ def problems(
     return found
 
 
+def _row_tools(gate: EffectGate, tools: Sequence[Any]) -> list[Any]:
+    """The SDK tools the gate runs for `tools`' rows (`native_tool` functions), other than those."""
+    found = []
+    for tool in tools:
+        spec = gate.table.get(str(getattr(tool, "name", "")))
+        source = getattr(getattr(spec, "fn", None), SOURCE_ATTR, None)
+        if source is not None and source is not tool and all(source is not t for t in tools):
+            found.append(source)
+    return found
+
+
 def check_reach(agent: Agent[Any], gate: EffectGate, *, proxies: Sequence[Any], tools: Sequence[Any]) -> None:
     """At wrap time: `TypeError` listing everything `agent` could run outside `gate`, including
-    through the gated agents it reaches (their tools must all be this gate's)."""
+    through the gated agents it reaches (their tools must all be this gate's). A row whose function
+    is an SDK tool (`native_tool`) runs that tool, not the one the agent holds: it is checked too."""
+    tools = [*tools, *_row_tools(gate, tools)]
     found = problems(agent, gate, proxies=proxies, tools=tools)
     seen = {id(agent)}
     todo = [_target(e) for e in agent.handoffs] + [getattr(t, "_agent_instance", None) for t in tools]
