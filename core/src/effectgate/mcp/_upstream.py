@@ -77,6 +77,10 @@ log = logger(__name__)
 CONTEXT_PARAM = "_effectgate_context"
 
 
+#: The longest served name (UTF-8 bytes): an approval's index holds the tool's name, and PostgreSQL
+#: cannot index a much longer one (the call would fail with the database's error, after listing).
+MAX_NAME_BYTES = 1024
+
 #: What a read's caller gets for its ToolContext: none (reads carry no idempotency key).
 _NO_CONTEXT = cast(ToolContext, None)
 
@@ -134,6 +138,8 @@ def spec_for(upstream: Upstream, connection: Connection, tool: types.Tool, polic
             f"{upstream.name}'s {tool.name!r} would route as another server's tool (a served name "
             f"is split at its first {SEPARATOR!r})",
         )
+    if len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+        raise TableError(name[:80], "name", f"its served name is longer than {MAX_NAME_BYTES} bytes (UTF-8)")
     row = upstream.tools.get(tool.name, upstream.default)
     if row is None:
         raise TableError(name, "effect", f"no row for {upstream.name}'s {tool.name!r} and no server default")
@@ -222,6 +228,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "CONTEXT_PARAM",
     "IDEMPOTENCY_META",
+    "MAX_NAME_BYTES",
     "MAX_PAGES",
     "MAX_TOOLS",
     "REFERENCE_KEYWORDS",
