@@ -330,6 +330,14 @@ class Calls:
             return self.events.refuse("in_progress", message, spec.name, ctx, spec, args_hash_=frozen)
         if refusal is not None:  # its message quotes the write's error: erased with the write (args hash)
             reason = str(refusal)
+            if refusal.expired:  # this claim found a dead worker's lease run out: `recover` never will
+                why, ref = refusal.reason, refusal.provider_ref
+                self.events.record(
+                    self.events.event(
+                        "needs_reconciliation", spec=spec, ctx=ctx, args_hash_=frozen, key=key, reason=why
+                    )
+                )
+                self.notices.unknown_outcome(None, key, why, ref, tool=spec.name)
             return self.events.refuse("needs_reconciliation", reason, spec.name, ctx, spec, args_hash_=frozen)
         if isinstance(claim, Stored):
             self.events.record(self.events.event("replay", spec=spec, ctx=ctx, args_hash_=frozen, key=key))

@@ -34,8 +34,8 @@ from ._execution import exec_key
 from ._ledger import Ledger, context_of
 from ._logging import logger
 from ._notice import Notices
-from ._reconciled import answered, approval_of_key, no_hook, not_reconcilable, tool_of_write_key
-from ._seal import approval_intact, broken
+from ._reconciled import answered, approval_of_key, erased, no_hook, not_reconcilable, tool_of_write_key
+from ._seal import approval_intact, approval_verifies, broken
 from ._settle import Settlement, check_settle, storable
 from .context import Approver, ToolContext
 from .errors import PolicyViolation, StoreError, TamperedRecord, UnknownApproval, WrongApprover, describe
@@ -91,10 +91,8 @@ class Reconciliation:
 
     def reconcile(self, approval_id: str, *, approver: Approver | None = None) -> Executed | None:
         """Settle a `needs_reconciliation` approval (or a write, by its idempotency key) through the
-        tool's `reconcile(key)` hook, as the module docstring says (a write not found is released, and
-        runs again when its call is made again). Unknown: it stays; returns None. A person reconciling
-        passes `approver`: they must hold the approval's role (it can run the operation again), and
-        the events record who did it."""
+        tool's `reconcile(key)` hook (see the module docstring); unknown: it stays, returns None. A
+        person passes `approver`, who must hold the approval's role (it can run the call again)."""
         return flow.drive(self.reconcile_flow(approval_id, approver))
 
     def target(self, approval_id: str, approver: Approver | None) -> ApprovalRow | str:
@@ -107,6 +105,8 @@ class Reconciliation:
                 return approval_id
             raise UnknownApproval(approval_id)
         if not approval_intact(self.keyring, row):
+            if approval_verifies(self.keyring, row):  # erased by `redact`, which erases ended calls only
+                raise erased(f"approval {approval_id}")
             error = TamperedRecord(approval_id, broken(self.keyring, row))
             log.warning("reconcile refused: tampered approval record: approval=%s: %s", approval_id, error)
             raise error

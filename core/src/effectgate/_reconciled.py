@@ -40,6 +40,16 @@ def not_reconcilable(what: str, *, stale: bool = False) -> PolicyViolation:
     return PolicyViolation(f"{what} is not awaiting reconciliation", code="not_reconcilable")
 
 
+def erased(what: str) -> PolicyViolation:
+    """`what`'s arguments were erased by `redact` (its seal verifies), which erases only calls that
+    ended: nothing is awaiting reconciliation, and nothing could run it again (a "tampered" refusal
+    would be a false alarm about a legitimate erasure)."""
+    return PolicyViolation(
+        f"{what}: its call ended and its arguments were erased (redact); it cannot be reconciled or settled",
+        code="not_reconcilable",
+    )
+
+
 def no_hook(tool: str) -> PolicyViolation:
     return PolicyViolation(
         f"{tool} has no reconcile hook in the effect table; settle it with gate.settle()",

@@ -211,11 +211,15 @@ class InProgress(IdempotencyError):
 
 
 class NeedsReconciliation(IdempotencyError):
-    """The outcome is unknown; a person or a `reconcile` hook must settle it. Never re-run blindly."""
+    """The outcome is unknown; a person or a `reconcile` hook must settle it. Never re-run blindly.
+    `expired`: the claim that raised it found the lease run out in flight, and made it so."""
 
-    def __init__(self, key: str, reason: str, *, provider_ref: str | None = None) -> None:
+    def __init__(
+        self, key: str, reason: str, *, provider_ref: str | None = None, expired: bool = False
+    ) -> None:
         self.reason = reason
         self.provider_ref = provider_ref
+        self.expired = expired
         super().__init__(key, f"key {key} needs reconciliation: {reason}")
 
 

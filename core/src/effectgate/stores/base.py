@@ -243,7 +243,8 @@ class IdempotencyStore(ABC):
                 if current is None or current.status != "needs_reconciliation":
                     raise InProgress(key, None if current is None else current.lease_owner)
                 record, reason = current, current.error or reason
-        raise NeedsReconciliation(key, reason, provider_ref=record.provider_ref)
+        expired = record.status == "in_progress"  # this claim made it so (not a race it lost)
+        raise NeedsReconciliation(key, reason, provider_ref=record.provider_ref, expired=expired)
 
     def complete(
         self,
