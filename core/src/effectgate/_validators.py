@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import fractions
 import functools
+import re
 import typing
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import suppress
 from typing import Any
 
 import fastjsonschema
@@ -40,6 +42,7 @@ class _NoFetch(Mapping[str, Callable[[str], Any]]):
 
 def _compile(schema: Mapping[str, Any]) -> Callable[[Any], Any] | None:
     try:
+        schema = ecma_patterns(schema)  # within the try: a schema may nest too deeply to copy
         # use_default=False: validation only (filled defaults would change the frozen arguments)
         return fastjsonschema.compile(dict(schema), handlers=_NoFetch(), use_default=False)
     except Exception:  # a construct the fast compiler lacks: the full validator alone decides
@@ -130,7 +133,26 @@ def _full_class() -> type[Draft202012Validator]:
         elif (_exact(instance) / _exact(step)).denominator != 1:
             yield jsonschema.ValidationError(f"{instance!r} is not a multiple of {step!r}")
 
-    extended = jsonschema.validators.extend(base, {"multipleOf": multiple_of})  # type: ignore[no-untyped-call]
+    def pattern(validator: Any, regex: Any, instance: Any, schema: Any) -> Iterator[Any]:
+        if validator.is_type(instance, "string") and not _search(regex, instance):
+            yield jsonschema.ValidationError(f"{instance!r} does not match {regex!r}")
+
+    def dependencies(validator: Any, needs: Any, instance: Any, schema: Any) -> Iterator[Any]:
+        """Draft 7's `dependencies` (2020-12 dropped it: its constraint would pass unchecked)."""
+        if not (validator.is_type(instance, "object") and isinstance(needs, Mapping)):
+            return
+        for name, need in needs.items():
+            if name not in instance:
+                continue
+            if isinstance(need, list):
+                for other in (other for other in need if other not in instance):
+                    yield jsonschema.ValidationError(f"{other!r} is a dependency of {name!r}")
+            elif isinstance(need, Mapping | bool):  # anything else draft 7 would refuse: no rule
+                yield from validator.descend(instance, need, schema_path=name)
+
+    extended = jsonschema.validators.extend(
+        base, {"multipleOf": multiple_of, "pattern": pattern, "dependencies": dependencies}
+    )  # type: ignore[no-untyped-call]
     return typing.cast("type[Draft202012Validator]", extended)
 
 
@@ -168,9 +190,9 @@ _IN_PLACE = ("$ref", "$dynamicRef", "allOf", "anyOf", "oneOf", "not", "if", "the
 
 def _refuse_cycle(start: Mapping[str, Any], resolver: Any, spec: Any, acyclic: set[int]) -> None:
     """Raise `_Endless` when following references and in-place keywords (`_IN_PLACE`,
-    `dependentSchemas`) from `start` comes back to a schema on the way: such a schema recurses on
-    any instance that reaches it (a reference to itself, two that name each other, an `anyOf`
-    that names its own schema). Schemas known to lead nowhere back are kept in `acyclic`."""
+    `dependentSchemas`, `dependencies`) from `start` comes back to a schema on the way: such a
+    schema recurses on any instance that reaches it (a reference to itself, two that name each
+    other, an `anyOf` that names its own schema). Schemas known to lead nowhere back are kept in `acyclic`."""
     path: set[int] = set()
     stack: list[tuple[Any, Any, bool]] = [(start, resolver, False)]
     while stack:
@@ -196,6 +218,74 @@ def _refuse_cycle(start: Mapping[str, Any], resolver: Any, spec: Any, acyclic: s
                 stack.extend((item, resolver, False) for item in value)
             elif isinstance(value, Mapping):
                 stack.append((value, resolver, False))
-        dependent = node.get("dependentSchemas")
-        if isinstance(dependent, Mapping):
-            stack.extend((item, resolver, False) for item in dependent.values())
+        for word in ("dependentSchemas", "dependencies"):  # schemas applied to the instance itself
+            dependent = node.get(word)
+            if isinstance(dependent, Mapping):
+                stack.extend((item, resolver, False) for item in dependent.values())
+
+
+#: What `\\d` and `\\w` match in a JSON Schema pattern (ECMA-262): ASCII only.
+_ECMA = {"d": "0-9", "w": "A-Za-z0-9_"}
+_SCHEMA_MAPS = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
+
+
+def ecma_pattern(pattern: str) -> str:
+    """A JSON Schema `pattern` (an ECMA-262 regex) as a Python regex that matches the same text:
+    `$` is the end of the text (Python's also matches before a final newline: "1042\\n" passed
+    `^[0-9]+$`), `.` matches no line terminator, `\\d` and `\\w` are ASCII (Python's take any
+    script's digits: 1042 in Arabic-Indic digits passed `^\\d+$`, and `int()` reads it). Both
+    validators match the translated pattern."""
+    out: list[str] = []
+    i, klass, size = 0, -1, len(pattern)  # klass: where the open character class starts
+    while i < size:
+        char = pattern[i]
+        if char == "\\" and i + 1 < size:
+            after = pattern[i + 1]
+            if after in _ECMA:
+                char = _ECMA[after] if klass >= 0 else f"[{_ECMA[after]}]"
+            elif after.lower() in _ECMA and klass < 0:
+                char = f"[^{_ECMA[after.lower()]}]"
+            else:
+                char += after
+            i += 1
+        elif klass >= 0:
+            if char == "]" and i > klass + 1 and pattern[klass + 1 : i] != "^":
+                klass = -1  # a "]" first in a class is a member (Python's reading)
+        elif char == "[":
+            klass = i
+        elif char == "$":
+            char = "\\Z"
+        elif char == ".":  # no line terminator of ECMA-262's (Python's "." only skips "\n")
+            char = "[^\\n\\r\\u2028\\u2029]"
+        out.append(char)
+        i += 1
+    with suppress(re.error):  # one Python reads only as given (`[\\w-.]`) is left to jsonschema
+        return re.compile("".join(out)).pattern
+    return pattern
+
+
+@functools.lru_cache(maxsize=512)
+def _compiled(regex: str) -> re.Pattern[str]:
+    return re.compile(ecma_pattern(regex))
+
+
+def _search(regex: str, text: str) -> bool:
+    return _compiled(regex).search(text) is not None
+
+
+def ecma_patterns(schema: Any, within: str = "") -> Any:
+    """A copy of `schema` whose `pattern`s are `ecma_pattern`'s (what both validators check)."""
+    if isinstance(schema, list):
+        return [ecma_patterns(item) for item in schema]
+    if not isinstance(schema, Mapping):
+        return schema
+    if within in _SCHEMA_MAPS:  # names, each to a schema
+        return {name: ecma_patterns(sub) for name, sub in schema.items()}
+    return {
+        key: ecma_pattern(value)
+        if key == "pattern" and isinstance(value, str)
+        else value
+        if key in _DATA_KEYWORDS
+        else ecma_patterns(value, key)
+        for key, value in schema.items()
+    }

@@ -111,10 +111,11 @@ class Policy:
                 raise ValueError(f"Policy.{name} must be a positive, finite number of seconds")
         if not (math.isfinite(self.retry_backoff) and self.retry_backoff >= 0):
             raise ValueError("Policy.retry_backoff must be a finite number of seconds, not negative")
-        if self.max_pending_per_session < 1:
-            raise ValueError("Policy.max_pending_per_session must be at least 1")
-        if self.read_retries < 0:
-            raise ValueError("Policy.read_retries cannot be negative")
+        for name, least in (("max_pending_per_session", 1), ("read_retries", 0)):  # NaN: no limit at all
+            count = getattr(self, name)
+            whole = type(count) in (int, float) and math.isfinite(count) and count == int(count)
+            if not (whole and count >= least):
+                raise ValueError(f"Policy.{name} must be a whole number, at least {least} (not {count!r})")
         if not isinstance(self.self_approval, bool):  # a text such as "false" would be taken as true
             raise ValueError(f"Policy.self_approval must be True or False, not {self.self_approval!r}")
         grants: Mapping[str, object] = self.role_grants  # `in` a text tests its substrings ("fin")

@@ -224,11 +224,12 @@ class ToolSpec:
         order, or one twice, names the same subject, and a replay of its message finds the same
         operation (the subject is part of the intent key) and the same history. A call with none
         of its subject arguments names no subject (None): it is keyed by its arguments, not by
-        one subject {arg: null} that every such call of every session would share. An argument
+        one subject {arg: null} that every such call of every session would share (an empty list, an
+        empty set, names none either). An argument
         left out names its schema's default: what the tool runs with (as `role_for`)."""
         filled = with_defaults(self.schema, args) if self.subject else args
         subject = {arg: _as_set(filled.get(arg)) for arg in self.subject}
-        return subject if any(v is not None for v in subject.values()) else None
+        return subject if any(v is not None and v != [] for v in subject.values()) else None
 
     @cached_property
     def fingerprint(self) -> str:
