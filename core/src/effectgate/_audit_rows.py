@@ -65,7 +65,7 @@ class Finding:
 # Column positions of the streamed rows (stores/sql.py AUDIT_QUERIES, in this order).
 A_ID, A_VERSION, A_GRANTS, A_SESSION, A_ORIGIN, A_USER, A_AGENT, A_TOOL, A_EFFECT = range(9)
 A_SUBJECT, A_HASH, A_ROLE, A_REQUIRED, A_ROW_FP, A_POLICY_FP = range(9, 15)
-A_SEAL, A_ARGS, A_STATUS, A_CREATED, A_DECIDED, A_EXPIRES = range(15, 21)
+A_SEAL, A_ARGS, A_STATUS, A_CREATED, A_DECIDED, A_EXPIRES, A_TOKEN_EXPIRES = range(15, 22)
 D_APPROVAL, D_VERSION, D_ROUND, D_APPROVER, D_ROLE, D_DECISION, D_SEAL, D_ID = range(8)
 E_ID, E_APPROVAL, E_VERSION, E_TOOL, E_EFFECT, E_HASH, E_ARGS, E_STATUS, E_ROW_FP, E_POLICY_FP = range(10)
 E_KEY = 10  # the idempotency key it ran under (passed downstream): `_execution.exec_key` of its grant
@@ -191,12 +191,13 @@ def _policy(body: Mapping[str, Any]) -> Policy | None:
         return None
 
 
-def changed_since(rules: Rules, table: EffectTable | None, a: tuple[Any, ...]) -> str | None:
+def changed_since(rules: Rules, table: EffectTable | None, a: tuple[Any, ...], now: float) -> str | None:
     """What changed about an approved call's tool since the approval (a row of the same name
     recorded since, or, with `table`, the table's row now), or None: the reviewer approved
     another tool. With `table`, its row is the approval's: nothing changed (a change since was
     rolled back, and the gate runs the grant). A call proposed in shadow mode has no grant: a
-    change of row is the switch to live."""
+    change of row is the switch to live. Nor is a change once the approval and its last grant
+    both expired (`now`, or the row's time): no grant of it could run, or be made, any more."""
     tool, fingerprint = a[A_TOOL], a[A_ROW_FP]
     recorded = rules.get(fingerprint)
     if recorded is not None and recorded.get("shadow") is True:
@@ -204,12 +205,16 @@ def changed_since(rules: Rules, table: EffectTable | None, a: tuple[Any, ...]) -
     spec = table.get(tool) if table is not None else None
     if spec is not None and spec.fingerprint == fingerprint:
         return None  # the table given runs the grant: a row recorded since was rolled back
-    # a time edited into another type (SQLite) or NaN: unknown, so any other row may be since
+    # a time edited into another type (SQLite) or NaN: unknown (a row's: infinite), so any other
+    # row may be since, while the approval could still run
     decided = _time(a[A_DECIDED] if a[A_DECIDED] is not None else a[A_CREATED], -math.inf)
-    since = [f for at, f in rules.rows_of(tool) if f != fingerprint and at >= decided]
+    lapsed = max(_time(a[A_EXPIRES], math.inf), _time(a[A_TOKEN_EXPIRES], -math.inf))
+    since = [
+        f for at, f in rules.rows_of(tool) if f != fingerprint and (decided <= at < lapsed or at == math.inf)
+    ]
     if since:
         return f"row {since[-1][:12]} was recorded after the approval"
-    if table is None:
+    if table is None or now >= lapsed:
         return None
     return (
         "the tool is no longer in the table"

@@ -154,7 +154,7 @@ class Scan:
             required = max(required, needed)
         shadow = rule.shadow if rule is not None else is_shadow(self.rules.get(a[A_ROW_FP]), a[A_SUBJECT])
         # An approved call that has not run, whose tool changed since: its grant cannot run.
-        if status == "approved" and (now := changed_since(self.rules, self.table, a)) is not None:
+        if status == "approved" and (now := changed_since(self.rules, self.table, a, self.now)) is not None:
             detail = f"approved under row {a[A_ROW_FP][:12]}, not executed; {now} (the tool changed since "
             self.add("reclassified", tool, detail + "it was approved: its grant cannot run)", approval_id)
         approvers: dict[int, int] = {}
@@ -247,7 +247,9 @@ class Scan:
                 approval_id,
             )
             return False
-        if d[D_DECISION] != "approve":
+        if d[D_DECISION] != "approve" or d[D_VERSION] != a[A_VERSION]:
+            # An earlier version's was decided for its own role and proposer, which the row no longer
+            # holds (an amendment can escalate one, and change the other): it counts for no run.
             return False
         ok = True
         if policy is not None and not policy.role_satisfies(d[D_ROLE], a[A_ROLE]):

@@ -166,7 +166,7 @@ AUDIT_QUERIES: dict[str, str] = {
     "approvals": (
         "SELECT id, version, grants, session_id, origin_message_id, user_id, agent_id, tool, effect, "
         "subject_key, args_hash, approver_role, approvals_required, row_fingerprint, policy_fingerprint, "
-        "seal, args_json, status, created_at, decided_at, expires_at FROM eg_approvals "
+        "seal, args_json, status, created_at, decided_at, expires_at, token_expires_at FROM eg_approvals "
         "ORDER BY (id || ''){collate}"
     ),
     "decisions": (
