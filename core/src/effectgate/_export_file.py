@@ -12,7 +12,10 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, TextIO
 
+from ._logging import logger
 from .canonical import MAX_SAFE_INTEGER
+
+log = logger("effectgate.export")
 
 #: The longest line `verify_export` and `redact_export` read (bytes, without its newline): a
 #: longer one is refused before it is held in memory whole.
@@ -49,6 +52,27 @@ def strict_loads(text: str | bytes) -> Any:
 def line_text(line: Mapping[str, Any]) -> str:
     """A chain line as the exporter writes it (and `verify_export` requires it, byte for byte)."""
     return json.dumps(line)
+
+
+def fitted(line: dict[str, Any], max_line: int, error: Callable[[str], Exception]) -> str:
+    """`line_text(line)`, at most `max_line` bytes (what `read_lines` reads back): its longest
+    personal values (outside the chain, their commitments inside it) are left out until it fits,
+    as an erased value is, and logged; `error(message)` is raised when the record alone is longer."""
+    text, personal = line_text(line), dict(line.get("personal") or {})  # ASCII: one byte a character
+    while len(text) > max_line and personal:
+        column = max(personal, key=lambda c: len(personal[c]))
+        del personal[column]
+        text = line_text({**line, "personal": personal})
+        log.warning(
+            "export: record %s's %s left out of the file (longer than %d bytes)",
+            line["seq"],
+            column,
+            max_line,
+        )
+    if len(text) > max_line:
+        why = f"is longer than {max_line} bytes even without its personal values: nothing was exported"
+        raise error(f"record {line['seq']} {why}")
+    return text
 
 
 def doubles(value: Any) -> Any:
@@ -124,7 +148,7 @@ def rewrite(target: Path, busy: Callable[[str], Exception], *, erasing: bool = F
         )
     partial = target.with_name(target.name + ".partial")
     try:
-        out = partial.open("x", encoding="utf-8")
+        out = partial.open("x", encoding="utf-8", newline="")  # "\n" as written, never "\r\n"
     except FileExistsError:
         raise busy(
             f"{target} was not changed: {partial} exists (another rewrite of it is under way, or an "

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ._commitments import COMMIT, commitment_part, keyed_hash
-from ._seal import approval_sealed, decision_intact
+from ._seal import approval_sealed, decision_intact, rule_sealed, seals_by_rule
 from .canonical import ENCODE, canonical_json
 from .errors import EffectGateError, TokenError
 from .stores._chain import CHAINED, columns
@@ -161,10 +161,13 @@ def check_keyring(
 ) -> None:
     """Raise TokenError("keyring_mismatch") unless `keyring` is the ledger's: of the newest
     signed records (each chained table's last checkpoint, the newest approvals' and decisions'
-    seals) at least one must verify under it (a ledger with none passes). `every_checkpoint`
-    (an erasure): it must also hold the key of every checkpoint, since an erased value enters the
-    chain as its commitment under the checkpoint's key. `points`: the checkpoints, when the caller
-    read them in this same transaction (else read here). Reads only, in the caller's transaction."""
+    seals; with none of them, the rules' seals: a ledger of writes and reads has no other, and its
+    first checkpoint must not be made under another keyring) at least one must verify under it
+    (a ledger with none passes).
+    `every_checkpoint` (an erasure): it must also hold the key of every checkpoint, since an erased
+    value enters the chain as its commitment under the checkpoint's key. `points`: the checkpoints,
+    when the caller read them in this same transaction (else read here). Reads only, in the
+    caller's transaction."""
     points = list(store.checkpoints(conn)) if points is None else points
     if every_checkpoint:
         missing = sorted({str(c.key_id) for c in points if not keyring.holds(c.key_id)})  # a blob: named
@@ -177,6 +180,12 @@ def check_keyring(
         *(approval_sealed(keyring, a) for a in approvals),
         *(decision_intact(keyring, d) for d in decisions),
     ]
+    if not checks:  # a ledger of writes and reads: its rules' seals are all it has signed
+        rules, verifies = {r.fingerprint: r for r in store.rule_rows(conn)}, keyring.verifier("rule")
+        by_rule = seals_by_rule(rules).items()
+        checks = [
+            rule_sealed(verifies, seals, str(rules[fp].kind), fp) for fp, seals in by_rule if fp in rules
+        ]
     if checks and not any(checks):
         raise _mismatch(keyring, "none of the ledger's newest seals and checkpoints verifies under it")
 

@@ -52,7 +52,7 @@ from typing import Any
 
 from . import _pins, _seal
 from ._commitments import commitment, commitment_holds, commitment_part
-from ._export_file import MAX_LINE, LineError, doubles, line_text, read_lines, rewrite, strict_loads
+from ._export_file import MAX_LINE, LineError, doubles, fitted, line_text, read_lines, rewrite, strict_loads
 from ._manifest import (  # noqa: F401 - the manifest's names, as `effectgate.export` has always had them
     FORMAT,
     GENESIS,
@@ -161,12 +161,14 @@ def export_chain(
     after: Manifest | None = None,
     settle: float = SETTLE_S,
     now: float | None = None,
+    max_line: int = MAX_LINE,
 ) -> Manifest:
     """Write the decision records after `after` (all when None), up to the checkpoint the audit verified,
     to `path` as a hash chain, and its signed manifest (`manifest_path(path)`) pinning the chain's heads.
     Refused, writing nothing, when `after` is not signed by this keyring, its pins no longer hold, or
     `path` is `after`'s export or manifest (checked before the seal); refused with no export written
-    when the audit after the seal has findings (its new checkpoints stay)."""
+    when the audit after the seal has findings (its new checkpoints stay). A line is at most
+    `max_line` bytes, as `verify_export` reads it back (`_export_file.fitted`)."""
     target = Path(path)
     if target.is_dir():  # its rename would fail after the manifest beside it was replaced
         raise ExportError(f"{target} is a directory: give a file name; nothing was exported or written")
@@ -195,14 +197,9 @@ def export_chain(
             if record["seq"] > heads.get("eg_executions", {}).get("last_id", 0):
                 break  # committed after the checkpoint the audit verified: the next export's
             digest = link(head, record)
-            line = {
-                "seq": record["seq"],
-                "prev": head,
-                "hash": digest,
-                "record": record,
-                "personal": personal,
-            }
-            out.write(line_text(line) + "\n")
+            line = {"seq": record["seq"], "prev": head, "hash": digest, "record": record}
+            line["personal"] = personal
+            out.write(fitted(line, max_line, ExportError) + "\n")
             head, last, count = digest, record["seq"], count + 1
             first = record["seq"] if first is None else first
         manifest = Manifest(

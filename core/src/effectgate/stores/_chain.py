@@ -11,7 +11,7 @@ from sqlalchemy.engine import Connection
 
 from . import _dialect
 from . import _queries as Q
-from .records import ChainRow
+from .records import ChainRow, RuleRow
 
 #: The append-only tables the chain covers, and their columns in chain order.
 CHAINED: dict[str, sa.Table] = {
@@ -31,6 +31,12 @@ class ChainSQL:
     def checkpoints(self, conn: Connection) -> list[ChainRow]:
         q = sa.select(Q.T_CHAIN).order_by(Q.T_CHAIN.c.id)
         return [ChainRow(**r._mapping) for r in conn.execute(q)]
+
+    def rule_rows(self, conn: Connection) -> list[RuleRow]:
+        """Every `eg_rules` row, rules and their seal rows (`_seal.RULE_SEAL`), in this transaction."""
+        return [
+            RuleRow(**r._mapping) for r in conn.execute(sa.select(Q.T_RULES)) if type(r.fingerprint) is str
+        ]
 
     def append_checkpoint(self, conn: Connection, row: Mapping[str, Any]) -> None:
         conn.execute(sa.insert(Q.T_CHAIN), dict(row))

@@ -340,6 +340,9 @@ class ChainLedger(Protocol):
     def append_checkpoint(self, conn: Any, row: Mapping[str, Any]) -> None:
         """Append one checkpoint (columns of `records.ChainRow`)."""
 
+    def rule_rows(self, conn: Any) -> Sequence[RuleRow]:
+        """Every recorded rule and rule seal row (`rules()`, in the caller's transaction)."""
+
     def chain_rows(
         self, conn: Any, table: str, *, after_id: int | None, upto_id: int | None = None
     ) -> Iterator[tuple[Any, ...]]:
