@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+import re
 import secrets
 import threading
 import tomllib
@@ -28,6 +29,8 @@ _log = logging.getLogger("effectgate.web")
 _N, _R, _P = 2**14, 8, 1
 _UNSTORABLE = "holds a NUL character or a lone surrogate: no database stores one with a decision"
 # Compared against when the id is unknown, so a wrong id costs the same time as a wrong secret.
+#: An `[[approver]]` header line as TOML allows it (spaces inside, a quoted key, a comment after).
+_HEADER = re.compile(r"""\s*\[\[\s*(?:approver|"approver"|'approver')\s*\]\]\s*(?:#.*)?""")
 _DUMMY = "scrypt$16384$8$1$00000000000000000000000000000000$" + "00" * 32
 
 
@@ -155,7 +158,8 @@ def _load(path: Path, raw: bytes) -> dict[str, RegisteredApprover]:
     rows: list[dict[str, Any]] = data.get("approver", [])
     if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
         raise ValueError(f"{path}: approvers are [[approver]] tables (id, role, secret, name)")
-    headers = [n for n, line in enumerate(text.splitlines(), 1) if line.strip() == "[[approver]]"]
+    headers = [n for n, line in enumerate(text.splitlines(), 1) if _HEADER.fullmatch(line)]
+    seen: set[str] = set()
     for i, row in enumerate(rows):
         where = f"{path}:{headers[i] if i < len(headers) else '?'}"
         unknown = set(row) - {"id", "role", "secret", "name"}
@@ -170,6 +174,9 @@ def _load(path: Path, raw: bytes) -> dict[str, RegisteredApprover]:
             Approver(row["id"], row["role"])
         except ValueError as exc:
             raise ValueError(f"{where}: {exc}") from None
+        if row["id"] in seen:
+            raise ValueError(f"{where}: approver {row['id']!r} is listed twice")
+        seen.add(row["id"])
         secret = row.get("secret")
         if secret is not None and (not isinstance(secret, str) or secret_problem(secret)):
             problem = secret_problem(secret) if isinstance(secret, str) else "it is not a string"
