@@ -129,8 +129,8 @@ class EffectGateMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         step = [self._model_call(c) for c in step_calls(messages_of(request.state))]
         offered = {t.name for t in request.runtime.tools or ()}
         step = [c for c in step if c["name"] in offered]  # the rest are refused (`_not_offered`)
-        if call.get("id") not in {c.get("id") for c in step}:
-            step = [call]
+        if not any(c.get("id") == call.get("id") and c["name"] == call["name"] for c in step):
+            step = [call]  # a call an outer middleware made or renamed (its id kept): settled alone
         own = frozenset({str(call.get("id") or "")})
         runtime = request.runtime
         return settle_step(
