@@ -230,8 +230,8 @@ def test_a_partial_file_left_beside_an_export_refuses_redact_before_erasing(
         assert "$redacted" not in "".join(a.args_json for a in store.approvals())
     assert export.read_bytes() == before
     assert partial.read_text() == "another writer's\n"
-    with pytest.raises(ExportError, match="exists"):
-        redact_export(export, user_id="u1")
+    with open_store(two_users) as store, pytest.raises(ExportError, match="exists"):
+        redact_export(export, store=store, user_id="u1")
     assert export.read_bytes() == before
     assert partial.read_text() == "another writer's\n"
 

@@ -238,11 +238,11 @@ def test_redact_export_erases_exactly_what_the_ledger_erased(ledger: tuple[Effec
         **erased,
         first: erased[first].model_copy(update={"commitment": before[0]["record"]["personal"]["args_json"]}),
     }
-    assert redact_export(path, user_id="u1", erased=forged) == 1  # the second refund only
+    assert redact_export(path, store=gate.store, user_id="u1", erased=forged) == 1  # the second refund only
     assert [line["personal"] for line in lines(path)] == [before[0]["personal"], before[1]["personal"], {}]
-    assert redact_export(path, user_id="u1", erased=erased) == 1
+    assert redact_export(path, store=gate.store, user_id="u1", erased=erased) == 1
     after = lines(path)
     assert [line["personal"] for line in after] == [before[0]["personal"], {}, {}]
     assert [line["record"] for line in after] == [line["record"] for line in before]
     assert verify_export(path, gate.keyring).ok
-    assert redact_export(path, user_id="u2", erased=erased) == 0  # only the user's lines
+    assert redact_export(path, store=gate.store, user_id="u2", erased=erased) == 0  # only the user's lines

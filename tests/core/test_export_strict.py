@@ -106,7 +106,7 @@ def test_redact_export_refuses_a_line_over_the_cap_and_changes_nothing(ledger: L
     gate, path = ledger
     before = path.read_bytes()
     with pytest.raises(ExportError, match="longer than 64 bytes"):
-        redact_export(path, user_id="u1", max_line=64)
+        redact_export(path, store=gate.store, user_id="u1", max_line=64)
     assert path.read_bytes() == before
     assert not path.with_name(path.name + ".partial").exists()
     assert verify_export(path, gate.keyring).ok

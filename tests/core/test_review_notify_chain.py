@@ -153,7 +153,7 @@ def test_redact_export_refuses_a_line_whose_personal_values_are_not_an_object(
     exported: tuple[EffectGate, Path], personal: Any
 ) -> None:
     """Not a chain line: ExportError naming it, and the file is left as it was."""
-    _, path = exported
+    gate, path = exported
     rows = path.read_text().splitlines()
     line = json.loads(rows[0])
     line["personal"] = personal
@@ -161,5 +161,5 @@ def test_redact_export_refuses_a_line_whose_personal_values_are_not_an_object(
     path.write_text("".join(row + "\n" for row in rows))
     before = path.read_bytes()
     with pytest.raises(ExportError, match="line 1"):
-        redact_export(path, user_id=line["record"]["user_id"])
+        redact_export(path, store=gate.store, user_id=line["record"]["user_id"])
     assert path.read_bytes() == before

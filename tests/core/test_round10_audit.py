@@ -87,7 +87,7 @@ def test_erasing_a_user_from_an_export_keeps_the_files_permissions(
     path = tmp_path / "2026-12-04.jsonl"
     export_chain(gate.store, gate.keyring, path, now=clock.now())
     os.chmod(path, 0o600)
-    assert redact_export(path, user_id="u1") == 1
+    assert redact_export(path, store=gate.store, user_id="u1") == 1
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert verify_export(path, gate.keyring).ok
 

@@ -116,16 +116,16 @@ def test_redact_export_function_refuses_a_file_with_another_hard_link(
     text = export.read_text()
     assert ADA_EMAIL in text
     with pytest.raises(ExportError, match="link"):
-        redact_export(export, user_id="u1")
+        redact_export(export, store=ledger.store, user_id="u1")
     assert export.read_text() == other.read_text() == text
     assert not (tmp_path / "x.jsonl.partial").exists()
     # a symlink too: the rename replaced the link and left the file it names as it was
     other.unlink()
     (tmp_path / "alias.jsonl").symlink_to(export)
     with pytest.raises(ExportError, match="link"):
-        redact_export(tmp_path / "alias.jsonl", user_id="u1")
+        redact_export(tmp_path / "alias.jsonl", store=ledger.store, user_id="u1")
     assert export.read_text() == text
-    assert redact_export(export, user_id="u1") == 3  # the file itself, with one link: erased
+    assert redact_export(export, store=ledger.store, user_id="u1") == 3  # the file itself (one link): erased
     assert ADA_EMAIL not in export.read_text()
 
 
@@ -159,9 +159,9 @@ def test_redact_export_refuses_a_first_format_file_it_cannot_erase(
     text = path.read_text()
     assert ADA_EMAIL in text
     with pytest.raises(ExportError, match="export/1"):
-        redact_export(path, user_id="u1")
+        redact_export(path, store=ledger.store, user_id="u1")
     assert path.read_text() == text
-    assert redact_export(path, user_id="nobody") == 0  # no line of the user: nothing to erase
+    assert redact_export(path, store=ledger.store, user_id="nobody") == 0  # no line of the user: none erased
 
 
 def test_redact_with_a_first_format_export_is_refused_before_the_ledger_is_erased(

@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from effectgate import EffectGate, Pending, Refused, open_store
+from effectgate import export as export_module
 from effectgate.audit import audit
 from effectgate.errors import ApprovalExpired
 from effectgate.examples.shop import context
@@ -51,13 +53,6 @@ def test_a_python_hold_on_an_id_with_stray_whitespace_or_invisible_text_is_refus
     assert [h.id for h in holds(ledger.store)] == [placed.id]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="`redact_export(path, user_id=..., erased=...)` takes no store, so it cannot see a legal "
-    "hold placed after the ledger's erasure: the export file, the last copy of the held user's "
-    "values, is erased under the hold. Giving it the store (or the active holds) is an API "
-    "decision of `effectgate.export`, outside the governance modules",
-)
 def test_an_export_file_of_a_user_held_after_the_erasure_keeps_its_values(
     ledger: EffectGate, clock: FakeClock, tmp_path: Path
 ) -> None:
@@ -70,9 +65,31 @@ def test_an_export_file_of_a_user_held_after_the_erasure_keeps_its_values(
     hold(ledger.store, user_id="u1", by="legal", reason="case 14")
     text = export.read_text()
     assert ADA_EMAIL in text
-    with pytest.raises((RedactionError, ValueError)):
-        redact_export(export, user_id="u1", erased=erased)
+    with pytest.raises(RedactionError, match="legal hold"):
+        redact_export(export, store=ledger.store, user_id="u1", erased=erased)
     assert export.read_text() == text
+
+
+def test_a_hold_placed_while_an_export_file_is_rewritten_keeps_the_file_whole(
+    ledger: EffectGate, clock: FakeClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hold is checked again before the rewritten file replaces the old one: a hold placed
+    while the lines were read leaves the file as it was (no partial file left beside it)."""
+    export = tmp_path / "x.jsonl"
+    export_chain(ledger.store, ledger.keyring, export, settle=0, now=clock.now() + 1)
+    text, real = export.read_text(), export_module.read_lines
+
+    def read_then_hold(*args: Any, **kwargs: Any) -> Any:
+        for n, line in enumerate(real(*args, **kwargs)):
+            if n == 1:
+                hold(ledger.store, user_id="u1", by="legal", reason="case 14")
+            yield line
+
+    monkeypatch.setattr(export_module, "read_lines", read_then_hold)
+    with pytest.raises(RedactionError, match="legal hold"):
+        redact_export(export, store=ledger.store, user_id="u1")
+    assert export.read_text() == text
+    assert not export.with_name(export.name + ".partial").exists()
 
 
 def test_redact_export_does_not_claim_a_broken_file_still_verifies(

@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import threading
@@ -29,8 +28,8 @@ import pytest
 from effectgate import _export_file
 from effectgate.cli import _governance as governance_module
 from effectgate.cli import keyring_for
-from effectgate.export import ExportError, export_chain, manifest_path, redact_export, verify_export
-from effectgate.redact import entries, hold
+from effectgate.export import export_chain, manifest_path, redact_export, verify_export
+from effectgate.redact import RedactionError, entries, hold
 from effectgate.stores import open_store
 
 from . import test_cli
@@ -261,21 +260,17 @@ def test_report_html_never_writes_over_an_export_or_its_manifest(
     assert "<svg" in page.read_text()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="design decision: `redact_export(path, user_id=...)` takes no store, so it cannot see a "
-    "legal hold; `effectgate redact --export` checks the holds (under them it refuses before the "
-    "ledger's erasure, and after it before each file), but a library caller erases a held user's "
-    "values from an export file unchecked. Fix: take the store (or the active holds) and refuse a "
-    "held user, as `redact` does",
-)
 def test_the_library_erasure_of_an_export_file_respects_a_legal_hold(two_users: str, tmp_path: Path) -> None:
-    """A user under a legal hold keeps every value, in the ledger and in its export files."""
+    """A user under a legal hold keeps every value, in the ledger and in its export files: the
+    library's `redact_export` takes the store and refuses a held user (it erased the file's values
+    unchecked; only `effectgate redact --export` looked at the holds)."""
     export = tmp_path / "x.jsonl"
     with open_store(two_users) as store:
         export_chain(store, keyring_for(two_users, create=False), export, settle=0)
         hold(store, user_id="u1", by="legal", reason="case 14")
-    before = export.read_bytes()
-    with contextlib.suppress(ExportError):
-        redact_export(export, user_id="u1")
-    assert export.read_bytes() == before
+        before = export.read_bytes()
+        with pytest.raises(RedactionError, match="legal hold"):
+            redact_export(export, store=store, user_id="u1")
+        assert export.read_bytes() == before
+        assert redact_export(export, store=store, user_id="u2") == 1  # another user's values: erased
+    assert export.with_name(export.name + ".partial").exists() is False

@@ -127,6 +127,14 @@ def release(
         store.append_events(conn, [_event("hold_released", at, hold_id=hold_id, by=by, **why)])
 
 
+def refuse_held(store: Store, conn: Any, user_id: str, done: str) -> None:
+    """RedactionError ("... under a legal hold: `done`") for a user under an active hold; read in
+    `conn`, or in a transaction of its own when None."""
+    active = store.holds(conn) if conn is not None else holds(store)
+    if any(h.user_id == user_id for h in active):
+        raise RedactionError(f"user {user_id!r} is under a legal hold: {done}")
+
+
 def holds(store: Store, *, active: bool = True) -> list[HoldRow]:
     """The legal holds (only active ones, by default)."""
     with store.transaction() as conn:

@@ -50,7 +50,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from . import _pins, _seal
+from . import _holds, _pins, _seal
 from ._commitments import commitment, commitment_holds, commitment_part
 from ._export_file import MAX_LINE, LineError, doubles, fitted, line_text, read_lines, rewrite, strict_loads
 from ._manifest import (  # noqa: F401 - the manifest's names, as `effectgate.export` has always had them
@@ -238,8 +238,7 @@ def _personal_holds(keyring: Keyring, record: Mapping[str, Any], personal: Any) 
 
 
 def _same_value(a: Any, b: Any) -> bool:
-    """Two commitments commit to the same value: a key both name gives the same keyed hash (a
-    commitment names every key of its keyring, so a rotation since the export still matches)."""
+    """Two commitments commit to the same value: a key both name (each names its keyring's) agrees."""
     parts = (p.partition(".") for p in a.split(",")) if isinstance(a, str) and isinstance(b, str) else ()
     return any(mac and commitment_part(b, kid) == mac for kid, _, mac in parts)
 
@@ -247,6 +246,7 @@ def _same_value(a: Any, b: Any) -> bool:
 def redact_export(
     path: str | Path,
     *,
+    store: Store,
     user_id: str,
     erased: Mapping[tuple[str, str, str], RedactedRow] | None = None,
     max_line: int = MAX_LINE,
@@ -258,10 +258,12 @@ def redact_export(
     and column and commits to the same value, so a redaction of one subject erases that subject's
     records and no other. Without it, every personal value of the user's lines goes (what `redact`
     of the whole user erases). Returns how many lines changed. The file is read a line at a time
-    (ExportError, nothing changed, for a line not a chain line, longer than `max_line` bytes, or
-    the user's in the first format; and for a file with another link) and replaced whole."""
+    (ExportError, nothing changed, for a line not a chain line, longer than `max_line` bytes, or the
+    user's in the first format; a file with another link; RedactionError for a user under a legal
+    hold in `store`, checked before and after the rewrite) and replaced whole."""
     if not isinstance(user_id, str) or not user_id:
         raise ExportError("user_id must be a non-empty string")
+    _holds.refuse_held(store, None, user_id, "the export file was not changed")
     target, changed = Path(path), 0
     try:  # written beside it by this rewrite alone (another one under way is refused), then renamed
         with rewrite(target, ExportError, erasing=True) as out:
@@ -289,6 +291,7 @@ def redact_export(
                         changed += 1
                         text = line_text(line)
                 out.write(text + "\n")
+            _holds.refuse_held(store, None, user_id, "the export file was not changed")  # held since
     except LineError as exc:
         raise ExportError(f"{target} was not changed: {exc}") from exc
     return changed

@@ -54,6 +54,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from . import _holds
 from ._commitments import commitment, commitment_holds, commitment_part, keyed_hash
 from ._holds import RedactionError, _at, _event, _text, check_keep, hold, holds, known_names, release
 from ._seal import stored_args_hash
@@ -281,8 +282,7 @@ def redact(
     with store.transaction() as conn:
         store.lock(conn, ERASURE_LOCK)  # a seal never reads a redaction half-way (`chain`)
         check_keyring(store, conn, keyring, every_checkpoint=True)
-        if any(h.user_id == user_id for h in store.holds(conn)):
-            raise RedactionError(f"user {user_id!r} is under a legal hold: nothing was redacted")
+        _holds.refuse_held(store, conn, user_id, "nothing was redacted")
         keys = subject_keys(subject) if subject is not None else []
         targets = store.redaction_targets(conn, user_id=user_id)
         if subject is not None:  # its approvals' calls, and the writes whose arguments name it

@@ -122,7 +122,7 @@ def _cmd_redact(args: argparse.Namespace, out: Console) -> int:
                     f"placed under a legal hold since: {path} was not changed (export files erased "
                     f"before it: {', '.join(files) or 'none'})"
                 )
-            files[path] = _redact_file(path, args.user, erased, done.id)
+            files[path] = _redact_file(store, path, args.user, erased, done.id)
     # checked, not assumed: a file broken before the erasure is still broken after it
     broken = {path: v.problem or "broken" for path in files if not (v := verify_export(path, keyring)).ok}
     code = EXIT_FINDINGS if broken else EXIT_OK  # as `verify` exits for a broken export
@@ -155,9 +155,9 @@ def _no_records(user: str, done: str) -> None:
     print(f"effectgate: note: {note}", file=sys.stderr)
 
 
-def _redact_file(path: str, user: str, erased: dict[Any, Any], rid: str) -> int:
+def _redact_file(store: Any, path: str, user: str, erased: dict[Any, Any], rid: str) -> int:
     try:
-        return redact_export(path, user_id=user, erased=erased)
+        return redact_export(path, store=store, user_id=user, erased=erased)
     except (ExportError, OSError) as exc:  # the ledger's erasure is done: say so, and how to finish
         raise ExportError(
             f"redaction {rid} erased the ledger's values, but not yet the export file's: {exc}; "
