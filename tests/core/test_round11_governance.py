@@ -5,7 +5,6 @@ left the erased values under the other)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from collections.abc import Callable
@@ -28,7 +27,7 @@ from effectgate.export import (
     redact_export,
     verify_export,
 )
-from effectgate.redact import RedactionError, hold, redact, retain
+from effectgate.redact import RedactionError, hold, holds, redact, release, retain
 from effectgate.testing import FakeClock
 
 from . import test_cli_governance
@@ -181,12 +180,6 @@ def test_redact_with_a_first_format_export_is_refused_before_the_ledger_is_erase
         assert '"1042"' in store.approvals()[0].args_json  # the ledger is not erased either
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a hold row carries no seal and no audit checks it against the chained hold and "
-    "hold_released events: which of them decides (seal eg_holds, or derive the active holds from "
-    "the events) is a design decision",
-)
 def test_a_hold_released_in_the_database_alone_still_holds(ledger: EffectGate) -> None:
     """Someone with write access to the database marks a legal hold released (no `release`, no
     `hold_released` event): the next redaction erased the held user's records, and the audit
@@ -198,6 +191,29 @@ def test_a_hold_released_in_the_database_alone_still_holds(ledger: EffectGate) -
             {"id": placed.id},
         )
     before = _approval_args(ledger)
-    with contextlib.suppress(RedactionError):  # refused: the hold stands
+    with pytest.raises(RedactionError, match="legal hold"):  # refused: the hold stands
         redact(ledger.store, ledger.keyring, user_id="u1", by="dpo", reason="r")
     assert _approval_args(ledger) == before
+    assert [h.id for h in holds(ledger.store)] == [placed.id]
+    release(ledger.store, placed.id, by="legal", reason="case closed")  # released through `release`
+    assert holds(ledger.store) == []
+    redact(ledger.store, ledger.keyring, user_id="u1", by="dpo", reason="r")
+    assert _approval_args(ledger) != before
+
+
+def test_a_hold_whose_row_is_deleted_in_the_database_still_holds(ledger: EffectGate) -> None:
+    """The hold's row deleted (its `hold` event stays: the events are append-only and chained):
+    the hold stands, is listed, and is released only through `release`."""
+    placed = hold(ledger.store, user_id="u1", by="legal", reason="case 14")
+    with ledger.store.engine.begin() as conn:
+        conn.execute(sa.text("DELETE FROM eg_holds WHERE id = :id"), {"id": placed.id})
+    before = _approval_args(ledger)
+    with pytest.raises(RedactionError, match="legal hold"):
+        redact(ledger.store, ledger.keyring, user_id="u1", by="dpo", reason="r")
+    assert _approval_args(ledger) == before
+    [listed] = holds(ledger.store)
+    assert (listed.id, listed.user_id, listed.placed_by) == (placed.id, "u1", "legal")
+    release(ledger.store, placed.id, by="legal", reason="case closed")
+    assert holds(ledger.store) == []
+    with pytest.raises(RedactionError, match="no active legal hold"):  # released once
+        release(ledger.store, placed.id, by="legal", reason="again")

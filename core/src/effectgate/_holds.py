@@ -117,13 +117,14 @@ def release(
     recorded on the hold, and with why (`reason`; `effectgate hold --release` requires one) in
     its `hold_released` event. Under the erasure lock, as `hold`: a running erasure's refusal of
     a held user stands until it ends."""
-    at = _at(now)
+    at, by = _at(now), _text("by", by)
     _text("hold_id", hold_id)
     why = {} if reason is None else {"reason": _text("reason", reason)}
     with store.transaction() as conn:
         store.lock(conn, ERASURE_LOCK)
-        if not store.release_hold(conn, hold_id, by=_text("by", by), at=at):
+        if hold_id not in {h.id for h in store.holds(conn)}:  # the row, or its events: see `holds`
             raise RedactionError(f"no active legal hold {hold_id!r}")
+        store.release_hold(conn, hold_id, by=by, at=at)
         store.append_events(conn, [_event("hold_released", at, hold_id=hold_id, by=by, **why)])
 
 

@@ -18,6 +18,7 @@ from sqlalchemy.engine import Connection
 
 from .._json import same_json
 from ..table import _as_set
+from . import _holds_sql
 from . import _queries as Q
 from .records import PERSONAL, ApprovalRow, DecisionRow, HoldRow, RedactedRow
 
@@ -376,18 +377,10 @@ class RedactionSQL:
         conn.execute(sa.insert(Q.T_HOLDS), hold.model_dump())
 
     def release_hold(self, conn: Connection, hold_id: str, *, by: str, at: float) -> bool:
-        done = conn.execute(
-            sa.update(Q.T_HOLDS)
-            .where(Q.T_HOLDS.c.id == hold_id, Q.T_HOLDS.c.released_at.is_(None))
-            .values(released_at=at, released_by=by)
-        )
-        return bool(done.rowcount)
+        return _holds_sql.release(conn, hold_id, by=by, at=at)
 
     def holds(self, conn: Connection, *, active: bool = True) -> list[HoldRow]:
-        q = sa.select(Q.T_HOLDS).order_by(Q.T_HOLDS.c.at)
-        if active:
-            q = q.where(Q.T_HOLDS.c.released_at.is_(None))
-        return [HoldRow(**r._mapping) for r in conn.execute(q)]
+        return _holds_sql.holds(conn, active=active)
 
     def sealed_sample(
         self, conn: Connection, *, limit: int = 3

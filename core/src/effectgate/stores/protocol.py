@@ -161,6 +161,10 @@ class ApprovalLedger(Protocol):
         approval's `status` column (not sealed), these cannot be edited without breaking the
         executions' and events' chains."""
 
+    def decisions_of(self, conn: Any, approval_ids: Collection[str]) -> list[DecisionRow]:
+        """Every decision recorded for the listed approvals (all versions and rounds), in the
+        order recorded, in one read of the decisions' approval index: a subject's history."""
+
     def grant_spent(self, conn: Any, approval_id: str, version: int) -> bool:
         """Whether a grant of this approval version was presented (its "token_used" event) or an
         execution of it recorded, read in the caller's transaction: what execute checks before it
@@ -320,10 +324,12 @@ class RedactionLedger(Protocol):
         """Place a legal hold."""
 
     def release_hold(self, conn: Any, hold_id: str, *, by: str, at: float) -> bool:
-        """Release an active hold; False when there is no such active hold."""
+        """Mark a hold released (its row; the caller appends its `hold_released` event); False when
+        no row has that id."""
 
     def holds(self, conn: Any, *, active: bool = True) -> Sequence[HoldRow]:
-        """The holds (only those not released, by default), oldest first."""
+        """The holds, oldest first; by default those that stand: a row not released, and a hold
+        its `hold` event placed with no `hold_released` event (the row is unsealed)."""
 
     def sealed_sample(
         self, conn: Any, *, limit: int = 3
