@@ -14,12 +14,12 @@ argument; the origin of a call is derived from the call (`_common.origin_for`), 
 call is the same request.
 
 **Every call re-reads its upstream's listing first** (one `tools/list` round trip), and the
-table, and with it the gate, is rebuilt when the listing changed. So a call is routed by the
-class the upstream's tool has now, and an approval is checked against the tool as it is now: a
-waiting or approved call whose tool changed upstream since it was proposed (schema, description,
-annotations) is refused (`mismatch`, recorded), nothing runs, and an approved one is an audit
-finding (`reclassified`). What is left is the moment between that listing and the call itself,
-which MCP gives no way to close.
+table, and with it the gate, is rebuilt when the listing changed (its rows in a worker thread,
+before the lock every call takes). So a call is routed by the class the upstream's tool has now,
+and an approval is checked against the tool as it is now: a waiting or approved call whose tool
+changed upstream since it was proposed (schema, description, annotations) is refused
+(`mismatch`, recorded), nothing runs, and an approved one is an audit finding (`reclassified`).
+What is left is the moment between that listing and the call itself, which MCP gives no way to close.
 
 **Approved calls** run when the client re-issues them and the grant has reached this process:
 delivered by the approving side (`proxy.grants.deliver`, e.g. the inbox's `on_grant`), or sent
@@ -103,11 +103,8 @@ class GatedProxy:
         inbox_url: str | None = None,
         name: str = "effectgate-proxy",
     ) -> None:
-        # A sequence of upstreams is checked as a configuration file is (prefixes).
-        upstreams = (
-            config if isinstance(config, ProxyConfig) else ProxyConfig(servers=tuple(config))
-        ).servers
-        self.upstreams = upstreams
+        config = config if isinstance(config, ProxyConfig) else ProxyConfig(servers=tuple(config))
+        self.upstreams = upstreams = config.servers  # a sequence checked as a file is (prefixes)
         self.identity = identity
         self.store = store
         self.policy = policy or Policy()
@@ -162,32 +159,26 @@ class GatedProxy:
 
     async def refresh(self, server: str | None = None) -> EffectGate:
         """Read the tools of one upstream (or all) again; rebuild the table and the gate when the
-        rows changed. A listing that fails raises (nothing is served from a stale listing), and
-        then the pass keeps nothing it read: listings are kept only with the table and gate built
-        from them (all or nothing), so the next pass sees their changes again."""
+        rows changed. A listing that fails raises (nothing served from a stale listing), and the
+        pass keeps nothing it read: listings are kept only with the table and gate built from
+        them (all or nothing)."""
         names = [server] if server is not None else list(self._connections)
-        # Read before taking the lock: an upstream whose listing hangs holds its own calls only.
-        listings = {name: await self._connections[name].list_tools() for name in names}
-        async with self._lock:
-            fresh: dict[str, tuple[str, list[ToolSpec]]] = {}
-            for name, tools in listings.items():
-                connection = self._connections[name]
-                # Compared, never hashed canonically: that refuses what schemas hold (int64 bounds)
-                listing = json.dumps([t.model_dump(mode="json") for t in tools], sort_keys=True)
-                if name in self._listed and self._listed[name][0] == listing:
-                    continue
-                fresh[name] = (listing, specs_for(connection.upstream, connection, tools, self.policy))
+        # read, and rows built in a worker thread (validators: seconds for a long listing), unlocked
+        built: dict[str, tuple[str, list[ToolSpec] | None, list[types.Tool]]] = {}
+        for name in names:
+            tools = await self._connections[name].list_tools()
+            built[name] = (*await asyncio.to_thread(self._rows, name, tools), tools)
+        async with self._lock:  # compared again: a pass may have committed since (rows built here)
+            fresh = {
+                n: (listing, rows if rows is not None else self._specs(n, tools))
+                for n, (listing, rows, tools) in built.items()
+                if listing != self._listed.get(n, ("", []))[0]
+            }
             if fresh or self._gate is None:
                 table = self._table({**self._listed, **fresh})
                 if self._gate is None or table.fingerprint != self._gate.table.fingerprint:
-                    gate = await asyncio.to_thread(
-                        EffectGate,
-                        table,
-                        self.store,
-                        policy=self.policy,
-                        keyring=self.keyring,
-                        clock=self.clock,
-                    )
+                    kw: dict[str, Any] = {"policy": self.policy, "keyring": self.keyring, "clock": self.clock}
+                    gate = await asyncio.to_thread(EffectGate, table, self.store, **kw)
                     replaced, self._gate = self._gate, gate
                     if replaced is not None:
                         log.info("the upstream tools changed: the table is now %s", table.fingerprint[:12])
@@ -197,6 +188,15 @@ class GatedProxy:
                             await asyncio.to_thread(replaced.close)
             self._listed.update(fresh)  # committed with the gate built from it, never before
             return self.gate
+
+    def _rows(self, server: str, tools: list[types.Tool]) -> tuple[str, list[ToolSpec] | None]:
+        """The listing's text (compared, not hashed: RFC 8785 refuses int64 bounds), and its rows if new."""
+        listing = json.dumps([t.model_dump(mode="json") for t in tools], sort_keys=True)
+        same = listing == self._listed.get(server, ("", []))[0]
+        return listing, None if same else self._specs(server, tools)
+
+    def _specs(self, server: str, tools: list[types.Tool]) -> list[ToolSpec]:
+        return specs_for(self._connections[server].upstream, self._connections[server], tools, self.policy)
 
     def _table(self, listed: dict[str, tuple[str, list[ToolSpec]]]) -> EffectTable:
         rows = (listed.get(name, ("", []))[1] for name in self._connections)
