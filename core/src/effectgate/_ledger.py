@@ -19,6 +19,7 @@ from ._answers import SHADOW_NOTE
 from ._deps import Deps, Events
 from ._json import parse
 from ._seal import approval_verifies, decision_intact
+from ._standing import standing
 from .context import CallContext, Confirmation, SubjectEntry
 from .errors import PolicyViolation, TamperedRecord, UnknownApproval, describe
 from .outcomes import UNSEALED_WARNING, Card, SubjectView, VersionEntry
@@ -48,15 +49,19 @@ def past(deadline: object, now: float) -> bool:
     return not (isinstance(deadline, int | float) and deadline > now)
 
 
-#: The status an approval has by what its executions (`store.execution_outcomes`) say, whatever
-#: its unsealed status column says: ran, or its outcome unknown (in effect).
-RAN_STATUS = {"succeeded": "executed", "needs_reconciliation": "approved", "presented": "approved"}
-
-
 def said(head: str, reason: object) -> str:
     """`head: reason` for the model, or `head (its reason was erased)` when `redact` erased it
     (a reviewer's or the gate's reason is personal: its marker's JSON is no reason)."""
     return f"{head} (its reason was erased)" if is_redacted(reason) else f"{head}: {reason}"
+
+
+def _mapping(text: str) -> Mapping[str, Any]:
+    """Stored arguments as a mapping: those of a row that does not verify may be any text."""
+    try:
+        value = parse(text)
+    except (ValueError, TypeError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def grant_live(deadline: object, now: float) -> bool:
@@ -102,10 +107,13 @@ class Ledger:
         *,
         exclude: str | None,
     ) -> str | None:
-        """The row's `confirm` check over the subject's history; a check that raises refuses."""
+        """The row's `confirm` check over the subject's history; a check that raises refuses, and so
+        does a subject whose history holds a record that does not verify and may be in effect."""
         if spec.confirm is None:
             return None
         history = self.history(conn, spec.name, subject_key, exclude)
+        if broken := next((e.approval_id for e in history if not e.intact), None):
+            return f"approval {broken} on this subject does not verify (edited in the database)"
         try:
             return spec.confirm(args, Confirmation(call=ctx, history=history))
         except Exception as exc:
@@ -114,37 +122,46 @@ class Ledger:
     def history(
         self, conn: Any, tool: str, subject_key: str, exclude: str | None
     ) -> tuple[SubjectEntry, ...]:
-        """The subject's other approvals of `tool`, oldest first, each marked whether it is in effect;
-        only rows whose seal verifies (a row inserted or edited in the database is no history: a
-        forged "executed" row must not make a `confirm` check refuse, nor show on a card).
-
-        The status column is not sealed, so what ran is read from the append-only executions too
-        and from the grants presented (`store.execution_outcomes`, one query each for the whole
-        history): an approval whose grant ran (an execution succeeded) is in effect and shown as
-        executed, and one whose outcome is unknown (its latest execution needs reconciliation, or
-        its grant was presented and nothing was recorded since: running, or its worker died) is
-        in effect and shown as approved, whatever its status says: a refund edited from
-        'executed' to 'denied' in the database still counts."""
+        """The subject's other approvals of `tool`, oldest first, each with whether it is in effect
+        and its status as `_standing` derives them from what verifies (its executions, its sealed
+        grants, denial and granting decisions), never from its unsealed status or grant expiry
+        columns: a refund edited from 'executed' to 'denied', or a live grant to 'expired', still
+        counts; a denied one edited to 'executed' does not. A row inserted in the database is no
+        history; one the gate wrote whose seal no longer verifies is listed (`intact=False`) while
+        it may be in effect. Three reads for the whole history, whatever its length."""
         now = self.clock.now()
-        rows = [r for r in self.store.subject_history(conn, tool, subject_key, exclude) if self.verifies(r)]
+        rows = self.store.subject_history(conn, tool, subject_key, exclude)
         ran = self.store.execution_outcomes(conn, [r.id for r in rows]) if rows else {}
-        return tuple(self._entry(r, ran.get(r.id), now) for r in rows)
-
-    @staticmethod
-    def _entry(r: ApprovalRow, ran: str | None, now: float) -> SubjectEntry:
-        """One history entry: what the executions say (`ran`) overrides the stored status."""
-        status = RAN_STATUS.get(ran or "", r.status)
-        live = grant_live(r.token_expires_at, now)
-        return SubjectEntry(
-            approval_id=r.id,
-            status=status,
-            version=r.version,
-            args=json.loads(r.args_json),
-            created_at=r.created_at,
-            in_effect=ran in ("succeeded", "needs_reconciliation", "presented")
-            or r.status == "executed"
-            or (r.status == "approved" and (r.token_used_at is not None or live)),
-        )
+        verified = {r.id for r in rows if self.verifies(r)}
+        # the sealed decisions of the rows they decide: nothing ran (a grant? a denial?), a broken seal
+        need = [r.id for r in rows if r.id not in verified or r.id not in ran]
+        decided: dict[str, list[DecisionRow]] = {}
+        for d in self.store.decisions_of(conn, need) if need else ():
+            if decision_intact(self.keyring, d):
+                decided.setdefault(d.approval_id, []).append(d)
+        out: list[SubjectEntry] = []
+        for r in rows:
+            got = standing(
+                r,
+                ran.get(r.id),
+                decided.get(r.id, ()),
+                verified=r.id in verified,
+                now=now,
+                lifetime=self.policy.token_ttl,
+            )
+            if got is not None:
+                out.append(
+                    SubjectEntry(
+                        approval_id=r.id,
+                        status=got.status,
+                        version=r.version,
+                        args=_mapping(r.args_json),
+                        created_at=r.created_at,
+                        in_effect=got.in_effect,
+                        intact=got.intact,
+                    )
+                )
+        return tuple(out)
 
     def verifies(self, row: ApprovalRow) -> bool:
         """`_seal.approval_verifies` under the gate's keyring."""
@@ -167,6 +184,8 @@ class Ledger:
                 )
             except Exception as exc:  # a display helper must not break the card
                 balance = f"unavailable ({type(exc).__name__})"
+            if not all(e.intact for e in history):  # an amount it summed may be an edit
+                balance = "unavailable (a record on this subject does not verify)"
         return SubjectView(history=tuple(reversed(history)), balance=balance)
 
     # -- expiry

@@ -145,7 +145,9 @@ def set_idempotency_key(request: R, tool_context: ToolContext) -> R:
 
 @dataclass(frozen=True, kw_only=True)
 class SubjectEntry:
-    """Another approval of the same tool on the same subject, for business checks and cards."""
+    """Another approval of the same tool on the same subject, for business checks and cards.
+    `intact` is False for one whose record no longer verifies (edited in the database): listed
+    while it may be in effect, its arguments untrusted (a `confirm` check is not asked)."""
 
     approval_id: str
     status: str
@@ -153,6 +155,7 @@ class SubjectEntry:
     args: Mapping[str, Any]
     created_at: float
     in_effect: bool = False
+    intact: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,7 +1,7 @@
 """The store's reading for the CLI, the audit and the export: whole lists of rows, each in a
 read-only transaction of its own (`SQLStore.reading`), and a few reads inside the caller's
-transaction (`execution_outcomes`); mixed into `SQLStore` (`protocol.ApprovalLedger` documents
-them)."""
+transaction (`execution_outcomes`, `decisions_of`); mixed into `SQLStore`
+(`protocol.ApprovalLedger` documents them)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,11 @@ from .records import PERSONAL, ApprovalRow, DecisionRow, EventRow, ExecutionRow
 _FIRST_PROPOSED = Q.first_proposed()
 _EXECUTION_OUTCOMES = Q.execution_outcomes()
 _GRANTS_PRESENTED = Q.grants_presented()
+_DECISIONS_OF = (
+    sa.select(Q.T_DECISIONS)
+    .where(Q.T_DECISIONS.c.approval_id.in_(sa.bindparam("p_ids", expanding=True)))
+    .order_by(Q.T_DECISIONS.c.id)
+)
 _BATCH = 1000  # ids per statement (`execution_outcomes`)
 
 
@@ -121,6 +126,14 @@ class ReadingSQL:
             for (approval_id,) in conn.execute(_GRANTS_PRESENTED, batch):
                 out.setdefault(str(approval_id), "presented")  # running, or died with its outcome unknown
         return out
+
+    def decisions_of(self, conn: Connection, approval_ids: Collection[str]) -> list[DecisionRow]:
+        ids = sorted(set(approval_ids))
+        return [
+            Q._decision_of(r)
+            for i in range(0, len(ids), _BATCH)
+            for r in conn.execute(_DECISIONS_OF, {"p_ids": ids[i : i + _BATCH]})
+        ]
 
     def grant_spent(self, conn: Connection, approval_id: str, version: int) -> bool:
         return (

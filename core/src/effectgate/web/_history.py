@@ -15,30 +15,11 @@ from collections import defaultdict
 from typing import Any
 
 from .._display import card_view, stored_json
-from .._ledger import RAN_STATUS
 from .._seal import approval_verifies, decision_intact
+from .._standing import said_status
 from ..gate import EffectGate
-from ..stores.records import ApprovalRow
 
 DECIDED = ["executed", "failed", "denied", "expired", "rejected", "approved"]
-# what the executions (and a grant presented) say an approval's status is, whatever its column says
-_RAN = {**RAN_STATUS, "failed": "failed"}
-# what a status column claims that only an execution (a run, a failure) or a sealed denial records
-_RECORDED = ("executed", "failed", "denied")
-
-
-def said_status(row: ApprovalRow, ran: str | None, denied: bool, verified: bool) -> str:
-    """The status the executions (`ran`, see `store.execution_outcomes`) and a sealed denial of
-    the row's version (`denied`) say the row has; its column only where they say nothing and it
-    claims nothing they would record. A row that does not verify under this keyring (`verified`:
-    flagged so) keeps its column: its denial may be sealed under a key this keyring lacks."""
-    if ran:
-        return _RAN.get(ran, row.status)
-    if denied:
-        return "denied"
-    if verified and row.status in _RECORDED:  # edited in the database: nothing ran, no one denied it
-        return "approved" if row.grants else "pending"
-    return row.status
 
 
 def card_status(gate: EffectGate, approval_id: str) -> tuple[str, str] | None:
