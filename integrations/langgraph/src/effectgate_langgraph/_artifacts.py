@@ -63,9 +63,7 @@ def keep(gate: EffectGate, ctx: CallContext, outcome: Outcome | BaseException) -
         logger.warning("the artifact of %s was not kept for a replay", outcome.tool, exc_info=True)
 
 
-def restore(
-    gate: EffectGate, ctx: CallContext, outcomes: Mapping[str, Outcome | BaseException]
-) -> dict[str, Any]:
+def restore(gate: EffectGate, ctx: CallContext, outcomes: Mapping[str, object]) -> dict[str, Any]:
     """The kept artifact of each call (by call id) answered from the store by a replay of a
     gated run, when its record's seal verifies."""
     replays = {

@@ -54,10 +54,11 @@ from ._fidelity import (
     model_call,
     raise_injection_error,
 )
+from ._grants import answer_settled
 from ._hitl import NativeApprover
 from ._identity import call_context, messages_of, reused_id_refusal, reused_ids, step_calls
 from ._messages import tool_message
-from ._node import DEFAULT_RESUME_IDENTITY, answer_settled
+from ._node import DEFAULT_RESUME_IDENTITY
 from ._step import StepFlow, adrive, drive, settle_step
 from ._tools import may_call, table_tools
 

@@ -7,15 +7,15 @@ Each time the node runs (first pass, or a re-run on resume) it:
 2. then lets ToolNode dispatch every call as usual, with a `wrap_tool_call` that answers a
    gated call from step 1 and runs a read or write call through `gate.call`. Wrappers given as
    `wrap_tool_call=` / `awrap_tool_call=` run outside it, as ToolNode runs them: their `execute`
-   is the gate.
+   is the gate. With one, an approved call's grant is spent there, not in step 1 (`_grants.py`).
 
 What the model receives is what a plain ToolNode would give it (`_fidelity.py`): a native tool
 runs through `tool.invoke(tool_call, config)` with its callbacks, its own error handling and its
 ToolMessage; `handle_tool_errors` is applied as ToolNode applies it, to the tool's own exception.
 Injected arguments are dropped from each call before the gate sees it and supplied by ToolNode's
-`_inject_tool_args` when the tool runs: for reads and writes from the ToolRuntime ToolNode built
-for the call, for gated calls (run while the step is settled, before ToolNode dispatches) from a
-ToolRuntime built the same way from this run's input. A read's `Command` goes to the graph.
+`_inject_tool_args` when the tool runs, from the ToolRuntime ToolNode built for the call (for a
+gated call run while the step is settled, one built the same way from this run's input). A
+read's `Command` goes to the graph.
 A gated call's refusal or denial is the gate's answer (an error ToolMessage), not an exception,
 and an approved call whose outcome is unknown is reported for reconciliation, whatever the flag.
 
@@ -52,27 +52,29 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 from pydantic import BaseModel
 
-from effectgate import CallContext, Effect, EffectGate, Executed, Outcome
+from effectgate import CallContext, Effect, EffectGate, Executed, Outcome, flow
 from effectgate.adapter import is_gated, native_approver
-from effectgate.errors import NeedsReconciliation, TableError
+from effectgate.errors import TableError
 
 from . import _fidelity
 from ._fidelity import Flight, error_message, flying, framework_keys, is_native, model_call, tool_span
+from ._grants import Granted, Settled, answer_settled, spent, unsettled
 from ._hitl import NativeApprover
 from ._identity import call_context, messages_of, reused_id_refusal, reused_ids, state_of, step_calls
 from ._messages import tool_message
-from ._step import Settled, StepFlow, adrive, drive, settle_step
+from ._step import StepFlow, adrive, drive, settle_step
 from ._tools import may_call, table_tools
 
 DEFAULT_RESUME_IDENTITY = "langgraph-resume"
-_RUNTIME_FIELDS = frozenset(f.name for f in dataclasses.fields(ToolRuntime))
+#: Fields a newer ToolRuntime has, passed when this one has them too.
+_NEWER = {f.name for f in dataclasses.fields(ToolRuntime)} & {"execution_info", "server_info"}
 
 
 @dataclass(frozen=True)
 class _Step:
     gate: EffectGate
     ctx: CallContext
-    settled: dict[str, Settled]
+    settled: dict[str, Settled]  # with a wrapper, a grant is spent when its `execute` runs (`_grants`)
     ran: dict[str, ToolMessage]  # the ToolMessages of gated calls that ran in this step, by call id
     input_type: Literal["list", "dict", "tool_calls"]  # ToolNode's reading of the node's input
     reused: frozenset[str] = frozenset()  # ids on more than one call of the step (`reused_ids`)
@@ -86,20 +88,6 @@ def _propagate(e: Exception) -> str:
     """ToolNode's own flag: the gate's wrapper has applied `handle_tool_errors` already, so
     whatever reaches ToolNode from it is raised as it is."""
     raise e
-
-
-def answer_settled(
-    settled: Settled, call: ToolCall, ran: ToolMessage | None, flag: Any
-) -> ToolMessage | Command[Any]:
-    """The ToolMessage for a gated call the step settled. Its tool's own failure after approval
-    (a definite failure, nothing ran) is handled as ToolNode handles any tool's; an unknown
-    outcome is reported for reconciliation."""
-    outcome = settled.outcome
-    if isinstance(outcome, Exception) and not isinstance(outcome, NeedsReconciliation):
-        return error_message(outcome, call, flag)
-    if isinstance(outcome, BaseException) and not isinstance(outcome, NeedsReconciliation):
-        raise outcome
-    return tool_message(outcome, call, edited_args=settled.edited_args, ran=ran, artifact=settled.artifact)
 
 
 def _ended(message: ToolMessage, span: CallbackManagerForToolRun | None) -> ToolMessage:
@@ -192,7 +180,7 @@ class GatedToolNode(ToolNode):
         own &= {str(c.get("id") or "") for c in step}
         if not any(is_gated(self.gate, c["name"]) for c in step if str(c.get("id") or "") in own):
             return ctx, None, reused
-        flow = settle_step(
+        steps = settle_step(
             self.gate,
             step,
             ctx,
@@ -200,26 +188,24 @@ class GatedToolNode(ToolNode):
             resume_identity=self.resume_identity,
             injected_keys=self.injected_keys,
             approver_of=lambda: native_approver(self.native_approver, config, runtime.context),
+            defer=self.wrap_tool_call is not None or self.awrap_tool_call is not None,
         )
-        return ctx, flow, reused
+        return ctx, steps, reused
 
     def _gated_flight(
-        self, node_input: Any, config: RunnableConfig, runtime: Runtime[Any], flow: StepFlow | None
+        self, node_input: Any, config: RunnableConfig, runtime: Runtime[Any], steps: StepFlow | None
     ) -> AbstractContextManager[Flight]:
         """The flight of the step's gated calls, each with the ToolRuntime `ToolNode._func` builds
         for it in this run: they run (on a resume, in whatever process) with this run's state."""
-        if flow is None:
+        if steps is None:
             return flying([], config)
         all_calls, _ = self._parse_input(node_input)
         gated = {str(c.get("id") or "") for c in all_calls if is_gated(self.gate, c["name"])}
-        # Fields a newer ToolRuntime has, passed when this one has them too.
-        newer = {
-            k: getattr(runtime, k, None) for k in ("execution_info", "server_info") if k in _RUNTIME_FIELDS
-        }
+        newer = {k: getattr(runtime, k, None) for k in _NEWER}
         runtimes: dict[str, ToolRuntime[Any, Any]] = {}
         for call, cfg in zip(all_calls, get_config_list(config, len(all_calls)), strict=False):
-            if str(call.get("id") or "") in gated:
-                runtimes[str(call.get("id") or "")] = ToolRuntime(
+            if (cid := str(call.get("id") or "")) in gated:
+                runtimes[cid] = ToolRuntime(
                     state=self._extract_state(node_input, cfg),
                     tool_call_id=call["id"],
                     config=cfg,
@@ -238,9 +224,9 @@ class GatedToolNode(ToolNode):
         config: RunnableConfig,
         runtime: Runtime[Any],
     ) -> Any:
-        ctx, flow, reused = self._flow(input, config, runtime)
-        with self._gated_flight(input, config, runtime, flow) as flight:
-            settled = drive(flow, self.gate) if flow is not None else {}
+        ctx, steps, reused = self._flow(input, config, runtime)
+        with self._gated_flight(input, config, runtime, steps) as flight:
+            settled = drive(steps, self.gate) if steps is not None else {}
         step = _Step(self.gate, ctx, settled, flight.messages, self._parse_input(input)[1], reused)
         token = _STEP.set(step)
         try:
@@ -254,9 +240,9 @@ class GatedToolNode(ToolNode):
         config: RunnableConfig,
         runtime: Runtime[Any],
     ) -> Any:
-        ctx, flow, reused = self._flow(input, config, runtime)
-        with self._gated_flight(input, config, runtime, flow) as flight:
-            settled = await adrive(flow, self.gate) if flow is not None else {}
+        ctx, steps, reused = self._flow(input, config, runtime)
+        with self._gated_flight(input, config, runtime, steps) as flight:
+            settled = await adrive(steps, self.gate) if steps is not None else {}
         step = _Step(self.gate, ctx, settled, flight.messages, self._parse_input(input)[1], reused)
         token = _STEP.set(step)
         try:
@@ -309,7 +295,9 @@ class GatedToolNode(ToolNode):
         if call["name"] not in self.tools_by_name and may_call(step.gate, step.ctx, call["name"]):
             return self._validate_tool_call(call)  # ToolNode's answer to a row it does not offer
         if (settled := step.settled.get(call_id)) is None:
-            return None
+            return unsettled(step.gate, step.ctx, call)  # None: a read or write, run it now
+        if isinstance(settled.outcome, Granted):
+            return None  # a grant is spent now, where its call runs (`_grants.spent`)
         return answer_settled(settled, call, step.ran.get(call_id), self.handle_tool_errors)
 
     def _wrap(self, request: ToolCallRequest) -> ToolMessage | Command[Any]:
@@ -317,6 +305,9 @@ class GatedToolNode(ToolNode):
         call = self._model_call(request.tool_call)
         if (ready := self._ready(step, call)) is not None:
             return ready
+        if (settled := step.settled.get(ctx.tool_call_id or "")) is not None:  # its grant, spent here
+            with self._flight(step.gate, call, request) as flight:
+                return self._granted(flow.drive(spent(step.gate, ctx, settled)), call, flight)
         span = self._span(step.gate, call, request)
         with self._flight(step.gate, call, request) as flight:
             try:
@@ -332,6 +323,9 @@ class GatedToolNode(ToolNode):
         call = self._model_call(request.tool_call)
         if (ready := self._ready(step, call)) is not None:
             return ready
+        if (settled := step.settled.get(ctx.tool_call_id or "")) is not None:  # its grant, spent here
+            with self._flight(step.gate, call, request) as flight:
+                return self._granted(await flow.adrive(spent(step.gate, ctx, settled)), call, flight)
         span = self._span(step.gate, call, request)
         with self._flight(step.gate, call, request) as flight:
             try:
@@ -341,6 +335,10 @@ class GatedToolNode(ToolNode):
             except Exception as exc:
                 return self._failed(exc, call, span)
         return self._answer(step, call, outcome, flight, span)
+
+    def _granted(self, settled: Settled, call: ToolCall, flight: Flight) -> ToolMessage | Command[Any]:
+        ran = flight.messages.get(str(call.get("id") or ""))
+        return answer_settled(settled, call, ran, self.handle_tool_errors)
 
     def _flight(
         self, gate: EffectGate, call: ToolCall, request: ToolCallRequest

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -227,9 +228,21 @@ def _brought(value: object) -> bool:
     return came.interrupt_id is not None or came.unconfirmed is not None
 
 
+def _position(asked: int) -> int:
+    """How many interrupt() calls the task made so far (the answer slot its next one takes): its
+    scratchpad's counter, read without advancing it, so an outer middleware's interrupt() before
+    the step's counts too. Where LangGraph keeps it otherwise: the step's own, `asked`."""
+    pad = get_config().get("configurable", {}).get(_SCRATCHPAD_KEY)
+    counter = getattr(getattr(pad, "interrupt_counter", None), "_counter", False)
+    if counter is None:  # LangGraph's lazy counter, not started: no interrupt() yet
+        return 0
+    found = re.fullmatch(r"count\((\d+)\)", repr(getattr(counter, "__self__", None)))
+    return int(found.group(1)) if found else asked
+
+
 def _unasked(asked: int) -> tuple[str, str, int] | None:
     """The task's thread, namespace and number of answers when it holds more than the `asked`
-    this run's step took (its interrupt() calls come first in the task): None otherwise."""
+    interrupt() calls the task made so far (`_position`): None otherwise."""
     conf = get_config().get("configurable", {})
     answers = getattr(conf.get(_SCRATCHPAD_KEY), "resume", None)
     ns, thread = conf.get(_NS_KEY), conf.get("thread_id")
@@ -289,9 +302,10 @@ def _erased(gate: EffectGate, entry: RedactedRow | None, marked: Mapping[str, An
 
 
 def _take(asked: int, slots: set[int], answered: int) -> None:
-    """Take, without applying, the answers at the step's own slots from `asked` on: LangGraph
-    matches a task's answers to its interrupt() calls by order, and a step settled from the store
-    asks fewer times than it paused, so a tool's own interrupt() in the same task would be handed
+    """Take, without applying, the answers at the step's own slots from the task's position
+    `asked` on (`_position`): LangGraph matches a task's answers to its interrupt() calls by
+    order, and a step settled from the store asks fewer times than it paused, so a tool's own
+    interrupt() in the same task would be handed
     an answer given to the gate (an approval's grant token) instead of its own. A pause not
     answered yet is left alone (`answered`: the task's stored answers)."""
     while asked in slots and asked < answered:
@@ -303,15 +317,15 @@ def skip_answered(gate: EffectGate, pauses: Pauses) -> None:
     """After a settled step: the answers its earlier pauses got that this run did not ask for
     (this run's pauses answered from the resume map are recorded first, `note_mapped`)."""
     note_mapped(gate, pauses.mapped)
-    if (where := _unasked(pauses.asked)) is not None:
-        _take(pauses.asked, _step_slots(gate, *where[:2]), where[2])
+    if (where := _unasked(at := _position(pauses.asked))) is not None:
+        _take(at, _step_slots(gate, *where[:2]), where[2])
 
 
 async def askip_answered(gate: EffectGate, pauses: Pauses) -> None:
     """`skip_answered`, the store work in a worker thread."""
     await asyncio.to_thread(note_mapped, gate, pauses.mapped)
-    if (where := _unasked(pauses.asked)) is not None:
-        _take(pauses.asked, await asyncio.to_thread(_step_slots, gate, *where[:2]), where[2])
+    if (where := _unasked(at := _position(pauses.asked))) is not None:
+        _take(at, await asyncio.to_thread(_step_slots, gate, *where[:2]), where[2])
 
 
 #: The seal's purpose of each kind of record, and the detail field holding the calls it lists.

@@ -9,13 +9,15 @@ again and again with the same result:
 2. While some gated call still waits, raise ONE `interrupt()` listing all of them (in the order
    their approvals were first proposed, from the store: `_hitl.in_proposal_order`), and apply the
    answer through the core (`execute` with the grant token, `deny`, or `call` with edited
-   arguments). Each loop turn consumes one interrupt slot, so a re-run replays the same answers
-   in the same order; what an answer already did is in the store and comes back as a replay.
-   Of an answer by approval id that this invoke did not bring (read back from the checkpoint),
-   only the grant tokens are applied; a deny or edit there is refused (`STORED_ANSWER`).
-   langchain's HITL answer (`{"decisions": [...]}`, by position) is bridged in `_hitl.py`: a
-   reject closes the approval, an approve goes through `gate.approve` as the application's
-   `native_approver`, and a replayed HITL answer is skipped (it was applied by its own run).
+   arguments; with `defer`, a grant is settled as `_grants.Granted`, spent where its call runs,
+   for GatedToolNode's wrappers to run or short-circuit). Each loop turn consumes one interrupt
+   slot, so a re-run replays the same answers in the same order; what an answer already did is
+   in the store and comes back as a replay. Of an answer by approval id that this invoke did not
+   bring (read back from the checkpoint), only the grant tokens are applied; a deny or edit
+   there is refused (`STORED_ANSWER`). langchain's HITL answer (`{"decisions": [...]}`, by
+   position) is bridged in `_hitl.py`: a reject closes the approval, an approve goes through
+   `gate.approve` as the application's `native_approver`, and a replayed HITL answer is skipped
+   (it was applied by its own run).
 
 The flow composes the gate's flows (`gate.flows`) with `yield from`, plus its own `Ask` (the
 pause): one body serves the sync and async node, driven by `effectgate.flow.drive` / `adrive`.
@@ -37,7 +39,7 @@ from effectgate import Approver, CallContext, EffectGate, Executed, Grant, Outco
 from effectgate.adapter import DecisionMismatch, Paused, bind_decision, is_gated, rejecting_approver
 from effectgate.errors import ApprovalError, ArgumentError, EffectGateError, PolicyViolation, TokenError
 
-from ._artifacts import keep, restore
+from ._artifacts import restore
 from ._decisions import (
     Approve,
     Decision,
@@ -52,6 +54,7 @@ from ._decisions import (
     payload,
     read_decision,
 )
+from ._grants import Granted, Settled, grant, spend
 from ._hitl import HITL_REJECT, HOW_TO_ANSWER, NO_APPROVER, UNCONFIRMED, in_proposal_order, is_hitl, matched
 from ._identity import call_hash, call_id, reused_ids
 from ._shown import Answer, Ask, Pauses, asker, askip_answered, record, refusal, shown, skip_answered
@@ -62,19 +65,9 @@ ApproverOf = Callable[[], Approver | None]
 
 
 @dataclass
-class Settled:
-    """How one gated call ended: an outcome, or the exception its execution raised; `artifact`:
-    the tool's own, kept from its run (`_artifacts`), for a run answered from the store."""
-
-    outcome: Outcome | BaseException
-    edited_args: Mapping[str, Any] | None = None
-    artifact: Any = None
-
-
-@dataclass
 class _Slot:
     call: ToolCall
-    outcome: Outcome | BaseException
+    outcome: Outcome | BaseException | Granted
     args: Mapping[str, Any]
     edited_args: Mapping[str, Any] | None = None
     call_hash: str = ""
@@ -147,6 +140,7 @@ def settle_step(
     resume_identity: str,
     injected_keys: Mapping[str, frozenset[str]] | None = None,
     approver_of: ApproverOf = lambda: None,
+    defer: bool = False,
 ) -> StepFlow:
     """Settle the gated calls among `calls` (those in `own`, or all); see the module docstring.
 
@@ -155,7 +149,8 @@ def settle_step(
     `injected_keys` (by tool name) are dropped from a reviewer's edited arguments too: the graph
     supplies them when it runs.
     `approver_of` names the application's native approver, asked only when a HITL decision
-    needs one."""
+    needs one. `defer`: an approved call's grant is not spent here but settled as `Granted`,
+    for the call's own tool-call path to spend (`_grants`)."""
     keys = injected_keys or {}
     reused = reused_ids(gate, calls)
     gated = [c for c in calls if is_gated(gate, c["name"]) and call_id(c) not in reused]
@@ -189,7 +184,7 @@ def settle_step(
         ids = frozenset(w.pending.approval_id for w in waiting)
         answer: Answer = yield Ask(ask, ids, shown(waiting), ctx)
         refused = yield from _apply(
-            gate, answer, waiting, slots, ctx, resume_identity, ask["signature"], keys, approver_of
+            gate, answer, waiting, slots, ctx, resume_identity, ask["signature"], keys, approver_of, defer
         )
     kept = yield from flow.done(restore, gate, ctx, {cid: s.outcome for cid, s in slots.items()})
     return {cid: Settled(s.outcome, s.edited_args, kept.get(cid)) for cid, s in slots.items()}
@@ -213,6 +208,7 @@ def _apply(
     signature: str,
     keys: Mapping[str, frozenset[str]],
     approver_of: ApproverOf,
+    defer: bool,
 ) -> Generator[Any, Any, list[RefusedDecision]]:
     value = answer.value
     if not isinstance(value, Mapping):
@@ -247,7 +243,7 @@ def _apply(
             if isinstance(decision, Edit) and keys.get(w.tool):
                 dropped = keys[w.tool]
                 decision = Edit({k: v for k, v in decision.args.items() if k not in dropped})
-            yield from _apply_one(gate, decision, w, slot, ctx, resume_identity, approver_of)
+            yield from _apply_one(gate, decision, w, slot, ctx, resume_identity, approver_of, defer)
         except DecisionRefused as exc:
             refused.append({"approval_id": key, "reason": exc.reason})
     refused += [
@@ -268,6 +264,7 @@ def _apply_one(
     ctx: CallContext,
     resume_identity: str,
     approver_of: ApproverOf,
+    defer: bool,
 ) -> Generator[Any, Any, None]:
     call_ctx = dataclasses.replace(ctx, tool_call_id=w.call_id)
     if w.mismatch is not None and not isinstance(decision, Deny | Reject):
@@ -289,15 +286,12 @@ def _apply_one(
             bind_decision(gate, paused, decision.token)
         except DecisionMismatch as exc:
             raise DecisionRefused(str(exc)) from exc
-        try:
-            slot.outcome = yield from gate.flows.execute(decision.token, dict(w.args))
+        granted = Granted(w.tool, decision.token, dict(w.args))
+        try:  # `defer`: spent where the call runs (`_grants`), unless the core refuses the token now
+            slot.outcome = yield from (grant if defer else spend)(gate, granted, call_ctx)
         except TokenError as exc:
             yield from _refresh(gate, slot, w, call_ctx)
             raise DecisionRefused(f"the token was refused: {exc}") from exc
-        except Exception as exc:  # settled as this call's result: NeedsReconciliation, a tool error
-            slot.outcome = exc
-            return
-        yield from flow.done(keep, gate, call_ctx, slot.outcome)  # its artifact, for a re-run
         return
     if isinstance(decision, Deny | Reject):
         role = w.pending.card.approver_role
