@@ -45,14 +45,14 @@ from smolagents.agents import MultiStepAgent
 from smolagents.utils import AgentError, AgentToolCallError
 
 from effectgate import CallContext, EffectGate, Executed, Invalid, Outcome, Pending, Refused
-from effectgate.adapter import Paused, Unknown, check_wrappable, is_gated
+from effectgate.adapter import Paused, Unknown, check_wrappable
 from effectgate.errors import EffectGateError
 from effectgate.rows import DEFAULT_DB, Row, gate_for
 
-from ._arguments import bad_argument, received
-from ._calling import route_tool_calls, step_key
+from ._arguments import bad_argument
+from ._calling import gated_calls, route_tool_calls, step_key
 from ._code import ApprovalRequired, keep_logs_at_a_stop
-from ._decisions import Decision, apply_decisions, continuation
+from ._decisions import Decision, apply_decisions, checked, continuation
 from ._errors import Snippet, gate_refused, tool_failed
 from ._identity import Stop, model_id_of, outside_a_run, refuse_plain_runs, run_context
 from ._imports import acknowledged, freeze
@@ -166,14 +166,8 @@ class GatedAgent:
 
     def _register_step(self, tool_calls: Sequence[Any]) -> None:
         """Register one model step's gated calls together (the core's parallel rule)."""
-        runs = {c.id: c for c in tool_calls}  # smolagents runs the last call under each id only
-        self._parallel = len(runs) > 1
-        calls = []
-        for c in runs.values():
-            tool = self.agent.tools.get(c.function.name)
-            if is_gated(self.gate, c.function.name) and isinstance(tool, GatedTool):
-                # what execute_tool_call will send (smolagents gives it `arguments or {}`)
-                calls.append((c.function.name, received(self.agent, tool, c.function.arguments or {}), c.id))
+        runs, calls = gated_calls(self.agent, self.gate, tool_calls)
+        self._parallel = runs > 1
         if not calls:
             return
         outcomes = self.gate.call_step(calls, self._context())
@@ -372,7 +366,7 @@ class GatedAgent:
     ) -> RunOutcome:
         """Apply the decisions, then continue the run (memory kept) with how each call ended; the
         outcome's `decided` holds each decided approval's outcome. `return_full_result` is `run`'s."""
-        check_resumable(self.gate, self.agent, self._memory_of, awaiting)  # not in another's memory
+        check_resumable(self.gate, self.agent, self._memory_of, checked(awaiting, decisions))  # whose memory
         self._check_runnable()  # a continuation that would be refused: nothing is decided
         done = self.decide(awaiting, decisions)
         outcome = self.run(

@@ -15,6 +15,8 @@ from typing import Any
 
 from smolagents import ToolCallingAgent
 
+from effectgate import EffectGate
+from effectgate.adapter import is_gated
 from effectgate.canonical import args_hash
 
 from ._arguments import keywords, received
@@ -52,6 +54,24 @@ def route_tool_calls(
 
     agent.execute_tool_call = types.MethodType(execute_tool_call, agent)
     agent.process_tool_calls = types.MethodType(process_tool_calls, agent)
+
+
+def gated_calls(
+    agent: ToolCallingAgent, gate: EffectGate, tool_calls: Sequence[Any]
+) -> tuple[int, list[tuple[str, Any, str | None]]]:
+    """How many calls smolagents runs of a step's `tool_calls` (the last under each id), and the
+    gated ones among them as `gate.call_step` takes them: (name, arguments as the tool receives
+    them, call id). The id is the model's: recorded as text (an id that is not, a number, must
+    not fail the step: smolagents runs it)."""
+    runs = {c.id: c for c in tool_calls}
+    calls = []
+    for c in runs.values():
+        tool = agent.tools.get(c.function.name)
+        if is_gated(gate, c.function.name) and isinstance(tool, GatedTool):
+            # what execute_tool_call will send (smolagents gives it `arguments or {}`)
+            args = received(agent, tool, c.function.arguments or {})
+            calls.append((c.function.name, args, None if c.id is None else str(c.id)))
+    return len(runs), calls
 
 
 def step_key(name: str, args: Any) -> tuple[str, str]:

@@ -18,7 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from effectgate import Approver, EffectGate, Executed, Grant, Outcome, Pending, Refused
-from effectgate.adapter import DecisionMismatch, Paused, bind_decision, verify_state
+from effectgate._execution import exec_key
+from effectgate.adapter import DecisionMismatch, Paused, bind_decision, unknown_outcome_of, verify_state
+from effectgate.canonical import _SURROGATE
 from effectgate.errors import (
     AlreadyDecided,
     ApprovalError,
@@ -30,6 +32,7 @@ from effectgate.errors import (
     WrongApprover,
 )
 from effectgate.outcomes import TAMPERED_WARNING, Card, RefusalCode
+from effectgate.stores._dialect import REDACTED_PREFIX
 
 from ._outcomes import AWAITING, AwaitingApproval
 
@@ -56,7 +59,7 @@ def bind(gate: EffectGate, awaiting: AwaitingApproval, decisions: Mapping[str, D
     an approver the call's role allows (`PolicyViolation`, `WrongApprover`, as `gate.deny`
     would raise). Checked for all decisions before any of them is applied: a mismatch raises
     `DecisionMismatch` and nothing runs."""
-    verify_state(gate, AWAITING, awaiting.signed_fields(), awaiting.signature)
+    verify_state(gate, AWAITING, checked(awaiting, decisions).signed_fields(), awaiting.signature)
     paused = {p.approval_id: p for p in awaiting.paused}
     for approval_id, decision in decisions.items():
         at = paused.get(approval_id)
@@ -94,12 +97,33 @@ def bind(gate: EffectGate, awaiting: AwaitingApproval, decisions: Mapping[str, D
                 )
 
 
+def checked(awaiting: object, decisions: object) -> AwaitingApproval:
+    """`awaiting`, or `TypeError` when it is not an `AwaitingApproval` (a stored `to_dict()`) or
+    `decisions` is not a mapping: before anything is read or decided."""
+    if not isinstance(awaiting, AwaitingApproval):
+        raise TypeError(
+            f"resume takes the AwaitingApproval the run returned (got {type(awaiting).__name__}); "
+            "read a stored one back with AwaitingApproval.from_dict(data, gate)"
+        )
+    if not isinstance(decisions, Mapping):
+        raise TypeError(
+            f"decisions must be a mapping {{approval_id: Approve | Deny}}, not {type(decisions).__name__}"
+        )
+    return awaiting
+
+
 def _check_denial(decision: Deny) -> None:
-    """`TypeError` (as `gate.deny` raises it) for a `Deny` whose approver or reason is not one."""
+    """What `gate.deny` refuses before it reads a row, refused here for every denial before any
+    is applied (a later one raising would leave the earlier ones recorded): `TypeError` for an
+    approver or reason that is not one, `PolicyViolation` for a reason no record may hold."""
     if not isinstance(decision.approver, Approver):
         raise TypeError(f"Deny's approver must be an Approver (got {type(decision.approver).__name__})")
     if not isinstance(decision.reason, str):
         raise TypeError(f"a denial reason must be text (got {type(decision.reason).__name__})")
+    if _SURROGATE.search(decision.reason):
+        raise PolicyViolation("a denial reason cannot hold a lone surrogate: no database keeps one")
+    if decision.reason.startswith(REDACTED_PREFIX):  # only `redact` writes a value starting so
+        raise PolicyViolation("a denial reason may not start like an erasure marker ('{\"$redacted\":')")
 
 
 def apply_decisions(
@@ -114,7 +138,7 @@ def apply_decisions(
     approved call runs, so a denial the gate still refuses (it just expired) runs nothing. With
     `agent_id`, a record made by another gated agent (its signed `agent_id`) is refused first
     (`DecisionMismatch`): it is resumed with the agent it paused in."""
-    if agent_id is not None and awaiting.agent_id and awaiting.agent_id != agent_id:
+    if agent_id is not None and checked(awaiting, decisions).agent_id and awaiting.agent_id != agent_id:
         first = awaiting.paused[0].approval_id if awaiting.paused else ""
         raise DecisionMismatch(
             first,
@@ -147,12 +171,9 @@ def _execute(gate: EffectGate, pending: Pending, decision: Approve) -> Outcome:
         return gate.execute(_token(decision))
     except TokenError as exc:  # a denial only if it says so: not an expired grant, nor a spent one
         if exc.reason == "used":  # another resume ran it or runs it now, or it ran and failed
-            stored = gate.result(approval_id)
-            if stored is not None:
-                return stored
-            if gate.card(approval_id).status != "failed":
-                message = f"another resume started it ({exc}); it may be running now"
-                return Refused(code="in_progress", message=message, tool=tool, approval_id=approval_id)
+            ran = _ran(gate, approval_id, spent=True)
+            if ran is not None:
+                return ran
         code = _TOKEN_REFUSALS.get(exc.reason, "denied")
         return Refused(code=code, message=str(exc), tool=tool, approval_id=approval_id)
     except ApprovalError as exc:
@@ -168,15 +189,31 @@ def _execute(gate: EffectGate, pending: Pending, decision: Approve) -> Outcome:
         return Refused(code="failed", message=message, tool=tool, approval_id=approval_id)
 
 
+def _ran(gate: EffectGate, approval_id: str, *, spent: bool) -> Outcome | None:
+    """What the approval's execution record (not its status column, which no seal covers) says of
+    a call that closed or whose grant was presented (`spent`): its stored result, its unknown
+    outcome, or `Refused("in_progress")` while a run holds it or, spent, may be starting (it may
+    have run); None when it failed (nothing happened) or, not spent, never started."""
+    stored = gate.result(approval_id)
+    if stored is not None:
+        return stored
+    unknown = unknown_outcome_of(gate, approval_id)
+    if unknown is not None:
+        return unknown
+    row = gate.store.get_approval(approval_id)
+    if row is None:
+        return None
+    record = gate.store.get(exec_key(row))  # a failed one (for these arguments): nothing happened
+    failed = record is not None and record.status == "failed" and record.payload_hash == row.args_hash
+    if failed or (record is None and not spent):
+        return None
+    message = f"{row.tool} was approved; another resume started it and it may be running now"
+    return Refused(code="in_progress", message=message, tool=row.tool, approval_id=approval_id)
+
+
 def _deny(gate: EffectGate, paused: Paused, decision: Deny) -> Outcome:
-    row = gate.store.get_approval(paused.approval_id)
-    if row is not None and row.status == "denied":
-        return Refused(
-            code="denied",
-            message=f"{row.tool} was denied: {row.reason}",
-            tool=row.tool,
-            approval_id=row.id,
-        )
+    """Record the denial; one that comes too late (denied before, ran, closed) is answered by
+    `_closed` from the verified record and the stored result, never from the status column."""
     try:
         return gate.deny(
             paused.approval_id, approver=decision.approver, reason=decision.reason, version=paused.version
@@ -190,9 +227,9 @@ def _deny(gate: EffectGate, paused: Paused, decision: Deny) -> Outcome:
 def _closed(gate: EffectGate, approval_id: str, status: str) -> Outcome:
     """How an approval a denial came too late for ended: its stored result if it ran, else a
     refusal saying where it stands. The resume's other decisions still apply; nothing runs."""
-    stored = gate.result(approval_id)
-    if stored is not None:
-        return stored
+    ran = _ran(gate, approval_id, spent=False)
+    if ran is not None:
+        return ran
     card = gate.card(approval_id)
     if status == "denied":
         message = f"{card.tool} was denied: {card.reason}"

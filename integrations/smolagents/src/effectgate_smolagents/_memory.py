@@ -74,6 +74,8 @@ def restore_memory(
     keyring, or saved for another session, user, agent or pause (or for a pause and restored
     without its record, or the other way round); nothing is unpickled before that check."""
     binding = _binding(agent, session_id=session_id, user_id=user_id, awaiting=awaiting)
+    if not isinstance(blob, bytes):
+        raise TypeError(f"a memory blob is the bytes save_memory returned, not {type(blob).__name__}")
     if blob.startswith(_UNBOUND):
         raise TokenError(
             "malformed",
@@ -232,6 +234,11 @@ def _binding(
     if missing:
         raise missing_identity(" and ".join(missing), f"the memory is bound to them: {_HOW}")
     pause = None
+    if awaiting is not None and not isinstance(awaiting, AwaitingApproval):
+        raise TypeError(
+            f"awaiting takes the AwaitingApproval a paused run returned, not {type(awaiting).__name__} "
+            "(a run that finished did not pause: leave awaiting out)"
+        )
     if awaiting is not None:
         if (awaiting.session_id, awaiting.user_id) != (session_id, user_id):
             raise TokenError(

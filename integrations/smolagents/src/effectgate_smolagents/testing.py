@@ -8,8 +8,11 @@
 For a `ToolCallingAgent` (the agent passes `tools_to_call_from`) a step becomes one `ChatMessage`
 with its tool calls (the scripted ids) and a `say` a `final_answer` call. For a `CodeAgent` a
 step becomes one code action calling each tool in order and printing its result, and a `say` a
-`final_answer(...)` code action. Strict like the script: a call too many raises `ScriptError`,
-`assert_complete()` fails while turns are left. `script.seen` keeps the messages it was shown.
+`final_answer(...)` code action, written in the form the agent parses (its code block tags, or
+structured output), each value a literal no text can end early. Asked for a plain-text answer
+(smolagents' last answer at `max_steps`), a `say` is its text and a call a `ScriptError`.
+Strict like the script: a call too many raises `ScriptError`, `assert_complete()` fails while
+turns are left. `script.seen` keeps the messages it was shown.
 
 To test what a CodeAgent does with code a model may really write (a gated call inside
 `try/finally`, a loop, a nested function), script the code itself, one snippet per step:
@@ -32,6 +35,8 @@ in smolagents' model registry); pass the model to use: `from_folder(path, model=
 
 from __future__ import annotations
 
+import json
+import keyword
 import textwrap
 import threading
 from collections.abc import Iterable
@@ -51,21 +56,44 @@ from effectgate.testing import Say, Script, ScriptError, Step
 __all__ = ["ScriptedCodeModel", "ScriptedModel", "code_action"]
 
 
-def code_action(turn: Step | Say) -> str:
-    """The CodeAgent action a scripted turn stands for (Python in <code> tags)."""
+def code_action(
+    turn: Step | Say, *, stop_sequences: list[str] | None = None, response_format: Any = None
+) -> str:
+    """The CodeAgent action a scripted turn stands for, as the agent asked for it (`_code_message`:
+    Python in <code> tags by default). Each value is written as a Python literal with no `<` or
+    backquote in it (as escapes), so text such as "</code>" cannot end the action early; a key that
+    is no Python name is passed as `**{...}`."""
     if isinstance(turn, Say):
-        body = f"final_answer({turn.text!r})"
+        body = f"final_answer({_literal(turn.text)})"
     else:
         lines = []
         for i, c in enumerate(turn.calls):
-            args = ", ".join(f"{k}={v!r}" for k, v in c.args.items())
-            lines += [f"r{i} = {c.name}({args})", f"print(r{i})"]
+            named = {k: v for k, v in c.args.items() if k.isidentifier() and not keyword.iskeyword(k)}
+            other = {k: v for k, v in c.args.items() if k not in named}
+            args = [f"{k}={_literal(v)}" for k, v in named.items()]
+            args += [f"**{_literal(other)}"] if other else []
+            lines += [f"r{i} = {c.name}({', '.join(args)})", f"print(r{i})"]
         body = "\n".join(lines)
-    return _code_message(body)
+    return _code_message(body, stop_sequences, response_format)
 
 
-def _code_message(body: str) -> str:
-    return f"Thought: scripted.\n<code>\n{body}\n</code>"
+def _literal(value: Any) -> str:
+    """`value` (JSON: text, numbers, lists, dicts) as a Python literal; `<` and backquotes, which
+    only appear in its text, escaped: no code block tag can appear in it."""
+    return repr(value).replace("<", "\\x3c").replace("`", "\\x60")
+
+
+def _code_message(body: str, stop_sequences: list[str] | None = None, response_format: Any = None) -> str:
+    """One code action in the form the CodeAgent reads: the JSON of a thought and the code when it
+    asked for structured output (`response_format`); in <code> tags when `</code>` closes its code
+    blocks (smolagents' default, and a stop sequence then); else in a markdown block, which
+    smolagents reads whatever its `code_block_tags` are. A form the agent cannot parse would turn
+    every scripted step into a parsing error the model is asked again about: a silent divergence."""
+    if response_format is not None:
+        return json.dumps({"thought": "scripted.", "code": body})
+    if stop_sequences is None or "</code>" in stop_sequences:
+        return f"Thought: scripted.\n<code>\n{body}\n</code>"
+    return f"Thought: scripted.\n```python\n{body}\n```"
 
 
 def tool_call_message(turn: Step | Say) -> ChatMessage:
@@ -104,7 +132,14 @@ class ScriptedModel(Model):
         turn = self.script.next_turn(list(messages))
         if tools_to_call_from is not None:
             return tool_call_message(turn)
-        return ChatMessage(role=MessageRole.ASSISTANT, content=code_action(turn))
+        if stop_sequences is None and response_format is None:  # smolagents' final answer at max_steps
+            if not isinstance(turn, Say):
+                raise ScriptError(
+                    f"the agent asked for a final answer in plain text, but the next turn is {turn!r}"
+                )
+            return ChatMessage(role=MessageRole.ASSISTANT, content=turn.text)
+        action = code_action(turn, stop_sequences=stop_sequences, response_format=response_format)
+        return ChatMessage(role=MessageRole.ASSISTANT, content=action)
 
     def assert_complete(self) -> None:
         self.script.assert_complete()
@@ -154,7 +189,9 @@ class ScriptedCodeModel(Model):
                 )
             body = self.snippets[len(self.seen)]
             self.seen.append(list(messages))
-        return ChatMessage(role=MessageRole.ASSISTANT, content=_code_message(body))
+        return ChatMessage(
+            role=MessageRole.ASSISTANT, content=_code_message(body, stop_sequences, response_format)
+        )
 
     @property
     def remaining(self) -> int:
