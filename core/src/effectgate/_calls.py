@@ -20,7 +20,6 @@ from typing import Any
 
 from . import flow
 from ._deps import Deps, Events
-from ._execution import WRITE_PREFIX
 from ._ledger import in_scope
 from ._logging import logger
 from ._notice import Notices
@@ -28,7 +27,8 @@ from ._proposals import Proposals
 from ._readlog import ReadLog
 from ._settle import Settlement
 from ._telemetry import Spans
-from .canonical import canonical_text, freeze_plain, hash_of_text, key_of
+from ._written import write_key
+from .canonical import canonical_text, freeze_plain, hash_of_text
 from .context import CallContext, ToolContext
 from .effects import Effect
 from .errors import ArgumentError, InProgress, NeedsReconciliation
@@ -313,9 +313,7 @@ class Calls:
     def write(
         self, spec: ToolSpec, args: Mapping[str, Any], frozen: str, text: str, ctx: CallContext
     ) -> flow.Flow[Outcome]:
-        key = f"{WRITE_PREFIX}{spec.name}_" + key_of(
-            "write", ctx.session_id, spec.name, ctx.origin_message_id, frozen
-        )
+        key = write_key(spec.name, ctx, frozen)
         refusal: InProgress | NeedsReconciliation | None = None
         flow.refuse_async_on_loop(spec.fn)  # before the claim: the same call runs under acall
         with self.store.transaction() as conn:

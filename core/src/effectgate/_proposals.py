@@ -22,6 +22,7 @@ from ._json import dumps
 from ._ledger import Ledger, grant_live, in_scope, past, said
 from ._logging import INFO, logger
 from ._seal import approval_intact, approval_sealed, broken, seal_approval
+from ._written import ran_as_write
 from .canonical import ENCODE, digest, key_of, plain_json, sha256_hex
 from .context import CallContext
 from .errors import StaleApproval, TamperedRecord
@@ -166,6 +167,9 @@ class Proposals:
                 tool=spec.name,
                 approval_id=row.id,
             )
+        ran = None if existing else ran_as_write(self.store, conn, self.events, spec, frozen, ctx)
+        if ran is not None:  # this very call ran as a write before its row was reclassified
+            return ran
         pending = existing or next(
             (r for r in waiting if r.tool == spec.name and r.subject_key == subject_key), None
         )
