@@ -42,14 +42,21 @@ def _hold_events(conn: Connection) -> tuple[dict[str, HoldRow], set[str]]:
 
 def holds(conn: Connection, *, active: bool) -> list[HoldRow]:
     """Every hold row; or the holds that stand: a row not released, and a hold placed by its event
-    with no `hold_released` event (its row marked released, or gone, in the database alone)."""
+    with no `hold_released` event (its row marked released, or gone, in the database alone), on
+    the user its event names (a row whose `user_id` was edited is listed beside it, as it stands)."""
     rows = [HoldRow(**r._mapping) for r in conn.execute(sa.select(Q.T_HOLDS).order_by(Q.T_HOLDS.c.at))]
     if not active:
         return rows
     placed, released = _hold_events(conn)
+    standing = {i: h for i, h in placed.items() if i not in released}
+    out = [h for h in rows if h.released_at is None or h.id in standing]
+    moved = [
+        HoldRow(**{**h.model_dump(), "user_id": standing[h.id].user_id})
+        for h in rows
+        if h.id in standing and standing[h.id].user_id != h.user_id
+    ]
     found = {h.id for h in rows}
-    gone = [h for i, h in placed.items() if i not in found and i not in released]
-    return [h for h in rows + gone if h.released_at is None or (h.id in placed and h.id not in released)]
+    return out + moved + [h for i, h in standing.items() if i not in found]
 
 
 def release(conn: Connection, hold_id: str, *, by: str, at: float) -> bool:

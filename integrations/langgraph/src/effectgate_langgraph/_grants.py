@@ -41,6 +41,7 @@ class Granted:
     tool: str
     token: str
     args: Mapping[str, Any]
+    native: bool = False  # minted by `gate.approve` for a HITL approve: its token is in no checkpoint
 
 
 @dataclass
@@ -99,14 +100,26 @@ def spent(gate: EffectGate, ctx: CallContext, settled: Settled) -> Generator[Any
     grant the core refuses by now (it lapsed, another run spent it) is told as a refusal."""
     if not isinstance(granted := settled.outcome, Granted):
         return settled
+    return dataclasses.replace(settled, outcome=(yield from _spent(gate, granted, ctx)))
+
+
+def before_pause(gate: EffectGate, ctx: CallContext, outcome: Any) -> Generator[Any, Any, Any]:
+    """`outcome`, or a native grant (`Granted.native`) spent now, before its step pauses again:
+    the re-run would find its approval approved, skip the HITL answer that granted it (applied by
+    this run) and hold no token for it; a new approve is refused while that grant is live."""
+    if isinstance(outcome, Granted) and outcome.native:
+        return (yield from _spent(gate, outcome, ctx))
+    return outcome
+
+
+def _spent(gate: EffectGate, granted: Granted, ctx: CallContext) -> flow.Flow[Outcome | BaseException]:
     try:
-        outcome = yield from spend(gate, granted, ctx)
+        return (yield from spend(gate, granted, ctx))
     except TokenError as exc:
         code: Any = {"expired": "expired", "revoked": "denied"}.get(exc.reason, "mismatch")
         why = f"the grant was refused when the call was to run: {exc}. Nothing ran"
         approval_id = Keyring.read(granted.token).approval_id
-        outcome = Refused(code=code, message=why, tool=granted.tool, approval_id=approval_id)
-    return dataclasses.replace(settled, outcome=outcome)
+        return Refused(code=code, message=why, tool=granted.tool, approval_id=approval_id)
 
 
 def answer_settled(

@@ -54,7 +54,7 @@ from ._decisions import (
     payload,
     read_decision,
 )
-from ._grants import Granted, Settled, grant, spend
+from ._grants import Granted, Settled, before_pause, grant, spend
 from ._hitl import HITL_REJECT, HOW_TO_ANSWER, NO_APPROVER, UNCONFIRMED, in_proposal_order, is_hitl, matched
 from ._identity import call_hash, call_id, reused_ids
 from ._shown import Answer, Ask, Pauses, asker, askip_answered, record, refusal, shown, skip_answered
@@ -180,6 +180,8 @@ def settle_step(
         )
         if not waiting:
             break
+        for cid, s in slots.items():  # a native grant is spent before the step pauses again
+            s.outcome = yield from before_pause(gate, dataclasses.replace(ctx, tool_call_id=cid), s.outcome)
         ask = payload(gate, waiting, refused, ctx)
         ids = frozenset(w.pending.approval_id for w in waiting)
         answer: Answer = yield Ask(ask, ids, shown(waiting), ctx)
@@ -276,6 +278,7 @@ def _apply_one(
     # interrupt's record shows exactly this): every approve is bound to it, never to what the
     # store or the checkpoint holds by the time it is applied
     paused = Paused.of(w.pending)
+    native = isinstance(decision, NativeApprove)
     if isinstance(decision, NativeApprove):
         token = yield from _native_grant(gate, w, slot, call_ctx, approver_of(), paused)
         if token is None:
@@ -286,7 +289,7 @@ def _apply_one(
             bind_decision(gate, paused, decision.token)
         except DecisionMismatch as exc:
             raise DecisionRefused(str(exc)) from exc
-        granted = Granted(w.tool, decision.token, dict(w.args))
+        granted = Granted(w.tool, decision.token, dict(w.args), native)
         try:  # `defer`: spent where the call runs (`_grants`), unless the core refuses the token now
             slot.outcome = yield from (grant if defer else spend)(gate, granted, call_ctx)
         except TokenError as exc:
