@@ -55,7 +55,7 @@ from ._deferred import own_deferred
 from ._native import native_tool
 from ._native_decisions import NativeApprover
 from ._reach import check_current, check_reach, checked_handoffs
-from ._records import Turn
+from ._records import Turn, record_turn
 from ._tools import Mode, as_function_tool, gate_tools
 
 
@@ -125,7 +125,7 @@ class StepHooks(AgentHooks[Any]):
                     gate=gate,
                     resumed=resumed(context),
                 )
-            adapter_state(context.context)["turn"] = calls
+            record_turn(adapter_state(context.context), calls)  # the caller's stay behind it
         if self._inner is not None:
             await self._inner.on_llm_end(context, agent, response)
 

@@ -29,7 +29,7 @@ it is the call its record sealed (`check_asked_again`): an edited one would amen
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 from effectgate import CallContext, EffectGate, Pending
@@ -37,6 +37,7 @@ from effectgate import adapter as _adapter
 from effectgate.canonical import args_hash, freeze
 from effectgate.stores.records import ApprovalRow
 
+from ._arguments import parse
 from ._context import TamperedState, adapter_state, call_context
 
 _PURPOSE = "openai_agents.approval"
@@ -111,20 +112,54 @@ def hash_of_call(gate: EffectGate, tool: str, arguments: str) -> str | None:
         return None
 
 
+#: How many model responses of one run context a `Turn` keeps behind it (`Turn.earlier`).
+_KEPT_TURNS = 64
+
+
 class Turn(dict[str, list[str]]):
     """The calls of one model response as `StepHooks.on_llm_end` recorded them in this process. A
     turn entry read back from a snapshot is a plain dict: unsigned, anyone holding the snapshot
-    can edit it, so it never names the calls registered together with one (`step_calls`)."""
+    can edit it, so it never names the calls registered together with one (`step_calls`).
+    `earlier` is the response recorded before it in the same run context (never serialized): an
+    agent run as a tool (`agent.as_tool`) shares its caller's context and records its own answers
+    there while its caller's calls of one response still run."""
+
+    earlier: Turn | None = None
 
 
-def step_calls(turn: Any, call_id: str) -> list[tuple[str, str, str]]:
-    """The calls of `call_id`'s model response to register together with it: those of a `Turn`
-    recorded in this process that names it ([]: register the call alone, with its own arguments).
-    A restored entry is checked (`turn_calls`) and not used."""
-    if not isinstance(turn, Mapping) or call_id not in turn:
-        return []
-    calls = turn_calls(turn)
-    return calls if isinstance(turn, Turn) else []
+def record_turn(state: MutableMapping[str, Any], turn: Turn) -> None:
+    """Record `turn` as the run context's latest response, `_KEPT_TURNS` responses behind it."""
+    previous, node = state.get("turn"), turn
+    turn.earlier = previous if isinstance(previous, Turn) else None
+    for _ in range(_KEPT_TURNS - 1):
+        if node.earlier is None:
+            break
+        node = node.earlier
+    node.earlier = None
+    state["turn"] = turn
+
+
+def step_calls(
+    turn: Any, call_id: str, tool: str = "", args: Any = None
+) -> tuple[Turn | None, list[tuple[str, str, str]]]:
+    """The model response that made call `call_id` (`tool` with `args`), and its calls to register
+    together with it: the latest `Turn` recorded in this process (or behind it, `Turn.earlier`)
+    naming that call, else the latest naming its id ((None, []): register the call alone, with
+    its own arguments). A restored entry is checked (`turn_calls`) and not used."""
+    if not isinstance(turn, Turn):
+        if isinstance(turn, Mapping) and call_id in turn:
+            turn_calls(turn)  # TamperedState when it was edited
+        return None, []
+    first: Turn | None = None
+    node: Turn | None = turn
+    while node is not None:
+        entry = node.get(call_id)
+        made = isinstance(entry, list) and len(entry) == 2 and entry[0] == tool
+        if made and isinstance(entry[1], str) and parse(entry[1]) == args:  # type: ignore[index]
+            return node, turn_calls(node)
+        first = node if first is None and entry is not None else first
+        node = node.earlier
+    return first, turn_calls(first) if first is not None else []
 
 
 def turn_calls(turn: Mapping[str, Any]) -> list[tuple[str, str, str]]:
@@ -245,6 +280,7 @@ __all__ = [
     "hash_of_call",
     "invocation_of",
     "paused_record",
+    "record_turn",
     "same_invocation",
     "step_calls",
     "turn_calls",

@@ -195,10 +195,10 @@ class GatedTools:
 
     async def _register(self, name: str, context: Any, args: Any, call_id: str, cctx: CallContext) -> Outcome:
         """Register one gated call, together with its turn's other gated calls when known."""
-        turn = adapter_state(context).get("turn")
+        turn, step = step_calls(adapter_state(context).get("turn"), call_id, name, args)
         calls = [
             (tname, parse(targs), cid)
-            for cid, tname, targs in step_calls(turn, call_id)
+            for cid, tname, targs in step
             if tname in self.names and is_gated(self.gate, tname)
         ]
         if not any(cid == call_id for _, _, cid in calls):
