@@ -188,8 +188,12 @@ class Notices:
         """Page the approver role (or the tool's owner, for a write) about an unknown outcome; a
         failing hook is recorded and never breaks the gate. The approval row is verified first
         (it may have been read back raw, as `recover` does): a notice of a row that does not
-        verify says so (`intact` False), and a notifier never presents it as effectgate's."""
-        intact = self.ledger.verifies(row) if row is not None else None
+        verify says so (`intact` False), and a notifier never presents it as effectgate's; nor
+        one whose key names an approval that no row holds (deleted in the database): no write's."""
+        from ._reconciled import approval_of_key  # it imports the executor, which imports this
+
+        named = approval_of_key(key) if row is None else None
+        intact = self.ledger.verifies(row) if row is not None else (False if named else None)
         role: str | None = None  # a write: its tool's owner (below)
         if row is not None:  # a row that does not verify: the table's role, never its edit's
             role = row.approver_role if intact else self._tables_role(tool or row.tool)
@@ -197,7 +201,7 @@ class Notices:
             key=key,
             tool=row.tool if row else (tool or ""),
             reason=reason,
-            approval_id=row.id if row else None,
+            approval_id=row.id if row else (named[0] if named else None),
             approver_role=role,
             provider_ref=ref,
             intact=intact,
@@ -209,7 +213,7 @@ class Notices:
             tool=notice.tool,
             role=role,
             approval_id=notice.approval_id,
-            version=row.version if row else None,
+            version=row.version if row else (named[1] if named else None),
             reason=reason,
             key=key,
             provider_ref=ref,

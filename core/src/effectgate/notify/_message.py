@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -110,7 +111,7 @@ def delivery_id(n: Notification) -> str:
     fields: list[object] = [n.kind, n.approval_id, n.version, n.key]
     if n.nonce is not None:
         fields.append(n.nonce)
-    basis = json.dumps(fields, separators=(",", ":"))
+    basis = json.dumps(fields, separators=(",", ":"), default=str)  # an edited version: its text
     return hashlib.sha256(basis.encode()).hexdigest()[:32]
 
 
@@ -231,6 +232,14 @@ def _count(warnings: int) -> str:
     return f"{warnings} warning" + ("" if warnings == 1 else "s")
 
 
+def _as_json(value: object) -> object:
+    """A payload value as JSON has it: text, a whole number, a finite number, true, false or null
+    as they are; anything else an edited record holds (bytes, NaN) as its text."""
+    if value is None or isinstance(value, str | int) or (isinstance(value, float) and math.isfinite(value)):
+        return value
+    return str(value)
+
+
 def message(n: Notification, *, inbox_url: str | None, now: float) -> dict[str, Any]:
     """The Slack-compatible body for one notice (see the module's docstring for what may be
     formatted and what is plain text)."""
@@ -256,7 +265,8 @@ def message(n: Notification, *, inbox_url: str | None, now: float) -> dict[str, 
                 "elements": [{"type": "button", "text": plain(label), "url": link}],
             }
         )
-    payload = {
+    # values as stored: an edited record's (a blob SQLite keeps) as text, never unsendable
+    payload: dict[str, object] = {
         "kind": n.kind,
         "delivery": delivery_id(n),
         "intact": intact(n),
@@ -271,6 +281,7 @@ def message(n: Notification, *, inbox_url: str | None, now: float) -> dict[str, 
         "reason": n.reason,
         "card_url": link,
     }
+    payload = {k: _as_json(v) for k, v in payload.items()}
     return {
         "text": text,
         "blocks": blocks,

@@ -47,9 +47,9 @@ def unsealed(
 
 
 def _finite(decided: Any, created: float) -> bool:
-    """As the "decisions" aggregate flags it: a decision time whose latency is finite (a value
-    SQLite kept as another type is compared as SQLite would, a number)."""
-    return decided is not None and (not isinstance(decided, int | float) or math.isfinite(decided - created))
+    """As the "decisions" aggregate flags it: a decision time that is a number (not text or a blob
+    SQLite kept in the column) whose latency is finite."""
+    return isinstance(decided, int | float) and math.isfinite(decided - created)
 
 
 def set_apart(

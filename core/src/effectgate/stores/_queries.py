@@ -199,9 +199,12 @@ ReportQuery = Literal[
 
 _EDITED = "CASE WHEN e.approval_id IS NULL THEN 0 ELSE 1 END"
 #: Decided at a time a clock gives: its latency is a finite number (NULL, NaN and infinity times 0
-#: are not 0), as the audit counts it; one edited to NaN or infinity never sorts into the p95.
-_FINITE = "(decided_at - created_at) * 0 = 0"
-_DECIDED_AT = "CASE WHEN (a.decided_at - a.created_at) * 0 = 0 THEN 1 ELSE 0 END"
+#: are not 0), as the audit counts it; one edited to NaN or infinity never sorts into the p95, nor
+#: text or a blob SQLite kept in the column (its arithmetic reads it as 0: `x + 0 = x` is false).
+_FINITE = "(decided_at - created_at) * 0 = 0 AND decided_at + 0 = decided_at"
+_DECIDED_AT = (
+    "CASE WHEN (a.decided_at - a.created_at) * 0 = 0 AND a.decided_at + 0 = a.decided_at THEN 1 ELSE 0 END"
+)
 #: An approval still pending past its expiry (not yet swept by the gate) is expired, as the gate
 #: treats it: it can no longer be decided (`:now`, the store's clock when the report is read).
 #: Grouped by its position: PostgreSQL does not take two bound copies of `:now` as one expression.
