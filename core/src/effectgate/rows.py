@@ -129,14 +129,16 @@ def table_for(tools: Sequence[NativeTool], effects: Mapping[str, Row], *, agent_
     check_rows(effects)
     names = [t.name for t in tools]
     missing = [n for n in names if n not in effects]
-    if missing:
+    extra = sorted(set(effects) - set(names))
+    if missing:  # no example row: a copied `read()` would make a refund run ungated
+        typo = f"; the rows {extra} name no tool the agent was given (a typo?)" if extra else ""
         raise TableError(
             missing[0],
             "effects",
-            f"no effect row for {', '.join(repr(n) for n in missing)}: name each tool's effect, e.g. "
-            f'effects={{"{missing[0]}": read()}} (the table is deny-by-default)',
+            f"no effect row for {', '.join(repr(n) for n in missing)}: name each tool's effect with "
+            f"read(), write(), send(role), money(role) or destructive(role){typo} (the table is "
+            "deny-by-default)",
         )
-    extra = sorted(set(effects) - set(names))
     if extra:
         raise TableError(extra[0], "effects", "an effect row names no tool the agent was given")
     table = EffectTable([spec_of(t, effects[t.name]) for t in tools])

@@ -124,7 +124,7 @@ class ToolSpec:
         effect: object = self.effect  # callers may pass a label from another taxonomy
         if not isinstance(effect, Effect):
             if not isinstance(effect, str):
-                raise TableError(self.name, "effect", "every row needs an effect")
+                raise TableError(self.name, "effect", f'{effect!r} is not an effect (e.g. "money")')
             try:
                 set_(self, "effect", Effect.from_label(effect))
             except ValueError as exc:

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from .._export_file import LineError, read_lines, rewrite, strict_loads
 from .._manifest import Manifest, manifest_path, refuse_overwriting
@@ -269,3 +269,17 @@ def trusted_proxy(text: str) -> str:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not an IP address or network (e.g. 127.0.0.1 or 10.0.0.0/8)"
         ) from None
+
+
+def signing_in(approvers: Any, path: str, *, sso: bool) -> None:
+    """`serve --approvers FILE`: refused (a usage error) when it registers no one, or, without
+    --sso-header, an approver without a `secret`, who could never sign in (every attempt would
+    read as a wrong secret)."""
+    if not len(approvers):
+        raise UsageError(f"{path} registers no approver")
+    lacking = [] if sso else sorted(a.id for a in approvers._current().values() if not a.secret_hash)
+    if lacking:
+        raise UsageError(
+            f"{path}: approver(s) {', '.join(map(repr, lacking))} have no secret and could never sign "
+            "in (without --sso-header): add secret = the line `effectgate hash-secret` prints"
+        )

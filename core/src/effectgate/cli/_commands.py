@@ -22,7 +22,7 @@ from ..outcomes import Grant, PartialApproval, Recorded
 from ..replay import replay
 from ..stores.records import SCHEMA_VERSION
 from ..stores.sql import open_store
-from ._args import check_new, check_output, jsonl_output
+from ._args import check_new, check_output, jsonl_output, signing_in
 from ._render import (
     EXIT_FINDINGS,
     EXIT_OK,
@@ -121,7 +121,7 @@ def _cmd_show(args: argparse.Namespace, out: Console) -> int:
 
 
 def _cmd_approve(args: argparse.Namespace, out: Console) -> int:
-    with _gate(args, need_app=True) as gate:
+    with _gate(args, need_app=True, approval=args.id) as gate:
         decision = gate.approve(args.id, version=args.version, approver=Approver(args.approver, args.role))
         now = gate.clock.now()
         # --execute: the approver runs the grant now (its token is spent here and never printed)
@@ -307,8 +307,7 @@ def _cmd_serve(args: argparse.Namespace, out: Console) -> int:
         approvers = ApproverRegistry.from_toml(args.approvers)
     except (OSError, ValueError) as exc:
         raise UsageError(f"cannot read --approvers {args.approvers}: {exc}") from exc
-    if not len(approvers):
-        raise UsageError(f"{args.approvers} registers no approver")
+    signing_in(approvers, args.approvers, sso=bool(args.sso_header))
     sso_secret = os.environ.get("EFFECTGATE_SSO_SECRET") or None
     if args.sso_header and (sso_secret is None or len(sso_secret) < MIN_SSO_SECRET):
         raise UsageError(

@@ -39,6 +39,7 @@ from ..stores.sql import SQLStore, open_store
 from ..table import EffectTable
 from ..tokens import Keyring
 from ..tokens import keyring_for as _keyring_for
+from ._moved import moved, shadowed
 from ._render import (
     EXIT_INTERNAL,
     EXIT_NOT_FOUND,
@@ -180,7 +181,8 @@ def _parse(url: str) -> sa.engine.URL:
     try:
         parsed = sa.engine.make_url(url)
     except (sa.exc.ArgumentError, ValueError) as exc:
-        fix = "sqlite:///PATH or postgresql+psycopg://..." if "://" in url else f"sqlite:///{_masked(url)}"
+        schemed = re.match(r"[A-Za-z][\w+.-]+:", url)  # `sqlite:/x.db` is no path (`C:` may be one)
+        fix = "sqlite:///PATH or postgresql+psycopg://..." if schemed else f"sqlite:///{_masked(url)}"
         raise StoreUnavailable(f"cannot parse the database URL {_masked(url)!r}: {exc}; give {fix}") from exc
     where = _where(parsed)
     if parsed.host is not None and "@" in parsed.host:  # the rest of a password with an `@` in it
@@ -271,7 +273,7 @@ def _load_app(ref: str) -> Callable[..., EffectGate]:
             loaded = importlib.import_module(module)
         factory = getattr(loaded, attr)
     except (ImportError, AttributeError) as exc:
-        raise UsageError(f"cannot load --app {ref}: {exc}") from exc
+        raise UsageError(f"cannot load --app {ref}: {exc}{shadowed(module)}") from exc
     except Exception as exc:  # the module's own code failed on import (its config), or `.name`
         raise UsageError(f"cannot load --app {ref}: {describe(exc)}") from exc
     if not callable(factory):
@@ -295,6 +297,12 @@ def _make_gate(
             raise UsageError(f"--app {args.app} failed: {describe(exc)}") from exc
         if not isinstance(gate, EffectGate):
             raise UsageError(f"--app {args.app} returned {type(gate).__name__}, not an EffectGate")
+        if not _same_database(gate.store, store):  # e.g. an adapter's own gate, returned as it is
+            gate.close()
+            raise UsageError(
+                f"--app {args.app} returned a gate over another database than --db {_masked(args.db)}: "
+                "build it over the store it is given, EffectGate(table, store, keyring=keyring)"
+            )
         return gate
     if need_app:
         raise UsageError(
@@ -305,6 +313,21 @@ def _make_gate(
     keyring = keyring_for(args.db, create=False)
     policy = recorded_policy(store, keyring, approval) if approval is not None else None
     return EffectGate(EffectTable(), store, policy=policy or Policy(), keyring=keyring)
+
+
+def _same_database(mine: object, given: SQLStore) -> bool:
+    """Whether the app's gate decides in the database the command opened (the same SQLite file,
+    or the same server database): else `--db` would name one ledger and the call run in another."""
+    if mine is given:
+        return True
+    url = getattr(getattr(mine, "engine", None), "url", None)
+    if not isinstance(url, sa.engine.URL) or url.get_backend_name() != given.engine.url.get_backend_name():
+        return False
+    urls = [url, given.engine.url]
+    if urls[1].get_backend_name() == "sqlite":  # no file: in memory, a database of its own
+        files = [sqlite_file(u) for u in urls]
+        return None not in files and len({Path(f).resolve() for f in files if f}) == 1
+    return len({(u.host, u.port or 5432, u.database) for u in urls}) == 1
 
 
 def recorded_policy(store: SQLStore, keyring: Keyring, approval_id: str) -> Policy | None:
@@ -321,6 +344,10 @@ def _gate(
         gate = _make_gate(args, store, need_app=need_app, approval=approval)
         try:
             yield gate
+        except PolicyViolation as exc:  # a row "changed" only by its module's name: say so
+            if exc.code == "reclassified" and approval and (hint := moved(gate, approval)):
+                raise PolicyViolation(f"{exc}; {hint}", code=exc.code) from exc
+            raise
         finally:
             gate.close()
 
