@@ -21,29 +21,7 @@ from effectgate.stores import SQLStore
 from effectgate.testing import FakeClock
 
 from .conftest import ShopGate
-
-FINANCE = Approver("fiona", "finance")
-REFUND = {"order_id": "1042", "amount": 1200, "currency": "GBP"}
-
-
-def decided_after(gate: EffectGate, clock: FakeClock, waits: tuple[int, ...]) -> list[str]:
-    """One refund per wait, approved by finance that many seconds after it was proposed."""
-    ids = []
-    for i, wait in enumerate(waits):
-        pending = gate.call("refund_order", {**REFUND, "amount": 100 + i}, context(f"m{i}"))
-        assert isinstance(pending, Pending)
-        clock.advance(wait)
-        assert isinstance(gate.approve(pending.approval_id, version=1, approver=FINANCE), Grant)
-        ids.append(pending.approval_id)
-    return ids
-
-
-def edit(gate: EffectGate, column: str, value: object, approval_id: str) -> None:
-    assert isinstance(gate.store, SQLStore)
-    with gate.store.engine.begin() as conn:
-        conn.execute(
-            sa.text(f"UPDATE eg_approvals SET {column} = :v WHERE id = :id"), {"v": value, "id": approval_id}
-        )
+from .test_round11_report import decided_after, edit
 
 
 def sqlite_only(gate: EffectGate) -> None:
