@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import flow
-from ._deps import Deps, Events
+from ._deps import Deps, Events, claim_landed
 from ._ledger import in_scope
 from ._logging import logger
 from ._notice import Notices
@@ -34,7 +34,7 @@ from .effects import Effect
 from .errors import ArgumentError, InProgress, NeedsReconciliation
 from .outcomes import Executed, Invalid, Outcome, Pending, Refused, executed
 from .stores._dialect import REDACTED_PREFIX
-from .stores.base import Stored
+from .stores.base import Claimed, Stored
 from .table import SchemaError, ToolSpec
 
 log = logger(__name__)
@@ -316,12 +316,18 @@ class Calls:
         key = write_key(spec.name, ctx, frozen)
         refusal: InProgress | NeedsReconciliation | None = None
         flow.refuse_async_on_loop(spec.fn)  # before the claim: the same call runs under acall
-        with self.store.transaction() as conn:
-            noted = self.events.note_rules(conn, spec)
-            try:
-                claim = self.store.claim(key, frozen, lease_seconds=self.policy.lease_seconds, conn=conn)
-            except (InProgress, NeedsReconciliation) as exc:
-                refusal = exc  # committed: a lapsed lease is now needs_reconciliation
+        claim: Claimed | Stored | None = None
+        try:
+            with self.store.transaction() as conn:
+                noted = self.events.note_rules(conn, spec)
+                try:
+                    claim = self.store.claim(key, frozen, lease_seconds=self.policy.lease_seconds, conn=conn)
+                except (InProgress, NeedsReconciliation) as exc:
+                    refusal = exc  # committed: a lapsed lease is now needs_reconciliation
+        except Exception as exc:  # a claim whose COMMIT landed, its reply lost: it runs now
+            if not claim_landed(self.store, key, claim, frozen, exc):
+                raise
+            log.warning("connection lost after the write's claim was committed (it was): key=%s", key)
         noted()
         if isinstance(refusal, InProgress):
             message = f"{spec.name}: the same write is running now"
@@ -341,6 +347,7 @@ class Calls:
             self.events.record(self.events.event("replay", spec=spec, ctx=ctx, args_hash_=frozen, key=key))
             log.debug("write replayed: tool=%s key=%s", spec.name, key)
             return Executed(tool=spec.name, result=claim.result, replay=True, idempotency_key=key)
+        assert claim is not None  # neither refused nor stored: claimed
         tool_context = ToolContext(idempotency_key=key, call=ctx, attempt=claim.attempt)
         result = yield from self.settlement.run_claimed(
             spec,

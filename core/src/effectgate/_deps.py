@@ -26,6 +26,7 @@ from .canonical import canonical_json
 from .context import CallContext
 from .effects import Policy
 from .outcomes import RefusalCode, Refused
+from .stores.base import Claimed
 from .stores.protocol import Store
 from .stores.records import ApprovalRow
 from .table import EffectTable, ToolSpec
@@ -51,6 +52,23 @@ def connection_lost(store: Store, exc: BaseException, handled: BaseException | N
             return True
         seen = seen.__context__
     return False
+
+
+def claim_landed(store: Store, key: str, claim: object, payload_hash: str, exc: BaseException) -> bool:
+    """Whether a transaction that made `claim` (a `Claimed`, or None: it made none) committed
+    although `exc` (the connection lost, its reply never received: a failover) says otherwise:
+    the record, read back, is in flight under this claim's lease for these arguments, so the tool
+    runs now (else it never ran, and the same call was refused `in_progress`, or reconciling it
+    again `not_reconcilable`, until the lease ran out)."""
+    if not isinstance(claim, Claimed) or not connection_lost(store, exc):
+        return False
+    record = store.get(key)
+    return (
+        record is not None
+        and record.status == "in_progress"
+        and record.lease_owner == claim.owner
+        and record.payload_hash == payload_hash
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from . import flow
-from ._deps import Deps, Events
+from ._deps import Deps, Events, claim_landed
 from ._execution import exec_key
 from ._ledger import Ledger, context_of
 from ._logging import logger
@@ -40,7 +40,7 @@ from ._settle import Settlement, check_settle, storable
 from .context import Approver, ToolContext
 from .errors import PolicyViolation, StoreError, TamperedRecord, UnknownApproval, WrongApprover, describe
 from .outcomes import Executed
-from .stores.base import Stored
+from .stores.base import Claimed, Stored
 from .stores.records import ApprovalRow
 
 log = logger(__name__)
@@ -60,15 +60,9 @@ class Reconciliation:
     def __init__(
         self, deps: Deps, events: Events, ledger: Ledger, notices: Notices, settlement: Settlement
     ) -> None:
-        self.table = deps.table
-        self.store = deps.store
-        self.policy = deps.policy
-        self.keyring = deps.keyring
-        self.clock = deps.clock
-        self.events = events
-        self.ledger = ledger
-        self.notices = notices
-        self.settlement = settlement
+        self.table, self.store, self.policy = deps.table, deps.store, deps.policy
+        self.keyring, self.clock = deps.keyring, deps.clock
+        self.events, self.ledger, self.notices, self.settlement = events, ledger, notices, settlement
 
     def result(self, approval_id: str) -> Executed | None:
         """The stored result of an executed approval (None while it has not succeeded)."""
@@ -171,24 +165,27 @@ class Reconciliation:
             ) from exc
         flow.refuse_async_on_loop(spec.fn)  # before the release and the claim, as `execute`
         attempts = record.attempts  # as the provider was asked: a run since makes its answer stale
-        with self.settling(key, f"approval {approval_id}", row, attempts) as conn:  # one commit: a failed
-            self.store.release(key, "provider never saw the key", conn=conn)  # claim releases nothing
-            self.store.append_events(conn, [self.events.event("released", row=row, key=key, by=by)])
-            ended = self.store.approval(conn, row.id)  # settled "did not happen", or its run failed,
-            if ended is None or ended.status != "approved":  # before a late run reopened the record
-                self.append_settled(conn, row, key, "failed", row.row_fingerprint, error=f"{by}: {_ENDED}")
-                log.info("reconcile: %s: approval=%s key=%s by=%r", _ENDED, row.id, key, by)
-                return None  # committed: its grant never runs again
-            claim = self.store.claim(key, row.args_hash, lease_seconds=self.policy.lease_seconds, conn=conn)
-        log.info(
-            "reconcile: the provider never saw it, running again under the same key: approval=%s "
-            "version=%d key=%s by=%r",
-            row.id,
-            row.version,
-            key,
-            by,
-        )
-        if isinstance(claim, Stored):  # pragma: no cover - released just above
+        claim: Claimed | Stored | None = None
+        try:
+            with self.settling(key, f"approval {approval_id}", row, attempts) as conn:  # one commit: a
+                self.store.release(key, "provider never saw the key", conn=conn)  # failed claim releases
+                self.store.append_events(conn, [self.events.event("released", row=row, key=key, by=by)])
+                ended = self.store.approval(conn, row.id)  # settled "did not happen", or its run failed,
+                if ended is None or ended.status != "approved":  # before a late run reopened the record
+                    self.append_settled(
+                        conn, row, key, "failed", row.row_fingerprint, error=f"{by}: {_ENDED}"
+                    )
+                    log.info("reconcile: %s: approval=%s key=%s by=%r", _ENDED, row.id, key, by)
+                    return None  # committed: its grant never runs again
+                claim = self.store.claim(
+                    key, row.args_hash, lease_seconds=self.policy.lease_seconds, conn=conn
+                )
+        except Exception as exc:  # its COMMIT landed, the reply lost (a failover): it runs now
+            if not claim_landed(self.store, key, claim, row.args_hash, exc):
+                raise
+        what = f"approval={row.id} version={row.version} key={key} by={by!r}"
+        log.info("reconcile: the provider never saw it, running again under the same key: %s", what)
+        if not isinstance(claim, Claimed):  # pragma: no cover - released just above
             return None
         tool_context = ToolContext(
             idempotency_key=key,
@@ -370,16 +367,16 @@ class Reconciliation:
             if record.lease_expires_at is None or record.lease_expires_at > now:
                 continue
             reason = f"lease of {record.lease_owner} expired while in flight"
-            if not self.store.expire_lease(record.key, now=now, reason=reason):
-                continue
+            parsed = approval_of_key(record.key)
+            row = self.store.get_approval(parsed[0]) if parsed else None
+            with self.store.transaction() as conn:  # with its event: a pass that fails changes nothing
+                if not self.store.expire_lease(record.key, now=now, reason=reason, conn=conn):
+                    continue
+                event = self.events.event("needs_reconciliation", row=row, key=record.key, reason=reason)
+                self.store.append_events(conn, [event])
             touched.append(record.key)
             log.warning(
                 "recover: lease expired in flight, needs_reconciliation: key=%s reason=%s", record.key, reason
-            )
-            parsed = approval_of_key(record.key)
-            row = self.store.get_approval(parsed[0]) if parsed else None
-            self.events.record(
-                self.events.event("needs_reconciliation", row=row, key=record.key, reason=reason)
             )
             self.notices.unknown_outcome(
                 row, record.key, reason, record.provider_ref, tool=tool_of_write_key(record.key)

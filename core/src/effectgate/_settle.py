@@ -310,23 +310,32 @@ class Settlement:
         """A definite failure: the record is `failed`; a gated approval ends `failed` (terminal).
         Raises LeaseLost (from `exc`) when the lease was lost: see `record_lease_lost`."""
         error = what + describe(exc)
+        failure = (spec, ctx, row, frozen, key, owner, execution, error)
         try:
-            with self.store.transaction() as conn:
-                self.store.fail(key, owner, error, conn=conn)
-                self.fail_approval(conn, row, error)
-                self.store.append_execution(conn, status="failed", error=error, **execution)
-                self.store.append_events(
-                    conn,
-                    [
-                        self.events.event(
-                            "failed", spec=spec, ctx=ctx, row=row, args_hash_=frozen, key=key, error=error
-                        )
-                    ],
-                )
+            try:
+                self.store_failure(failure)
+            except Exception as lost:  # the connection lost: stored once more, unless it landed
+                if isinstance(lost, LeaseLost) or not connection_lost(self.store, lost, exc):
+                    raise
+                record = self.store.get(key)  # landed: failed under this run's lease
+                if record is None or record.status != "failed" or record.lease_owner != owner:
+                    self.store_failure(failure)
         except LeaseLost as lost:  # another worker took the operation over: its run is recorded
             self.record_lease_lost(spec, ctx, row, frozen, key, execution, None, exc)
             raise lost from exc
         log_outcome("failed (definite)", spec.name, row, key, error)
+
+    def store_failure(self, failure: tuple[Any, ...]) -> None:
+        """Fail the record and a gated approval, and append the failed execution: one commit."""
+        spec, ctx, row, frozen, key, owner, execution, error = failure
+        with self.store.transaction() as conn:
+            self.store.fail(key, owner, error, conn=conn)
+            self.fail_approval(conn, row, error)
+            self.store.append_execution(conn, status="failed", error=error, **execution)
+            event = self.events.event(
+                "failed", spec=spec, ctx=ctx, row=row, args_hash_=frozen, key=key, error=error
+            )
+            self.store.append_events(conn, [event])
 
     def mark_executed(self, conn: Any, row: ApprovalRow, **values: Any) -> None:
         """An approved call's approval becomes `executed` (with `values` too), in `conn`."""

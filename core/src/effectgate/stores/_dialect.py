@@ -293,17 +293,18 @@ def byte_order(conn: Connection) -> str:
 
 def stream(conn: Connection, sql: str, *, batch: int) -> Iterator[tuple[Any, ...]]:
     """Rows of a read query as plain DBAPI tuples, `batch` at a time (no Row objects: the audit
-    reads every row of the large tables), from a server-side cursor on PostgreSQL."""
-    dbapi = conn.connection.dbapi_connection
-    assert dbapi is not None
-    if conn.dialect.name == "postgresql":
-        cursor = dbapi.cursor(name=f"eg_stream_{id(sql)}")  # psycopg: a server-side cursor
-    else:
-        cursor = dbapi.cursor()
+    reads every row of the large tables), from a server-side cursor on PostgreSQL. A driver error
+    (a statement timeout) is raised as SQLAlchemy's, as `run` raises it (never the driver's own)."""
+    dbapi: Any = conn.connection.dbapi_connection  # open: `conn` is in a transaction
+    pg = conn.dialect.name == "postgresql"
+    cursor = dbapi.cursor(name=f"eg_stream_{id(sql)}") if pg else dbapi.cursor()  # PG: server-side
     try:
-        cursor.execute(sql)
-        while rows := cursor.fetchmany(batch):
-            yield from rows
+        try:
+            cursor.execute(sql)
+            while rows := cursor.fetchmany(batch):
+                yield from rows
+        except conn.dialect.loaded_dbapi.Error as exc:
+            _raise(conn, exc, sql, None)
     finally:
         cursor.close()
 
