@@ -66,7 +66,7 @@ from ..report._html import body as report_body
 from ..stores._statements import possible_id
 from ._auth import ApproverRegistry, RegisteredApprover, csrf_ok, csrf_token
 from ._guard import LOCAL_HOSTS, MIN_SSO_SECRET, PROXY_HEADER, SecurityHeaders, from_proxy, host_guard
-from ._history import card_context, history_context
+from ._history import card_context, history_context, withheld
 from ._reconciling import unsettled_message
 from ._sessions import LoginThrottle, Sessions
 
@@ -234,7 +234,8 @@ def create_app(
         card: Card = context["card"]
         yours = may_decide(me, card)
         decidable = card.status == "pending" and yours and context["intact"]
-        return page(request, "card.html", yours=yours, decidable=decidable, **context)
+        held = withheld(gate, me.id, context) if decidable else None  # an approval the gate refuses
+        return page(request, "card.html", yours=yours, decidable=decidable, held=held, **context)
 
     def refused(request: Request, status: int, title: str, message: str, link: str | None = None) -> Response:
         return page(request, "message.html", status, title=title, message=message, link=link)
@@ -252,15 +253,13 @@ def create_app(
         approver = Approver(me.id, me.role)
         try:
             current = await run_in_threadpool(gate.card, approval_id)
+            if version > current.version:  # no card showed it: an amendment landing before the
+                raise StaleApproval(approval_id, version, current.version)  # gate reads would pass
             if current.version == version and str(form.get("args_hash", "")) != current.args_hash:
-                return refused(
-                    request,
-                    409,
-                    "Stale card",
-                    "The arguments you saw are not the stored ones; "
-                    "nothing was changed: review the card again.",
-                    approval_id,
+                message = (
+                    "The arguments you saw are not the stored ones; nothing was changed: review it again."
                 )
+                return refused(request, 409, "Stale card", message, approval_id)
             if action == "approve":
                 outcome: Any = await run_in_threadpool(
                     lambda: gate.approve(approval_id, version=version, approver=approver)

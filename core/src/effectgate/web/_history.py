@@ -78,3 +78,19 @@ def history_context(gate: EffectGate) -> dict[str, Any]:
         "results": results,
         "unverified": unverified,
     }
+
+
+def withheld(gate: EffectGate, approver_id: str, context: dict[str, Any]) -> str | None:
+    """Why the gate refuses `approver_id` an approval of the pending card in `context` (from
+    `card_context`) whatever their role: "own-call" (they made the call and the policy does not
+    allow self-approval) or "approved-already" (they approved this version: a second approver
+    must be distinct); None when it does not. The card then offers only Deny, and says why."""
+    card = context["card"]
+    if approver_id == card.user_id and not gate.policy.self_approval:
+        return "own-call"
+    # as the gate counts them: this version's approvals in its first grant round (a pending version
+    # was never granted) by a role that may decide it
+    counted = gate.policy.role_satisfies
+    mine = [d for d in context["decisions"] if d.approver_id == approver_id and d.version == card.version]
+    approved = [d for d in mine if d.decision == "approve" and d.grant_round == 0]
+    return "approved-already" if any(counted(d.role, card.approver_role) for d in approved) else None
