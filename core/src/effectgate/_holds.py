@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import math
 import secrets
-import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -74,11 +73,12 @@ def _text(name: str, value: Any) -> str:
     return value
 
 
-def _at(now: float | None) -> float:
+def _at(now: float | None, store: Store) -> float:
     """The time of an erasure or hold: `now`, which must be finite (NaN or infinity would make a
-    retention cut-off every record on PostgreSQL), or the wall clock."""
+    retention cut-off every record on PostgreSQL), or the store's clock, which stamps its rows (a
+    retention age measured by another clock would erase records younger than the rule)."""
     if now is None:
-        return time.time()
+        return float(store.clock.now())
     if isinstance(now, bool) or not isinstance(now, int | float) or not math.isfinite(now):
         raise RedactionError(f"now must be a finite number of seconds (got {now!r}): nothing was changed")
     return float(now)
@@ -101,7 +101,7 @@ def hold(store: Store, *, user_id: str, by: str, reason: str, now: float | None 
         user_id=user_id,
         reason=_text("reason", reason),
         placed_by=_text("by", by),
-        at=_at(now),
+        at=_at(now, store),
     )
     with store.transaction() as conn:
         store.lock(conn, ERASURE_LOCK)  # never committed under a running erasure (see above)
@@ -117,7 +117,7 @@ def release(
     recorded on the hold, and with why (`reason`; `effectgate hold --release` requires one) in
     its `hold_released` event. Under the erasure lock, as `hold`: a running erasure's refusal of
     a held user stands until it ends."""
-    at, by = _at(now), _text("by", by)
+    at, by = _at(now, store), _text("by", by)
     _text("hold_id", hold_id)
     why = {} if reason is None else {"reason": _text("reason", reason)}
     with store.transaction() as conn:

@@ -18,6 +18,7 @@ from typing import Any
 from ._answers import SHADOW_NOTE
 from ._deps import Deps, Events
 from ._json import parse
+from ._kept import forged
 from ._seal import approval_verifies, decision_intact
 from ._standing import standing
 from .context import CallContext, Confirmation, SubjectEntry
@@ -132,7 +133,7 @@ class Ledger:
         now = self.clock.now()
         rows = self.store.subject_history(conn, tool, subject_key, exclude)
         ran = self.store.execution_outcomes(conn, [r.id for r in rows]) if rows else {}
-        verified = {r.id for r in rows if self.verifies(r)}
+        verified = {r.id for r in rows if self.verifies(r)} - forged(self.store, conn, self.keyring, rows)
         # the sealed decisions of the rows they decide: nothing ran (a grant? a denial?), a broken seal
         need = [r.id for r in rows if r.id not in verified or r.id not in ran]
         decided: dict[str, list[DecisionRow]] = {}

@@ -277,7 +277,7 @@ def redact(
             "user's records, give no subject: nothing was redacted"
         )
     keep = _keep(keep)
-    at, known = _at(now), known_names(store, keep, FACTS)
+    at, known = _at(now, store), known_names(store, keep, FACTS)
     rid = f"r-{secrets.token_hex(8)}"
     with store.transaction() as conn:
         store.lock(conn, ERASURE_LOCK)  # a seal never reads a redaction half-way (`chain`)
@@ -332,7 +332,7 @@ def retain(
         if isinstance(days, bool) or not isinstance(days, int | float) or not 0 <= days <= sys.float_info.max:
             raise RedactionError(f"retention for {effect} must be a number of days >= 0 (got {days!r})")
     keep = _keep(keep)
-    at, known = _at(now), known_names(store, keep, FACTS)
+    at, known = _at(now, store), known_names(store, keep, FACTS)
     rid = f"r-{secrets.token_hex(8)}"
     rows = values = 0
     with store.transaction() as conn:

@@ -169,10 +169,12 @@ def _batches(values: Iterable[str]) -> Iterator[list[str]]:
 
 
 def _select_in(
-    conn: Connection, table: str, column: sa.Column[Any], values: Iterable[str], extra: Sequence[str]
+    conn: Connection, table: str, col: Any, values: Iterable[str], extra: Sequence[str], also: Any = True
 ) -> list[Target]:
-    """`_select` of the rows whose `column` is one of `values`, a batch of them per statement."""
-    found = [t for batch in _batches(values) for t in _select(conn, table, column.in_(batch), extra)]
+    """`_select` of the rows whose `col` is one of `values` (and `also`), a batch per statement."""
+    found = [
+        t for batch in _batches(values) for t in _select(conn, table, sa.and_(col.in_(batch), also), extra)
+    ]
     return sorted(found, key=lambda t: (int(t.key) if t.key.isdigit() else 0, t.key))
 
 
@@ -226,9 +228,12 @@ def targets(
         events_where = sa.and_(events_where, ev.c.approval_id.in_(selected))
     executions = _select(conn, "eg_executions", sa.and_(*where_e), _EXECUTION_EXTRA)
     events = _select(conn, "eg_events", events_where, _EVENT_EXTRA)
-    decisions = _select_in(conn, "eg_decisions", Q.T_DECISIONS.c.approval_id, ids, ("approval_id",))
+    # each row by its own age: a record a later run under the same key updated is younger
+    d, i = Q.T_DECISIONS, Q.T_IDEMPOTENCY
+    old_d, old_i = (True, True) if before is None else (d.c.at < before, i.c.updated_at < before)
+    decisions = _select_in(conn, "eg_decisions", d.c.approval_id, ids, ("approval_id",), old_d)
     keys = [t.idempotency_key for t in executions if t.idempotency_key]
-    records = _select_in(conn, "eg_idempotency", Q.T_IDEMPOTENCY.c.key, keys, ("status",))
+    records = _select_in(conn, "eg_idempotency", i.c.key, keys, ("status",), old_i)
     return _with_calls(conn, [*approvals, *executions, *events, *decisions, *records])
 
 
