@@ -65,6 +65,16 @@ def _an_approver(approver: object) -> None:
         raise TypeError(f"approver must be an Approver (got {type(approver).__name__})")
 
 
+def check_denial_reason(reason: str) -> None:
+    """PolicyViolation for a denial reason no record may hold (checked before any row is read)."""
+    if not reason or not reason.strip():
+        raise PolicyViolation("a denial needs a reason the model can be told")
+    if _SURROGATE.search(reason):  # (a NUL is stored as U+FFFD, as everywhere)
+        raise PolicyViolation("a denial reason cannot hold a lone surrogate: no database keeps one")
+    if reason.startswith(REDACTED_PREFIX):  # only `redact` writes a value that starts like one
+        raise PolicyViolation("a denial reason may not start like an erasure marker ('{\"$redacted\":')")
+
+
 class Decisions:
     """Approve, deny, grant again; see the module docstring."""
 
@@ -323,12 +333,7 @@ class Decisions:
     def _deny(
         self, approval_id: str, *, approver: Approver, reason: str, version: int | None
     ) -> tuple[Refused, int]:
-        if not reason or not reason.strip():
-            raise PolicyViolation("a denial needs a reason the model can be told")
-        if _SURROGATE.search(reason):  # (a NUL is stored as U+FFFD, as everywhere)
-            raise PolicyViolation("a denial reason cannot hold a lone surrogate: no database keeps one")
-        if reason.startswith(REDACTED_PREFIX):  # only `redact` writes a value that starts like one
-            raise PolicyViolation("a denial reason may not start like an erasure marker ('{\"$redacted\":')")
+        check_denial_reason(reason)
         with self.store.transaction() as conn:
             row = self.decidable(conn, approval_id, approver, allow=("pending", "approved"))
             if row is None:

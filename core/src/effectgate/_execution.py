@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from . import flow
-from ._deps import Deps, Events, connection_lost
+from ._deps import Deps, Events, claim_landed
 from ._json import parse
 from ._ledger import Ledger, context_of
 from ._logging import logger
@@ -231,15 +231,7 @@ class Execution:
         reply never received: a failover) says otherwise: the record, read back, is in flight
         under this claim's lease for these arguments. The grant was then spent by this very call,
         so the tool runs now; raising would leave it spent and the call never run."""
-        if not connection_lost(self.store, exc):
-            return False
-        record = self.store.get(exec_key(row))
-        held = (
-            record is not None
-            and record.status == "in_progress"
-            and record.lease_owner == claim.owner
-            and record.payload_hash == row.args_hash
-        )
+        held = claim_landed(self.store, exec_key(row), claim, row.args_hash, exc)
         if held:
             log.warning("connection lost after the claim was committed (it was): approval=%s", row.id)
         return held

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ._answers import unknown_outcome
+from ._decisions import check_denial_reason
 from ._execution import exec_key
 from .canonical import canonical_json
 from .context import Approver
@@ -214,6 +215,7 @@ __all__ = [
     "UnknownTool",
     "bind_decision",
     "bind_token",
+    "check_denial_reason",
     "check_wrappable",
     "is_gated",
     "missing_identity",

@@ -19,8 +19,14 @@ from dataclasses import dataclass
 
 from effectgate import Approver, EffectGate, Executed, Grant, Outcome, Pending, Refused
 from effectgate._execution import exec_key
-from effectgate.adapter import DecisionMismatch, Paused, bind_decision, unknown_outcome_of, verify_state
-from effectgate.canonical import _SURROGATE
+from effectgate.adapter import (
+    DecisionMismatch,
+    Paused,
+    bind_decision,
+    check_denial_reason,
+    unknown_outcome_of,
+    verify_state,
+)
 from effectgate.errors import (
     AlreadyDecided,
     ApprovalError,
@@ -32,7 +38,6 @@ from effectgate.errors import (
     WrongApprover,
 )
 from effectgate.outcomes import TAMPERED_WARNING, Card, RefusalCode
-from effectgate.stores._dialect import REDACTED_PREFIX
 
 from ._outcomes import AWAITING, AwaitingApproval
 
@@ -120,10 +125,7 @@ def _check_denial(decision: Deny) -> None:
         raise TypeError(f"Deny's approver must be an Approver (got {type(decision.approver).__name__})")
     if not isinstance(decision.reason, str):
         raise TypeError(f"a denial reason must be text (got {type(decision.reason).__name__})")
-    if _SURROGATE.search(decision.reason):
-        raise PolicyViolation("a denial reason cannot hold a lone surrogate: no database keeps one")
-    if decision.reason.startswith(REDACTED_PREFIX):  # only `redact` writes a value starting so
-        raise PolicyViolation("a denial reason may not start like an erasure marker ('{\"$redacted\":')")
+    check_denial_reason(decision.reason)  # as `gate.deny` checks it
 
 
 def apply_decisions(
