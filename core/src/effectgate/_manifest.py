@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +68,11 @@ class Manifest:
             data = strict_loads(read_small(path, limit=MAX_MANIFEST))
             if not isinstance(data, dict):
                 raise TypeError("not a JSON object")
+            required = {f.name: f.default is MISSING for f in fields(cls)}
+            if unknown := sorted(data.keys() - required.keys()):  # its own words, not `__init__()`'s
+                raise TypeError(f"unknown field(s) {', '.join(map(repr, unknown[:5]))}")
+            if missing := [name for name, needed in required.items() if needed and name not in data]:
+                raise TypeError(f"missing field(s) {', '.join(map(repr, missing))}")
             return cls(**data)
         except (OSError, ValueError, TypeError, RecursionError) as exc:
             raise ExportError(f"{path} is not an export manifest: {exc}") from exc

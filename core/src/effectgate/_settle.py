@@ -108,7 +108,7 @@ class Settlement:
                 # execution: the grant presented is no outcome left unknown in the subject's history)
                 self.leases.release(key, owner)  # the outcome is stored now (no renewal races it)
                 failed = (spec, ctx, row, frozen, key, owner, execution, exc)
-                self.record_failure(*failed, what="snapshot failed: ")
+                self.record_failure(*failed, attempt=tool_context.attempt, what="snapshot failed: ")
                 raise
             refs: list[str] = []  # what the tool recorded with tool_context.set_provider_ref
 
@@ -123,7 +123,8 @@ class Settlement:
             except Exception as exc:
                 self.leases.release(key, owner)
                 if _definite(spec, gated=row is not None, exc=exc):
-                    self.record_failure(spec, ctx, row, frozen, key, owner, execution, exc)
+                    failed = (spec, ctx, row, frozen, key, owner, execution, exc)
+                    self.record_failure(*failed, attempt=tool_context.attempt)
                     raise
 
                 reason = describe(exc)
@@ -305,6 +306,8 @@ class Settlement:
         owner: str,
         execution: dict[str, Any],
         exc: Exception,
+        *,
+        attempt: int,
         what: str = "",
     ) -> None:
         """A definite failure: the record is `failed`; a gated approval ends `failed` (terminal).
@@ -317,13 +320,24 @@ class Settlement:
             except Exception as lost:  # the connection lost: stored once more, unless it landed
                 if isinstance(lost, LeaseLost) or not connection_lost(self.store, lost, exc):
                     raise
-                record = self.store.get(key)  # landed: failed under this run's lease
-                if record is None or record.status != "failed" or record.lease_owner != owner:
+                if not self.failure_landed(key, owner, attempt):
                     self.store_failure(failure)
         except LeaseLost as lost:  # another worker took the operation over: its run is recorded
             self.record_lease_lost(spec, ctx, row, frozen, key, execution, None, exc)
             raise lost from exc
         log_outcome("failed (definite)", spec.name, row, key, error)
+
+    def failure_landed(self, key: str, owner: str, attempt: int) -> bool:
+        """Whether this attempt's failure, its COMMIT's reply lost, is settled: failed under its
+        lease (it landed), or the key held by another attempt (claimed afresh since: a failed write
+        runs again under its key), whose record is never stored over nor reopened."""
+        if (record := self.store.get(key)) is None:
+            return False
+        if record.lease_owner == owner and record.attempts == attempt:
+            return record.status == "failed"
+        if other := record.attempts != attempt or record.lease_owner not in (owner, None):
+            log.warning("connection lost while storing a failure; another attempt holds key=%s", key)
+        return other
 
     def store_failure(self, failure: tuple[Any, ...]) -> None:
         """Fail the record and a gated approval, and append the failed execution: one commit."""
@@ -332,32 +346,20 @@ class Settlement:
             self.store.fail(key, owner, error, conn=conn)
             self.fail_approval(conn, row, error)
             self.store.append_execution(conn, status="failed", error=error, **execution)
-            event = self.events.event(
-                "failed", spec=spec, ctx=ctx, row=row, args_hash_=frozen, key=key, error=error
-            )
-            self.store.append_events(conn, [event])
+            failed = {"spec": spec, "ctx": ctx, "row": row, "args_hash_": frozen, "key": key, "error": error}
+            self.store.append_events(conn, [self.events.event("failed", **failed)])
 
     def mark_executed(self, conn: Any, row: ApprovalRow, **values: Any) -> None:
         """An approved call's approval becomes `executed` (with `values` too), in `conn`."""
-        self.store.update_approval(
-            conn,
-            row.id,
-            expect_status=["approved"],
-            values={"status": "executed", "updated_at": self.clock.now(), **values},
-        )
+        values = {"status": "executed", "updated_at": self.clock.now(), **values}
+        self.store.update_approval(conn, row.id, expect_status=["approved"], values=values)
 
     def fail_approval(self, conn: Any, row: ApprovalRow | None, error: str) -> None:
         """End a gated approval in `failed`: the subject is free, the card shows why, and a new
         attempt is a new proposal (the grant was spent when execution started)."""
-        if row is None:
-            return
-        now = self.clock.now()
-        self.store.update_approval(
-            conn,
-            row.id,
-            expect_status=["approved"],
-            values={"status": "failed", "reason": error, "updated_at": now},
-        )
+        if row is not None:
+            values = {"status": "failed", "reason": error, "updated_at": self.clock.now()}
+            self.store.update_approval(conn, row.id, expect_status=["approved"], values=values)
 
 
 def storable(value: Any, what: str, tool: str, key: str) -> tuple[Any, str]:
