@@ -106,8 +106,27 @@ def check_snapshot(tool: str, snapshot: object) -> None:
         return
     if not callable(snapshot):
         raise TableError(tool, "snapshot", f"must be callable (args -> state), not {snapshot!r}")
-    if inspect.iscoroutinefunction(snapshot) or inspect.iscoroutinefunction(type(snapshot).__call__):
+    if is_async(snapshot):
         raise TableError(tool, "snapshot", "must be a plain function: the gate takes the state synchronously")
+
+
+def check_confirm(tool: str, confirm: object) -> None:
+    """TableError for an async `confirm` check: the gate runs it synchronously, in the decision's
+    transaction, so its coroutine would never be awaited and every call of the row refused."""
+    if confirm is not None and is_async(confirm):
+        raise TableError(tool, "confirm", "must be a plain function: the gate runs the check synchronously")
+
+
+def is_async(fn: object) -> bool:
+    """As async as an `async def`: behind a `functools.partial` or a plain decorator
+    (`functools.wraps`) too, or an object with an async `__call__`."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    try:
+        fns: tuple[Any, ...] = (fn, inspect.unwrap(fn))  # type: ignore[arg-type]
+    except ValueError:  # a cycle of `__wrapped__`
+        fns = (fn,)
+    return any(inspect.iscoroutinefunction(f) or inspect.iscoroutinefunction(type(f).__call__) for f in fns)
 
 
 def check_by_name(tool: str, fn: Callable[..., Any], schema: Mapping[str, Any]) -> None:

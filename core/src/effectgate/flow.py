@@ -21,9 +21,14 @@ import threading
 from collections.abc import Callable, Generator, Mapping
 from typing import Any, TypeVar
 
+from ._flowjobs import RETURNED, dropped, stopped
+from ._flowjobs import Abandoned as Abandoned
+from ._flowjobs import NotStarted as NotStarted
+from ._flowjobs import Unfinished as Unfinished
 from ._logging import logger
+from ._rowcheck import is_async
 from .context import ToolContext
-from .errors import EffectGateError, OutcomeUnknown
+from .errors import EffectGateError
 
 T = TypeVar("T")
 _log = logger("effectgate._execution")  # a raising handler must not skip _abandon
@@ -58,10 +63,7 @@ class Invoke:
 
 Flow = Generator[Invoke, Any, T]
 
-_ASYNC_ON_LOOP = (
-    "this tool is async and an event loop is running: use the gate's async methods "
-    "(acall, aexecute) instead of call/execute"
-)
+_ASYNC_ON_LOOP = "this tool is async and an event loop is running: use acall/aexecute, not call/execute"
 
 #: An attribute a tool function may carry: a callable that raises where the tool cannot run at
 #: all (an adapter's native tool outside the framework's own call), checked before anything is
@@ -80,11 +82,7 @@ def refuse_async_on_loop(fn: Callable[..., Any]) -> None:
     ready = getattr(fn, READY_CHECK, None)
     if ready is not None:
         ready()
-    try:  # as async as an `async def`: one behind a plain decorator (`functools.wraps`) and
-        tools: tuple[Any, ...] = (fn, inspect.unwrap(fn))  # an object with an async `__call__`
-    except ValueError:  # a cycle of `__wrapped__`
-        tools = (fn,)
-    if any(inspect.iscoroutinefunction(f) or inspect.iscoroutinefunction(type(f).__call__) for f in tools):
+    if is_async(fn):  # also behind a plain decorator (`functools.wraps`), or an async `__call__`
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -105,7 +103,7 @@ def run_sync(fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:
     try:
         value = fn(**kwargs)
     except StopIteration as stop:
-        raise _stopped(stop) from stop
+        raise stopped(stop) from stop
     if type(value) in _PLAIN or not inspect.isawaitable(value):
         return value
     try:
@@ -118,33 +116,14 @@ def run_sync(fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:
     close = getattr(value, "cancel" if unrun and coro is not value else "close", None)  # unrun: stopped
     if callable(close):
         close()
-    raise (NotStarted if unrun else Unfinished)(_ASYNC_ON_LOOP)
-
-
-def _stopped(stop: StopIteration) -> RuntimeError:
-    """A tool's StopIteration (`next()` on an empty iterator), raised as the RuntimeError a
-    coroutine tool's is: it cannot cross a Future (the async driver's task would wait for ever)."""
-    error = RuntimeError("the tool raised StopIteration")
-    error.__cause__ = stop
-    return error
-
-
-class NotStarted(RuntimeError):
-    """A tool's coroutine refused on a running loop before its first step (from a plain function
-    that returns one): nothing ran, so its record is a definite failure, not an unknown outcome."""
-
-
-class Unfinished(OutcomeUnknown, RuntimeError):
-    """A tool's awaitable left unfinished: started but refused on a loop, or cancelled from within."""
-
-
-class Abandoned(RuntimeError):
-    """Raised before a claim in a flow its task left to a worker thread (cancelled, interrupted):
-    the outcome of the tool that ran is stored (`_Worker`), and nothing more is claimed."""
+    if unrun:  # claimed already: a gated call's grant is spent, so `aexecute` would refuse it
+        raise NotStarted(
+            RETURNED + "it never ran and is recorded failed (a gated call's grant is spent: propose it again)"
+        )
+    raise Unfinished(RETURNED + "it was started and left unfinished (its outcome is unknown)")
 
 
 _jobs = threading.local()  # `.worker`: the `_Worker` whose store work runs on this thread
-_ASYNC_CANCELLED = "the call was cancelled before its coroutine ran"
 _PLAIN = frozenset({dict, list, str, int, float, bool, type(None), tuple})
 
 
@@ -154,7 +133,7 @@ async def _own(value: Any) -> Any:
     try:
         return await value
     except asyncio.CancelledError as exc:
-        if (task := asyncio.current_task()) is None or task.cancelling():
+        if _cancelling():
             raise
         raise Unfinished("the tool's coroutine raised CancelledError (its call was not cancelled)") from exc
 
@@ -256,6 +235,8 @@ class _Worker:
             self.busy = True
         try:
             fut = asyncio.get_running_loop().run_in_executor(None, call)
+        except RuntimeError:  # its executor is shut down: refused, nothing of it ran
+            return self._unrun(job, args, call)
         except BaseException:
             with self.lock:
                 self.busy = False
@@ -263,7 +244,9 @@ class _Worker:
         taken = True
         try:
             return await asyncio.shield(fut)
-        except (asyncio.CancelledError, GeneratorExit):  # GeneratorExit: a pending task collected
+        except (asyncio.CancelledError, GeneratorExit) as exc:  # GeneratorExit: a pending task collected
+            if isinstance(exc, asyncio.CancelledError) and fut.cancelled() and not _cancelling():
+                return self._unrun(job, args, call)  # dropped at shutdown
             taken = False  # a tool's outcome stays in `handover`, for `abandon`
             fut.add_done_callback(functools.partial(_retrieved, call))
             raise
@@ -271,6 +254,11 @@ class _Worker:
             if taken:
                 with self.lock:
                     self.handover = None
+
+    def _unrun(self, job: Callable[..., Any], args: tuple[Any, ...], call: Callable[[], Any]) -> Any:
+        with self.lock:
+            self.busy = False  # its executor refused or dropped it: never started (`dropped`)
+        return dropped(job == self._tool, job == self._step and args[-1] is True, call)
 
     def _step(self, step: Callable[[], Any], outcome: bool) -> Any:
         with self.lock:
@@ -297,7 +285,7 @@ class _Worker:
         try:
             value = fn(**kwargs)
         except StopIteration as stop:
-            error = _stopped(stop)
+            error = stopped(stop)
             self._ended(False, error)
             raise error from stop
         except BaseException as exc:
@@ -326,7 +314,10 @@ class _Worker:
             unrun = inspect.iscoroutine(value) and inspect.getcoroutinestate(value) == inspect.CORO_CREATED
             getattr(value, "close", lambda: None)()
             # nothing ran: a definite failure (`NotStarted`); else its outcome is unknown (in flight)
-            returned, value = False, NotStarted(_ASYNC_CANCELLED) if unrun else None
+            returned, value = (
+                False,
+                NotStarted("the call was cancelled before its coroutine ran") if unrun else None,
+            )
         if returned or isinstance(value, Exception):
             outer, _jobs.worker = getattr(_jobs, "worker", None), self
             try:
@@ -361,6 +352,11 @@ class _Worker:
             asyncio.get_running_loop().run_in_executor(None, job)
         except RuntimeError:  # no loop or executor left: here, now
             job()
+
+
+def _cancelling() -> bool:
+    """Whether this task's caller cancelled it (with no task: as if it had)."""
+    return (task := asyncio.current_task()) is None or task.cancelling() > 0
 
 
 def _retrieved(call: Callable[[], Any], fut: asyncio.Future[Any]) -> None:

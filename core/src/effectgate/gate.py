@@ -24,11 +24,12 @@ Neither is the record: the ledger is, and a failing tracer changes no outcome.
 
 from __future__ import annotations
 
-import asyncio
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from . import flow
+from ._adecide import decided, void
 from ._calls import Calls, ToolCallLike
 from ._clock import SYSTEM_CLOCK, Clock, uuid4_hex
 from ._decisions import Decisions
@@ -295,7 +296,12 @@ class EffectGate:
         )
 
     async def aapprove(self, approval_id: str, *, version: int, approver: Approver) -> Decision:
-        return await asyncio.to_thread(self.approve, approval_id, version=version, approver=approver)
+        """`approve` in a worker thread; cancelled, it waits for the thread and voids a grant it
+        minted (nobody holds its token: approve again), see `_adecide`."""
+        return await decided(
+            functools.partial(self.approve, approval_id, version=version, approver=approver),
+            functools.partial(void, self._decisions),
+        )
 
     def deny(
         self, approval_id: str, *, approver: Approver, reason: str, version: int | None = None
@@ -307,9 +313,10 @@ class EffectGate:
     async def adeny(
         self, approval_id: str, *, approver: Approver, reason: str, version: int | None = None
     ) -> Refused:
-        return await asyncio.to_thread(
-            self.deny, approval_id, approver=approver, reason=reason, version=version
-        )
+        """`deny` in a worker thread; a denial that lands is final, also when the call was
+        cancelled meanwhile (it waits for the thread, and its CancelledError notes the denial)."""
+        deny = functools.partial(self.deny, approval_id, approver=approver, reason=reason, version=version)
+        return await decided(deny, lambda refused: False)
 
     # -- execution and after
 

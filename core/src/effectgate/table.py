@@ -132,6 +132,7 @@ class ToolSpec:
         _rowcheck.check_fn(self.name, self.effect, self.fn)  # callable; an effect's no generator
         set_(self, "subject", _rowcheck.subject_of(self.name, self.subject))
         _rowcheck.check_snapshot(self.name, self.snapshot)  # taken synchronously, before and after
+        _rowcheck.check_confirm(self.name, self.confirm)  # run synchronously, in the decision's transaction
         for role in ("approver_role", "owner"):  # whom the calls wait for: text that reads as it is
             _rowcheck.check_text(self.name, role, getattr(self, role), optional=True)
         _rowcheck.check_flags(self.name, shadow=self.shadow, pin_description=self.pin_description)
