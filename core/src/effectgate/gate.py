@@ -41,6 +41,7 @@ from ._owned import own_store
 from ._proposals import Proposals
 from ._readlog import ReadLog
 from ._reconcile import Reconciliation
+from ._release import release
 from ._settle import Settlement
 from ._telemetry import Spans
 from .audit import AuditReport, audit
@@ -317,6 +318,12 @@ class EffectGate:
         cancelled meanwhile (it waits for the thread, and its CancelledError notes the denial)."""
         deny = functools.partial(self.deny, approval_id, approver=approver, reason=reason, version=version)
         return await decided(deny, lambda refused: False)
+
+    def release(self, token: str) -> None:
+        """Give back an unpresented grant (see `_release`): the token is void from now on and the
+        approval, still approved, can be granted again (`approve`, a new round of approvers).
+        Raises TokenError (as `execute` would refuse it) and changes nothing otherwise."""
+        release(self.deps, self._events, token)
 
     # -- execution and after
 

@@ -3,9 +3,11 @@
 GatedToolNode settles a step (decisions, grants) before ToolNode dispatches its calls through the
 caller's `wrap_tool_call`; a wrapper may answer a call itself and never call `execute`. So an
 approve settles the call as `Granted` (its token checked, not presented), and the grant is
-spent (`spent`) in the tool-call path `execute` reaches: a wrapper that short-circuits the call
-leaves the approval approved and its grant unspent. A re-run of the step (a sibling's pause, a
-replay) finds the call run (its stored result) or its grant still unspent, so it runs once.
+spent (`spent`) in the tool-call path `execute` reaches, and only there: a wrapper that
+short-circuits the call leaves the approval approved and its grant unspent. A re-run of the step
+(a sibling's pause, a replay) finds the call run (its stored result) or its grant again (a
+token answer is applied again; a HITL approve's grant, given back at the pause, is granted
+again: `_regrant`), so it runs once.
 
 A token the core would refuse (`usable` is False) is presented while the step is settled, as
 before: the core records the refusal and the step asks again.
@@ -22,7 +24,7 @@ from typing import Any
 from langchain_core.messages import ToolCall, ToolMessage
 from langgraph.types import Command
 
-from effectgate import CallContext, EffectGate, Outcome, Refused, flow
+from effectgate import Approver, CallContext, EffectGate, Outcome, Refused, flow
 from effectgate._execution import lapsed
 from effectgate.adapter import is_gated
 from effectgate.errors import NeedsReconciliation, TokenError
@@ -41,7 +43,7 @@ class Granted:
     tool: str
     token: str
     args: Mapping[str, Any]
-    native: bool = False  # minted by `gate.approve` for a HITL approve: its token is in no checkpoint
+    native: Approver | None = None  # who a HITL approve was applied as: its token is in no checkpoint
 
 
 @dataclass
@@ -101,15 +103,6 @@ def spent(gate: EffectGate, ctx: CallContext, settled: Settled) -> Generator[Any
     if not isinstance(granted := settled.outcome, Granted):
         return settled
     return dataclasses.replace(settled, outcome=(yield from _spent(gate, granted, ctx)))
-
-
-def before_pause(gate: EffectGate, ctx: CallContext, outcome: Any) -> Generator[Any, Any, Any]:
-    """`outcome`, or a native grant (`Granted.native`) spent now, before its step pauses again:
-    the re-run would find its approval approved, skip the HITL answer that granted it (applied by
-    this run) and hold no token for it; a new approve is refused while that grant is live."""
-    if isinstance(outcome, Granted) and outcome.native:
-        return (yield from _spent(gate, outcome, ctx))
-    return outcome
 
 
 def _spent(gate: EffectGate, granted: Granted, ctx: CallContext) -> flow.Flow[Outcome | BaseException]:

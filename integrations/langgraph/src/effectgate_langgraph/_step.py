@@ -17,7 +17,8 @@ again and again with the same result:
    there is refused (`STORED_ANSWER`). langchain's HITL answer (`{"decisions": [...]}`, by
    position) is bridged in `_hitl.py`: a reject closes the approval, an approve goes through
    `gate.approve` as the application's `native_approver`, and a replayed HITL answer is skipped
-   (it was applied by its own run).
+   (it was applied by its own run). With `defer`, such a grant the step cannot keep across its
+   next pause is given back there and granted again when the step settles (`_regrant`).
 
 The flow composes the gate's flows (`gate.flows`) with `yield from`, plus its own `Ask` (the
 pause): one body serves the sync and async node, driven by `effectgate.flow.drive` / `adrive`.
@@ -27,17 +28,15 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 from collections.abc import Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import ToolCall
 from langgraph.errors import GraphInterrupt
 
-from effectgate import Approver, CallContext, EffectGate, Executed, Grant, Outcome, Pending, Refused, flow
+from effectgate import Approver, CallContext, EffectGate, Pending, flow
 from effectgate.adapter import DecisionMismatch, Paused, bind_decision, is_gated, rejecting_approver
-from effectgate.errors import ApprovalError, ArgumentError, EffectGateError, PolicyViolation, TokenError
+from effectgate.errors import ApprovalError, ArgumentError, PolicyViolation, TokenError
 
 from ._artifacts import restore
 from ._decisions import (
@@ -50,85 +49,20 @@ from ._decisions import (
     RefusedDecision,
     Reject,
     Waiting,
-    edited,
     payload,
     read_decision,
 )
-from ._grants import Granted, Settled, before_pause, grant, spend
-from ._hitl import HITL_REJECT, HOW_TO_ANSWER, NO_APPROVER, UNCONFIRMED, in_proposal_order, is_hitl, matched
-from ._identity import call_hash, call_id, reused_ids
+from ._grants import Granted, Settled, grant, spend
+from ._hitl import HITL_REJECT, HOW_TO_ANSWER, UNCONFIRMED, in_proposal_order, is_hitl, matched
+from ._identity import call_id, reused_ids
+from ._regrant import Regrant, give_back, native_grant, noted, settled
 from ._shown import Answer, Ask, Pauses, asker, askip_answered, record, refusal, shown, skip_answered
+from ._slots import Slot, slot_of
 from ._unknown import settle_unknown
 
 #: The application's approver for HITL decisions in this run (`effectgate.adapter.native_approver`).
 ApproverOf = Callable[[], Approver | None]
-
-
-@dataclass
-class _Slot:
-    call: ToolCall
-    outcome: Outcome | BaseException | Granted
-    args: Mapping[str, Any]
-    edited_args: Mapping[str, Any] | None = None
-    call_hash: str = ""
-    mismatch: str | None = None
-
-
 StepFlow = Generator[Any, Any, dict[str, Settled]]
-
-
-def _slot(gate: EffectGate, call: ToolCall, outcome: Outcome | BaseException, ctx: CallContext) -> _Slot:
-    """A waiting call stands for its approval's frozen arguments. When those differ from the call
-    in the checkpoint, the difference must be a reviewer's edit: the checkpoint's arguments are an
-    earlier version of this approval proposed by this same user message, and every later version
-    came from that message too (an edit). Anything else (the call changed in the checkpoint after
-    the pause or after it ran, a later message amended the approval) is a mismatch: nothing runs.
-
-    The identity is re-supplied by the application on every resume, so it is compared too: a
-    waiting approval proposed for another user or session than the one this run is for (the
-    thread resumed under another `user_id`) is a mismatch."""
-    slot = _Slot(
-        call=call, outcome=outcome, args=call["args"], call_hash=call_hash(gate, call["name"], call["args"])
-    )
-    if isinstance(outcome, Executed) and outcome.approval_id:
-        # ran earlier (a sibling waited, a replay, a fork): an edit is told, other arguments did not run
-        history, ran = gate.versions(outcome.approval_id), outcome.version or 1
-        if any(v.version == ran and v.args_hash != slot.call_hash for v in history):
-            if edited(history, slot.call_hash, ran, ctx):
-                slot.edited_args = dict(gate.card(outcome.approval_id).args)
-            else:
-                slot.outcome = _ran_other(gate, outcome)
-        return slot
-    if not isinstance(outcome, Pending):
-        return slot
-    card = outcome.card
-    if (card.user_id, card.session_id) != (ctx.user_id, ctx.session_id):
-        slot.args = dict(card.args)
-        slot.mismatch = (
-            f"approval {outcome.approval_id} was proposed for user {card.user_id!r} in session "
-            f"{card.session_id!r}; this run resumes for user {ctx.user_id!r} in session "
-            f"{ctx.session_id!r}. Nothing ran; deny it, or resume as the user it was proposed for"
-        )
-        return slot
-    if card.args_hash == slot.call_hash:
-        return slot
-    if edited(gate.versions(outcome.approval_id), slot.call_hash, outcome.version, ctx):
-        slot.args = slot.edited_args = dict(outcome.card.args)
-        return slot
-    slot.args = dict(outcome.card.args)
-    slot.mismatch = (
-        f"the paused {call['name']} call no longer matches approval {outcome.approval_id} "
-        f"(version {outcome.version}): its arguments in the conversation are not the ones approved "
-        "or edited by a reviewer. Nothing ran; deny it, and the model can propose again"
-    )
-    return slot
-
-
-def _ran_other(gate: EffectGate, ran: Executed) -> Refused:
-    """A call answered by an approval that ran other arguments (not a reviewer's edit of it)."""
-    args = json.dumps(dict(gate.card(str(ran.approval_id)).args), sort_keys=True, ensure_ascii=False)
-    why = f"approval {ran.approval_id} ran {ran.tool} once, with {args}; these arguments did not run"
-    return Refused(code="mismatch", message=why, tool=ran.tool, approval_id=ran.approval_id)
 
 
 def settle_step(
@@ -159,16 +93,26 @@ def settle_step(
     registered = yield from gate.flows.call_step([(c["name"], c["args"], c.get("id")) for c in gated], ctx)
     outcomes = yield from flow.done(settle_unknown, gate, registered)  # a run of unknown outcome is settled
     slots = {
-        call_id(c): _slot(gate, c, o, ctx)
+        call_id(c): slot_of(gate, c, o, ctx)
         for c, o in zip(gated, outcomes, strict=True)
         if own is None or call_id(c) in own
     }
+    matching = {c: s.outcome for c, s in slots.items() if s.mismatch is None} if defer else {}
+    found = (yield from flow.done(noted, gate, ctx, matching)) if matching else {}
+    for cid, regrant in found.items():  # a HITL grant given back at a pause of this step: granted below
+        slots[cid].outcome = regrant
     refused: list[RefusedDecision] = [
         {"approval_id": s.outcome.approval_id, "reason": s.mismatch}
         for s in slots.values()
         if s.mismatch is not None and isinstance(s.outcome, Pending)
     ]
+    again: list[RefusedDecision] = []  # why a HITL grant given back was not granted again
     while True:
+        if any(isinstance(s.outcome, Pending) for s in slots.values()):  # no HITL grant outlives a pause
+            for cid, s in slots.items():
+                if isinstance(s.outcome, Granted) and s.outcome.native is not None:
+                    call_ctx = dataclasses.replace(ctx, tool_call_id=cid)
+                    s.outcome = yield from flow.done(give_back, gate, call_ctx, s.outcome)
         # ordered by the store, not the checkpoint: a HITL answer is matched to them by position
         waiting = in_proposal_order(
             gate,
@@ -178,18 +122,20 @@ def settle_step(
                 if isinstance(s.outcome, Pending)
             ],
         )
-        if not waiting:
+        if not waiting and not any(isinstance(s.outcome, Regrant) for s in slots.values()):
             break
-        for cid, s in slots.items():  # a native grant is spent before the step pauses again
-            s.outcome = yield from before_pause(gate, dataclasses.replace(ctx, tool_call_id=cid), s.outcome)
-        ask = payload(gate, waiting, refused, ctx)
+        if not waiting:  # nothing else waits: what HITL approved before a pause is granted again
+            again = yield from _regrant(gate, slots, ctx)
+            continue
         ids = frozenset(w.pending.approval_id for w in waiting)
+        refused += [r for r in again if r["approval_id"] in ids and r not in refused]  # told until decided
+        ask = payload(gate, waiting, refused, ctx)
         answer: Answer = yield Ask(ask, ids, shown(waiting), ctx)
         refused = yield from _apply(
             gate, answer, waiting, slots, ctx, resume_identity, ask["signature"], keys, approver_of, defer
         )
     kept = yield from flow.done(restore, gate, ctx, {cid: s.outcome for cid, s in slots.items()})
-    return {cid: Settled(s.outcome, s.edited_args, kept.get(cid)) for cid, s in slots.items()}
+    return {cid: Settled(settled(s.outcome), s.edited_args, kept.get(cid)) for cid, s in slots.items()}
 
 
 NOT_A_MAPPING = f"the resume value is not a mapping from approval id to decision; {HOW_TO_ANSWER}"
@@ -204,7 +150,7 @@ def _apply(
     gate: EffectGate,
     answer: Answer,
     waiting: Sequence[Waiting],
-    slots: dict[str, _Slot],
+    slots: dict[str, Slot],
     ctx: CallContext,
     resume_identity: str,
     signature: str,
@@ -262,7 +208,7 @@ def _apply_one(
     gate: EffectGate,
     decision: Decision,
     w: Waiting,
-    slot: _Slot,
+    slot: Slot,
     ctx: CallContext,
     resume_identity: str,
     approver_of: ApproverOf,
@@ -278,23 +224,13 @@ def _apply_one(
     # interrupt's record shows exactly this): every approve is bound to it, never to what the
     # store or the checkpoint holds by the time it is applied
     paused = Paused.of(w.pending)
-    native = isinstance(decision, NativeApprove)
     if isinstance(decision, NativeApprove):
-        token = yield from _native_grant(gate, w, slot, call_ctx, approver_of(), paused)
-        if token is None:
-            return  # more distinct approvers are needed: the call stays paused
-        decision = Approve(token)
+        yield from _native(gate, slot, call_ctx, approver_of(), paused, defer)
+        return
     if isinstance(decision, Approve):
-        try:
-            bind_decision(gate, paused, decision.token)
-        except DecisionMismatch as exc:
-            raise DecisionRefused(str(exc)) from exc
-        granted = Granted(w.tool, decision.token, dict(w.args), native)
-        try:  # `defer`: spent where the call runs (`_grants`), unless the core refuses the token now
-            slot.outcome = yield from (grant if defer else spend)(gate, granted, call_ctx)
-        except TokenError as exc:
-            yield from _refresh(gate, slot, w, call_ctx)
-            raise DecisionRefused(f"the token was refused: {exc}") from exc
+        yield from _approved(
+            gate, slot, call_ctx, Granted(w.tool, decision.token, dict(w.args)), paused, defer
+        )
         return
     if isinstance(decision, Deny | Reject):
         role = w.pending.card.approver_role
@@ -308,7 +244,7 @@ def _apply_one(
                 w.pending.approval_id, approver=approver, reason=decision.reason, version=w.pending.version
             )
         except (ApprovalError, PolicyViolation) as exc:
-            yield from _refresh(gate, slot, w, call_ctx)
+            yield from _refresh(gate, slot, call_ctx)
             raise DecisionRefused(f"the denial was refused: {exc}") from exc
         return
     if (subject := gate.table[w.tool].subject_of(w.args)) is None:  # the core would propose anew
@@ -327,44 +263,64 @@ def _apply_one(
             f"approval {out.approval_id} is {out.status} at version {out.version}; an edit needs a "
             "pending approval (deny it, or approve it as it stands)"
         )
-    edited = _slot(gate, slot.call, out, ctx)
+    edited = slot_of(gate, slot.call, out, ctx)
     slot.outcome, slot.args, slot.edited_args = out, edited.args, edited.edited_args
     slot.mismatch = edited.mismatch
 
 
-def _native_grant(
-    gate: EffectGate, w: Waiting, slot: _Slot, ctx: CallContext, approver: Approver | None, shown: Paused
-) -> Generator[Any, Any, str | None]:
-    """A HITL approve through `gate.approve` as the application's approver, for the version and
-    args hash the reviewer was `shown` (refused when the approval moved on since): the grant's
-    token, or None while more distinct approvers are needed (the slot then shows the counted
-    card)."""
-    if approver is None:
-        raise DecisionRefused(NO_APPROVER)
+def _native(
+    gate: EffectGate, slot: Slot, ctx: CallContext, approver: Approver | None, shown: Paused, defer: bool
+) -> Generator[Any, Any, None]:
+    """A HITL approve as the application's `approver` (`_regrant.native_grant`); while more
+    distinct approvers are needed, or refused, the call stays paused (the slot shows it again)."""
     try:
-        card = yield from flow.done(gate.card, shown.approval_id)
-        if (card.version, card.args_hash) != (shown.version, shown.args_hash):
-            yield from _refresh(gate, slot, w, ctx)
-            raise DecisionRefused(
-                f"approval {shown.approval_id} is at version {card.version} now, with other "
-                f"arguments than version {shown.version} the reviewer was shown: no decision was "
-                "applied; decide the new payload"
-            )
-        decided = yield from flow.done(
-            gate.approve, shown.approval_id, version=shown.version, approver=approver
-        )
-    except EffectGateError as exc:
-        yield from _refresh(gate, slot, w, ctx)
-        raise DecisionRefused(f"approve as {approver.id} ({approver.role}) was refused: {exc}") from exc
-    if isinstance(decided, Grant):
-        return decided.token
-    yield from _refresh(gate, slot, w, ctx)
-    return None
+        token = yield from native_grant(gate, approver, shown)
+    except DecisionRefused:
+        if approver is not None:
+            yield from _refresh(gate, slot, ctx)
+        raise
+    if token is None:
+        yield from _refresh(gate, slot, ctx)
+        return
+    granted = Granted(slot.call["name"], token, dict(slot.args), approver)
+    yield from _approved(gate, slot, ctx, granted, shown, defer)
 
 
-def _refresh(gate: EffectGate, slot: _Slot, w: Waiting, ctx: CallContext) -> Generator[Any, Any, None]:
+def _approved(
+    gate: EffectGate, slot: Slot, ctx: CallContext, granted: Granted, shown: Paused, defer: bool
+) -> Generator[Any, Any, None]:
+    try:
+        bind_decision(gate, shown, granted.token)
+    except DecisionMismatch as exc:
+        raise DecisionRefused(str(exc)) from exc
+    try:  # `defer`: spent where the call runs (`_grants`), unless the core refuses the token now
+        slot.outcome = yield from (grant if defer else spend)(gate, granted, ctx)
+    except TokenError as exc:
+        yield from _refresh(gate, slot, ctx)
+        raise DecisionRefused(f"the token was refused: {exc}") from exc
+
+
+def _regrant(
+    gate: EffectGate, slots: Mapping[str, Slot], ctx: CallContext
+) -> Generator[Any, Any, list[RefusedDecision]]:
+    """Grant again what a HITL answer approved before an earlier pause of the step, as the
+    approver it was applied as; refused, the call is asked for again with the reason."""
+    refused: list[RefusedDecision] = []
+    for cid, s in slots.items():
+        if isinstance(again := s.outcome, Regrant):
+            call_ctx = dataclasses.replace(ctx, tool_call_id=cid)
+            try:
+                yield from _native(gate, s, call_ctx, again.approver, again.shown, True)
+            except DecisionRefused as exc:
+                refused.append({"approval_id": again.shown.approval_id, "reason": exc.reason})
+            if isinstance(s.outcome, Regrant):  # granted, then refused (`_approved`): read again
+                yield from _refresh(gate, s, call_ctx)
+    return refused
+
+
+def _refresh(gate: EffectGate, slot: Slot, ctx: CallContext) -> Generator[Any, Any, None]:
     """After the core refused a decision, ask it again where the call stands (a replay)."""
-    slot.outcome = yield from gate.flows.call(w.tool, dict(slot.args), ctx)
+    slot.outcome = yield from gate.flows.call(slot.call["name"], dict(slot.args), ctx)
 
 
 # -- drivers
