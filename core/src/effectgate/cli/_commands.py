@@ -15,11 +15,10 @@ from rich.console import Console
 from rich.text import Text
 
 from .._display import keyring_warnings, remaining, when
-from ..audit import audit, export_jsonl
+from ..audit import export_jsonl
 from ..context import Approver
 from ..export import ExportError, Manifest, Verified, export_chain, manifest_path, verify_export
 from ..outcomes import Grant, PartialApproval, Recorded
-from ..replay import replay
 from ..stores.records import SCHEMA_VERSION
 from ..stores.sql import open_store
 from ._args import check_new, check_output, jsonl_output, signing_in
@@ -27,7 +26,6 @@ from ._render import (
     EXIT_FINDINGS,
     EXIT_OK,
     _card_panel,
-    _escape,
     _pending_entry,
     _run,
     _short,
@@ -162,46 +160,6 @@ def _cmd_deny(args: argparse.Namespace, out: Console) -> int:
     return EXIT_OK
 
 
-def _cmd_audit(args: argparse.Namespace, out: Console) -> int:
-    if args.pinned and not Path(args.pinned).is_file():
-        raise NotFound(f"audit --pinned {args.pinned}: no such file")
-    pinned = Manifest.load(args.pinned) if args.pinned else None
-    with _gate(args) as gate:
-        if pinned is not None:  # the manifest's signature first: only then are its pins ours
-            pinned.check(gate.keyring)
-            if pinned.heads is None:
-                raise ExportError(f"{args.pinned} pins no chain heads (an export made before pins)")
-        report = audit(
-            gate.store,
-            gate.table if args.app else None,
-            keyring=gate.keyring,
-            chain=args.chain or pinned is not None,
-            pinned=pinned.heads if pinned is not None else None,
-        )
-    args.verdict = EXIT_OK if report.clean else EXIT_FINDINGS  # kept if the reader goes away
-    if args.json:
-        _write_json(report.to_dict())
-        return EXIT_OK if report.clean else EXIT_FINDINGS
-    for f in report.findings:
-        where = f"approval={f.approval_id} execution={f.execution_id}"
-        out.print(Text.assemble((_escape(f.kind), "bold red"), " ", _text(f"{f.tool} {where}: {f.detail}")))
-    for note in report.notes:  # not a finding, but the reader must see what was not checked
-        out.print(_text(f"note: {note}"), style="bold yellow")
-    m = report.metrics
-    assert m is not None
-    p95 = "-" if m.approval_latency_p95_s is None else f"{m.approval_latency_p95_s:.1f}s"
-    out.print(
-        _text(
-            f"{'clean' if report.clean else 'DIVERGED'}: {len(report.findings)} finding(s); "
-            f"{'seals verified' if report.seals_checked else 'seals NOT verified'}; "
-            f"{m.executions} executions, {m.approved} approved, {m.denied} denied, "
-            f"{m.replays_absorbed} replays absorbed, p95 approval latency {p95}, "
-            f"{m.gated_proposals_per_1000_sessions:.0f} gated proposals per 1,000 sessions"
-        )
-    )
-    return EXIT_OK if report.clean else EXIT_FINDINGS
-
-
 def _cmd_export(args: argparse.Namespace, out: Console) -> int:
     if args.jsonl:
         if args.out:
@@ -276,6 +234,8 @@ def _cmd_verify(args: argparse.Namespace, out: Console) -> int:
 
 
 def _cmd_replay(args: argparse.Namespace, out: Console) -> int:
+    from ..replay import replay  # it imports the gate: loaded by the commands that make one
+
     with _gate(args, need_app=True) as gate:
         report = replay(gate.store, gate.table, gate.policy, keyring=gate.keyring)
     args.verdict = EXIT_OK if report.clean else EXIT_FINDINGS

@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import importlib
-import os
 import re
 import socket
 import sqlite3
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
 from .._audit_rows import Rules
+from .._manifest import ExportError
 from ..chain import ChainError
 from ..effects import Policy
 from ..errors import (
@@ -30,16 +29,12 @@ from ..errors import (
     UnknownApproval,
     describe,
 )
-from ..export import ExportError
-from ..gate import EffectGate
-from ..outcomes import Card, Executed, Grant
 from ..redact import RedactionError
 from ..stores._memory import sqlite_file
 from ..stores.sql import SQLStore, open_store
 from ..table import EffectTable
 from ..tokens import Keyring
 from ..tokens import keyring_for as _keyring_for
-from ._moved import moved, shadowed
 from ._render import (
     EXIT_INTERNAL,
     EXIT_NOT_FOUND,
@@ -48,6 +43,10 @@ from ._render import (
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
 )
+
+if TYPE_CHECKING:  # the gate is imported when a command makes one (`audit` alone makes none)
+    from ..gate import EffectGate
+    from ..outcomes import Card, Executed, Grant
 
 
 class CommandError(Exception):
@@ -257,35 +256,13 @@ def _open(url: str) -> SQLStore:
     return store
 
 
-def _load_app(ref: str) -> Callable[..., EffectGate]:
-    module, sep, attr = ref.partition(":")
-    if not sep:
-        raise UsageError(f"--app takes module:factory, got {ref!r}")
-    try:
-        try:
-            loaded = importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            # The installed script's sys.path[0] is its bin directory: find a module of the working
-            # directory as `python -m effectgate.cli` does (kept: its tools may import lazily).
-            if exc.name != module.partition(".")[0] or os.getcwd() in sys.path:
-                raise
-            sys.path.append(os.getcwd())  # last: never shadows an installed package
-            loaded = importlib.import_module(module)
-        factory = getattr(loaded, attr)
-    except (ImportError, AttributeError) as exc:
-        raise UsageError(f"cannot load --app {ref}: {exc}{shadowed(module)}") from exc
-    except Exception as exc:  # the module's own code failed on import (its config), or `.name`
-        raise UsageError(f"cannot load --app {ref}: {describe(exc)}") from exc
-    if not callable(factory):
-        raise UsageError(f"--app {ref} is not callable")
-    return factory  # type: ignore[no-any-return]
-
-
 def _make_gate(
     args: argparse.Namespace, store: SQLStore, *, need_app: bool, approval: str | None = None
 ) -> EffectGate:
+    from ._app import EffectGate, load_app, same_database
+
     if args.app:
-        factory = _load_app(args.app)
+        factory = load_app(args.app)
         keyring = keyring_for(args.db, create=False)
         try:
             gate = factory(store, keyring=keyring)
@@ -297,7 +274,7 @@ def _make_gate(
             raise UsageError(f"--app {args.app} failed: {describe(exc)}") from exc
         if not isinstance(gate, EffectGate):
             raise UsageError(f"--app {args.app} returned {type(gate).__name__}, not an EffectGate")
-        if not _same_database(gate.store, store):  # e.g. an adapter's own gate, returned as it is
+        if not same_database(gate.store, store):  # e.g. an adapter's own gate, returned as it is
             gate.close()
             raise UsageError(
                 f"--app {args.app} returned a gate over another database than --db {_masked(args.db)}: "
@@ -315,21 +292,6 @@ def _make_gate(
     return EffectGate(EffectTable(), store, policy=policy or Policy(), keyring=keyring)
 
 
-def _same_database(mine: object, given: SQLStore) -> bool:
-    """Whether the app's gate decides in the database the command opened (the same SQLite file,
-    or the same server database): else `--db` would name one ledger and the call run in another."""
-    if mine is given:
-        return True
-    url = getattr(getattr(mine, "engine", None), "url", None)
-    if not isinstance(url, sa.engine.URL) or url.get_backend_name() != given.engine.url.get_backend_name():
-        return False
-    urls = [url, given.engine.url]
-    if urls[1].get_backend_name() == "sqlite":  # no file: in memory, a database of its own
-        files = [sqlite_file(u) for u in urls]
-        return None not in files and len({Path(f).resolve() for f in files if f}) == 1
-    return len({(u.host, u.port or 5432, u.database) for u in urls}) == 1
-
-
 def recorded_policy(store: SQLStore, keyring: Keyring, approval_id: str) -> Policy | None:
     """The policy recorded with the approval (None for none, or one the gate never wrote)."""
     row = store.get_approval(approval_id)
@@ -345,6 +307,8 @@ def _gate(
         try:
             yield gate
         except PolicyViolation as exc:  # a row "changed" only by its module's name: say so
+            from ._moved import moved
+
             if exc.code == "reclassified" and approval and (hint := moved(gate, approval)):
                 raise PolicyViolation(f"{exc}; {hint}", code=exc.code) from exc
             raise

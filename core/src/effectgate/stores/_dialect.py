@@ -4,27 +4,27 @@ outside this module may branch on the dialect."""
 from __future__ import annotations
 
 import contextlib
+import importlib
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NoReturn
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import StaticPool
 
 from ..errors import MissingDependency, StoreError
 from ._fork import fork_safe
 from ._memory import check_driver, in_memory, shown, sqlite_timeout, unparsed
-from .records import SCHEMA_VERSION, SchemaVersionRow
+from .records import SCHEMA_VERSION, SchemaVersionRow, partial_where
 
 READONLY, _WAL_PENDING = "effectgate_readonly", "effectgate_wal_pending"
 _PG_IDLE = 0  # psycopg.pq.TransactionStatus.IDLE: no transaction open
 
 
 def make_engine(url: str, *, pool_size: int | None = None) -> Engine:
-    """An engine for `url`: `sqlite:///path.db`, `sqlite://` (memory), `postgresql+psycopg://...`;
-    `pool_size`: the pool's idle connections (`open_store`), beside up to 32 more under load."""
+    """An engine for `url` (`sqlite:///path.db`, `sqlite://`: memory, `postgresql+psycopg://...`),
+    `pool_size` the pool's idle connections (`open_store`), beside up to 32 more under load."""
     if pool_size is not None and (type(pool_size) is not int or pool_size < 1):
         raise StoreError(f"pool_size must be a positive integer (got {pool_size!r})")
     try:
@@ -33,6 +33,7 @@ def make_engine(url: str, *, pool_size: int | None = None) -> Engine:
         raise StoreError(unparsed(url, exc)) from None
     backend = parsed.get_backend_name()
     check_driver(parsed)  # the one driver the store runs on each database
+    partial_where(backend)  # its dialect's alone: a process loads only the dialect it uses
     if backend == "sqlite":
         return _sqlite_engine(parsed, pool_size)
     if backend == "postgresql":
@@ -265,10 +266,9 @@ def subject_lock_sql(conn: Connection) -> str | None:
 
 
 def insert_if_absent(conn: Connection, table: sa.Table, key: str) -> Any:
-    """INSERT ... ON CONFLICT (key) DO NOTHING RETURNING key: one atomic claim; execute it with
-    the row's values as parameters. The caller checks whether a row came back: `rowcount` is not
-    portable for this (psycopg reports -1 for ON CONFLICT where SQLite reports 1)."""
-    insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+    """INSERT ... ON CONFLICT (key) DO NOTHING RETURNING key: one atomic claim (the row's values its
+    parameters). Whether a row came back says: `rowcount` is not portable (psycopg reports -1)."""
+    insert = importlib.import_module(f"sqlalchemy.dialects.{conn.dialect.name}").insert  # loaded already
     return insert(table).on_conflict_do_nothing(index_elements=[key]).returning(table.c[key])
 
 

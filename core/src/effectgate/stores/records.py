@@ -141,17 +141,24 @@ class DecisionTable(SQLModel, table=True):
     seal: str = ""
 
 
-def _partial(name: str, column: str, where: str) -> Index:
-    return Index(name, column, sqlite_where=text(where), postgresql_where=text(where))
-
-
 #: A read record, the bulk of the log, enters no index: its row is one B-tree insert, not three
 #: (`_upgrade.indexes` replaces the full indexes of databases made before). A query by kind says
-#: `kind <> 'read'` so that SQLite sees the partial index answers it (`_queries.NOT_READ`).
-EVENT_INDEXES = (
-    _partial("eg_events_kind", "kind", "kind <> 'read'"),
-    _partial("eg_events_approval", "approval_id", "approval_id IS NOT NULL"),
+#: `kind <> 'read'` so that SQLite sees the partial index answers it (`_queries.NOT_READ`). Each
+#: index's WHERE clause (the same on SQLite and PostgreSQL) is given to the dialect of each engine
+#: `_dialect.make_engine` makes, before any DDL (`partial_where`): naming a dialect's option loads
+#: that dialect, and a SQLite process never loads PostgreSQL's.
+_PARTIAL = (
+    (Index("eg_events_kind", "kind"), "kind <> 'read'"),
+    (Index("eg_events_approval", "approval_id"), "approval_id IS NOT NULL"),
 )
+EVENT_INDEXES = tuple(index for index, _ in _PARTIAL)
+
+
+def partial_where(dialect: str) -> None:
+    """Give each partial index its WHERE clause on `dialect`, once (other dialects: none)."""
+    for index, where in _PARTIAL if dialect in ("sqlite", "postgresql") else ():
+        if index.dialect_options[dialect]["where"] is None:
+            index.dialect_kwargs[f"{dialect}_where"] = text(where)
 
 
 class EventRow(SQLModel, table=True):
