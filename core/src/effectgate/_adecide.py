@@ -4,8 +4,8 @@ task cannot stop, so a decision's transaction may commit after its caller was ca
 A grant committed so is one whose token nobody holds (only its hash is stored): the approval
 would stay approved, and approving it again `AlreadyDecided`, until the grant lapsed. So a
 cancelled decision waits for its thread (shielded: a cancellation cannot stop it), voids a grant
-it minted (its stored expiry set to now: `execute` takes the shorter of the stored and the signed
-expiry, and a lapsed grant may be granted again, by a new round of approvers), and then raises
+it minted (a sealed `release` decision of its round, `_release.record_release`, and its stored
+expiry set to now; a lapsed grant may be granted again, by a new round of approvers), and then raises
 its CancelledError with a note of what landed: the grant voided, a partial approval, a denial
 (final: nothing runs). A task closed without being resumed (its loop stopped) leaves the voiding
 to the thread. A job the loop's executor refused or dropped unrun decided nothing.
@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._logging import logger
+from ._release import record_release
 from .outcomes import Grant, PartialApproval, Recorded, Refused
 from .tokens import token_hash
 
@@ -58,6 +59,7 @@ def void(decisions: Decisions, decision: object) -> bool:
             conn, row.id, expect_status=["approved"], expect_version=row.version, values=values
         ):
             return False
+        record_release(store, decisions.keyring, conn, row, "its aapprove was cancelled: never handed out")
         store.append_events(conn, [decisions.events.event("grant_voided", row=row, reason="cancelled")])
     log.warning("grant voided (its aapprove was cancelled): approval=%s", decision.approval_id)
     return True

@@ -20,7 +20,7 @@ from ._deps import Deps, Events, connection_lost
 from ._json import parse
 from ._ledger import Ledger, context_of, grant_live, in_scope, past
 from ._logging import logger
-from ._seal import approval_intact, approval_verifies, broken, seal_approval, seal_decision
+from ._seal import approval_intact, approval_verifies, broken, grant_released, seal_approval, seal_decision
 from .canonical import _SURROGATE
 from .context import Approver
 from .errors import (
@@ -36,7 +36,7 @@ from .errors import (
 )
 from .outcomes import Decision, Grant, PartialApproval, Recorded, Refused
 from .stores._dialect import REDACTED_PREFIX
-from .stores.records import ApprovalRow
+from .stores.records import ApprovalRow, DecisionRow
 from .table import ToolSpec
 from .tokens import token_hash
 
@@ -157,7 +157,7 @@ class Decisions:
         transaction commits (see `landed`)."""
         expired = False
         with self.store.transaction() as conn:
-            row = self.decidable(conn, approval_id, approver, allow=("pending", "approved"))
+            row, read = self.decidable(conn, approval_id, approver, allow=("pending", "approved"))
             if row is None:
                 expired = True
             else:
@@ -172,9 +172,9 @@ class Decisions:
                 regrant = row.status == "approved"
                 if spec.shadow and regrant:
                     raise AlreadyDecided(approval_id, "approved")  # shadow: decided once, never run
-                if regrant:
-                    self.lapsed(conn, row)
-                given, denial = self.ledger.decided(conn, row, round_=row.grants, role=role)
+                if regrant:  # a grant given back (sealed) is not live, whatever its stored expiry
+                    self.lapsed(conn, row, released=grant_released(self.keyring, read, row))
+                given, denial = self.ledger.decided(conn, row, round_=row.grants, role=role, read=read)
                 if denial is not None:  # its status was edited: the sealed denial decides
                     raise AlreadyDecided(approval_id, "denied")
                 if any(d.approver_id == approver.id for d in given):
@@ -219,7 +219,7 @@ class Decisions:
         )
         return Recorded(approval_id=row.id, version=row.version, approvals=approvals, required=required)
 
-    def lapsed(self, conn: Any, row: ApprovalRow) -> None:
+    def lapsed(self, conn: Any, row: ApprovalRow, *, released: bool = False) -> None:
         """An approved version may be granted again only when its grant lapsed unpresented: the
         approval still stands, but the subject, scope and confirm checks run again (the lapse
         freed the subject for other sessions), the old token is void (its hash is replaced), and
@@ -227,7 +227,7 @@ class Decisions:
         now = self.clock.now()
         if (
             row.token_used_at is not None
-            or grant_live(row.token_expires_at, now)
+            or (grant_live(row.token_expires_at, now) and not released)
             or self.store.grant_spent(conn, row.id, row.version)  # the append-only rows decide
         ):
             raise AlreadyDecided(row.id, "approved")  # a usable or presented grant exists
@@ -335,7 +335,7 @@ class Decisions:
     ) -> tuple[Refused, int]:
         check_denial_reason(reason)
         with self.store.transaction() as conn:
-            row = self.decidable(conn, approval_id, approver, allow=("pending", "approved"))
+            row, _ = self.decidable(conn, approval_id, approver, allow=("pending", "approved"))
             if row is None:
                 raise_expired = True
             else:
@@ -369,10 +369,10 @@ class Decisions:
 
     def decidable(
         self, conn: Any, approval_id: str, approver: Approver, allow: tuple[str, ...] = ("pending",)
-    ) -> ApprovalRow | None:
-        """The row if `approver` may decide it now; None if it just expired (marked so). The row
-        is read under the subject lock and its seal and arguments hash verified first."""
-        row = self.store.locked_approval(conn, approval_id)
+    ) -> tuple[ApprovalRow | None, list[DecisionRow]]:
+        """The row if `approver` may decide it now, None if it just expired (marked so); and its
+        version's decisions. Read under the subject lock; its seal and arguments hash verified first."""
+        row, read = self.store.locked_decided(conn, approval_id)
         if row is None:
             raise UnknownApproval(approval_id)
         pending, intact = row.status == "pending", approval_intact(self.keyring, row)
@@ -384,7 +384,7 @@ class Decisions:
         if not intact or (pending and row.grants):
             raise TamperedRecord(approval_id, broken(self.keyring, row, granted=pending and bool(row.grants)))
         if pending and not self.ledger.expire_lapsed(conn, [row]):
-            return None  # it lapsed: now marked expired
+            return None, read  # it lapsed: now marked expired
         if row.status not in allow:
             if row.status == "expired":
                 raise ApprovalExpired(approval_id)
@@ -393,4 +393,4 @@ class Decisions:
             raise WrongApprover(
                 approval_id, f"{row.tool} needs role {row.approver_role}; {approver.id} holds {approver.role}"
             )
-        return row
+        return row, read

@@ -31,7 +31,7 @@ from ._json import parse
 from ._ledger import Ledger, context_of
 from ._logging import logger
 from ._notice import Notices
-from ._seal import approval_intact, approval_verifies, foreign_key, mismatch
+from ._seal import approval_intact, approval_verifies, foreign_key, grant_released, mismatch
 from ._settle import Settlement, log_outcome
 from .canonical import args_hash, freeze
 from .context import ToolContext
@@ -251,7 +251,10 @@ class Execution:
             spec, role, required = self.ledger.bar(row)
         except TamperedRecord as exc:
             raise TokenError("tampered", str(exc)) from exc
-        approvers, denial = self.ledger.decided(conn, row, round_=row.grants - 1, role=role)
+        read = self.store.decisions(conn, row.id, row.version)
+        approvers, denial = self.ledger.decided(conn, row, round_=row.grants - 1, role=role, read=read)
+        if grant_released(self.keyring, read, row):  # whatever its stored expiry says by now
+            raise TokenError("expired", f"the grant for approval {row.id} was given back unpresented")
         if denial is not None:
             raise TokenError(
                 "revoked",
@@ -259,7 +262,7 @@ class Execution:
                 "column says otherwise because it was changed outside effectgate",
             )
         if row.grants < 1 or len(approvers) < required:
-            for d in self.store.decisions(conn, row.id, row.version):  # retired, not edited?
+            for d in read:  # retired, not edited?
                 kid = foreign_key(self.keyring, d.seal) if d.grant_round == row.grants - 1 else None
                 if kid is not None:
                     raise TokenError("keyring_mismatch", f"approval {row.id}, a decision: {mismatch(kid)}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._answers import SHADOW_NOTE
@@ -194,6 +194,8 @@ class Ledger:
     def expire_lapsed(self, conn: Any, pending: list[ApprovalRow]) -> list[ApprovalRow]:
         """Of `pending` approvals (as read in `conn`), mark those past their deadline as expired;
         the others, in their order."""
+        if not pending:  # a session with none waiting: nothing to judge
+            return []
         now = self.clock.now()
         live = [not past(r.expires_at, now) for r in pending]
         self._expire(conn, [r for r, ok in zip(pending, live, strict=True) if not ok], now)
@@ -285,14 +287,21 @@ class Ledger:
         return self.decided(conn, row, round_=round_, role=role)[0]
 
     def decided(
-        self, conn: Any, row: ApprovalRow, *, round_: int, role: str | None = None
+        self,
+        conn: Any,
+        row: ApprovalRow,
+        *,
+        round_: int,
+        role: str | None = None,
+        read: Sequence[DecisionRow] | None = None,
     ) -> tuple[list[DecisionRow], DecisionRow | None]:
-        """`approvers`, and the version's sealed denial if it has one (else None), from one read.
-        A denial is final for its version whatever the status column (which no seal covers) says:
-        a status edited from 'denied' back to 'approved' or 'pending' revives nothing."""
+        """`approvers`, and the version's sealed denial if it has one (else None), from one read
+        (`read`: the version's decisions as the transaction read them with the row). A denial is
+        final for its version whatever the status column (which no seal covers) says: a status
+        edited from 'denied' back to 'approved' or 'pending' revives nothing."""
         seen: dict[str, DecisionRow] = {}
         denial: DecisionRow | None = None
-        for d in self.store.decisions(conn, row.id, row.version):
+        for d in self.store.decisions(conn, row.id, row.version) if read is None else read:
             if d.decision == "approve":
                 if (
                     d.grant_round == round_
@@ -338,7 +347,8 @@ class Ledger:
                 f"{row.tool}: the policy changed since this approval was proposed; it needs a fresh proposal",
                 code="reclassified",
             )
-        role, _ = spec.role_for(parse(row.args_json))
+        # no escalation rule: the row's role whatever the arguments (nothing to parse them for)
+        role = spec.role_for(parse(row.args_json))[0] if spec.escalate else spec.approver_role
         required = self.policy.approvals_needed(spec.effect)
         if role != row.approver_role or required != row.approvals_required:
             raise TamperedRecord(row.id, "its approver role or number of approvers differ from the table's")

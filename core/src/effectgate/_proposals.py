@@ -22,7 +22,7 @@ from ._json import dumps
 from ._ledger import Ledger, grant_live, in_scope, past, said
 from ._logging import INFO, logger
 from ._seal import approval_intact, approval_sealed, broken, seal_approval
-from ._written import ran_as_write
+from ._written import ran_as_write, write_key
 from .canonical import ENCODE, digest, key_of, plain_json, sha256_hex
 from .context import CallContext
 from .errors import StaleApproval, TamperedRecord
@@ -131,8 +131,12 @@ class Proposals:
     ) -> Outcome:
         self.store.lock(conn, f"session:{ctx.session_id}")
         self.store.lock(conn, f"subject:{subject_key}")
-        waiting = self.ledger.expire_lapsed(conn, self.store.pending_of_session(conn, ctx.session_id))
-        existing = self.store.approval_for_key(conn, intent)
+        written = write_key(spec.name, ctx, frozen)  # this call's record, had it run as a write
+        reads = self.store.proposal_reads(conn, ctx.session_id, intent, subject_key, now, written)
+        listed, existing, busy, ran = reads
+        waiting = self.ledger.expire_lapsed(conn, listed)
+        if existing and existing.status == "pending" and all(r.id != existing.id for r in waiting):
+            existing = self.store.approval_for_key(conn, intent)  # lapsed just now: read as marked
         if existing is not None:
             self.keyed(existing, spec, ctx, subject_key)
         if existing is not None and existing.status in _CLOSED and ctx.user_id != existing.user_id:
@@ -161,15 +165,13 @@ class Proposals:
             self.store.append_events(
                 conn, [self.events.event("rejected", row=row, spec=spec, code="out_of_scope")]
             )
-            return Refused(
-                code="out_of_scope",
-                message=f"{spec.name}: {row.reason}",
-                tool=spec.name,
-                approval_id=row.id,
-            )
-        ran = None if existing else ran_as_write(self.store, conn, self.events, spec, frozen, ctx)
-        if ran is not None:  # this very call ran as a write before its row was reclassified
-            return ran
+            message = f"{spec.name}: {row.reason}"
+            return Refused(code="out_of_scope", message=message, tool=spec.name, approval_id=row.id)
+        answer = (
+            ran_as_write(self.store, conn, self.events, spec, frozen, ctx) if ran and not existing else None
+        )
+        if answer is not None:  # this very call ran as a write before its row was reclassified
+            return answer
         pending = existing or next(
             (r for r in waiting if r.tool == spec.name and r.subject_key == subject_key), None
         )
@@ -188,7 +190,6 @@ class Proposals:
                 text=text,
                 edited_by=edited_by,
             )
-        busy = self.store.in_flight_elsewhere(conn, subject_key, ctx.session_id, now)
         if busy is not None:
             message = (
                 f"{spec.name}: approval {busy.id} ({busy.tool}) is already in flight on "

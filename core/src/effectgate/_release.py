@@ -7,17 +7,22 @@ approval's version and seal) and be unpresented; its stored expiry is then set t
 execute honours (a stored expiry can only shorten the signed one), so the token is refused as
 expired from then on, and the approval stands approved with its grant lapsed: `approve` grants
 it again, by a new round of approvers, with the subject, scope and confirm checks run again.
-Recorded as `grant_released` (never the token).
+Recorded as a sealed `release` decision of the round that minted the grant (so an edit of the
+stored expiry, which no seal covers, revives nothing: `execute` reads the version's decisions
+with the row) and a `grant_released` event (never the token).
 """
 
 from __future__ import annotations
 
 import hmac
+from typing import Any
 
 from ._deps import Deps, Events
 from ._execution import lapsed
-from ._seal import approval_intact
+from ._seal import RELEASE, approval_intact, seal_decision
 from .errors import TokenError
+from .stores.protocol import Store
+from .stores.records import ApprovalRow
 from .tokens import Keyring, token_hash
 
 
@@ -49,4 +54,19 @@ def release(deps: Deps, events: Events, token: str) -> None:
             conn, row.id, expect_status=["approved"], expect_version=row.version, values=values
         ):  # pragma: no cover - the subject lock is held
             raise TokenError("mismatch", f"approval {row.id} changed")
+        record_release(store, deps.keyring, conn, row, "given back unpresented")
         store.append_events(conn, [events.event("grant_released", row=row)])
+
+
+def record_release(store: Store, keyring: Keyring, conn: Any, row: ApprovalRow, reason: str) -> None:
+    """The sealed decision that gives the row's current grant back (`_seal.grant_released`):
+    `execute` refuses that grant whatever its stored expiry says by then."""
+    values = {
+        "approval_id": row.id,
+        "version": row.version,
+        "grant_round": row.grants - 1,  # the round that minted it
+        "approver_id": "effectgate",
+        "role": row.approver_role,
+        "decision": RELEASE,
+    }
+    store.add_decision(conn, reason=reason, seal=seal_decision(keyring, values), **values)

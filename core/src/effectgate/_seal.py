@@ -101,6 +101,24 @@ def decision_intact(keyring: Keyring, row: DecisionRow) -> bool:
     return _verifies(keyring, "decision", _DECISION_VALUES(row), row.seal)
 
 
+#: The decision that gives a grant back unpresented (`gate.release`, a cancelled `aapprove`): its
+#: grant round is the one that minted the grant, so the grant's stored expiry (no seal covers it)
+#: is not all that voids it; a later grant (a new round) is not touched.
+RELEASE = "release"
+
+
+def grant_released(keyring: Keyring, decisions: Sequence[DecisionRow], row: ApprovalRow) -> bool:
+    """Whether the row's current grant (its version, the round that minted it) was given back:
+    a sealed `release` decision among the version's `decisions` says so."""
+    return any(
+        d.decision == RELEASE
+        and d.version == row.version
+        and d.grant_round == row.grants - 1
+        and decision_intact(keyring, d)
+        for d in decisions
+    )
+
+
 def stored_args_hash(tool: str, args_json: str) -> str | None:
     """The args hash recomputed from the stored canonical text (the ledger stores arguments as
     their RFC 8785 text, so a stored row is hashed without parsing it; any other text, even the

@@ -165,7 +165,7 @@ def test_a_passing_wrapper_runs_a_hitl_approved_call_once_after_the_sibling_paus
         decided = [
             (d.grant_round, d.approver_id, d.decision) for d in shop_gate.store.decisions(conn, refund.id)
         ]
-    assert decided == [(0, FINANCE.id, "approve"), (1, FINANCE.id, "approve")]
+    assert decided == [(0, FINANCE.id, "approve"), (0, "effectgate", "release"), (1, FINANCE.id, "approve")]
     assert shop_gate.gate.audit().clean
 
 
@@ -268,7 +268,9 @@ def test_granted_again_as_the_approver_the_hitl_answer_was_applied_as(shop_gate:
     assert shop_gate.shop.receiver.count("refund") == 1
     [refund] = [r for r in shop_gate.store.approvals() if r.tool == "refund_order"]
     with shop_gate.store.reading() as conn:
-        assert {d.approver_id for d in shop_gate.store.decisions(conn, refund.id)} == {"fiona"}
+        decided = shop_gate.store.decisions(conn, refund.id)
+    assert {d.approver_id for d in decided if d.decision == "approve"} == {"fiona"}
+    assert [d.grant_round for d in decided if d.decision == "release"] == [0]  # given back at the pause
 
 
 def test_a_refused_regrant_asks_again_with_the_reason(

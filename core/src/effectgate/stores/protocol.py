@@ -124,6 +124,9 @@ class ApprovalLedger(Protocol):
         """The approval row read after taking its subject's lock (as `lock(conn, "subject:" +
         subject_key)` does, until the transaction ends), or None."""
 
+    def locked_decided(self, conn: Any, approval_id: str) -> tuple[ApprovalRow | None, list[DecisionRow]]:
+        """`locked_approval`, and the `decisions` of the version it read, in one read."""
+
     def approval_for_key(self, conn: Any, key: str) -> ApprovalRow | None:
         """The approval an intent key was recorded against, or None."""
 
@@ -137,6 +140,12 @@ class ApprovalLedger(Protocol):
         self, conn: Any, subject_key: str, session_id: str, now: float
     ) -> ApprovalRow | None:
         """Another session's approval on the subject that is pending, or granted and usable."""
+
+    def proposal_reads(
+        self, conn: Any, session_id: str, key: str, subject_key: str, now: float, record: str
+    ) -> tuple[list[ApprovalRow], ApprovalRow | None, ApprovalRow | None, bool]:
+        """`pending_of_session`, `approval_for_key`, `in_flight_elsewhere`, and whether the
+        idempotency record `record` exists, in one read."""
 
     def approvals_due(self, conn: Any, now: float) -> list[ApprovalRow]:
         """Pending approvals whose deadline has passed."""

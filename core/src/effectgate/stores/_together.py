@@ -1,0 +1,88 @@
+"""Reads of the hot transactions that one statement answers together, where each alone was a
+statement of its own (a round trip on PostgreSQL, the driver's per-statement CPU on SQLite):
+propose's three reads of approvals and its look for a record of the call run as a write
+(`proposal_reads`), and the approval read under its subject's lock with its version's decisions
+(`locked_decided`: approve, deny). Each part is the statement it replaces (`_statements`),
+unchanged, so each reads what it read; mixed into `SQLStore` (`protocol.ApprovalLedger`
+documents them)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+from . import _dialect
+from . import _statements as S
+from .records import APPROVAL_COLUMNS, DECISION_COLUMNS, ApprovalRow, DecisionRow
+
+_COLUMNS = S._list(APPROVAL_COLUMNS)
+_WIDTH = len(APPROVAL_COLUMNS)
+
+#: Tagged 1 (the session's pending approvals, newest first), 2 (the intent key's approval), 3
+#: (another session's in flight on the subject): `PENDING_OF_SESSION`, `APPROVAL_FOR_KEY` and
+#: `IN_FLIGHT_ELSEWHERE`, each in a subquery that keeps its own order and limit; and 4 (its
+#: columns NULL) when an idempotency record of `:p_record` exists.
+PROPOSAL_READS = (
+    f"SELECT 1, {_COLUMNS} FROM ({S.PENDING_OF_SESSION}) AS p "
+    f"UNION ALL SELECT 2, {_COLUMNS} FROM ({S.APPROVAL_FOR_KEY}) AS k "
+    f"UNION ALL SELECT 3, {_COLUMNS} FROM ({S.IN_FLIGHT_ELSEWHERE}) AS b "
+    f'UNION ALL SELECT 4, {", ".join(["NULL"] * _WIDTH)} FROM eg_idempotency WHERE "key" = :p_record'
+)
+#: `APPROVAL` and `DECISIONS_OF_VERSION` of the version it reads: one row per decision (in the
+#: order recorded), or one with NULL decision columns when there is none.
+APPROVAL_DECISIONS = (
+    f"SELECT {S._list(APPROVAL_COLUMNS, 'a.')}, {S._list(DECISION_COLUMNS, 'd.')} FROM eg_approvals a "
+    "LEFT JOIN eg_decisions d ON d.approval_id = a.id AND d.version = a.version WHERE a.id = :p_id "
+    "ORDER BY d.id"
+)
+
+
+class TogetherSQL:
+    """`proposal_reads` and `locked_decided`; the stubs are `SQLStore`'s."""
+
+    def _x(self, conn: Connection, sql: str, params: dict[str, Any]) -> Any:
+        raise NotImplementedError  # `SQLStore._x`
+
+    def _q(self, key: tuple[Any, ...], build: Callable[[], Any]) -> Any:
+        raise NotImplementedError  # `SQLStore._q`
+
+    def locked_decided(
+        self, conn: Connection, approval_id: str
+    ) -> tuple[ApprovalRow | None, list[DecisionRow]]:
+        """`locked_approval`, and the `decisions` of the version it read (in one read after the
+        lock); (None, []) when there is no such approval."""
+        if not S.possible_id(approval_id):
+            return None, []
+        params = {"p_id": approval_id}
+        lock = self._q(("subject_lock",), lambda: _dialect.subject_lock_sql(conn))
+        if lock is not None and self._x(conn, lock, params).fetchone() is None:
+            return None, []
+        rows = self._x(conn, APPROVAL_DECISIONS, params).fetchall()
+        if not rows:
+            return None, []
+        decided = [S.decision_of(r[_WIDTH:]) for r in rows if r[_WIDTH] is not None]
+        return S.approval_of(rows[0][:_WIDTH]), decided
+
+    def proposal_reads(
+        self, conn: Connection, session_id: str, key: str, subject_key: str, now: float, record: str
+    ) -> tuple[list[ApprovalRow], ApprovalRow | None, ApprovalRow | None, bool]:
+        """`pending_of_session`, `approval_for_key`, `in_flight_elsewhere`, and whether the
+        idempotency record `record` exists, in one read."""
+        params = {"p_session": session_id, "p_key": key, "p_subject": subject_key, "p_now": now}
+        params["p_record"] = record
+        pending: list[ApprovalRow] = []
+        keyed = busy = None
+        recorded = False
+        for row in self._x(conn, PROPOSAL_READS, params).fetchall():
+            tag = row[0]
+            if tag == 4:
+                recorded = True
+            elif tag == 1:
+                pending.append(S.approval_of(row[1:]))
+            elif tag == 2:
+                keyed = S.approval_of(row[1:])
+            else:
+                busy = S.approval_of(row[1:])
+        return pending, keyed, busy, recorded
