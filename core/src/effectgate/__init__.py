@@ -7,6 +7,7 @@ command that needs only the store (`effectgate audit`), does not load the gate a
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -118,6 +119,10 @@ if not TYPE_CHECKING:  # for the type checker every name is imported above
 
     def __getattr__(name: str) -> Any:
         module = _EXPORTS.get(name)
+        if module is None and not name.startswith("__") and importlib.util.find_spec(f"{__name__}.{name}"):
+            # A submodule (`effectgate.errors`), imported on first use too: `import effectgate`
+            # alone bound them when it imported every public name.
+            return importlib.import_module(f".{name}", __name__)
         if module is None:
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
         value = getattr(importlib.import_module(f".{module}", __name__), name)

@@ -85,4 +85,10 @@ class TogetherSQL:
                 keyed = S.approval_of(row[1:])
             else:
                 busy = S.approval_of(row[1:])
+        pending.sort(key=_created, reverse=True)  # newest first: a UNION ALL keeps no part's order
         return pending, keyed, busy, recorded
+
+
+def _created(row: ApprovalRow) -> float:  # a time edited into text (SQLite) sorts last, not raises
+    at = row.created_at
+    return float(at) if type(at) in (int, float) else float("-inf")

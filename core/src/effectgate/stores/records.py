@@ -26,7 +26,7 @@ from dataclasses import dataclass, fields, replace
 from operator import attrgetter
 from typing import Any
 
-from sqlalchemy import BigInteger, Column, Index, Integer, Text, text
+from sqlalchemy import BigInteger, Column, Index, Integer, Text, event, text
 from sqlmodel import Field, SQLModel
 
 SCHEMA_VERSION = 4
@@ -143,10 +143,9 @@ class DecisionTable(SQLModel, table=True):
 
 #: A read record, the bulk of the log, enters no index: its row is one B-tree insert, not three
 #: (`_upgrade.indexes` replaces the full indexes of databases made before). A query by kind says
-#: `kind <> 'read'` so that SQLite sees the partial index answers it (`_queries.NOT_READ`). Each
-#: index's WHERE clause (the same on SQLite and PostgreSQL) is given to the dialect of each engine
-#: `_dialect.make_engine` makes, before any DDL (`partial_where`): naming a dialect's option loads
-#: that dialect, and a SQLite process never loads PostgreSQL's.
+#: `kind <> 'read'` so that SQLite sees the partial index answers it (`_queries.NOT_READ`). Its
+#: WHERE clause is given to the dialect of each engine made and each `create_all` (`partial_where`):
+#: naming a dialect's option loads that dialect, and a SQLite process never loads PostgreSQL's.
 _PARTIAL = (
     (Index("eg_events_kind", "kind"), "kind <> 'read'"),
     (Index("eg_events_approval", "approval_id"), "approval_id IS NOT NULL"),
@@ -154,11 +153,15 @@ _PARTIAL = (
 EVENT_INDEXES = tuple(index for index, _ in _PARTIAL)
 
 
-def partial_where(dialect: str) -> None:
-    """Give each partial index its WHERE clause on `dialect`, once (other dialects: none)."""
+def partial_where(dialect: str) -> None:  # each partial index its WHERE clause on `dialect`, once
     for index, where in _PARTIAL if dialect in ("sqlite", "postgresql") else ():
         if index.dialect_options[dialect]["where"] is None:
             index.dialect_kwargs[f"{dialect}_where"] = text(where)
+
+
+@event.listens_for(SQLModel.metadata, "before_create")  # `setup` over a caller's own engine too
+def _where_before_ddl(metadata: Any, conn: Any, **kw: Any) -> None:
+    partial_where(conn.dialect.name)  # before create_all, so before `_upgrade.indexes`
 
 
 class EventRow(SQLModel, table=True):
