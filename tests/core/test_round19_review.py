@@ -203,3 +203,23 @@ def test_a_voided_second_approval_takes_a_new_round_of_two(
     gate.execute(grant.token)
     assert shop_gate.shop.receiver.count("delete") == 1
     assert gate.audit().clean
+
+
+def test_releasing_a_grant_whose_stored_hash_was_edited_into_other_text_is_refused(
+    shop_gate: ShopGate, store: SQLStore
+) -> None:
+    """A token hash edited into non-ASCII text: `release` refuses the token as not the live grant
+    (a TokenError), never a raw TypeError from comparing it, and changes nothing."""
+    pending = _refund(shop_gate, 8000, "m1")
+    grant = shop_gate.gate.approve(pending.approval_id, version=1, approver=FINANCE)
+    assert isinstance(grant, Grant)
+    with store.transaction() as conn:
+        conn.execute(
+            sa.text("UPDATE eg_approvals SET token_hash = :h WHERE id = :id"),
+            {"h": "é" * 64, "id": pending.approval_id},
+        )
+    with pytest.raises(TokenError):
+        shop_gate.gate.release(grant.token)
+    with store.reading() as conn:
+        assert not [d for d in store.decisions(conn, pending.approval_id) if d.decision == "release"]
+    assert shop_gate.shop.receiver.count("refund") == 0

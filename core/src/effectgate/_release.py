@@ -37,7 +37,9 @@ def release(deps: Deps, events: Events, token: str) -> None:
             raise TokenError("forged", "the token names no known approval")
         deps.keyring.verify(claims, args_hash=row.args_hash)
         stored = row.token_hash
-        if not isinstance(stored, str) or not hmac.compare_digest(token_hash(token), stored):
+        if not isinstance(stored, str) or not hmac.compare_digest(  # edited into non-ASCII text: not it
+            token_hash(token).encode(), stored.encode("utf-8", "surrogatepass")
+        ):
             raise TokenError("expired", f"this is not the live grant of approval {row.id}")
         if not approval_intact(deps.keyring, row):
             raise TokenError("tampered", f"approval {row.id}: the stored record does not verify")

@@ -179,9 +179,9 @@ class NativeDecisions:
         if not isinstance(version, int):
             raise TamperedState(f"no version recorded for approval {approval_id}; nothing was approved")
         try:
-            decision = await asyncio.to_thread(
-                self.gate.approve, approval_id, version=version, approver=approver
-            )
+            # `aapprove`: a run cancelled meanwhile voids the grant its thread committed (no one
+            # holds its token), so the approval can be approved again
+            decision = await self.gate.aapprove(approval_id, version=version, approver=approver)
         except EffectGateError as exc:
             record["native"] = "refused"
             record["native_error"] = f"state.approve() as {approver.id} ({approver.role}) was refused: {exc}"
