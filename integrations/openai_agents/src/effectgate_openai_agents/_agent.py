@@ -219,7 +219,7 @@ def gate_agent(
     mode the clone's `tool_use_behavior` ends the run on the first deferred result.
 
     `native_approver` (an `Approver`, or a function of the run context returning one) is who the
-    SDK's own `state.approve(item)` approves as, through `gate.approve`; without it a native
+    SDK's own `state.approve(item)` approves as, through `gate.aapprove`; without it a native
     approve runs nothing. A native `state.reject(item)` always closes the approval
     (`_native_decisions`).
 

@@ -18,7 +18,8 @@ turn, including the resumed one):
   role: the application rejected in the SDK, and a rejection cannot raise anyone's privileges.
   A call that already ran (another copy of the same state was approved and resumed first) is
   not rejected: the model is told its stored result instead of the rejection message.
-- A native approve goes through `gate.approve` as the configured `native_approver` (an `Approver`,
+- A native approve goes through `gate.aapprove` (a run cancelled meanwhile voids the grant its
+  thread committed) as the configured `native_approver` (an `Approver`,
   or a function of the run context returning one): role, version, args hash, self-approval and the
   two-person rule all hold. A grant is attached and the call runs once; a `PartialApproval` (a
   destructive call's first approver) takes the SDK's approval back, so the call stays paused until
