@@ -4,8 +4,8 @@ task cannot stop, so a decision's transaction may commit after its caller was ca
 A grant committed so is one whose token nobody holds (only its hash is stored): the approval
 would stay approved, and approving it again `AlreadyDecided`, until the grant lapsed. So a
 cancelled decision waits for its thread (shielded: a cancellation cannot stop it), voids a grant
-it minted (a sealed `release` decision of its round, `_release.record_release`, and its stored
-expiry set to now; a lapsed grant may be granted again, by a new round of approvers), and then raises
+it minted (`_release.release`: a sealed `release` decision of its round, and its stored expiry
+set to now; a lapsed grant may be granted again, by a new round of approvers), and then raises
 its CancelledError with a note of what landed: the grant voided, a partial approval, a denial
 (final: nothing runs). A task closed without being resumed (its loop stopped) leaves the voiding
 to the thread. A job the loop's executor refused or dropped unrun decided nothing.
@@ -17,50 +17,35 @@ import asyncio
 import contextlib
 import contextvars
 import functools
-import hmac
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from ._logging import logger
-from ._release import record_release
+from .errors import TokenError
 from .outcomes import Grant, PartialApproval, Recorded, Refused
-from .tokens import token_hash
-
-if TYPE_CHECKING:
-    from ._decisions import Decisions
 
 D = TypeVar("D")
 log = logger("effectgate._decisions")
 _SHUT = "the event loop's default executor is shut down: nothing was decided"
+#: How `void` releases a grant (`_release.release`): the sealed decision's reason, the event.
+VOIDED = {
+    "why": "its aapprove was cancelled: never handed out",
+    "kind": "grant_voided",
+    "reason": "cancelled",
+}
 
 
-def void(decisions: Decisions, decision: object) -> bool:
-    """Void a grant a cancelled `aapprove` minted (nobody holds its token): its stored expiry is
-    set to now, and a `grant_voided` event recorded. False where it is not that grant any more
-    (presented, replaced) or the decision was no grant."""
+def void(release: Callable[[str], None], decision: object) -> bool:
+    """Void a grant a cancelled `aapprove` minted (nobody holds its token) through `release`
+    (`_release.release`, recording `grant_voided`). False where it is not that grant any more
+    (presented, replaced, lapsed: `release` refuses it) or the decision was no grant."""
     if not isinstance(decision, Grant):
         return False
-    store, spent = decisions.store, token_hash(decision.token).encode()
-    with store.transaction() as conn:
-        row = store.locked_approval(conn, decision.approval_id)
-        held = None if row is None else row.token_hash
-        if (
-            row is None
-            or row.version != decision.version
-            or row.token_used_at is not None
-            or not isinstance(held, str)
-            or not hmac.compare_digest(held.encode("utf-8", "surrogatepass"), spent)
-        ):
-            return False
-        now = decisions.clock.now()
-        values = {"token_expires_at": now, "updated_at": now}
-        if not store.update_approval(
-            conn, row.id, expect_status=["approved"], expect_version=row.version, values=values
-        ):
-            return False
-        record_release(store, decisions.keyring, conn, row, "its aapprove was cancelled: never handed out")
-        store.append_events(conn, [decisions.events.event("grant_voided", row=row, reason="cancelled")])
+    try:
+        release(decision.token)
+    except TokenError:
+        return False
     log.warning("grant voided (its aapprove was cancelled): approval=%s", decision.approval_id)
     return True
 

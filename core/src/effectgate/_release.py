@@ -26,9 +26,18 @@ from .stores.records import ApprovalRow
 from .tokens import Keyring, token_hash
 
 
-def release(deps: Deps, events: Events, token: str) -> None:
+def release(
+    deps: Deps,
+    events: Events,
+    token: str,
+    *,
+    why: str = "given back unpresented",
+    kind: str = "grant_released",
+    **detail: Any,
+) -> None:
     """Void `token`, an unpresented grant; TokenError (as execute words it) and nothing changes
-    for a token that is not the approval's live grant."""
+    for a token that is not the approval's live grant. `why` is the sealed decision's reason;
+    `kind` and `detail` the event's (a cancelled `aapprove`'s voiding: `_adecide.VOIDED`)."""
     claims = Keyring.read(token)
     store = deps.store
     with store.transaction() as conn:
@@ -56,8 +65,8 @@ def release(deps: Deps, events: Events, token: str) -> None:
             conn, row.id, expect_status=["approved"], expect_version=row.version, values=values
         ):  # pragma: no cover - the subject lock is held
             raise TokenError("mismatch", f"approval {row.id} changed")
-        record_release(store, deps.keyring, conn, row, "given back unpresented")
-        store.append_events(conn, [events.event("grant_released", row=row)])
+        record_release(store, deps.keyring, conn, row, why)
+        store.append_events(conn, [events.event(kind, row=row, **detail)])
 
 
 def record_release(store: Store, keyring: Keyring, conn: Any, row: ApprovalRow, reason: str) -> None:

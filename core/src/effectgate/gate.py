@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from . import flow
-from ._adecide import decided, void
+from ._adecide import VOIDED, decided, void
 from ._calls import Calls, ToolCallLike
 from ._clock import SYSTEM_CLOCK, Clock, uuid4_hex
 from ._decisions import Decisions
@@ -301,7 +301,7 @@ class EffectGate:
         minted (nobody holds its token: approve again), see `_adecide`."""
         return await decided(
             functools.partial(self.approve, approval_id, version=version, approver=approver),
-            functools.partial(void, self._decisions),
+            functools.partial(void, functools.partial(release, self.deps, self._events, **VOIDED)),
         )
 
     def deny(
