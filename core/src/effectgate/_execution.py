@@ -38,7 +38,7 @@ from .context import ToolContext
 from .errors import ArgumentError, NeedsReconciliation, PolicyViolation, TamperedRecord, TokenError
 from .outcomes import Executed
 from .stores.base import Claimed, Stored
-from .stores.records import ApprovalRow
+from .stores.records import ApprovalRow, DecisionRow
 from .table import ToolSpec
 from .tokens import Keyring, TokenClaims, token_hash
 
@@ -86,7 +86,7 @@ class Execution:
         try:
             claims = Keyring.read(token)
             with self.store.transaction() as conn:
-                row = self.store.locked_approval(conn, claims.approval_id)
+                row, decided = self.store.locked_decided(conn, claims.approval_id)
                 if row is None:
                     raise TokenError("forged", "the token names no known approval")
                 self.keyring.verify(claims, args_hash=row.args_hash)
@@ -161,7 +161,7 @@ class Execution:
                         raise TokenError("expired", f"the grant for approval {row.id} expired")
                 # An in-flight record whose lease ran out, or one awaiting reconciliation: the
                 # claim below raises NeedsReconciliation (never a second run).
-                spec = self.bar_for_execute(conn, row)
+                spec = self.bar_for_execute(conn, row, decided)
                 flow.refuse_async_on_loop(spec.fn)  # nothing claimed, the grant kept for aexecute
                 try:
                     claim = self.store.claim(
@@ -244,14 +244,14 @@ class Execution:
         except ArgumentError:
             return None
 
-    def bar_for_execute(self, conn: Any, row: ApprovalRow) -> ToolSpec:
+    def bar_for_execute(self, conn: Any, row: ApprovalRow, read: list[DecisionRow]) -> ToolSpec:
         """Re-derive, before anything runs, that the grant was made by enough distinct approvers
-        holding the role the table requires (sealed decisions of the round that minted it)."""
+        holding the role the table requires (sealed decisions of the round that minted it), from
+        `read`: the version's decisions, read with the row under its subject's lock."""
         try:
             spec, role, required = self.ledger.bar(row)
         except TamperedRecord as exc:
             raise TokenError("tampered", str(exc)) from exc
-        read = self.store.decisions(conn, row.id, row.version)
         approvers, denial = self.ledger.decided(conn, row, round_=row.grants - 1, role=role, read=read)
         if grant_released(self.keyring, read, row):  # whatever its stored expiry says by now
             raise TokenError("expired", f"the grant for approval {row.id} was given back unpresented")
