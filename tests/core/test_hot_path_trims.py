@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from effectgate import Keyring
+from effectgate._intent import subject_keys
 from effectgate._json import dumps
-from effectgate._proposals import subject_keys
 from effectgate._seal import seal_approval
 from effectgate.canonical import digest, key_of
 from effectgate.errors import ArgumentError, TokenError

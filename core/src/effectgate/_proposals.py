@@ -18,12 +18,12 @@ from typing import Any
 from ._answers import SHADOW_NOTE, log_outcome, shadowed, unknown_outcome
 from ._deps import Deps, Events
 from ._execution import exec_key
+from ._intent import intent_keys
 from ._json import dumps
 from ._ledger import Ledger, grant_live, in_scope, past, said
 from ._logging import INFO, logger
 from ._seal import approval_intact, approval_sealed, broken, seal_approval
 from ._written import ran_as_write, write_key
-from .canonical import ENCODE, digest, key_of, plain_json, sha256_hex
 from .context import CallContext
 from .errors import StaleApproval, TamperedRecord
 from .outcomes import Card, Executed, Outcome, Pending, RefusalCode, Refused
@@ -33,14 +33,6 @@ from .table import ToolSpec
 log = logger(__name__)
 _PROPOSER = ("origin_message_id", "user_id", "agent_id", "run_id", "model_id")  # a version's, on amend
 _CLOSED = ("executed", "failed", "denied")  # a replay's answer carries the result or a reviewer's text
-
-
-def subject_keys(subject: Any, *parts: str) -> tuple[str, str]:
-    """`digest({"subject": subject})` and `key_of(*parts, subject)`, a plain subject encoded once."""
-    if not (plain_json(subject) and plain_json("".join(parts))):
-        return digest({"subject": subject}), key_of(*parts, subject)
-    text, listed = ENCODE(subject), ",".join(map(ENCODE, parts))
-    return sha256_hex(f'{{"subject":{text}}}'.encode()), sha256_hex(f"[{listed},{text}]".encode())
 
 
 def tampered(row: ApprovalRow, what: str) -> TamperedRecord:
@@ -76,15 +68,7 @@ class Proposals:
         """Register (or find, replay, amend) the approval of a gated call; `text` is the arguments'
         canonical JSON (stored as `args_json`), `frozen` its args hash."""
         subject = spec.subject_of(args)
-        # shadow calls never hold a live subject, nor a live call's intent key
-        kind = "intent-shadow" if spec.shadow else "intent"
-        head = (kind, ctx.session_id, spec.name, ctx.origin_message_id)
-        if subject is not None:
-            subject_key, intent = subject_keys(subject, *head)
-        else:
-            subject_key, intent = f"args:{frozen}", key_of(*head, dict(args))
-        if spec.shadow:
-            subject_key = f"shadow:{subject_key}"
+        subject_key, intent = intent_keys(spec, args, frozen, ctx, subject)
         role, notes = spec.role_for(args)
         assert role is not None  # check_policy guarantees a role for every gated row
         if spec.shadow:

@@ -75,6 +75,7 @@ from ..gate import EffectGate
 from ..outcomes import Executed, Grant, Invalid, Outcome, Pending, RefusalCode, Refused
 from ..table import ToolSpec
 from ..tokens import Keyring
+from ._prior import call_once
 from ._wire import answer_of, written_out
 
 #: The `_meta` key of every result: what the gate did, for programs (the text is for the model).
@@ -182,7 +183,7 @@ def error_result(name: str, exc: Exception) -> types.CallToolResult:
         code = "needs_reconciliation"
     elif isinstance(exc, EffectGateError):
         text = f"{name}: {type(exc).__name__}: {exc}"
-        code = getattr(exc, "reason", None) or getattr(exc, "code", None) or type(exc).__name__
+        code = getattr(exc, "code", None) or getattr(exc, "reason", None) or type(exc).__name__
     else:
         text = f"{name} failed: {type(exc).__name__}: {exc}"
         code = "tool_error"
@@ -294,10 +295,10 @@ class Grants:
 async def gated_call(
     gate: EffectGate, name: str, args: Mapping[str, Any], ctx: CallContext, *, grants: Grants | None
 ) -> Outcome:
-    """`gate.acall`, and for a call the gate answers "approved": `run_approved`. Then the
-    expired grants are dropped (after the call: its own expired grant is refused as such)."""
+    """`gate.acall` (`_prior.call_once`), and for a call the gate answers "approved": `run_approved`.
+    Then expired grants are dropped (after the call: its own expired grant is refused as such)."""
     try:
-        outcome = await gate.acall(name, args, ctx)
+        outcome = await call_once(gate, name, gate.table.get(name), args, ctx)
         if not isinstance(outcome, Pending) or outcome.status != "approved":
             return outcome
         return await run_approved(gate, name, args, outcome, grants=grants)

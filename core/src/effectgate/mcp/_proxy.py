@@ -70,6 +70,7 @@ from ._common import (
     run_approved,
 )
 from ._config import ProxyConfig, Upstream, split_served
+from ._prior import call_once
 from ._serve import card_link
 from ._upstream import CONTEXT_PARAM, Connection, UpstreamToolError, specs_for, table_of
 
@@ -296,7 +297,7 @@ class GatedProxy:
         sent: Grant | None,
     ) -> types.CallToolResult:
         try:
-            outcome = await gate.acall(name, arguments, ctx)
+            outcome = await call_once(gate, name, spec, arguments, ctx)  # answered before?
             if isinstance(outcome, Pending):
                 outcome = await self._waiting(gate, name, arguments, ctx, spec, outcome, sent)
         except UpstreamToolError as exc:  # a definite failure, recorded: the upstream's own words
