@@ -235,27 +235,20 @@ def test_a_write_whose_outcome_is_unknown_is_not_proposed_after_its_tool_became_
     assert rec.count("pay") == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "design decision: a write's key (w_...) and a gated call's intent key are separate, and a "
-        "write never looks for an approval of its message. Fix: Calls.write reads the call's gated "
-        "intent key (approval_for_key) in its claim transaction and answers Proposals.replayed; "
-        "one more indexed read on every write (the writer benchmark's path)"
-    ),
-)
 def test_a_paid_call_is_not_run_again_as_a_write_after_its_tool_was_downgraded(
     make_gate: MakeGate, store: SQLStore
 ) -> None:
-    """m1's payment was approved and ran; the table then makes `pay` a write. Replaying m1 runs
-    it again, with no approval (a second payment)."""
+    """m1's payment was approved and ran; the table then makes `pay` a write. Replaying m1 ran
+    it again, with no approval (a second payment): it answers the stored result."""
     rec = EffectRecorder()
     before = make_gate(pay_table(rec, Effect.MONEY))
-    run(before, before.call("pay", {"to": "acct", "amount": 5}, ctx("m1")))
+    first = run(before, before.call("pay", {"to": "acct", "amount": 5}, ctx("m1")))
     after = make_gate(pay_table(rec, Effect.WRITE), keyring=before.keyring)
     again = after.call("pay", {"to": "acct", "amount": 5}, ctx("m1"))
     assert isinstance(again, Executed)
+    assert (again.replay, again.result, again.approval_id) == (True, {"paid": 5}, first.approval_id)
     assert rec.count("pay") == 1
+    assert [e.status for e in store.executions()] == ["succeeded"]
 
 
 # -- the same call written two ways the key does not equate

@@ -12,6 +12,7 @@ from mcp import ClientSession
 from mcp.client._memory import InMemoryTransport
 from mcp.server import Server
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.types import ToolAnnotations
 
 from effectgate import Approver, EffectGate, EffectTable, Grant, Keyring, PartialApproval, ToolSpec
 from effectgate.effects import Effect
@@ -174,3 +175,41 @@ def test_a_served_call_that_ran_approved_does_not_run_again_once_its_row_is_a_wr
     assert len(recorder.effects) == 1
     assert (outcome(again)["status"], outcome(again)["replay"]) == ("executed", True)
     assert text(again) == text(ran) == "told ada"
+
+
+def _stat_claiming(rig: Rig, *, destructive: bool) -> None:
+    """stat relisted by its upstream, claiming destructiveHint (the read row raised) or not."""
+    server: MCPServer = rig.upstream
+    server.remove_tool("stat")
+    hints = ToolAnnotations(read_only_hint=not destructive, destructive_hint=destructive)
+
+    def stat(path: str, ctx: Context) -> str:
+        """Size of a file."""
+        rig.effects.append(Done("stat", {"path": path}, _key(ctx)))
+        return f"{path}: 12 bytes"
+
+    server.add_tool(stat, annotations=hints)
+
+
+def test_a_waiting_read_does_not_run_once_the_hint_that_raised_it_is_dropped(
+    store: SQLStore, clock: FakeClock
+) -> None:
+    """stat's row says read; its upstream then claims destructiveHint, so a call waits for
+    approval. The upstream drops the claim again (the row is a read) and the client re-issues the
+    call: reads look for no approval in the gate (they touch no table as they run), so the proxy
+    does (`mcp._prior`): refused as changed since its proposal, and nothing reaches the upstream."""
+
+    async def scenario() -> tuple[types.CallToolResult, types.CallToolResult, Rig]:
+        async with proxied(store, Keyring.generate(), clock) as rig:
+            _stat_claiming(rig, destructive=True)
+            waiting = await rig.call("stat", PATH)
+            _stat_claiming(rig, destructive=False)
+            return waiting, await rig.call("stat", PATH), rig
+
+    waiting, again, rig = run(scenario)
+    assert outcome(waiting)["status"] == "awaiting_approval"
+    assert rig.count("stat") == 0
+    assert (outcome(again)["code"], outcome(again)["approval_id"]) == (
+        "mismatch",
+        outcome(waiting)["approval_id"],
+    )

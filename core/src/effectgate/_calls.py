@@ -27,7 +27,7 @@ from ._proposals import Proposals
 from ._readlog import ReadLog
 from ._settle import Settlement
 from ._telemetry import Spans
-from ._written import write_key
+from ._written import proposed_before, write_key
 from .canonical import canonical_text, freeze_plain, hash_of_text
 from .context import CallContext, ToolContext
 from .effects import Effect
@@ -35,6 +35,7 @@ from .errors import ArgumentError, InProgress, NeedsReconciliation
 from .outcomes import Executed, Invalid, Outcome, Pending, Refused, executed
 from .stores._dialect import REDACTED_PREFIX
 from .stores.base import Claimed, Stored
+from .stores.records import ApprovalRow
 from .table import SchemaError, ToolSpec
 
 log = logger(__name__)
@@ -88,6 +89,7 @@ class Calls:
         self.store = deps.store
         self.policy = deps.policy
         self.clock = deps.clock
+        self.keyring = deps.keyring
         self.events = events
         self.notices = notices
         self.reads = reads
@@ -317,11 +319,18 @@ class Calls:
         refusal: InProgress | NeedsReconciliation | None = None
         flow.refuse_async_on_loop(spec.fn)  # before the claim: the same call runs under acall
         claim: Claimed | Stored | None = None
+        earlier: Executed | ApprovalRow | None = None
         try:
             with self.store.transaction() as conn:
                 noted = self.events.note_rules(conn, spec)
+                earlier = proposed_before(
+                    self.store, conn, self.keyring, self.events, spec, args, frozen, ctx
+                )
                 try:
-                    claim = self.store.claim(key, frozen, lease_seconds=self.policy.lease_seconds, conn=conn)
+                    if earlier is None:
+                        claim = self.store.claim(
+                            key, frozen, lease_seconds=self.policy.lease_seconds, conn=conn
+                        )
                 except (InProgress, NeedsReconciliation) as exc:
                     refusal = exc  # committed: a lapsed lease is now needs_reconciliation
         except Exception as exc:  # a claim whose COMMIT landed, its reply lost: it runs now
@@ -329,6 +338,15 @@ class Calls:
                 raise
             log.warning("connection lost after the write's claim was committed (it was): key=%s", key)
         noted()
+        if isinstance(earlier, Executed):
+            return earlier
+        if earlier is not None:
+            message = (
+                f"{spec.name}: this call was proposed for approval as a {earlier.effect} call (approval "
+                f"{earlier.id}, {earlier.status}); its table row has changed since, and it does not run "
+                "as a write. Nothing ran; this request cannot run as it is"
+            )
+            return self.events.refuse("mismatch", message, spec.name, ctx, spec, earlier.id, frozen)
         if isinstance(refusal, InProgress):
             message = f"{spec.name}: the same write is running now"
             return self.events.refuse("in_progress", message, spec.name, ctx, spec, args_hash_=frozen)

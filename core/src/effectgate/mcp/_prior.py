@@ -1,15 +1,15 @@
-"""A call an MCP server's table lets run now (a read or a write) that was proposed for approval
-before: the proxy's upstream claimed a stricter class then (`destructiveHint`, `readOnlyHint:
-false`) and no longer does, or the configuration (`mcp serve`: the application's table) gated it.
+"""A read call an MCP server's table lets run now that was proposed for approval before: the
+proxy's upstream claimed a stricter class then (`destructiveHint`, `readOnlyHint: false`) and no
+longer does, or the configuration (`mcp serve`: the application's table) gated it.
 
 A hint only ever raises a row, but a hint dropped in a later listing lowers the row back to the
 table's class. The client re-issues a call as the same request (its origin is the call itself,
-`_common.origin_for`), and the gate keys a read or a write apart from an approval: routed as a
-write now, an approved call that already ran would run a second time, and a waiting one would
-run with nobody's approval while its card still waits in the inbox. So before a read or a write
-runs, the server looks for the approval of this very call (the intent key the gate filed it under:
-session, tool, origin message, and subject or arguments; its seal checked): one that ran answers
-with its stored result; any other is refused (`mismatch`, recorded) and nothing runs.
+`_common.origin_for`). A write looks for its call's approval itself (`_written.proposed_before`,
+in its claim transaction); a read does not (reads touch no table as they run), so before a read
+runs here, the server looks for the approval of this very call (the intent key the gate filed it
+under, `_intent.intent_keys`; its seal checked): one that ran answers with its stored result; any
+other is refused (`mismatch`, recorded) and nothing runs: an approved call never runs a second
+time, nor a waiting one with nobody's approval while its card still waits in the inbox.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from .._intent import intent_keys
 from .._seal import approval_sealed
 from ..canonical import args_hash, freeze
 from ..context import CallContext
+from ..effects import Effect
 from ..errors import EffectGateError
 from ..gate import EffectGate
 from ..outcomes import Outcome
@@ -31,10 +32,11 @@ from ..table import ToolSpec
 async def call_once(
     gate: EffectGate, name: str, spec: ToolSpec | None, args: Mapping[str, Any], ctx: CallContext
 ) -> Outcome:
-    """`gate.acall`, unless this read or write call was proposed for approval before (see the
-    module docstring): then its stored result, or a refusal. A gated row's call goes to the gate
-    as it is (the gate finds its approval itself)."""
-    if spec is not None and not gate.policy.gates(spec.effect) and gate.table.allowed(ctx.agent_id, name):
+    """`gate.acall`, unless this read call was proposed for approval before (see the module
+    docstring): then its stored result, or a refusal. A write's or a gated row's call goes to the
+    gate as it is (the gate finds its approval itself)."""
+    read = spec is not None and spec.effect is Effect.READ and not gate.policy.gates(spec.effect)
+    if read and spec is not None and gate.table.allowed(ctx.agent_id, name):
         earlier = await asyncio.to_thread(_answer, gate, spec, args, ctx)
         if earlier is not None:
             return earlier
