@@ -51,7 +51,7 @@ import json
 import secrets
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from . import _holds
@@ -97,13 +97,7 @@ class Redaction:
     held: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "rows": self.rows,
-            "values": self.values,
-            "keep": list(self.keep),
-            "held": list(self.held),
-        }
+        return {**asdict(self), "keep": list(self.keep), "held": list(self.held)}
 
 
 def marker(redaction_id: str, facts: Mapping[str, Any] | None = None) -> str:
@@ -231,9 +225,9 @@ def _erase(
 
 def _keep(keep: Sequence[str]) -> tuple[str, ...]:
     """The argument names to keep as facts: a sequence of names (one string is refused, it would
-    be read letter by letter and keep nothing)."""
+    be read letter by letter and keep nothing; so is none, as `--keep ""` is: the facts would go)."""
     names = () if isinstance(keep, str) else tuple(keep)  # taken once: a generator is read once
-    if isinstance(keep, str) or not all(isinstance(k, str) and k for k in names):
+    if isinstance(keep, str) or not names or not all(isinstance(k, str) and k for k in names):
         raise RedactionError(
             f"keep must be a sequence of argument names, e.g. ('amount', 'currency'), not {keep!r}: "
             "nothing was erased"
@@ -284,16 +278,18 @@ def redact(
         check_keyring(store, conn, keyring, every_checkpoint=True)
         _holds.refuse_held(store, conn, user_id, "nothing was redacted")
         keys = subject_keys(subject) if subject is not None else []
-        targets = store.redaction_targets(conn, user_id=user_id)
+        targets, live = store.redaction_targets(conn, user_id=user_id), _live(store, at)
         if subject is not None:  # its approvals' calls, and the writes whose arguments name it
             targets = of_subject(targets, keys, subject)
+            # a note shared with another subject's open call stays, as retention leaves it (`Call.named`)
+            targets = [t for t in targets if not (t.call and t.call.named and is_open(t, live))]
             if not targets:  # a typo (1042 for "1042") must not read as a redaction done
                 raise SubjectNotFound(
                     f"no record of user {user_id!r} matches subject {canonical_json(dict(subject)).decode()} "
                     '(values compare as JSON: "1042" is not 1042; a write already erased no longer '
                     "shows its arguments): nothing was redacted"
                 )
-        open_ = sorted({call_id(t) for t in targets if is_open(t, _live(store, at))})
+        open_ = sorted({call_id(t) for t in targets if is_open(t, live)})
         if open_:
             raise RedactionError(
                 f"user {user_id!r} has {len(open_)} call(s) that may still run or are being decided "

@@ -18,8 +18,17 @@ grant. The verdict:
 - `rerouted`: it would now run without approval, have another effect (a reclassified row), need
   another role or another number of approvers, or hash its arguments differently;
 - `refused`: the current gate refuses it (the tool is gone or not allowed, the arguments no longer
-  fit the schema, the caller is out of scope, a check fails, the recorded approvers may not decide),
+  fit the schema, the caller is out of scope, a check fails, the recorded approvers may not decide,
+  a stub raises: its definite failure or unknown outcome; an approved call still to run whose
+  table row or policy changed since its proposal, whose grant `execute` would refuse),
   or its version has a recorded denial (a revoked grant never runs, whatever the status column says).
+
+Each intent ends in the sandbox as it ended in the ledger, so a later intent's `confirm` check (a
+refund's balance over the subject's history) counts what the ledger's own check counted: one whose
+last recorded execution failed definitely (a card declined) fails there too (its recorder raises
+`RecordedFailure`, a definite failure of every sandbox row), and one that never ran and never can
+(its grant lapsed unpresented after its approval's deadline, as `effectgate.redact` tells it) is
+granted and its grant revoked unpresented, never run.
 
 Stored arguments are re-derived before they are used: an approval whose record no longer hashes
 to its args hash is reported `refused` (tampered), never replayed. Given the ledger's `keyring`
@@ -45,6 +54,7 @@ from typing import Any, Literal
 from ._audit_rows import is_shadow, marker_problem
 from ._ledger import context_of
 from ._logging import quiet
+from ._replayed import never_run, stale
 from ._seal import approval_sealed, decision_intact
 from ._telemetry import _api
 from .canonical import hash_of_text
@@ -101,15 +111,23 @@ class ReplayReport:
         }
 
 
+class RecordedFailure(Exception):
+    """A recorder's definite failure: the ledger recorded this intent's run as failed."""
+
+
 class Recorder:
-    """A stub tool: records each call's arguments, answers `{"stub": name}`."""
+    """A stub tool: records each call's arguments, answers `{"stub": name}` (or, `failing`,
+    raises `RecordedFailure`)."""
 
     def __init__(self, name: str, calls: dict[str, list[dict[str, Any]]]) -> None:
         self.name = name
         self.calls = calls
+        self.failing = False
 
     def __call__(self, **kwargs: Any) -> Any:
         self.calls[self.name].append(kwargs)
+        if self.failing:
+            raise RecordedFailure(f"{self.name} failed, as the ledger recorded")
         return {"stub": self.name}
 
 
@@ -117,9 +135,16 @@ def sandbox_table(
     table: EffectTable, calls: dict[str, list[dict[str, Any]]], stubs: Mapping[str, Callable[..., Any]]
 ) -> EffectTable:
     """`table` with every tool's function a recorder (or its stub) and no snapshot or reconcile
-    hook (they call the real system); schemas, roles, checks kept."""
+    hook (they call the real system); schemas, roles, checks kept (`RecordedFailure` a definite
+    failure of each row)."""
     specs = [
-        dataclasses.replace(s, fn=stubs.get(s.name) or Recorder(s.name, calls), reconcile=None, snapshot=None)
+        dataclasses.replace(
+            s,
+            fn=stubs.get(s.name) or Recorder(s.name, calls),
+            reconcile=None,
+            snapshot=None,
+            definite_failures=(*s.definite_failures, RecordedFailure),
+        )
         for s in table
     ]
     sandbox = EffectTable(specs)
@@ -151,7 +176,11 @@ def replay(
                 continue
             approvers[(d.approval_id, d.version)].append(approver)
     # what ran is read from the append-only executions, not from the status column (no seal covers it)
-    ran = {ex.approval_id for ex in store.executions() if ex.approval_id is not None}
+    last: dict[str, str] = {}  # each approval's last recorded outcome, in id order
+    for ex in store.executions():
+        if ex.approval_id is not None:
+            last[ex.approval_id] = str(ex.status)
+    ran = set(last)
     rows = sorted((r for r in store.approvals() if r.status in REPLAYED or r.id in ran), key=_order)
     erased = entries(store) if any(is_redacted(r.args_json) for r in rows) else {}
     # a marker no (sealed) redaction entry backs erased nothing: the row is tampered, replayed as such
@@ -159,6 +188,8 @@ def replay(
     redacted = tuple(r.id for r in rows if is_redacted(r.args_json) and r.id not in forged)
     rows = [r for r in rows if not is_redacted(r.args_json) or r.id in forged]
     shadow = {f for f, mode in modes(store).items() if mode == "shadow"}
+    never = never_run(store, rows, ran)
+    to_run = {r.id for r in rows if r.status == "approved" and r.id not in ran and r.id not in never}
     results: list[Replayed] = []
     with tempfile.TemporaryDirectory(prefix="effectgate-replay-") as where:
         sandbox_store = open_store(f"sqlite:///{Path(where) / 'sandbox.db'}")
@@ -182,7 +213,21 @@ def replay(
                         continue
                     # proposed in shadow mode: its recorded row says so, or its (sealed) subject key
                     was_shadow = row.row_fingerprint in shadow or is_shadow(None, str(row.subject_key))
-                    results.append(_one(gate, row, recorded, calls, shadow=was_shadow))
+                    live = row.id in to_run and not was_shadow  # a grant still to run
+                    if (changed := stale(row, table, policy or Policy()) if live else None) is not None:
+                        results.append(Replayed(row.id, row.version, str(row.tool), "refused", changed))
+                        continue
+                    results.append(
+                        _one(
+                            gate,
+                            row,
+                            recorded,
+                            calls,
+                            shadow=was_shadow,
+                            run=row.id not in never,
+                            failed=last.get(row.id) == "failed",
+                        )
+                    )
                     if results[-1].verdict != "same":
                         _close(gate, sandbox_store)
         finally:
@@ -198,9 +243,13 @@ def _one(
     calls: dict[str, list[dict[str, Any]]],
     *,
     shadow: bool,
+    run: bool = True,
+    failed: bool = False,
 ) -> Replayed:
     """One intent; `shadow`: it was proposed in shadow mode (its recorded row says so), so the same
-    is a shadow proposal that its recorded approvers approve and that never runs."""
+    is a shadow proposal that its recorded approvers approve and that never runs. `run` False: it
+    never ran and never can (`_replayed.never_run`), so its grant is revoked unpresented; `failed`: its last
+    recorded run failed definitely, so its recorder fails it again."""
 
     def verdict(kind: Verdict, detail: str = "") -> Replayed:
         return Replayed(row.id, row.version, str(row.tool), kind, detail)
@@ -254,7 +303,24 @@ def _one(
             assert isinstance(decision, PartialApproval)
         if grant is None:
             return verdict("refused", f"the recorded approvers ({len(approvers)}) do not grant it now")
-        gate.execute(grant.token)
+        if not run:  # lapsed: revoked, it holds nothing a later intent's checks count
+            gate.deny(out.approval_id, approver=Approver(_REPLAYER, card.approver_role), reason="lapsed")
+            return verdict("same")
+        fn = gate.table.get(row.tool)
+        recorder = fn.fn if fn is not None and isinstance(fn.fn, Recorder) else None
+        try:
+            if recorder is not None:
+                recorder.failing = failed
+            gate.execute(grant.token)
+        except RecordedFailure:
+            pass  # failed as it did in the ledger: its subject is free again
+        except EffectGateError:
+            raise
+        except Exception as exc:  # a stub's definite failure: recorded failed, raised as it was
+            return verdict("refused", f"the stub failed: {type(exc).__name__}: {exc}")
+        finally:
+            if recorder is not None:
+                recorder.failing = False
     except EffectGateError as exc:
         return verdict("refused", f"{type(exc).__name__}: {exc}")
     ran = calls[row.tool][before:]
@@ -313,4 +379,4 @@ def _stubbed(spec: ToolSpec | None) -> bool:
     return spec is not None and not isinstance(spec.fn, Recorder)
 
 
-__all__ = ["ReplayReport", "Replayed", "Verdict", "replay", "sandbox_table"]
+__all__ = ["RecordedFailure", "ReplayReport", "Replayed", "Verdict", "replay", "sandbox_table"]

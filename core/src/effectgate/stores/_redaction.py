@@ -338,7 +338,8 @@ def of_subject(rows: Sequence[Target], keys: Sequence[str], subject: Mapping[str
                 k in args and same_json(_as_set(args[k]), _as_set(v)) for k, v in subject.items()
             ):
                 calls.add(t.call.id)
-    return [t for t in rows if t.call is not None and t.call.id in calls]
+    # a note naming several calls (`Call.named`) is the subject's when any is, whichever sorts first
+    return [t for t in rows if t.call is not None and {t.call.id, *(a.key for a in t.call.named)} & calls]
 
 
 def _json_object(text: str | None) -> dict[str, Any] | None:
