@@ -178,15 +178,15 @@ def test_an_execution_cancelled_before_its_claim_keeps_the_grant(
     gate = make_gate(_table(pay))
     grant = _granted(gate)
     in_step, go_on = threading.Event(), threading.Event()
-    locked = store.locked_approval
+    locked = store.locked_decided  # execute's first read: the approval with its decisions
 
-    def slow_locked_approval(conn: Any, approval_id: str) -> Any:
+    def slow_locked_decided(conn: Any, approval_id: str) -> Any:
         if not in_step.is_set():
             in_step.set()
             assert go_on.wait(10)
         return locked(conn, approval_id)
 
-    store.locked_approval = slow_locked_approval  # type: ignore[method-assign]
+    store.locked_decided = slow_locked_decided  # type: ignore[method-assign]
     kept: list[Any] = []
     loop = _cancel_while(gate, grant.token, in_step, kept)
     go_on.set()
