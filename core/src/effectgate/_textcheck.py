@@ -2,10 +2,10 @@
 
 A model (or a prompt injection) can write arguments that render differently from what they
 are: a right-to-left override that reverses part of an address, a zero-width space inside an
-account number, a Cyrillic "а" (or a mathematical "𝖺") inside a Latin domain name. Every
-reviewer surface (CLI, web, Jupyter, webhook) shows the warnings of `text_warnings` next to the
-values, so an approver sees that the text needs a closer look. The values themselves are always
-shown unchanged.
+account number, a Cyrillic "а" (or a mathematical "𝖺") inside a Latin domain name, a Cyrillic
+"О" among the digits of an account number. Every reviewer surface (CLI, web, Jupyter, webhook)
+shows the warnings of `text_warnings` next to the values, so an approver sees that the text needs
+a closer look. The values themselves are always shown unchanged.
 """
 
 from __future__ import annotations
@@ -21,12 +21,16 @@ _BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\
 _INVISIBLE = frozenset(
     "\u200b\u200c\u200d\u2060\u2061\u2062\u2063\u2064\ufeff\u00ad\u180e\u034f\u115f\u1160\u3164\uffa0"
     "\u17b4\u17b5\u180b\u180c\u180d\u180f\u2065\ufff0\ufff1\ufff2\ufff3\ufff4\ufff5\ufff6\ufff7\ufff8"
+    "\u2800\U0001d159"  # BRAILLE PATTERN BLANK (a plain space, not one), MUSICAL SYMBOL NULL NOTEHEAD
 )
 # What must be in one script: a run of text without spaces (a word, and also an address, a
 # domain or a URL: "ceo@сосо.com" mixes scripts though each of its words is in one). Prose in two
 # languages, word by word, is not flagged.
 _TOKEN = re.compile(r"\S+")
 _SHOWN = 80  # characters of a mixed-script token quoted in its warning
+# Letters of those scripts drawn as a digit (О as 0, З as 3, б as 6, Ӏ as 1): among ASCII digits (an
+# account number, an amount as text) one passes for a digit, and digits have no script to mix.
+_DIGIT_LIKE = frozenset("\u041e\u043e\u0417\u0437\u04e0\u0431\u04c0\u0406\u039f\u03bf\u0399\u0555\u0585")
 # Scripts whose letters are commonly confused with Latin ones.
 _SCRIPTS = ("LATIN", "CYRILLIC", "GREEK", "ARMENIAN", "CHEROKEE")
 
@@ -114,9 +118,13 @@ def text_warnings(value: Any, *, limit: int = 20) -> tuple[str, ...]:
             found.append(f"{len(strays)} variation selectors with no character to vary (hidden text)")
         for token in _TOKEN.findall(text):
             scripts = {s for s in map(_script, token) if s is not None and s != "OTHER"}
+            quoted = token if len(token) <= _SHOWN else token[: _SHOWN - 1] + "…"
             if len(scripts) > 1:
-                quoted = token if len(token) <= _SHOWN else token[: _SHOWN - 1] + "…"
                 found.append(f"mixed scripts ({', '.join(sorted(scripts))}) in {quoted!r}")
+            elif any("0" <= c <= "9" for c in token) and (odd := sorted(set(token) & _DIGIT_LIKE)):
+                found.append(
+                    f"{', '.join(map(_describe, odd))} drawn as a digit among the digits of {quoted!r}"
+                )
         for item in found:
             total += 1
             if len(out) < limit:

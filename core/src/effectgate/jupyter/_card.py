@@ -128,7 +128,10 @@ class ApprovalCard:
         self.result: Any = None
         self.message = ""
         self._view = card_view(gate, self.approval_id)
-        self.version: int = self._view["card"].version  # the version this card asks about
+        # the version this card asks about: a Pending's or Card's own (what was reviewed, so an
+        # amendment since is refused as stale), else the record's
+        given = None if isinstance(pending, str) else getattr(pending, "version", None)
+        self.version: int = given if isinstance(given, int) else self._view["card"].version
         use_widgets = widgets_available() if widgets is None else widgets
         if use_widgets and _widgets is None:
             raise EffectGateError('ipywidgets is not installed: pip install "effectgate[jupyter]"')

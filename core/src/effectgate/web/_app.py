@@ -253,8 +253,9 @@ def create_app(
         approver = Approver(me.id, me.role)
         try:
             current = await run_in_threadpool(gate.card, approval_id)
-            if version > current.version:  # no card showed it: an amendment landing before the
-                raise StaleApproval(approval_id, version, current.version)  # gate reads would pass
+            # a version no card showed is refused first; one edited to text is the gate's to refuse
+            if isinstance(current.version, int) and version > current.version:  # (an amendment
+                raise StaleApproval(approval_id, version, current.version)  # landing would pass)
             if current.version == version and str(form.get("args_hash", "")) != current.args_hash:
                 message = (
                     "The arguments you saw are not the stored ones; nothing was changed: review it again."
