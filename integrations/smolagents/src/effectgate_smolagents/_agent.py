@@ -54,9 +54,9 @@ from ._calling import gated_calls, route_tool_calls, step_key
 from ._code import ApprovalRequired, keep_logs_at_a_stop
 from ._decisions import Decision, apply_decisions, checked, continuation
 from ._errors import Snippet, gate_refused, tool_failed
-from ._identity import Stop, model_id_of, outside_a_run, refuse_plain_runs, run_context
+from ._identity import Stop, check_max_steps, model_id_of, outside_a_run, refuse_plain_runs, run_context
 from ._imports import acknowledged, freeze
-from ._managed import adopt, check_team, check_tools, own, serve_as_member
+from ._managed import adopt, check_team, check_tools, hide_members, own, serve_as_member
 from ._memory import check_resumable, forget_others
 from ._outcomes import AwaitingApproval, Finished, RunOutcome, signed
 from ._result import run_result, wants_full_result
@@ -260,6 +260,7 @@ class GatedAgent:
         All three identity values are required: `MissingIdentity` names each one missing.
         `return_full_result` (None: the agent's own setting) puts smolagents' `RunResult` on
         `Finished.run_result`, as smolagents' `run` would return it."""
+        check_max_steps(max_steps)
         ctx = run_context(
             session_id=session_id,
             origin_message_id=origin_message_id,
@@ -350,6 +351,7 @@ class GatedAgent:
             raise RuntimeError("this GatedAgent is already running (smolagents agents are not reentrant)")
         check_tools(self.agent, "the agent", self.allow_imports)
         adopt(self, check_team(self.agent, self.gate, self.allow_imports, owner=self))
+        hide_members(self.agent)  # a CodeAgent's code is handed each managed agent's call only
 
     def decide(self, awaiting: AwaitingApproval, decisions: Mapping[str, Decision]) -> dict[str, Outcome]:
         """Apply decisions through the gate (`_decisions.apply_decisions`): approved calls run once,
@@ -366,6 +368,7 @@ class GatedAgent:
     ) -> RunOutcome:
         """Apply the decisions, then continue the run (memory kept) with how each call ended; the
         outcome's `decided` holds each decided approval's outcome. `return_full_result` is `run`'s."""
+        check_max_steps(max_steps)  # smolagents' own check comes after the decisions ran
         check_resumable(self.gate, self.agent, self._memory_of, checked(awaiting, decisions))  # whose memory
         self._check_runnable()  # a continuation that would be refused: nothing is decided
         done = self.decide(awaiting, decisions)

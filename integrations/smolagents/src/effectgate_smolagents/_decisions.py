@@ -62,8 +62,9 @@ def bind(gate: EffectGate, awaiting: AwaitingApproval, decisions: Mapping[str, D
     """Every decision must answer a call this run paused on, at the version and args hash it
     paused on; an approval carries a grant for exactly that call; a denial has a reason and
     an approver the call's role allows (`PolicyViolation`, `WrongApprover`, as `gate.deny`
-    would raise). Checked for all decisions before any of them is applied: a mismatch raises
-    `DecisionMismatch` and nothing runs."""
+    would raise), signed by the gate's keyring (`TokenError`: a corrupted or foreign grant is the
+    caller's error, never told to the model as a denial). Checked for all decisions before any of
+    them is applied: a mismatch raises `DecisionMismatch` and nothing runs."""
     verify_state(gate, AWAITING, checked(awaiting, decisions).signed_fields(), awaiting.signature)
     paused = {p.approval_id: p for p in awaiting.paused}
     for approval_id, decision in decisions.items():
@@ -72,8 +73,8 @@ def bind(gate: EffectGate, awaiting: AwaitingApproval, decisions: Mapping[str, D
             raise DecisionMismatch(
                 str(approval_id), f"this run did not pause on approval {approval_id!r}; nothing ran"
             )
-        if isinstance(decision, Approve):
-            bind_decision(gate, at, _token(decision))
+        if isinstance(decision, Approve):  # a grant the keyring did not make: TokenError, not "denied"
+            gate.keyring.verify(bind_decision(gate, at, _token(decision)), args_hash=at.args_hash)
         elif not isinstance(decision, Deny):
             raise DecisionMismatch(at.approval_id, f"a decision is Approve or Deny, not {decision!r}")
         else:

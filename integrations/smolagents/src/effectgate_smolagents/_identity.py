@@ -75,6 +75,19 @@ def run_context(
     )
 
 
+def check_max_steps(max_steps: object) -> None:
+    """A run's `max_steps`: None (the agent's), or a whole number of steps. smolagents fails on
+    anything else only inside its step loop, so a resume would have run its approved calls
+    first: `TypeError` or `ValueError` here, before anything is decided or the model is asked.
+    0 is the agent's own, as in smolagents."""
+    if max_steps is None:
+        return
+    if not isinstance(max_steps, int) or isinstance(max_steps, bool):
+        raise TypeError(f"max_steps must be a whole number of steps or None, not {max_steps!r}")
+    if max_steps < 0:
+        raise ValueError(f"max_steps must not be negative (got {max_steps})")
+
+
 def outside_a_run() -> MissingIdentity:
     return missing_identity(
         "session_id, origin_message_id or user_id",

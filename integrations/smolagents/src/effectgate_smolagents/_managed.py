@@ -121,6 +121,44 @@ def check_tools(agent: MultiStepAgent, who: str, allowed: frozenset[str]) -> Non
             )
 
 
+def hide_members(agent: MultiStepAgent) -> None:
+    """Hand a CodeAgent's code each managed agent as a function that only calls it (its executor's
+    `send_tools`, at each run). smolagents hands the agent itself, and the interpreter lets code
+    read any attribute that is not a dunder: the member's executor, model and tools, whose class
+    is smolagents' `Tool` (`type(tool).mro()`) with `from_code`, an `exec` of any Python, and
+    `save`. Through them, code sent what it liked with no approval and no record."""
+    executor = getattr(agent, "python_executor", None)
+    send = getattr(executor, "send_tools", None)
+    if send is None or getattr(send, "_effectgate_members", False):
+        return
+
+    def send_tools(tools: Mapping[str, Any]) -> None:
+        send({name: _calling(t) if isinstance(t, MultiStepAgent) else t for name, t in tools.items()})
+
+    send_tools._effectgate_members = True  # type: ignore[attr-defined]
+    executor.send_tools = send_tools  # type: ignore[union-attr]
+
+
+def _calling(member: MultiStepAgent) -> Callable[..., Any]:
+    """`member` as a function that only calls it, with what code read of it before: its `tools`,
+    each a function that only calls the tool (outside the member's run a gated one refuses,
+    `MissingIdentity`), its `memory` and its `task` as the run started (`forget_others` cleared
+    another user's)."""
+    call = _only_call(member, member.name or "managed_agent", member.description)
+    tools = {n: _only_call(t, n, getattr(t, "description", None)) for n, t in member.tools.items()}
+    vars(call).update(tools=tools, memory=member.memory, task=member.task)
+    return call
+
+
+def _only_call(target: Callable[..., Any], name: str, doc: str | None) -> Callable[..., Any]:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return target(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = doc
+    return call
+
+
 def check_team(
     agent: MultiStepAgent, gate: EffectGate | None, allowed: frozenset[str], owner: GatedAgent | None = None
 ) -> list[GatedAgent]:
