@@ -15,7 +15,9 @@ effectgate keeps its own small state in the same dict under the reserved key `"e
 which approval each paused call registered (so a `ToolApprovalItem` maps to its approval id in any
 process), the grant tokens the application attached with `approve()` until they are spent, and a
 signature (the gate's keyring) over the identity above, written when a new run first reaches
-effectgate (its first model answer with `gate_agent`, else its first tool call).
+effectgate (its first model answer with `gate_agent`, else its first tool call). A new run whose
+context carries another identity's entry (`{**paused_context, "origin_message_id": ...}` shares
+it) signs into a copy of its own, so the run that entry belongs to can still be decided.
 
 A `RunState` snapshot is JSON anyone holding it can edit. A resumed run is refused
 (`TamperedState`, nothing runs, the SDK ends the run) unless its identity still verifies, so an
@@ -29,6 +31,7 @@ told from a new run inside the SDK: inspect every restored state with `pending_a
 
 from __future__ import annotations
 
+import copy
 import re
 import weakref
 from collections.abc import Mapping, MutableMapping
@@ -150,6 +153,10 @@ def _check_identity(gate: EffectGate, context: Any, made: CallContext, *, resume
     if not resumed:  # the application's own context for a new run: sign it (once per identity)
         values = tuple(identity.values())
         if state.get("identity") is None or state.get(_SIGNED_FOR) != list(values):
+            if state.get("identity") is not None:
+                # another run's entry, shared by a context copied from it (`{**paused, ...}`): this
+                # run gets its own copy, so that run's signature and records stay as it left them
+                state = context[STATE_KEY] = copy.deepcopy(dict(state))
             state["identity"] = _adapter.sign_state(gate, _IDENTITY, identity)
             state[_SIGNED_FOR] = list(values)  # what was signed: a changed identity is signed again
         return

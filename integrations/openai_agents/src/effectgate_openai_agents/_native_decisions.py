@@ -19,14 +19,14 @@ turn, including the resumed one):
   A call that already ran (another copy of the same state was approved and resumed first) is
   not rejected: the model is told its stored result instead of the rejection message.
 - A native approve goes through `gate.aapprove` (a run cancelled meanwhile voids the grant its
-  thread committed) as the configured `native_approver` (an `Approver`,
-  or a function of the run context returning one): role, version, args hash, self-approval and the
-  two-person rule all hold. A grant is attached and the call runs once; a `PartialApproval` (a
-  destructive call's first approver) takes the SDK's approval back, so the call stays paused until
-  a second, distinct approver approves. Without `native_approver`, or when the gate refuses the
-  decision, nothing runs and the model is told why (the message names the setting). An
+  thread committed) as the configured `native_approver` (an `Approver`, or a function of the run
+  context returning one): role, version, args hash, self-approval and the two-person rule all
+  hold. A grant is attached and the call runs once; a `PartialApproval` (a destructive call's
+  first approver) takes the SDK's approval back, so the call stays paused until a second,
+  distinct approver approves. Without `native_approver`, or when the gate refuses the decision,
+  nothing runs and the model is told why (the message names the setting). An
   `always_approve=True` decision lets later calls of the tool reach `on_invoke_tool` without
-  pausing: each is settled there, the same way, before it may run.
+  pausing: each is settled there, the same way, before it may run (this run's calls only).
 
 Only a decision made in this process is settled: the SDK's flags are unsigned, so the approvals
 a restored snapshot carries (edited into it, or saved with it and resumed again) are dropped when
@@ -44,7 +44,7 @@ record pointed at another approval, or two records swapped, decide nothing (`Tam
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Set
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
 
 from agents import (
@@ -64,7 +64,7 @@ from effectgate.errors import AlreadyDecided, EffectGateError, NeedsReconciliati
 
 from ._context import STATE_KEY, TamperedState
 from ._native import model_output
-from ._records import EDITED_ITEM, same_invocation, verified_approval
+from ._records import EDITED_ITEM, hash_of_call, same_invocation, sticky_elsewhere, verified_approval
 from ._restored import observe
 from ._spent import outcome_unknown, running_elsewhere, spent_answer
 
@@ -96,28 +96,27 @@ def _records(context: Any) -> tuple[MutableMapping[str, Any], MutableMapping[str
 
 
 def _take_back(ctx: RunContextWrapper[Any], call_id: str) -> bool:
-    """Undo the SDK's per-call approval of `call_id`, so the call is paused again. The SDK has no
-    public way to withdraw a decision (0.24): this edits its per-call approval lists. A sticky
-    `always_approve` cannot be undone per call (False)."""
-    undone = False
-    for record in getattr(ctx, "_approvals", {}).values():
-        approved = getattr(record, "approved", None)
-        if isinstance(approved, list) and call_id in approved:
-            approved.remove(call_id)
-            undone = True
-    return undone
+    """Undo the SDK's per-call approval of `call_id` (the call is paused again) by editing its
+    per-call lists, as 0.24 has no public way; a sticky `always_approve` cannot be (False)."""
+    lists = [getattr(r, "approved", None) for r in getattr(ctx, "_approvals", {}).values()]
+    found = [ids for ids in lists if isinstance(ids, list) and call_id in ids]
+    for ids in found:
+        ids.remove(call_id)
+    return bool(found)
 
 
 class NativeDecisions:
     """Settles the SDK's decisions for one set of gated tools (see the module docstring)."""
 
     def __init__(
-        self, gate: EffectGate, *, agent_id: str, approver: NativeApprover | None, tools: Set[str]
+        self, gate: EffectGate, *, agent_id: str, approver: NativeApprover | None, tools: Mapping[str, str]
     ) -> None:
         self.gate = gate
         self.agent_id = agent_id
         self.approver = approver
-        self.tools = tools  # this gate's tools: a handoff's other gated agent settles its own
+        # this gate's tools: a handoff's other gated agent settles its own; each by the name the
+        # SDK keys its decisions by (`billing.refund_order` for a tool in `tool_namespace`)
+        self.tools = tools
 
     async def settle(self, ctx: RunContextWrapper[Any]) -> None:
         """Decide in effectgate what the SDK decided alone; each record once (a marker is set
@@ -138,9 +137,11 @@ class NativeDecisions:
             approval_id, tool = record.get("approval_id"), record.get("tool")
             if not isinstance(approval_id, str) or not isinstance(tool, str) or tool not in self.tools:
                 continue
-            status = ctx.is_tool_approved(tool, call_id)
+            status = ctx.is_tool_approved(self.tools[tool], call_id)
             if status is None or (status and isinstance(grants.get(approval_id), str)):
                 continue  # undecided, or approved with the application's grant (`approve`)
+            if sticky_elsewhere(self.gate, ctx, call_id, record):
+                continue  # an always_approve / always_reject of this run reaches its own calls only
             record["native"] = "settling"
             todo.append((call_id, record, status))
         for call_id, record, approved in todo:
@@ -148,7 +149,7 @@ class NativeDecisions:
                 if approved:
                     await self._approve(ctx, call_id, record, grants)
                 else:
-                    restored = seen.restored_rejection(str(record["tool"]), call_id)
+                    restored = seen.restored_rejection(self.tools[str(record["tool"])], call_id)
                     await self._reject(ctx, call_id, record, restored=restored)
             except BaseException:
                 record.pop("native", None)
@@ -173,8 +174,7 @@ class NativeDecisions:
             return
         approver = native_approver(self.approver, ctx.context)
         if approver is None:
-            record["native"] = "refused"
-            record["native_error"] = NO_APPROVER
+            record["native"], record["native_error"] = "refused", NO_APPROVER
             log.warning("%s: %s", record.get("tool"), NO_APPROVER)
             return
         if not isinstance(version, int):
@@ -188,8 +188,7 @@ class NativeDecisions:
             record["native_error"] = f"state.approve() as {approver.id} ({approver.role}) was refused: {exc}"
             return
         if isinstance(decision, Grant):
-            grants[approval_id] = decision.token
-            record["native"] = "granted"
+            grants[approval_id], record["native"] = decision.token, "granted"
             return
         # PartialApproval: more distinct approvers are needed; the call waits for them
         if _take_back(ctx, call_id):
@@ -211,7 +210,8 @@ class NativeDecisions:
             await self._ran_first(ctx, call_id, tool, approval_id)
         if row is None or row.status not in ("pending", "approved"):
             return  # already closed (denied with effectgate's `reject`, expired, ran)
-        reason = ctx.get_rejection_message(tool, call_id) or DEFAULT_APPROVAL_REJECTION_MESSAGE
+        reason = ctx.get_rejection_message(self.tools.get(tool, tool), call_id)
+        reason = reason or DEFAULT_APPROVAL_REJECTION_MESSAGE
         # a rejection a restored snapshot carried was not made in this request: the system decides
         chosen = None if restored else native_approver(self.approver, ctx.context)
         approver = rejecting_approver(self.gate, chosen, row.approver_role, system=SDK_REJECT)
@@ -251,8 +251,9 @@ class NativeDecisions:
         not pause it, so its approval is closed (`gate.deny` as the system identity
         `sdk-guardrail` with the row's role, the guardrail's message as the reason) and no
         reviewer is asked to approve what the application's own policy refused. A guardrail run
-        before an approved call executes decides nothing here. In deferred mode the call never
-        pauses, but another call of its turn registers it with the turn (`deferred`): closed too."""
+        before an approved call executes, or on a call that registered nothing (the record under
+        its id is another call's), decides nothing here. In deferred mode the call never pauses,
+        but another call of its turn registers it with the turn (`deferred`): closed too."""
         call_id, tool = ctx.tool_call_id, ctx.tool_name
         if deferred is not None and tool in self.tools:
             done = await deferred(ctx)
@@ -263,7 +264,9 @@ class NativeDecisions:
         record = found[0].get(call_id) if found is not None else None
         if found is None or not isinstance(record, MutableMapping) or tool not in self.tools:
             return
-        if ctx.is_tool_approved(tool, call_id) is not None or isinstance(
+        if hash_of_call(self.gate, tool, ctx.tool_arguments) != record.get("args_hash"):
+            return  # not the call the record registered: another run's under the same call id
+        if ctx.is_tool_approved(self.tools[tool], call_id) is not None or isinstance(
             found[1].get(str(record.get("approval_id"))), str
         ):
             return  # decided (or granted): the guardrail runs before the call executes
@@ -296,7 +299,7 @@ class NativeDecisions:
         for key, sdk in getattr(ctx, "_approvals", {}).items():  # the SDK's text for the call (0.24)
             rejected = getattr(sdk, "rejected", None)
             if (isinstance(rejected, list) and call_id in rejected) or (
-                rejected is True and getattr(key, "tool_key", key) == tool
+                rejected is True and getattr(key, "tool_key", key) == self.tools.get(tool, tool)
             ):
                 sdk.rejection_messages[call_id] = text
 

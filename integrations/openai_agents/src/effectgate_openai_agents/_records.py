@@ -207,6 +207,23 @@ def check_asked_again(
         )
 
 
+def sticky_elsewhere(gate: EffectGate, wrapper: Any, call_id: str, record: Mapping[str, Any]) -> bool:
+    """Whether the SDK decided call `call_id` only through a sticky decision of its tool
+    (`always_approve` / `always_reject`: no decision names the call) and `record` is not sealed
+    for this run (one a context reused for another message carries): the decision is not that
+    call's, which is another run's to decide."""
+    for sdk in getattr(wrapper, "_approvals", {}).values():
+        named = (getattr(sdk, "approved", None), getattr(sdk, "rejected", None))
+        if any(isinstance(ids, list) and call_id in ids for ids in named):
+            return False
+    try:
+        ctx = call_context(wrapper.context, agent_id="-")
+        _adapter.verify_state(gate, _PURPOSE, _sealed(call_id, record, ctx), record.get("seal"))
+    except (_adapter.TamperedState, _adapter.MissingIdentity):
+        return True
+    return False
+
+
 def check_owner(gate: EffectGate, row: ApprovalRow, ctx: CallContext) -> None:
     """`TamperedState` unless the stored approval belongs to the run `ctx`: its session, origin
     message and user, or an event the gate recorded for it under exactly that identity (a later
@@ -283,6 +300,7 @@ __all__ = [
     "record_turn",
     "same_invocation",
     "step_calls",
+    "sticky_elsewhere",
     "turn_calls",
     "verified_approval",
 ]

@@ -98,7 +98,7 @@ class GatedTools:
         self.gate = gate
         self.agent_id = agent_id
         self.mode: Mode = mode
-        self.names: set[str] = set()
+        self.names: dict[str, str] = {}  # each tool's name -> the SDK's (qualified) name
         self.tools: dict[str, FunctionTool] = {}  # each tool as given: its failure policy
         self.native = NativeDecisions(gate, agent_id=agent_id, approver=native_approver, tools=self.names)
         # outcomes decided before the call runs (needs_approval), taken once by on_invoke for the
@@ -118,7 +118,7 @@ class GatedTools:
         check_own_approval(self.gate, tool, gated=gated)
         if gated:
             mark_gated(tool.name)  # its SDK approvals in a restored snapshot are dropped (`_restored`)
-        self.names.add(tool.name)
+        self.names[tool.name] = tool.qualified_name  # the SDK keys decisions by it
         self.tools[tool.name] = tool
         name = tool.name
 
@@ -317,16 +317,16 @@ class GatedTools:
         self, ctx: ToolContext[Any], cctx: CallContext, pending: Pending, args: Any
     ) -> Any:
         grants = adapter_state(ctx.context)["grants"]
-        token = grants.get(pending.approval_id)
+        token, settled = grants.get(pending.approval_id), False
         if not isinstance(token, str) and pending.status == "pending":
             # a call the SDK approved without pausing it (an always_approve decision): settle it now
-            record = paused_record(self.gate, cctx, ctx.tool_call_id, pending)
-            adapter_state(ctx.context)["approvals"].setdefault(ctx.tool_call_id, record)
+            records = adapter_state(ctx.context)["approvals"]
+            old = records.get(ctx.tool_call_id)  # of another approval: another run's call (a reused id)
+            if not isinstance(old, MutableMapping) or old.get("approval_id") != pending.approval_id:
+                records[ctx.tool_call_id] = paused_record(self.gate, cctx, ctx.tool_call_id, pending)
             await self.native.settle(ctx)
             token = grants.get(pending.approval_id)
             settled = isinstance(token, str)
-        else:
-            settled = False
         if not isinstance(token, str) or (pending.status != "approved" and not settled):
             record = adapter_state(ctx.context)["approvals"].get(ctx.tool_call_id)
             return await not_granted(self.gate, pending, record, granted=isinstance(token, str))
