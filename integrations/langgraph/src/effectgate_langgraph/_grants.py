@@ -44,17 +44,31 @@ class Granted:
     token: str
     args: Mapping[str, Any]
     native: Approver | None = None  # who a HITL approve was applied as: its token is in no checkpoint
+    kept: bool = True  # False: its token came from the resume map, which no checkpoint keeps either
 
 
 @dataclass
 class Settled:
     """How one gated call ended: an outcome, or the exception its execution raised, or its grant
     still to spend (`Granted`); `artifact`: the tool's own, kept from its run (`_artifacts`), for
-    a run answered from the store."""
+    a run answered from the store; `call`: the model's call as the step settled it."""
 
     outcome: Outcome | BaseException | Granted
     edited_args: Mapping[str, Any] | None = None
     artifact: Any = None
+    call: ToolCall | None = None
+
+
+def settled_for(settled: Mapping[str, Settled], call: ToolCall) -> Settled | None:
+    """How the step settled `call` (by its id), only when it is still the model's call as the step
+    settled it (tool and arguments): a call a wrapper renamed or changed under the same id never
+    answers from, or spends, the grant of the call it replaced (`unsettled` decides it), and an
+    approved call never runs its approved arguments in place of the ones a wrapper asked for."""
+    found = settled.get(str(call.get("id") or ""))
+    if found is None or found.call is None:
+        return None
+    same = found.call["name"] == call["name"] and dict(found.call["args"]) == dict(call["args"])
+    return found if same else None
 
 
 def usable(gate: EffectGate, token: str) -> bool:
@@ -99,7 +113,8 @@ def spend(gate: EffectGate, granted: Granted, ctx: CallContext) -> flow.Flow[Out
 
 def spent(gate: EffectGate, ctx: CallContext, settled: Settled) -> Generator[Any, Any, Settled]:
     """`settled` with its grant spent (run inside the call's flight, `ctx.tool_call_id` its id); a
-    grant the core refuses by now (it lapsed, another run spent it) is told as a refusal."""
+    grant the core refuses by now (it lapsed) is told as a refusal, one spent already (a
+    wrapper's retry, another run) as the core answers the call now (its stored result)."""
     if not isinstance(granted := settled.outcome, Granted):
         return settled
     return dataclasses.replace(settled, outcome=(yield from _spent(gate, granted, ctx)))
@@ -109,6 +124,8 @@ def _spent(gate: EffectGate, granted: Granted, ctx: CallContext) -> flow.Flow[Ou
     try:
         return (yield from spend(gate, granted, ctx))
     except TokenError as exc:
+        if exc.reason == "used":  # spent already (a wrapper's retry, another run): as it stands
+            return (yield from gate.flows.call(granted.tool, dict(granted.args), ctx))
         code: Any = {"expired": "expired", "revoked": "denied"}.get(exc.reason, "mismatch")
         why = f"the grant was refused when the call was to run: {exc}. Nothing ran"
         approval_id = Keyring.read(granted.token).approval_id
@@ -139,7 +156,7 @@ def unsettled(gate: EffectGate, ctx: CallContext, call: ToolCall) -> ToolMessage
     if not (is_gated(gate, call["name"]) and may_call(gate, ctx, call["name"])):
         return None
     why = (
-        f"this {call['name']} call is not one of the model's step (a wrap_tool_call made or renamed "
-        "it), and GatedToolNode settles only those; nothing was registered or ran"
+        f"this {call['name']} call is not one of the model's step (a wrap_tool_call made, renamed "
+        "or changed it), and GatedToolNode settles only those; nothing was registered or ran"
     )
     return tool_message(Refused(code="not_allowed", message=why, tool=call["name"]), call)

@@ -58,7 +58,7 @@ from effectgate.errors import TableError
 
 from . import _fidelity
 from ._fidelity import Flight, error_message, flying, framework_keys, is_native, model_call, tool_span
-from ._grants import Granted, Settled, answer_settled, spent, unsettled
+from ._grants import Granted, Settled, answer_settled, settled_for, spent, unsettled
 from ._hitl import NativeApprover
 from ._identity import call_context, messages_of, reused_id_refusal, reused_ids, state_of, step_calls
 from ._messages import tool_message
@@ -294,7 +294,7 @@ class GatedToolNode(ToolNode):
             return tool_message(reused_id_refusal(call), call)
         if call["name"] not in self.tools_by_name and may_call(step.gate, step.ctx, call["name"]):
             return self._validate_tool_call(call)  # ToolNode's answer to a row it does not offer
-        if (settled := step.settled.get(call_id)) is None:
+        if (settled := settled_for(step.settled, call)) is None:
             return unsettled(step.gate, step.ctx, call)  # None: a read or write, run it now
         if isinstance(settled.outcome, Granted):
             return None  # a grant is spent now, where its call runs (`_grants.spent`)
@@ -305,7 +305,7 @@ class GatedToolNode(ToolNode):
         call = self._model_call(request.tool_call)
         if (ready := self._ready(step, call)) is not None:
             return ready
-        if (settled := step.settled.get(ctx.tool_call_id or "")) is not None:  # its grant, spent here
+        if (settled := settled_for(step.settled, call)) is not None:  # its grant, spent here
             with self._flight(step.gate, call, request) as flight:
                 return self._granted(flow.drive(spent(step.gate, ctx, settled)), call, flight)
         span = self._span(step.gate, call, request)
@@ -323,7 +323,7 @@ class GatedToolNode(ToolNode):
         call = self._model_call(request.tool_call)
         if (ready := self._ready(step, call)) is not None:
             return ready
-        if (settled := step.settled.get(ctx.tool_call_id or "")) is not None:  # its grant, spent here
+        if (settled := settled_for(step.settled, call)) is not None:  # its grant, spent here
             with self._flight(step.gate, call, request) as flight:
                 return self._granted(await flow.adrive(spent(step.gate, ctx, settled)), call, flight)
         span = self._span(step.gate, call, request)

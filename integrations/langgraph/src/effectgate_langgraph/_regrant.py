@@ -42,6 +42,15 @@ _O = TypeVar("_O")
 _FIELDS = ("approval_id", "version", "grants", "args_hash", "approver_id", "approver_role")
 
 
+#: Why a grant answered from the resume map was given back at its step's next pause.
+UNKEPT = (
+    "this grant came as Command(resume={approval_id: decision}), which LangGraph keeps in no "
+    "checkpoint, and the step paused again (a sibling waits) before a wrap_tool_call could run "
+    "the call: it was given back unspent, nothing ran. Approve it again and answer with "
+    "effectgate_langgraph.resume(decisions, out.interrupts), whose answer the checkpoint keeps"
+)
+
+
 @dataclass(frozen=True)
 class Regrant:
     """A call a HITL answer approved, its grant given back at a pause: granted again as
@@ -89,15 +98,16 @@ def _sealed(session_id: str, detail: Mapping[str, Any]) -> dict[str, Any]:
 def give_back(gate: EffectGate, ctx: CallContext, outcome: _O) -> _O | Regrant | Outcome:
     """Before its step pauses again: `outcome`, or (a HITL grant) its `Regrant`, the grant
     released and who approved it noted; the call as the core answers it now when the grant
-    could not be given back or noted (it is asked for again)."""
-    if not isinstance(granted := outcome, Granted) or granted.native is None:
+    could not be given back or noted, or is a token no checkpoint keeps (`UNKEPT`): it is
+    asked for again."""
+    if not isinstance(granted := outcome, Granted) or (granted.native is None and granted.kept):
         return outcome
     row = gate.store.get_approval(Keyring.read(granted.token).approval_id)
     try:
         gate.release(granted.token)
     except TokenError:  # lapsed or spent by now: the approval is read again
         return gate.call(granted.tool, dict(granted.args), ctx)
-    if row is None:  # pragma: no cover - the grant verified against it
+    if row is None or granted.native is None:  # the resume map's token: nothing to grant again as
         return gate.call(granted.tool, dict(granted.args), ctx)
     shown = Paused(row.id, row.version, row.args_hash)
     detail = {**shown.to_dict(), "grants": row.grants}

@@ -77,13 +77,15 @@ class Answer:
     checkpoint (`_hitl.provenance`; an answer by approval id: `_brought`); `interrupt_id`: the
     interrupt a newest HITL answer was given for, addressed or not, raised at the task's answer
     `slot` (checked against the store by `refusal`); `unconfirmed`: why a HITL answer could be
-    told neither way (it is refused)."""
+    told neither way (it is refused); `kept`: False for an answer read from the resume map,
+    of which the checkpoint keeps no copy for the step's next run."""
 
     value: object
     newest: bool = True
     interrupt_id: str | None = None
     slot: int = 0
     unconfirmed: str | None = None
+    kept: bool = True
 
 
 def shown(waiting: Sequence[Waiting]) -> Shown:
@@ -195,7 +197,7 @@ def asker(pauses: Pauses) -> Callable[[Ask], Answer]:
                 if picked:
                     if (slot := next_slot()) is not None and isinstance(ns := conf.get(_NS_KEY), str):
                         pauses.mapped.append((op.ctx, ns, slot, op.approval_ids))
-                    return Answer(picked)
+                    return Answer(picked, kept=False)
         pauses.asked += 1
         try:
             value = interrupt(op.payload)

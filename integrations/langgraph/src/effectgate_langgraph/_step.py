@@ -37,6 +37,7 @@ from langgraph.errors import GraphInterrupt
 from effectgate import Approver, CallContext, EffectGate, Pending, flow
 from effectgate.adapter import DecisionMismatch, Paused, bind_decision, is_gated, rejecting_approver
 from effectgate.errors import ApprovalError, ArgumentError, PolicyViolation, TokenError
+from effectgate.tokens import Keyring
 
 from ._artifacts import restore
 from ._decisions import (
@@ -55,7 +56,7 @@ from ._decisions import (
 from ._grants import Granted, Settled, grant, spend
 from ._hitl import HITL_REJECT, HOW_TO_ANSWER, UNCONFIRMED, in_proposal_order, is_hitl, matched
 from ._identity import call_id, reused_ids
-from ._regrant import Regrant, give_back, native_grant, noted, settled
+from ._regrant import UNKEPT, Regrant, give_back, native_grant, noted, settled
 from ._shown import Answer, Ask, Pauses, asker, askip_answered, record, refusal, shown, skip_answered
 from ._slots import Slot, slot_of
 from ._unknown import settle_unknown
@@ -110,9 +111,11 @@ def settle_step(
     while True:
         if any(isinstance(s.outcome, Pending) for s in slots.values()):  # no HITL grant outlives a pause
             for cid, s in slots.items():
-                if isinstance(s.outcome, Granted) and s.outcome.native is not None:
+                if isinstance(g := s.outcome, Granted) and (g.native is not None or not g.kept):
                     call_ctx = dataclasses.replace(ctx, tool_call_id=cid)
-                    s.outcome = yield from flow.done(give_back, gate, call_ctx, s.outcome)
+                    s.outcome = yield from flow.done(give_back, gate, call_ctx, g)
+                    if g.native is None:  # the resume map's token: asked for again, told why
+                        refused.append({"approval_id": Keyring.read(g.token).approval_id, "reason": UNKEPT})
         # ordered by the store, not the checkpoint: a HITL answer is matched to them by position
         waiting = in_proposal_order(
             gate,
@@ -135,7 +138,7 @@ def settle_step(
             gate, answer, waiting, slots, ctx, resume_identity, ask["signature"], keys, approver_of, defer
         )
     kept = yield from flow.done(restore, gate, ctx, {cid: s.outcome for cid, s in slots.items()})
-    return {cid: Settled(settled(s.outcome), s.edited_args, kept.get(cid)) for cid, s in slots.items()}
+    return {c: Settled(settled(s.outcome), s.edited_args, kept.get(c), s.call) for c, s in slots.items()}
 
 
 NOT_A_MAPPING = f"the resume value is not a mapping from approval id to decision; {HOW_TO_ANSWER}"
@@ -192,6 +195,8 @@ def _apply(
                 dropped = keys[w.tool]
                 decision = Edit({k: v for k, v in decision.args.items() if k not in dropped})
             yield from _apply_one(gate, decision, w, slot, ctx, resume_identity, approver_of, defer)
+            if not answer.kept and isinstance(g := slot.outcome, Granted) and g.native is None:
+                slot.outcome = dataclasses.replace(g, kept=False)  # its token: in no checkpoint
         except DecisionRefused as exc:
             refused.append({"approval_id": key, "reason": exc.reason})
     refused += [
