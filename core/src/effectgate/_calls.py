@@ -319,7 +319,7 @@ class Calls:
         refusal: InProgress | NeedsReconciliation | None = None
         flow.refuse_async_on_loop(spec.fn)  # before the claim: the same call runs under acall
         claim: Claimed | Stored | None = None
-        earlier: Executed | ApprovalRow | None = None
+        earlier: Executed | Refused | ApprovalRow | None = None
         try:
             with self.store.transaction() as conn:
                 noted = self.events.note_rules(conn, spec)
@@ -338,7 +338,7 @@ class Calls:
                 raise
             log.warning("connection lost after the write's claim was committed (it was): key=%s", key)
         noted()
-        if isinstance(earlier, Executed):
+        if isinstance(earlier, Executed | Refused):  # its stored result, or its unknown outcome
             return earlier
         if earlier is not None:
             message = (

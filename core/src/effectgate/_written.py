@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ._answers import unknown_outcome
 from ._deps import Events
 from ._execution import WRITE_PREFIX, exec_key
 from ._intent import intent_keys
@@ -49,6 +50,31 @@ def ran_as_write(
     return Refused(code=code, message=message, tool=tool)
 
 
+def call_approval(
+    store: Store,
+    conn: Any,
+    keyring: Keyring,
+    spec: ToolSpec,
+    args: Mapping[str, Any],
+    frozen: str,
+    ctx: CallContext,
+) -> ApprovalRow | None:
+    """The sealed approval of this very call (`args` frozen, `frozen` their hash) proposed while
+    its row was gated: the one its intent key names, else (the row's subject definition changed
+    since, so the key did) the newest its session's tool had from the same message with the same
+    arguments; never a shadow proposal (it never ran, and never can). None when there is none."""
+    intent = intent_keys(spec, args, frozen, ctx, spec.subject_of(args))[1]
+    keyed, alike = store.call_approvals(
+        conn, intent, ctx.session_id, spec.name, ctx.origin_message_id, frozen
+    )
+    if keyed is not None and (keyed.session_id, keyed.tool) != (ctx.session_id, spec.name):
+        keyed = None
+    if alike is not None and alike.subject_key.startswith("shadow:"):
+        alike = None
+    row = keyed or alike
+    return row if row is not None and approval_sealed(keyring, row) else None
+
+
 def proposed_before(
     store: Store,
     conn: Any,
@@ -58,20 +84,26 @@ def proposed_before(
     args: Mapping[str, Any],
     frozen: str,
     ctx: CallContext,
-) -> Executed | ApprovalRow | None:
+) -> Executed | Refused | ApprovalRow | None:
     """A write's look, in its claim transaction, for this very call proposed for approval while
-    its row was gated (the same intent key; the approval sealed, of this session and tool): its
-    stored result when that approval ran these arguments (a replay, recorded), else the approval,
-    which the write refuses (`mismatch`): it never runs a second time, nor with nobody's approval
-    while its card waits. None when there is none (or not one the gate sealed: the audit says so)."""
-    row = store.approval_for_key(conn, intent_keys(spec, args, frozen, ctx, spec.subject_of(args))[1])
-    if row is None or (row.session_id, row.tool) != (ctx.session_id, spec.name):
+    its row was gated (`call_approval`): its stored result when that approval ran these arguments
+    (a replay, recorded), the gated replay's `needs_reconciliation` when its grant ran with an
+    unknown outcome (it may have happened: never "nothing ran"), else the approval, which the write
+    refuses (`mismatch`): it never runs a second time, nor with nobody's approval while its card
+    waits. None when there is none (or not one the gate sealed: the audit says so)."""
+    row = call_approval(store, conn, keyring, spec, args, frozen, ctx)
+    if row is None:
         return None
-    if not approval_sealed(keyring, row):
-        return None
-    if row.status != "executed" or row.args_hash != frozen:
+    same_args = row.args_hash == frozen
+    record = store.load(conn, exec_key(row)) if row.status in ("approved", "executed") else None
+    unknown = unknown_outcome(row, record) if row.status == "approved" else None
+    if unknown is not None:  # as the gated replay answers it, whatever its arguments
+        store.append_events(
+            conn, [events.event("replay", row=row, ctx=ctx, status=row.status, same_args=same_args)]
+        )
+        return unknown
+    if row.status != "executed" or not same_args:
         return row
-    record = store.load(conn, exec_key(row))
     if record is None or record.payload_hash != row.args_hash or record.status != "succeeded":
         return row
     store.append_events(conn, [events.event("replay", row=row, ctx=ctx, status=row.status, same_args=True)])

@@ -6,10 +6,12 @@ A hint only ever raises a row, but a hint dropped in a later listing lowers the 
 table's class. The client re-issues a call as the same request (its origin is the call itself,
 `_common.origin_for`). A write looks for its call's approval itself (`_written.proposed_before`,
 in its claim transaction); a read does not (reads touch no table as they run), so before a read
-runs here, the server looks for the approval of this very call (the intent key the gate filed it
-under, `_intent.intent_keys`; its seal checked): one that ran answers with its stored result; any
-other is refused (`mismatch`, recorded) and nothing runs: an approved call never runs a second
-time, nor a waiting one with nobody's approval while its card still waits in the inbox.
+runs here, the server looks for the approval of this very call as a write does (the intent key
+the gate filed it under, or the same message and arguments where the row's subject definition
+changed: `_written.call_approval`; its seal checked): one that ran answers with its stored
+result, one whose grant ran with an unknown outcome `needs_reconciliation`; any other is refused
+(`mismatch`, recorded) and nothing runs: an approved call never runs a second time, nor a
+waiting one with nobody's approval while its card still waits in the inbox.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
-from .._intent import intent_keys
-from .._seal import approval_sealed
+from .._answers import unknown_outcome
+from .._execution import exec_key
+from .._written import call_approval
 from ..canonical import args_hash, freeze
 from ..context import CallContext
 from ..effects import Effect
@@ -47,18 +50,23 @@ def _answer(gate: EffectGate, spec: ToolSpec, args: Mapping[str, Any], ctx: Call
     try:
         frozen = freeze(args, spec.schema)
         hashed = args_hash(spec.name, frozen)
-        intent = intent_keys(spec, frozen, hashed, ctx, spec.subject_of(frozen))[1]  # as the gate keys it
+        spec.subject_of(frozen)  # as the gate keys it (`call_approval`)
     except (EffectGateError, TypeError, ValueError):
         return None  # arguments the gate refuses (Invalid) before anything is keyed
-    with gate.store.reading() as conn:
-        row = gate.store.approval_for_key(conn, intent)
-    if row is None or (row.session_id, row.tool) != (ctx.session_id, spec.name):
+    with gate.store.reading() as conn:  # None: no approval the gate sealed (nothing answered)
+        row = call_approval(gate.store, conn, gate.keyring, spec, frozen, hashed, ctx)
+        record = (
+            gate.store.load(conn, exec_key(row)) if row is not None and row.status == "approved" else None
+        )
+    if row is None:
         return None
-    if not approval_sealed(gate.keyring, row):
-        return None  # not a record the gate sealed: nothing is answered or refused on it
     ran = gate.result(row.id) if row.args_hash == hashed else None
     if ran is not None:
         return ran
+    if unknown_outcome(row, record) is not None:  # its grant ran, its outcome unknown: it may have
+        message = f"{spec.name} needs reconciliation: its outcome is unknown (approval {row.id}), so "
+        message += "it may have happened; a person will reconcile it. Do not call it again."
+        return gate.refuse(spec.name, ctx, code="needs_reconciliation", message=message, approval_id=row.id)
     message = (
         f"{spec.name}: this call was proposed for approval as a {row.effect} call (approval {row.id}, "
         f"{row.status}); its tool changed since (upstream or in the configuration) and it does not "

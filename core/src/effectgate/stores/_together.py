@@ -2,7 +2,8 @@
 statement of its own (a round trip on PostgreSQL, the driver's per-statement CPU on SQLite):
 propose's three reads of approvals and its look for a record of the call run as a write
 (`proposal_reads`), and the approval read under its subject's lock with its version's decisions
-(`locked_decided`: approve, deny). Each part is the statement it replaces (`_statements`),
+(`locked_decided`: approve, deny), and a write's look for its call's approval (`call_approvals`).
+Each part is the statement it replaces (`_statements`),
 unchanged, so each reads what it read; mixed into `SQLStore` (`protocol.ApprovalLedger`
 documents them)."""
 
@@ -38,6 +39,15 @@ APPROVAL_DECISIONS = (
     "ORDER BY d.id"
 )
 
+#: Tagged 1, the intent key's approval (`APPROVAL_FOR_KEY`), and 2, the newest approval of the
+#: session's tool proposed by the message with these arguments: filed under another intent key
+#: when the row's subject definition changed since (or in shadow mode). Through the session index.
+CALL_APPROVALS = (
+    f"SELECT 1, {_COLUMNS} FROM ({S.APPROVAL_FOR_KEY}) AS k UNION ALL SELECT 2, {_COLUMNS} FROM "
+    f"({S._APPROVAL} WHERE session_id = :p_session AND tool = :p_tool AND origin_message_id = "
+    ":p_message AND args_hash = :p_hash ORDER BY created_at DESC LIMIT 1) AS c"
+)
+
 
 class TogetherSQL:
     """`proposal_reads` and `locked_decided`; the stubs are `SQLStore`'s."""
@@ -64,6 +74,18 @@ class TogetherSQL:
             return None, []
         decided = [S.decision_of(r[_WIDTH:]) for r in rows if r[_WIDTH] is not None]
         return S.approval_of(rows[0][:_WIDTH]), decided
+
+    def call_approvals(
+        self, conn: Connection, key: str, session_id: str, tool: str, message: str, args_hash: str
+    ) -> tuple[ApprovalRow | None, ApprovalRow | None]:
+        """`approval_for_key(key)`, and the newest approval of `session_id`'s `tool` that `message`
+        proposed with `args_hash`, in one read."""
+        params = {"p_key": key, "p_session": session_id, "p_tool": tool, "p_message": message}
+        params["p_hash"] = args_hash
+        found: dict[int, ApprovalRow] = {}
+        for row in self._x(conn, CALL_APPROVALS, params).fetchall():
+            found[row[0]] = S.approval_of(row[1:])
+        return found.get(1), found.get(2)
 
     def proposal_reads(
         self, conn: Connection, session_id: str, key: str, subject_key: str, now: float, record: str

@@ -130,6 +130,12 @@ class ApprovalLedger(Protocol):
     def approval_for_key(self, conn: Any, key: str) -> ApprovalRow | None:
         """The approval an intent key was recorded against, or None."""
 
+    def call_approvals(
+        self, conn: Any, key: str, session_id: str, tool: str, message: str, args_hash: str
+    ) -> tuple[ApprovalRow | None, ApprovalRow | None]:
+        """`approval_for_key(key)`, and the newest approval of the session's tool that the
+        message proposed with these arguments (whatever intent key it was filed under)."""
+
     def key_version(self, conn: Any, key: str) -> int | None:
         """The approval version an intent key was recorded against, or None."""
 
