@@ -264,7 +264,7 @@ class Bar:
     effect: str
     role: str
     required: int
-    approvers: dict[int, int]  # version -> most distinct valid approvers in any one round
+    approvers: dict[int, int]  # version -> distinct valid approvers of its last grant's round
     tool: str
     args_json: str  # the approval's stored arguments, and the hash recomputed from them (None:
     recomputed: str | None  # erased, or not a text the gate writes)

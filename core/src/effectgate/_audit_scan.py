@@ -6,7 +6,7 @@ with no approval: that row says whether it needed one)."""
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 from math import isfinite
 from typing import Any
 
@@ -15,6 +15,7 @@ from ._audit_rows import (
     A_CREATED,
     A_DECIDED,
     A_EFFECT,
+    A_GRANTS,
     A_HASH,
     A_ID,
     A_POLICY_FP,
@@ -61,7 +62,7 @@ from ._audit_rows import (
     status_at,
 )
 from ._rules import possible_roles
-from ._seal import seal_checker, stored_args_hash
+from ._seal import RELEASE, seal_checker, stored_args_hash
 from .effects import Effect, Policy, weakened
 from .redact import entries, is_redacted
 from .report._figures import APPROVED
@@ -157,24 +158,23 @@ class Scan:
         if status == "approved" and (now := changed_since(self.rules, self.table, a, self.now)) is not None:
             detail = f"approved under row {a[A_ROW_FP][:12]}, not executed; {now} (the tool changed since "
             self.add("reclassified", tool, detail + "it was approved: its grant cannot run)", approval_id)
-        approvers: dict[int, int] = {}
+        # As at execute: only the round that minted the version's last grant (its sealed count of
+        # grants) counts, unless given back unpresented (a sealed release); a sealed denial is final.
+        # A shadow call is decided in round 0 and never granted (its run is `shadow_executed`).
+        last = (a[A_VERSION], 0 if shadow else a[A_GRANTS] - 1) if type(a[A_GRANTS]) is int else None
+        people: set[str] = set()
         denied: set[int] = set()  # versions with a sealed denial: final for the version, as at execute
-        if len(decisions) == 1:  # the usual case: one decision, one round
-            if self._decision(a, decisions[0], policy, role):
-                approvers[decisions[0][D_VERSION]] = 1
-            elif self._denial(decisions[0]):
-                denied.add(decisions[0][D_VERSION])
-        elif decisions:
-            rounds: dict[tuple[int, int], set[str]] = defaultdict(set)
-            for d in decisions:
-                if self._decision(a, d, policy, role):
-                    rounds[(d[D_VERSION], d[D_ROUND])].add(d[D_APPROVER])
-                elif self._denial(d):
-                    denied.add(d[D_VERSION])
-            for (version, _), people in rounds.items():
-                approvers[version] = max(approvers.get(version, 0), len(people))
-        for version in denied:  # a revoked grant: nothing of the version may run
-            approvers.pop(version, None)
+        released = False
+        for d in decisions:
+            if self._decision(a, d, policy, role):
+                if (d[D_VERSION], d[D_ROUND]) == last:
+                    people.add(d[D_APPROVER])
+            elif self._sealed_as(d, "deny"):
+                denied.add(d[D_VERSION])
+            elif (d[D_VERSION], d[D_ROUND]) == last and self._sealed_as(d, RELEASE):
+                released = True
+        revoked = released or a[A_VERSION] in denied
+        approvers = {a[A_VERSION]: len(people)} if people and not revoked else {}
         return Bar(
             a[A_VERSION],
             a[A_HASH],
@@ -228,11 +228,11 @@ class Scan:
         if problem is not None:
             self.add("redaction_forged", tool, f"the arguments: {problem}", approval, ex)
 
-    def _denial(self, d: tuple[Any, ...]) -> bool:
-        """Whether a decision is a denial whose seal verifies (or seals are not checked): the gate
-        records one only while no grant of the call was presented, and refuses to run a version
-        with one whatever the status column says (`Ledger.decided`)."""
-        return d[D_DECISION] == "deny" and (
+    def _sealed_as(self, d: tuple[Any, ...], kind: str) -> bool:
+        """Whether a decision is a `kind` ("deny", or a `RELEASE`) whose seal verifies (or seals are
+        not checked): the gate refuses to run a version denied, or a grant given back, whatever
+        the status column says (`Ledger.decided`, `_seal.grant_released`)."""
+        return d[D_DECISION] == kind and (
             self.decision_sealed is None or self.decision_sealed(d[:D_SEAL], d[D_SEAL])
         )
 
@@ -324,7 +324,7 @@ class Scan:
                 tool,
                 "the executed version was denied (a sealed deny decision): nothing of it may run"
                 if ex[E_VERSION] in bar.denied
-                else f"{given} of {bar.required} valid approvals for the executed version",
+                else f"{given} of {bar.required} valid approvals in the round of its last grant",
                 approval_id,
                 ex_id,
             )

@@ -11,7 +11,8 @@ everything it checks from the rows themselves, never trusting a stored copy of a
   canonical form, checked against its fingerprint), and the required role and number of distinct
   approvers are derived from them and compared with what was recorded and what was decided;
 - every gated execution needs its approval, the same args hash, the executed version, enough
-  distinct, validly sealed approvers holding the required role, no sealed denial of that version
+  distinct, validly sealed approvers holding the required role in the round that minted its last
+  grant (as at execute; none if a sealed release gave it back), no sealed denial of that version
   (a revoked grant: the gate refuses to run it whatever the status column says), and ran once;
 - every execution is checked against the recorded table row it names: a row not recorded for its
   tool (with the keyring: not sealed by it, `_seal.rule_seal`, unless it is the row of the
@@ -86,8 +87,7 @@ PINNED_NOTHING = (
 
 @dataclass(frozen=True)
 class AuditReport:
-    """`notes`: what the reader must know about what was checked, which is not a finding (a clean
-    audit with a note is still clean)."""
+    """`notes`: what the reader must know about what was checked, not a finding (still clean)."""
 
     findings: list[Finding] = field(default_factory=list[Finding])
     metrics: Metrics | None = None
