@@ -14,7 +14,8 @@ again under that key. Anything not awaiting reconciliation is refused
 None or a `Reconciled` with a bool `found` (TypeError). `recover()` turns in-flight records whose
 lease expired into `needs_reconciliation`, each on its own: a reconciliation that raises is logged
 and recorded (`reconcile_failed`; not a run again whose failure settled it). A stored result is
-read back only for the arguments it was recorded for (its payload hash; else StoreError).
+read back only for the arguments it was recorded for (its payload hash), and only for an
+approval whose seal and arguments verify (else StoreError).
 
 Logged on "effectgate._reconcile": reconciliations and settlements at INFO (approval id, version,
 key, who), a lease that expired in flight, a reconciliation that raised in `recover` and a tampered
@@ -72,6 +73,8 @@ class Reconciliation:
         record = self.store.get(exec_key(row))
         if record is None or record.status != "succeeded":
             return None
+        if not approval_verifies(self.keyring, row):  # its arguments (and hash) edited: not answered from
+            raise StoreError(f"the stored result of approval {row.id}: {broken(self.keyring, row)}")
         if record.payload_hash != row.args_hash:  # edited outside effectgate: never replayed
             raise StoreError(f"the stored result of approval {row.id} was recorded for other arguments")
         return Executed(
@@ -93,6 +96,8 @@ class Reconciliation:
         """The approval to reconcile or settle, verified, and `approver` allowed to; or, when no
         approval has that id, a write's idempotency key that has a record (a write has no
         approval, so no role to hold)."""
+        if approver is not None and not isinstance(approver, Approver):  # before anything is read
+            raise TypeError(f"reconcile: approver must be an Approver (got {type(approver).__name__})")
         row = self.store.get_approval(approval_id)
         if row is None:
             if tool_of_write_key(approval_id) is not None and self.store.get(approval_id) is not None:
@@ -226,14 +231,8 @@ class Reconciliation:
             self.store.append_events(
                 conn, [self.events.event("reconciled", row=row, key=key, by=by, provider_ref=ref)]
             )
-        log.info(
-            "reconciled (it happened): approval=%s version=%d key=%s by=%r provider_ref=%r",
-            row.id,
-            row.version,
-            key,
-            by,
-            ref,
-        )
+        what = f"approval={row.id} version={row.version} key={key} by={by!r} provider_ref={ref!r}"
+        log.info("reconciled (it happened): %s", what)
         return Executed(
             tool=row.tool, result=record.result, approval_id=row.id, version=row.version, idempotency_key=key
         )

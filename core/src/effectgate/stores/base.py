@@ -21,6 +21,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from numbers import Real
 from typing import Any, Literal
 
 import pydantic_core
@@ -53,6 +54,14 @@ def to_json(value: Any) -> str:
 
 def from_json(text: str | None) -> Any:
     return None if text is None else parse(text)
+
+
+def lease_of(seconds: object) -> float:
+    """A lease's length: a positive, finite number (NaN is stored as NULL, a lease no claim or
+    `recover` ever sees run out; zero or less is over before its tool starts)."""
+    if not isinstance(seconds, Real) or not 0 < float(seconds) < float("inf"):
+        raise ValueError(f"lease_seconds must be a positive, finite number of seconds (got {seconds!r})")
+    return float(seconds)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -175,9 +184,8 @@ class IdempotencyStore(ABC):
         needs_reconciliation and `NeedsReconciliation` is raised. `"reclaim"`: take it over
         (only for operations that are safe to repeat).
         """
-        owner = owner or uuid4_hex()
-        now = self.clock.now()
-        lease = {"lease_owner": owner, "lease_expires_at": now + lease_seconds, "updated_at": now}
+        owner, now = owner or uuid4_hex(), self.clock.now()
+        lease = {"lease_owner": owner, "lease_expires_at": now + lease_of(lease_seconds), "updated_at": now}
         values = {
             "key": key,
             "payload_hash": payload_hash,
@@ -311,7 +319,7 @@ class IdempotencyStore(ABC):
         while in flight; its own statement). False when the record is no longer this owner's in
         flight (`recover` made it needs_reconciliation, or it settled): the lease is lost."""
         now = self.clock.now()
-        values = {"lease_expires_at": now + lease_seconds, "updated_at": now}
+        values = {"lease_expires_at": now + lease_of(lease_seconds), "updated_at": now}
         with self._single() as c:
             return (
                 self._transition(c, key, from_status=("in_progress",), owner=owner, values=values) is not None
@@ -319,14 +327,9 @@ class IdempotencyStore(ABC):
 
     def set_provider_ref(self, key: str, owner: str, provider_ref: str) -> None:
         """Persist the provider's reference (e.g. a 202 processing id) while still in flight."""
+        values = {"provider_ref": provider_ref, "updated_at": self.clock.now()}
         with self._single() as c:
-            if not self._transition(
-                c,
-                key,
-                from_status=("in_progress",),
-                owner=owner,
-                values={"provider_ref": provider_ref, "updated_at": self.clock.now()},
-            ):
+            if not self._transition(c, key, from_status=("in_progress",), owner=owner, values=values):
                 raise LeaseLost(key, owner)
 
     def resolve(
