@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import sqlalchemy as sa
 
 from effectgate import Effect, Executed, Pending, Refused
@@ -78,3 +79,26 @@ def test_an_approval_whose_seal_does_not_verify_is_not_answered_from(
     assert isinstance(again, Executed), again
     assert again.replay is False
     assert rec.count("pay") == 2
+
+
+def test_a_subject_key_edited_to_a_blob_does_not_crash_the_write(
+    make_gate: MakeGate, store: SQLStore
+) -> None:
+    """SQLite keeps a BLOB written into a text column: the write's look for its call's approval
+    read it as text (it raised a raw TypeError). The row no longer verifies, so it is not
+    answered from: the write runs as what its row now is (the audit reports the edit)."""
+    if store.engine.dialect.name != "sqlite":
+        pytest.skip("PostgreSQL refuses a BLOB in a text column")
+    rec = EffectRecorder()
+    before = make_gate(pay_table(rec, Effect.MONEY))
+    waiting = before.call("pay", PAY, ctx("m1"))
+    assert isinstance(waiting, Pending)
+    with store.engine.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE eg_approvals SET subject_key = x'313233' WHERE id = :i"),
+            {"i": waiting.approval_id},
+        )
+    after = make_gate(pay_table(rec, Effect.WRITE), keyring=before.keyring)
+    again = after.call("pay", PAY, ctx("m1"))
+    assert isinstance(again, Executed), again
+    assert rec.count("pay") == 1

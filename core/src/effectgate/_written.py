@@ -69,7 +69,7 @@ def call_approval(
     )
     if keyed is not None and (keyed.session_id, keyed.tool) != (ctx.session_id, spec.name):
         keyed = None
-    # str(): a subject key edited to a number never crashes the write
+    # str(): a subject key edited into a BLOB never crashes the write
     if alike is not None and str(alike.subject_key).startswith("shadow:"):
         alike = None
     row = keyed or alike
