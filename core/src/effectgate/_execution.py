@@ -62,6 +62,18 @@ def exec_key(row: ApprovalRow) -> str:
     return f"{EXEC_PREFIX}{row.id}_v{row.version}"
 
 
+def stored_replay(row: ApprovalRow, result: Any) -> Executed:
+    """An approval version's stored `result`, answered as a replay under its execution key."""
+    return Executed(
+        tool=row.tool,
+        result=result,
+        replay=True,
+        approval_id=row.id,
+        version=row.version,
+        idempotency_key=exec_key(row),
+    )
+
+
 class Execution:
     """Runs approved calls and writes once; see the module docstring."""
 
@@ -283,11 +295,4 @@ class Execution:
             row.version,
             exec_key(row),
         )
-        return Executed(
-            tool=row.tool,
-            result=result,
-            replay=True,
-            approval_id=row.id,
-            version=row.version,
-            idempotency_key=exec_key(row),
-        )
+        return stored_replay(row, result)

@@ -17,7 +17,7 @@ from typing import Any
 
 from ._answers import SHADOW_NOTE, log_outcome, shadowed, unknown_outcome
 from ._deps import Deps, Events
-from ._execution import exec_key
+from ._execution import exec_key, stored_replay
 from ._intent import intent_keys
 from ._json import dumps
 from ._ledger import Ledger, grant_live, in_scope, past, said
@@ -26,7 +26,7 @@ from ._seal import approval_intact, approval_sealed, broken, seal_approval
 from ._written import ran_as_write, write_key
 from .context import CallContext
 from .errors import StaleApproval, TamperedRecord
-from .outcomes import Card, Executed, Outcome, Pending, RefusalCode, Refused
+from .outcomes import Card, Outcome, Pending, RefusalCode, Refused
 from .stores.records import ApprovalRow
 from .table import ToolSpec
 
@@ -361,14 +361,7 @@ class Proposals:
             if record is not None and record.payload_hash != row.args_hash:  # edited: never replayed
                 raise tampered(row, "its stored result was recorded for other arguments")
             result = record.result if record is not None else None
-            return Executed(
-                tool=row.tool,
-                result=result,
-                replay=True,
-                approval_id=row.id,
-                version=row.version,
-                idempotency_key=exec_key(row),
-            )
+            return stored_replay(row, result)
         now = self.clock.now()
         lapsed = not grant_live(row.token_expires_at, now) and past(row.expires_at, now)  # nothing runs it
         if row.status == "approved" and row.grants and row.token_used_at is None and lapsed:

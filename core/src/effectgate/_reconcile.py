@@ -31,7 +31,7 @@ from typing import Any
 
 from . import flow
 from ._deps import Deps, Events, claim_landed
-from ._execution import exec_key
+from ._execution import exec_key, stored_replay
 from ._ledger import Ledger, context_of
 from ._logging import logger
 from ._notice import Notices
@@ -77,14 +77,7 @@ class Reconciliation:
             raise StoreError(f"the stored result of approval {row.id}: {broken(self.keyring, row)}")
         if record.payload_hash != row.args_hash:  # edited outside effectgate: never replayed
             raise StoreError(f"the stored result of approval {row.id} was recorded for other arguments")
-        return Executed(
-            tool=row.tool,
-            result=record.result,
-            replay=True,
-            approval_id=row.id,
-            version=row.version,
-            idempotency_key=record.key,
-        )
+        return stored_replay(row, record.result)  # `record` is the one under `exec_key(row)`
 
     def reconcile(self, approval_id: str, *, approver: Approver | None = None) -> Executed | None:
         """Settle a `needs_reconciliation` approval (or a write, by its idempotency key) through the

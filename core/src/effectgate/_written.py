@@ -11,7 +11,7 @@ from typing import Any
 
 from ._answers import unknown_outcome
 from ._deps import Events
-from ._execution import WRITE_PREFIX, exec_key
+from ._execution import WRITE_PREFIX, exec_key, stored_replay
 from ._intent import intent_keys
 from ._seal import approval_sealed
 from .canonical import key_of
@@ -108,11 +108,4 @@ def proposed_before(
     if record is None or record.payload_hash != row.args_hash or record.status != "succeeded":
         return row
     store.append_events(conn, [events.event("replay", row=row, ctx=ctx, status=row.status, same_args=True)])
-    return Executed(
-        tool=row.tool,
-        result=record.result,
-        replay=True,
-        approval_id=row.id,
-        version=row.version,
-        idempotency_key=exec_key(row),
-    )
+    return stored_replay(row, record.result)
