@@ -26,12 +26,9 @@
    unspent; a reviewer's edit (the model's call unchanged) still runs the edited arguments.
 5. EffectGateMiddleware under an outer middleware that changes a call's arguments (the same cap):
    the step is settled from the state's call with that id, so the reviewer is shown, and the
-   gate runs, the model's 12000; the cap is silently dropped. Left as a strict xfail: settling
-   the changed call alone (as a renamed one is) fixes a one-call step, but with a sibling gated
-   call the sibling's task registers the step from the state (the parallel-calls rule sees the
-   whole step) and, depending on which task registers first, amends the refund back to 12000
-   (the capped call then ends as a mismatch). A design change in `_middleware._flow` and core
-   `call_step`: each task's registration must see its call as its outer middleware changed it.
+   gate runs, the model's 12000; the cap is silently dropped. Fixed in round 21: each task
+   registers its own call as its outer middleware changed it (test_round21_langgraph.py has the
+   case with a gated sibling, whose task used to amend the refund back from the state).
 """
 
 from __future__ import annotations
@@ -40,7 +37,6 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import pytest
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import HumanMessage, ToolMessage
@@ -258,15 +254,6 @@ class _Capping(AgentMiddleware):  # type: ignore[type-arg]
         return _cap(request, handler)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "EffectGateMiddleware settles a step from the state's calls: an outer middleware's change "
-        "of a call's arguments (same id) is dropped, the reviewer is shown and the gate runs the "
-        "model's call; settling it alone races a gated sibling's registration of the step "
-        "(`_middleware._flow`, core `call_step`): a design change"
-    ),
-)
 def test_the_middleware_gates_the_call_an_outer_middleware_changed(
     shop_gate: ShopGate, checkpointer: BaseCheckpointSaver[Any]
 ) -> None:

@@ -7,10 +7,11 @@ It gates in `wrap_tool_call`, the execution boundary, so no `after_model` hook o
 a call around it. `create_agent` runs each tool call of a model step as its own task, so:
 
 - a read or write call runs at once through `gate.call`, without waiting for approvals;
-- a gated call registers the step's gated calls through `gate.call_step` (the parallel-calls
-  rule sees the whole step; the core's intent key makes the siblings' registrations one) and
-  pauses its own task with an interrupt listing its own call, in the same payload shape as the
-  node's. Several gated calls of one step therefore surface as several interrupts at once.
+- a gated call registers itself through `gate.call_step`, as an outer middleware changed it
+  (the reviewer sees, and the gate runs, what the middleware passed on), with its step's other
+  calls of the same tool (the parallel-calls rule: none of them is registered), and pauses its
+  own task with an interrupt listing its own call, in the same payload shape as the node's.
+  Several gated calls of one step therefore surface as several interrupts at once.
 
 Resume with a mapping from approval id to decision: `resume(decisions, out.interrupts)` sends
 each interrupt the decisions for the approvals it lists; `Command(resume=decisions)` works too.
@@ -132,6 +133,8 @@ class EffectGateMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         step = [c for c in step if c["name"] in offered]  # the rest are refused (`_not_offered`)
         if not any(c.get("id") == call.get("id") and c["name"] == call["name"] for c in step):
             step = [call]  # a call an outer middleware made or renamed (its id kept): settled alone
+        else:  # as an outer middleware changed its arguments, if it did (the reviewer sees them)
+            step = [call if c.get("id") == call.get("id") and c["name"] == call["name"] else c for c in step]
         own = frozenset({str(call.get("id") or "")})
         runtime = request.runtime
         return settle_step(

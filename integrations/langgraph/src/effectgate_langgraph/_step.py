@@ -89,6 +89,11 @@ def settle_step(
     keys = injected_keys or {}
     reused = reused_ids(gate, calls)
     gated = [c for c in calls if is_gated(gate, c["name"]) and call_id(c) not in reused]
+    if own is not None:  # one task's calls: a sibling's call is registered by its own task, as an
+        # outer middleware changed it there; a sibling of the same tool is passed for the
+        # parallel-calls rule (it registers none of them)
+        names = {c["name"] for c in gated if call_id(c) in own}
+        gated = [c for c in gated if call_id(c) in own or c["name"] in names]
     if not gated:
         return {}
     registered = yield from gate.flows.call_step([(c["name"], c["args"], c.get("id")) for c in gated], ctx)
