@@ -20,6 +20,7 @@ from typing import Any
 
 from . import flow
 from ._deps import Deps, Events, claim_landed
+from ._intent import reclassified_since
 from ._ledger import in_scope
 from ._logging import logger
 from ._notice import Notices
@@ -341,11 +342,7 @@ class Calls:
         if isinstance(earlier, Executed | Refused):  # its stored result, or its unknown outcome
             return earlier
         if earlier is not None:
-            message = (
-                f"{spec.name}: this call was proposed for approval as a {earlier.effect} call (approval "
-                f"{earlier.id}, {earlier.status}); its table row has changed since, and it does not run "
-                "as a write. Nothing ran; this request cannot run as it is"
-            )
+            message = reclassified_since(spec.name, earlier, spec.effect)
             return self.events.refuse("mismatch", message, spec.name, ctx, spec, earlier.id, frozen)
         if isinstance(refusal, InProgress):
             message = f"{spec.name}: the same write is running now"

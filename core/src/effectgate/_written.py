@@ -69,10 +69,7 @@ def call_approval(
     )
     if keyed is not None and (keyed.session_id, keyed.tool) != (ctx.session_id, spec.name):
         keyed = None
-    # str(): a subject key edited into a BLOB never crashes the write
-    if alike is not None and str(alike.subject_key).startswith("shadow:"):
-        alike = None
-    row = keyed or alike
+    row = keyed or alike  # `alike` is never a shadow card: a newer one would hide the live one
     return row if row is not None and approval_sealed(keyring, row) else None
 
 
@@ -96,16 +93,15 @@ def proposed_before(
     if row is None:
         return None
     same_args = row.args_hash == frozen
-    record = store.load(conn, exec_key(row)) if row.status in ("approved", "executed") else None
-    unknown = unknown_outcome(row, record) if row.status == "approved" else None
-    if unknown is not None:  # as the gated replay answers it, whatever its arguments
-        store.append_events(
-            conn, [events.event("replay", row=row, ctx=ctx, status=row.status, same_args=same_args)]
-        )
-        return unknown
-    if row.status != "executed" or not same_args:
+    # What ran answers (its sealed version's execution record, as `gate.result` reads it), never
+    # the status column, which no seal covers: an edit must not tell a paid call "nothing ran".
+    record = store.load(conn, exec_key(row))
+    answer: Executed | Refused | None = unknown_outcome(row, record)  # whatever its arguments
+    if answer is None and same_args and record is not None and record.status == "succeeded":
+        answer = stored_replay(row, record.result) if record.payload_hash == row.args_hash else None
+    if answer is None:
         return row
-    if record is None or record.payload_hash != row.args_hash or record.status != "succeeded":
-        return row
-    store.append_events(conn, [events.event("replay", row=row, ctx=ctx, status=row.status, same_args=True)])
-    return stored_replay(row, record.result)
+    store.append_events(
+        conn, [events.event("replay", row=row, ctx=ctx, status=row.status, same_args=same_args)]
+    )
+    return answer

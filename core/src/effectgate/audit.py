@@ -125,14 +125,14 @@ def audit(
     a checkpointed row deleted, inserted or edited is a `chain_broken` finding. `pinned`: the chain
     heads an export's manifest pinned (`Manifest.heads`, its signature checked by the caller); each
     one no longer in the chain as pinned is a `chain_broken` finding too (`effectgate._pins`); pins
-    mean nothing without the chain verified up to them, so `pinned` implies `chain` and needs the
-    keyring (ValueError without one). Pins that pin nothing (`{}`: a manifest exported from a
-    ledger with no checkpoints) are no finding, but the report says so in its `notes`."""
+    mean nothing without the chain verified up to them, so `pinned` implies `chain`; `chain` needs
+    the keyring (ValueError without one, before anything is read). Pins that pin nothing (`{}`: a
+    manifest exported from a ledger with no checkpoints) are no finding, but the report says so in
+    its `notes`."""
     del policy
-    if pinned is not None:
-        if keyring is None:
-            raise ValueError("audit(pinned=...) needs the keyring: pins hold only on a verified chain")
-        chain = True
+    chain = chain or pinned is not None
+    if chain and keyring is None:
+        raise ValueError("audit(chain=True or pinned=...) needs the keyring: its checkpoints are signed")
     scan = Scan(store, table, keyring)
     half = _fork_half(store, scan)  # the upper half of a large ledger, in a second process
     if half is None:
@@ -177,7 +177,7 @@ def audit(
         executions=scan.succeeded,
     )
     scan.findings.extend(forged)  # after every row's own findings, in one order either way
-    if chain and keyring is not None:
+    if chain and keyring is not None:  # checked above
         for b in verify_chain(store, keyring):  # its entries read with its rows (one snapshot)
             scan.add("chain_broken", b.table, f"ids {b.first_id}..{b.last_id}: {b.problem}")
     for b in _pins.breaks(store, pinned):

@@ -22,6 +22,7 @@ from typing import Any
 
 from .._answers import unknown_outcome
 from .._execution import exec_key
+from .._intent import reclassified_since
 from .._written import call_approval
 from ..canonical import args_hash, freeze
 from ..context import CallContext
@@ -55,9 +56,8 @@ def _answer(gate: EffectGate, spec: ToolSpec, args: Mapping[str, Any], ctx: Call
         return None  # arguments the gate refuses (Invalid) before anything is keyed
     with gate.store.reading() as conn:  # None: no approval the gate sealed (nothing answered)
         row = call_approval(gate.store, conn, gate.keyring, spec, frozen, hashed, ctx)
-        record = (
-            gate.store.load(conn, exec_key(row)) if row is not None and row.status == "approved" else None
-        )
+        # what ran answers (its version's record), not the status column (no seal covers it)
+        record = gate.store.load(conn, exec_key(row)) if row is not None else None
     if row is None:
         return None
     ran = gate.result(row.id) if row.args_hash == hashed else None
@@ -67,11 +67,7 @@ def _answer(gate: EffectGate, spec: ToolSpec, args: Mapping[str, Any], ctx: Call
         message = f"{spec.name} needs reconciliation: its outcome is unknown (approval {row.id}), so "
         message += "it may have happened; a person will reconcile it. Do not call it again."
         return gate.refuse(spec.name, ctx, code="needs_reconciliation", message=message, approval_id=row.id)
-    message = (
-        f"{spec.name}: this call was proposed for approval as a {row.effect} call (approval {row.id}, "
-        f"{row.status}); its tool changed since (upstream or in the configuration) and it does not "
-        f"run as a {spec.effect} call. Nothing ran; this request cannot run as it is."
-    )
+    message = reclassified_since(spec.name, row, spec.effect)
     return gate.refuse(spec.name, ctx, code="mismatch", message=message, approval_id=row.id)
 
 

@@ -40,12 +40,14 @@ APPROVAL_DECISIONS = (
 )
 
 #: Tagged 1, the intent key's approval (`APPROVAL_FOR_KEY`), and 2, the newest approval of the
-#: session's tool proposed by the message with these arguments: filed under another intent key
-#: when the row's subject definition changed since (or in shadow mode). Through the session index.
+#: session's tool proposed by the message with these arguments and not in shadow mode: filed
+#: under another intent key when the row's subject definition changed since (a newer shadow card
+#: of the same call never hides the live one). Through the session index.
 CALL_APPROVALS = (
     f"SELECT 1, {_COLUMNS} FROM ({S.APPROVAL_FOR_KEY}) AS k UNION ALL SELECT 2, {_COLUMNS} FROM "
     f"({S._APPROVAL} WHERE session_id = :p_session AND tool = :p_tool AND origin_message_id = "
-    ":p_message AND args_hash = :p_hash ORDER BY created_at DESC LIMIT 1) AS c"
+    ":p_message AND args_hash = :p_hash AND substr(subject_key, 1, 7) <> 'shadow:' "
+    "ORDER BY created_at DESC LIMIT 1) AS c"
 )
 
 
