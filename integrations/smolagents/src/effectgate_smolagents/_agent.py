@@ -152,7 +152,7 @@ class GatedAgent:
                 continue
             agent.tools[name] = GatedTool(tool, self)
         if isinstance(agent, ToolCallingAgent):
-            route_tool_calls(agent, call=self._call, start_step=self._register_step, end_step=self._end_step)
+            route_tool_calls(agent, self)
         if isinstance(agent, CodeAgent):
             keep_logs_at_a_stop(agent, self._snippet)  # the step keeps its output up to a gated call
             freeze(agent)  # the checked import lists, as tuples

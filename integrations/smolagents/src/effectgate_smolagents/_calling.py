@@ -10,12 +10,12 @@ input, as in smolagents) against the effect table instead, so a bad argument is 
 from __future__ import annotations
 
 import types
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from smolagents import ToolCallingAgent
 
-from effectgate import EffectGate
+from effectgate import CallContext, EffectGate
 from effectgate.adapter import is_gated
 from effectgate.canonical import args_hash
 
@@ -23,34 +23,70 @@ from ._arguments import keywords, received
 from ._tools import GatedTool
 
 
-def route_tool_calls(
-    agent: ToolCallingAgent,
-    *,
-    call: Callable[[str, Any], Any],
-    start_step: Callable[[Sequence[Any]], None],
-    end_step: Callable[[], None],
-) -> None:
+class StepOwner(Protocol):
+    """What a ToolCallingAgent's patched step calls back: its `GatedAgent`."""
+
+    gate: EffectGate
+
+    def _call(self, name: str, args: Any) -> Any: ...
+
+    def _context(self) -> CallContext: ...
+
+    def _register_step(self, tool_calls: Sequence[Any]) -> None: ...
+
+    def _end_step(self) -> None: ...
+
+
+#: a final answer beside other calls of its step: smolagents refuses such a step, after running them all
+ALONE = (
+    "final_answer did not run: a final answer must be its step's only tool call, and this step made "
+    "others. Read what they did, then answer"
+)
+
+
+def route_tool_calls(agent: ToolCallingAgent, owner: StepOwner) -> None:
     """Patch the agent's `execute_tool_call` and `process_tool_calls`: a step's tool calls are
-    given to `start_step` before smolagents runs them and `end_step` after, and a gated tool's
-    arguments go to the gate as received (`call` when they are not keywords: the gate refuses it)."""
+    registered with `owner` before smolagents runs them and ended after, and a gated tool's
+    arguments go to the gate as received (`owner._call` when they are not keywords: refused).
+
+    smolagents refuses a step whose final answer comes beside other calls (an error the model
+    reads), but only once all of them ran, and drops their observations. So a final answer
+    beside other calls does not run (a user's own, gated, may send the answer: it would tell
+    the customer of a call that waits or was refused; its refusal is recorded), and is yielded
+    after the others, once the step has recorded what they did for the model."""
     original_execute = agent.execute_tool_call
     original_process = agent.process_tool_calls
+    crowded = [False]  # the step in progress has more than one tool call
 
     def execute_tool_call(self_: Any, tool_name: str, arguments: Any) -> Any:
         tool = self_.tools.get(tool_name)
+        if tool_name == "final_answer" and crowded[0]:
+            if not isinstance(tool, GatedTool):
+                return ALONE
+            return owner.gate.refuse(
+                tool_name, owner._context(), code="parallel_calls", message=ALONE
+            ).for_model()
         if isinstance(tool, GatedTool):  # the gate validates against the table, and records it
             arguments = received(self_, tool, arguments)
             if keywords(arguments):
                 return tool(**arguments, sanitize_inputs_outputs=True)
-            return call(tool_name, arguments)  # not keywords: the gate refuses it
+            return owner._call(tool_name, arguments)  # not keywords: the gate refuses it
         return original_execute(tool_name, arguments)
 
     def process_tool_calls(self_: Any, chat_message: Any, memory_step: Any) -> Any:
-        start_step(chat_message.tool_calls or [])
+        crowded[0] = len(chat_message.tool_calls or []) > 1
+        owner._register_step(chat_message.tool_calls or [])
+        answers = []
         try:
-            yield from original_process(chat_message, memory_step)
+            for output in original_process(chat_message, memory_step):
+                if crowded[0] and getattr(output, "is_final_answer", False):
+                    answers.append(output)
+                else:
+                    yield output
+            yield from answers  # the step's observations are recorded: smolagents refuses it now
         finally:
-            end_step()
+            crowded[0] = False
+            owner._end_step()
 
     agent.execute_tool_call = types.MethodType(execute_tool_call, agent)
     agent.process_tool_calls = types.MethodType(process_tool_calls, agent)
@@ -66,6 +102,8 @@ def gated_calls(
     runs = {c.id: c for c in tool_calls}
     calls = []
     for c in runs.values():
+        if c.function.name == "final_answer" and len(tool_calls) > 1:
+            continue  # it does not run beside other calls (`route_tool_calls`): no approval for it
         tool = agent.tools.get(c.function.name)
         if is_gated(gate, c.function.name) and isinstance(tool, GatedTool):
             # what execute_tool_call will send (smolagents gives it `arguments or {}`)

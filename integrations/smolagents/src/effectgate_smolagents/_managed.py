@@ -44,6 +44,7 @@ from ._code import ApprovalRequired
 from ._identity import model_id_of, plain_run_refused
 from ._imports import check_imports
 from ._outcomes import AwaitingApproval
+from ._plain import memory_copy, plain
 from ._tools import is_own_final_answer, wrapped_by
 
 if TYPE_CHECKING:
@@ -142,11 +143,21 @@ def hide_members(agent: MultiStepAgent) -> None:
 def _calling(member: MultiStepAgent) -> Callable[..., Any]:
     """`member` as a function that only calls it, with what code read of it before: its `tools`,
     each a function that only calls the tool (outside the member's run a gated one refuses,
-    `MissingIdentity`), its `memory` and its `task` as the run started (`forget_others` cleared
-    another user's)."""
-    call = _only_call(member, member.name or "managed_agent", member.description)
+    `MissingIdentity`), its `task` and a copy of its `memory` of plain data (`_plain`: its
+    steps held live images, whose `save` wrote files), as the run started and after each call
+    (`forget_others` cleared another user's)."""
+    run = _only_call(member, member.name or "managed_agent", member.description)
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return run(*args, **kwargs)
+        finally:
+            vars(call).update(memory=memory_copy(member.memory), task=plain(member.task))
+
+    call.__name__ = call.__qualname__ = run.__name__
+    call.__doc__ = run.__doc__
     tools = {n: _only_call(t, n, getattr(t, "description", None)) for n, t in member.tools.items()}
-    vars(call).update(tools=tools, memory=member.memory, task=member.task)
+    vars(call).update(tools=tools, memory=memory_copy(member.memory), task=plain(member.task))
     return call
 
 

@@ -35,6 +35,7 @@ from effectgate.errors import TokenError
 
 from ._managed import _members, owner_of
 from ._outcomes import AWAITING, AwaitingApproval
+from ._plain import agent_error
 
 _MAGIC = b"effectgate-smolagents-memory/2\n"
 _PURPOSE = "smolagents-memory/2"  # not format 1's purpose: its MACs verify nothing here
@@ -138,17 +139,8 @@ class _Steps(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         found = super().find_class(module, name)
         if isinstance(found, type) and issubclass(found, AgentError):
-            return functools.partial(_agent_error, found)
+            return functools.partial(agent_error, found)
         return found
-
-
-def _agent_error(cls: type[AgentError], *args: Any) -> AgentError:
-    """An `AgentError` of class `cls` as pickled (`args`; its `message` comes back with its state),
-    without logging it again."""
-    error: AgentError = BaseException.__new__(cls)
-    Exception.__init__(error, *args)
-    error.message = args[0] if args else ""
-    return error
 
 
 def check_resumable(
