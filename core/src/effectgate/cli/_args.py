@@ -183,11 +183,7 @@ def check_export_file(url: str, path: str) -> None:
         raise UsageError(f"--export {path}: no such export file; nothing was erased")
     partial = target.with_name(target.name + ".partial")
     check_output(url, "--export", path, also=[partial], renamed=True)  # a symlink: its target kept the values
-    if partial.exists():  # `redact_export` would refuse it after the ledger is erased
-        raise ExportError(
-            f"--export {path}: {partial} exists (another rewrite of it is under way, or an interrupted "
-            "one left it: if none is running, remove it); nothing was erased"
-        )
+    check_unfinished("--export", path, [partial], "nothing was erased")  # refused after the erasure
     try:  # as the export's own reader reads it (`_export_file`): streamed, strict, bounded
         for number, line in read_lines(target):
             try:
@@ -216,6 +212,18 @@ def check_export_file(url: str, path: str) -> None:
         raise UsageError(f"--export {path}: {exc}; nothing was erased") from exc
     except OSError as exc:
         raise UsageError(f"--export {path}: cannot read it ({exc}); nothing was erased") from exc
+
+
+def check_unfinished(option: str, path: str, partials: Iterable[Path], done: str) -> None:
+    """Refuse (ExportError, exit 4) a file whose rewrite would find its partial (`rewrite`) there,
+    before the ledger is touched: else `export` refused it after sealing the ledger's chain and
+    writing the whole file, and `redact --export` after the ledger's erasure."""
+    for partial in partials:
+        if partial.exists() or partial.is_symlink():
+            raise ExportError(
+                f"{option} {path}: {partial} exists (another rewrite of it is under way, or an "
+                f"interrupted one left it: if none is running, remove it); {done}"
+            )
 
 
 @contextmanager

@@ -21,7 +21,7 @@ from ..export import ExportError, Manifest, Verified, export_chain, manifest_pat
 from ..outcomes import Grant, PartialApproval, Recorded
 from ..stores.records import SCHEMA_VERSION
 from ..stores.sql import open_store
-from ._args import check_new, check_output, jsonl_output, signing_in
+from ._args import check_new, check_output, check_unfinished, jsonl_output, signing_in
 from ._render import (
     EXIT_FINDINGS,
     EXIT_OK,
@@ -54,6 +54,7 @@ from ._store import (
 
 def _cmd_setup(args: argparse.Namespace, out: Console) -> int:
     parsed = _parse(args.db)
+    _check_keys(args.db, parsed)
     with open_store(args.db) as store:
         store.setup()
         empty = not holds_records(store)
@@ -64,6 +65,22 @@ def _cmd_setup(args: argparse.Namespace, out: Console) -> int:
         return EXIT_OK
     out.print(_text(f"effectgate schema {SCHEMA_VERSION} ready at {where}; {keys}"))
     return EXIT_OK
+
+
+def _check_keys(url: str, parsed: Any) -> None:
+    """Refuse (usage error, before the schema is made) a keyring `setup` would report in use that
+    no command can load: a malformed $EFFECTGATE_KEYRING, or a key file beside the SQLite file that
+    is no key file (its text, its mode, not a regular file)."""
+    db, env = _sqlite_file(parsed), os.environ.get("EFFECTGATE_KEYRING")
+    keys = None if env or db is None else Path(f"{db}.keys")
+    if keys is not None and keys.is_symlink() and not keys.exists():
+        raise UsageError(f"the key file {keys} is a symbolic link to nothing: remove it; nothing was set up")
+    if env or (keys is not None and keys.exists()):
+        try:
+            keyring_for(url, create=False)
+        except ValueError as exc:
+            where = "$EFFECTGATE_KEYRING: " if env else ""
+            raise UsageError(f"{where}{exc}; nothing was set up") from exc
 
 
 def _setup_keys(url: str, parsed: Any, *, empty: bool) -> tuple[str | None, str]:
@@ -178,8 +195,9 @@ def _cmd_export(args: argparse.Namespace, out: Console) -> int:
         raise UsageError("export needs --out FILE (the signed manifest is written beside it)")
     out_file = Path(args.out)
     # every file the export writes, checked before the ledger's chain gets its checkpoints
-    partial = out_file.with_name(out_file.name + ".partial")
-    check_output(args.db, "--out", args.out, also=[partial, manifest_path(out_file)], renamed=True)
+    partials = [Path(f"{f}.partial") for f in (out_file, manifest_path(out_file))]
+    check_output(args.db, "--out", args.out, also=[*partials, manifest_path(out_file)], renamed=True)
+    check_unfinished("--out", args.out, partials, "nothing was exported or written")
     if args.after and not Path(args.after).is_file():
         raise NotFound(f"export --after {args.after}: no such file")
     after = Manifest.load(args.after) if args.after else None

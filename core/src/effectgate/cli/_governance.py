@@ -18,7 +18,19 @@ from ..audit import seal_rules
 from ..chain import check_keyring
 from ..context import _storable
 from ..export import ExportError, redact_export, verify_export
-from ..redact import FACTS, RedactionError, SubjectNotFound, entries, hold, holds, redact, release, retain
+from ..redact import (
+    FACTS,
+    Redaction,
+    RedactionError,
+    SubjectNotFound,
+    entry_sealed,
+    hold,
+    holds,
+    redact,
+    release,
+    retain,
+    subject_keys,
+)
 from ._args import check_export_file, retention_rule
 from ._render import EXIT_FINDINGS, EXIT_OK, _one_line, _text, _write_json
 from ._store import NotFound, UsageError, _open, keyring_for
@@ -108,12 +120,17 @@ def _cmd_redact(args: argparse.Namespace, out: Console) -> int:
                 keep=_keep(args.keep),
             )
         except SubjectNotFound as exc:  # exit 3, not a refusal: nothing to erase was found
-            raise NotFound(str(exc)) from exc
+            rid = _erased_before(store, keyring, args.user, subject) if args.export else None
+            if rid is None:  # else its files were left to finish (a failed rewrite): done below
+                raise NotFound(str(exc)) from exc
+            done = Redaction(rid, 0, 0, _keep(args.keep))
         except UnknownFact as exc:  # a mistyped --keep: bad input (2), as the others
             raise UsageError(str(exc)) from exc
         found = done.rows > 0 or _has_records(store, args.user)  # none at all: a typo, likely
-        # the files lose exactly what the ledger erased (with --subject: that subject's records)
-        erased = entries(store) if args.export else {}
+        # the files lose exactly what the ledger erased (with --subject: that subject's records),
+        # by its sealed entries alone: one inserted in the database (its commitment copied from the
+        # file's record) would erase a value the ledger still holds, or hide a sealed one
+        erased = _sealed(store, keyring) if args.export else {}
         files: dict[str, int] = {}
         for path in dict.fromkeys(args.export):  # each once; a hold placed since keeps the files' copies
             if any(h.user_id == args.user for h in holds(store)):
@@ -141,6 +158,31 @@ def _cmd_redact(args: argparse.Namespace, out: Console) -> int:
         state = f"it does NOT verify: {broken[path]}" if path in broken else "the file still verifies"
         out.print(_text(f"{path}: erased the values of {lines} record(s); {state}"))
     return code
+
+
+def _sealed(store: Any, keyring: Any) -> dict[tuple[str, str, str], Any]:
+    """The redaction entries whose seals verify, by (table, row key, column): `entries` keeps the
+    last of a key's, and one inserted after a sealed one would hide it."""
+    with store.transaction() as conn:
+        rows = [e for e in store.redacted(conn) if entry_sealed(keyring, e)]
+    return {(e.table_name, e.row_key, e.column_name): e for e in rows}
+
+
+def _erased_before(store: Any, keyring: Any, user: str, subject: Any) -> str | None:
+    """The id of the last redaction of `user`'s `subject` (its event names both, and its sealed
+    entries are in the ledger), or None: a write it erased no longer shows the subject in its
+    arguments, so the same command run again to finish its export files finds none."""
+    ran = {e.redaction_id for e in _sealed(store, keyring).values()}
+    named = {"user_id": user, "subject_key": subject_keys(subject)[0]}
+    for event in reversed(store.events(kind="redacted")):
+        try:
+            detail = strict_loads(event.detail_json)
+        except (ValueError, RecursionError):
+            continue
+        rid = detail.get("redaction_id") if isinstance(detail, dict) else None
+        if isinstance(rid, str) and rid in ran and named.items() <= detail.items():
+            return rid
+    return None
 
 
 def _has_records(store: Any, user: str) -> bool:

@@ -129,6 +129,8 @@ def run(args: argparse.Namespace, out: Console) -> int:
 
     if not args.config:
         raise UsageError(f"mcp proxy needs --config FILE (or ${ENV_CONFIG}): the upstreams and their rows")
+    if os.path.exists(args.config) and not os.path.isfile(args.config):  # a named pipe: never waited on
+        raise UsageError(f"--config {args.config}: not a regular file (the proxy's TOML file)")
     config = load_config(args.config)
     identity = _identity(args, config)
     if args.transport == "http" and args.host not in LOCAL_HOSTS:
