@@ -56,7 +56,8 @@ from ._native import native_tool
 from ._native_decisions import NativeApprover
 from ._reach import check_current, check_reach, checked_handoffs
 from ._records import Turn, record_turn
-from ._tools import Mode, as_function_tool, gate_tools
+from ._table import as_function_tool
+from ._tools import Mode, gate_tools
 
 
 class StepHooks(AgentHooks[Any]):

@@ -77,7 +77,7 @@ SDK_REJECT = "sdk-reject"
 #: The identity a call's approval is closed under when its input guardrail refuses it before approval.
 SDK_GUARDRAIL = "sdk-guardrail"
 #: deferred mode: a gated call's registration (with its turn's other gated calls), by its ToolContext
-Registered = Callable[[ToolContext[Any]], Awaitable[Outcome]]
+Registered = Callable[[ToolContext[Any]], Awaitable[Outcome | None]]
 NO_APPROVER = (
     "state.approve() on a gated call needs gate_agent(..., native_approver=Approver(id, role)) "
     "(or gate_tools(..., native_approver=...)), or approve it with "
@@ -252,8 +252,8 @@ class NativeDecisions:
         `sdk-guardrail` with the row's role, the guardrail's message as the reason) and no
         reviewer is asked to approve what the application's own policy refused. A guardrail run
         before an approved call executes, or on a call that registered nothing (the record under
-        its id is another call's), decides nothing here. In deferred mode the call never pauses,
-        but another call of its turn registers it with the turn (`deferred`): closed too."""
+        its id is another call's), decides nothing here. In deferred mode it never pauses: closed
+        only if its turn registered an approval of its own for it (`deferred`; else None)."""
         call_id, tool = ctx.tool_call_id, ctx.tool_name
         if deferred is not None and tool in self.tools:
             done = await deferred(ctx)

@@ -28,8 +28,10 @@ it is the call its record sealed (`check_asked_again`): an edited one would amen
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Mapping, MutableMapping
+from types import MappingProxyType
 from typing import Any
 
 from effectgate import CallContext, EffectGate, Pending
@@ -125,6 +127,10 @@ class Turn(dict[str, list[str]]):
     there while its caller's calls of one response still run."""
 
     earlier: Turn | None = None
+    #: its calls an input guardrail refused before they registered (deferred mode): never registered
+    refused: frozenset[str] = frozenset()
+    #: its calls whose input guardrails are running (deferred mode, `_guarding`), replaced on change
+    checking: Mapping[str, asyncio.Future[None]] = MappingProxyType({})
 
 
 def record_turn(state: MutableMapping[str, Any], turn: Turn) -> None:

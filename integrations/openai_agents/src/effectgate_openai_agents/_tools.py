@@ -26,7 +26,9 @@ gated tool in a turn register neither); otherwise, and from a restored snapshot,
 Deferred mode (`mode="deferred"`): gated calls never pause; the tool answers
 `{"status": "deferred", "operation_id": <approval id>, ...}`, recorded in the run context as this
 run's own, and the run ends with that payload (as a JSON string) as its final output; another
-tool's output that only reads like one is not deferred (see `_deferred`).
+tool's output that only reads like one is not deferred (see `_deferred`). A call its input guardrail
+refuses registers nothing, and a turn registers its calls once their running guardrails answered
+(`_guarding`), so a refused call never amends (nor its refusal closes) another call's approval.
 
 A paused call's record in the run context is sealed (`_records`); every decision through it is
 verified first. Each gated tool's `on_invoke_tool` carries its gate (`_reach.mark`).
@@ -38,47 +40,42 @@ import asyncio
 import copy
 import dataclasses
 import inspect
-import json
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any, Literal
 
-from agents import FunctionTool, RunContextWrapper, function_tool
-from agents.strict_schema import ensure_strict_json_schema
+from agents import FunctionTool, RunContextWrapper
 from agents.tool_context import ToolContext
 
-from effectgate import Approver, CallContext, EffectGate, Executed, Invalid, Outcome, Pending, ToolSpec
+from effectgate import Approver, CallContext, EffectGate, Executed, Invalid, Outcome, Pending
 from effectgate.adapter import Paused, Unknown, bind_token, check_wrappable, is_gated
 from effectgate.errors import EffectGateError, NeedsReconciliation, TokenError
 
 from ._arguments import call_of, parse
 from ._context import STATE_KEY, MissingIdentity, TamperedState, adapter_state, call_context, resumed
 from ._deferred import deferred_payload, is_deferred, remember_deferred
+from ._guarding import checking, wait_checked
 from ._native import awaited, calling, check_own_approval, failed, invalid_error, model_output, own_policy
 from ._native_decisions import NativeApprover, NativeDecisions, execute_grant, not_granted, unknown_outcome
 from ._reach import mark
-from ._records import check_asked_again, invocation_of, paused_record, step_calls
+from ._records import Turn, check_asked_again, invocation_of, paused_record, step_calls
 from ._restored import gated as mark_gated
 from ._restored import observe
+from ._table import as_function_tool, spec_tool, table_tools
 
 Mode = Literal["approval", "deferred"]
 
 _CACHE_LIMIT = 4096
 _Step = dict[str, Outcome]
+_StepKey = tuple[str, str, tuple[str, ...]]
+_Found = tuple[Turn | None, list[tuple[str, Any, str]], _StepKey]
+_Entry = tuple[Any, asyncio.Future[_Step]]
 _INVOKE_ANNOTATIONS: dict[str, Any] = {"ctx": ToolContext[Any], "arguments": str, "return": Any}
 
 
-def as_function_tool(tool: FunctionTool | Callable[..., Any]) -> FunctionTool:
-    if isinstance(tool, FunctionTool):
-        return tool
-    if callable(tool):
-        made = function_tool(tool)
-        if isinstance(made, FunctionTool):
-            return made
-    raise TypeError(
-        f"gate_tools wraps FunctionTools and plain functions; got {type(tool).__name__} "
-        f"(hosted tools, handoffs and MCP tools are not gated by this adapter)"
-    )
+def _run(ctx: RunContextWrapper[Any]) -> object:
+    """One SDK run (one leg: a resumed state is a copy): its approval table, shared by its calls."""
+    return getattr(ctx, "_approvals", ctx)
 
 
 class GatedTools:
@@ -101,14 +98,13 @@ class GatedTools:
         self.names: dict[str, str] = {}  # each tool's name -> the SDK's (qualified) name
         self.tools: dict[str, FunctionTool] = {}  # each tool as given: its failure policy
         self.native = NativeDecisions(gate, agent_id=agent_id, approver=native_approver, tools=self.names)
-        # outcomes decided before the call runs (needs_approval), taken once by on_invoke for the
-        # same call id, tool and arguments (the SDK may skip a call: a later turn may reuse its id)
-        self._decided: OrderedDict[tuple[str, str, str, str], Outcome] = OrderedDict()
+        # outcomes decided before the call runs (needs_approval), taken once by on_invoke of the same
+        # run, call id, tool and arguments (the SDK may skip a call: a later turn, or another run on
+        # the same context, may reuse its id); kept with the run (`_run`): its id is not reused
+        self._decided: OrderedDict[tuple[int, str, str], tuple[object, Outcome]] = OrderedDict()
         # one registration per model response: (session, origin, call ids) -> (its calls as
         # `on_llm_end` recorded them, the task); never served to a response reusing the ids
-        self._steps: OrderedDict[tuple[str, str, tuple[str, ...]], tuple[Any, asyncio.Future[_Step]]] = (
-            OrderedDict()
-        )
+        self._steps: OrderedDict[_StepKey, _Entry] = OrderedDict()
 
     # -- wrapping
 
@@ -147,7 +143,8 @@ class GatedTools:
         gated_tool.needs_approval = needs
         gated_tool.is_enabled = self._enabled(tool.is_enabled)
         deferred = self._registered if self.mode == "deferred" else None  # refusals close
-        gated_tool.tool_input_guardrails = self.native.guarded(tool, gated=gated, deferred=deferred)
+        guards = self.native.guarded(tool, gated=gated, deferred=deferred)
+        gated_tool.tool_input_guardrails = checking(guards) if gated and deferred else guards
         return gated_tool
 
     def _enabled(self, own: Any) -> Callable[[RunContextWrapper[Any], Any], bool | Awaitable[bool]]:
@@ -188,28 +185,40 @@ class GatedTools:
 
     # -- registration
 
-    def _remember(self, key: tuple[str, str, str, str], outcome: Outcome) -> None:
-        self._decided[key] = outcome
+    def _remember(self, run: object, key: tuple[int, str, str], outcome: Outcome) -> None:
+        self._decided[key] = (run, outcome)
         while len(self._decided) > _CACHE_LIMIT:
             self._decided.popitem(last=False)
 
-    async def _register(self, name: str, context: Any, args: Any, call_id: str, cctx: CallContext) -> Outcome:
-        """Register one gated call, together with its turn's other gated calls when known."""
+    def _step(self, name: str, context: Any, args: Any, call_id: str, cctx: CallContext) -> _Found:
+        """The model response that made call `call_id`, its gated calls to register together (less
+        those their input guardrail refused, `Turn.refused`), and their registration's key."""
         turn, step = step_calls(adapter_state(context).get("turn"), call_id, name, args)
+        refused = turn.refused if turn is not None else frozenset()
         calls = [
             (tname, parse(targs), cid)
             for cid, tname, targs in step
-            if tname in self.names and is_gated(self.gate, tname)
+            if tname in self.names and is_gated(self.gate, tname) and cid not in refused
         ]
+        return turn, calls, (cctx.session_id, cctx.origin_message_id, tuple(cid for _, _, cid in calls))
+
+    async def _register(self, name: str, context: Any, args: Any, call_id: str, cctx: CallContext) -> Outcome:
+        """Register one gated call, together with its turn's other gated calls when known."""
+        turn, calls, key = self._step(name, context, args, call_id, cctx)
         if not any(cid == call_id for _, _, cid in calls):
             return await self._call(name, args, cctx)
-        key = (cctx.session_id, cctx.origin_message_id, tuple(cid for _, _, cid in calls))
         entry = self._steps.get(key)
         if entry is None or entry[0] is not turn:  # another model response: registered afresh
+            if await wait_checked(turn, [cid for _, _, cid in calls if cid != call_id]):  # `_guarding`
+                return await self._register(name, context, args, call_id, cctx)  # without the refused
             entry = (turn, asyncio.ensure_future(self._register_step(calls, cctx)))
             self._steps[key] = entry
             while len(self._steps) > _CACHE_LIMIT:
                 self._steps.popitem(last=False)
+        outcome = await self._take(key, entry, call_id)
+        return outcome if outcome is not None else await self._call(name, args, cctx)
+
+    async def _take(self, key: _StepKey, entry: _Entry, call_id: str) -> Outcome | None:
         try:  # shielded: one call cancelled (its SDK timeout) must not cancel its siblings' answers
             outcomes = await asyncio.shield(entry[1])
         except BaseException:  # the store failed (or the run was cancelled): not kept for a retry
@@ -220,7 +229,7 @@ class GatedTools:
         outcome = outcomes.pop(call_id, None)
         if not outcomes:
             self._steps.pop(key, None)
-        return outcome if outcome is not None else await self._call(name, args, cctx)
+        return outcome
 
     async def _register_step(
         self, calls: list[tuple[str, Any, str]], cctx: CallContext
@@ -230,10 +239,20 @@ class GatedTools:
         )
         return {cid: o for (_, _, cid), o in zip(calls, outcomes, strict=True)}
 
-    async def _registered(self, ctx: ToolContext[Any]) -> Outcome:
-        """Deferred mode: the registration of a call its input guardrail refused (never invoked)."""
-        args, cctx = parse(ctx.tool_arguments), self._cctx(ctx, ctx.tool_call_id)
-        return await self._register(ctx.tool_name, ctx.context, args, ctx.tool_call_id, cctx)
+    async def _registered(self, ctx: ToolContext[Any]) -> Outcome | None:
+        """Deferred mode: what a call its input guardrail refused (never invoked) registered with
+        its turn's other gated calls, when that is an approval of its own (new: not another call's
+        that it amended or found again); else None. A refused call registers nothing itself, and
+        its turn's calls not registered yet register without it."""
+        call_id, args = ctx.tool_call_id, parse(ctx.tool_arguments)
+        turn, calls, key = self._step(ctx.tool_name, ctx.context, args, call_id, self._cctx(ctx, call_id))
+        entry = self._steps.get(key)
+        if turn is not None:
+            turn.refused = turn.refused | {call_id}
+        if entry is None or entry[0] is not turn or not any(cid == call_id for _, _, cid in calls):
+            return None
+        done = await self._take(key, entry, call_id)
+        return done if isinstance(done, Pending) and done.version == 1 and not done.replay else None
 
     async def needs_approval(
         self, name: str, ctx: RunContextWrapper[Any], params: dict[str, Any], call_id: str
@@ -241,7 +260,8 @@ class GatedTools:
         cctx = self._cctx(ctx, call_id)
         check_asked_again(self.gate, ctx, cctx, call_id, name, params)  # a paused call, edited
         outcome = await self._register(name, ctx.context, params, call_id, cctx)
-        key = (cctx.session_id, cctx.origin_message_id, call_id, call_of(name, params))
+        run = _run(ctx)
+        key = (id(run), call_id, call_of(name, params))
         if isinstance(outcome, Pending):
             record = paused_record(self.gate, cctx, call_id, outcome, invocation_of(ctx, call_id))
             adapter_state(ctx.context)["approvals"][call_id] = record
@@ -249,7 +269,7 @@ class GatedTools:
             observe(ctx)
             self._decided.pop(key, None)
             return True
-        self._remember(key, outcome)
+        self._remember(run, key, outcome)
         return False
 
     # -- execution
@@ -264,8 +284,9 @@ class GatedTools:
         args = parse(arguments)
         decided = None
         if gated and self._decided:  # only a gated call's needs_approval decides before it runs
-            key = (cctx.session_id, cctx.origin_message_id, ctx.tool_call_id, call_of(name, args))
-            decided = self._decided.pop(key, None)
+            run = _run(ctx)
+            kept = self._decided.pop((id(run), ctx.tool_call_id, call_of(name, args)), None)
+            decided = kept[1] if kept is not None and kept[0] is run else None
         with calling(ctx):  # a native tool's function runs the SDK tool with this call's context
             return await self._invoke(name, ctx, cctx, args, decided, gated=gated)
 
@@ -359,34 +380,6 @@ def gate_tools(
     """
     shared = GatedTools(gate, agent_id=agent_id, mode=mode, native_approver=native_approver)
     return [shared.wrap(as_function_tool(t), unknown) for t in tools]
-
-
-def spec_tool(spec: ToolSpec) -> FunctionTool:
-    """A FunctionTool for one effect-table row (name, description, the row's schema).
-
-    Called outside the gate it refuses; wrap it with `gate_tools` (or `gate_agent`)."""
-    schema = dict(spec.schema or {"type": "object", "properties": {}})
-    try:
-        strict_schema = ensure_strict_json_schema(json.loads(json.dumps(schema)))
-        strict = strict_schema == schema
-    except Exception:
-        strict = False
-
-    async def through_gate_only(ctx: ToolContext[Any], arguments: str) -> Any:
-        raise EffectGateError(f"{spec.name} runs only through effectgate: wrap it with gate_tools")
-
-    return FunctionTool(
-        name=spec.name,
-        description=spec.description or spec.name,
-        params_json_schema=schema,
-        on_invoke_tool=through_gate_only,
-        strict_json_schema=strict,
-    )
-
-
-def table_tools(gate: EffectGate, *, agent_id: str) -> list[FunctionTool]:
-    """Unwrapped FunctionTools for every row `agent_id` may call (wrap them with `gate_tools`)."""
-    return [spec_tool(s) for s in gate.table if gate.table.allowed(agent_id, s.name)]
 
 
 __all__ = [
