@@ -7,19 +7,27 @@ committed, and records a hook that raises. A hook never blocks or breaks a call.
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from copy import deepcopy
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from ._deps import Deps, Events
 from ._ledger import Ledger
 from ._logging import logger
+from .errors import storable_text
 from .outcomes import TAMPERED_WARNING, Card, ReconciliationNotice
 from .stores.records import ApprovalRow
+from .tokens import Keyring
 
 log = logger("effectgate.notify")
 
 NotificationKind = Literal["pending", "expiring", "needs_reconciliation"]
+#: What a notice's `record` appends: a notifier's own events only. The gate reads its own kinds
+#: back to decide (`token_used` spends a grant, `expiry_warning` silences a warning, `proposed`
+#: names a version): a hook that could append one could void the approval it announces.
+NOTIFIER_EVENT = re.compile(r"(notify|webhook)_[a-z0-9_]{1,48}")
 
 
 def _no_record(kind: str, detail: Mapping[str, Any]) -> None:
@@ -28,7 +36,14 @@ def _no_record(kind: str, detail: Mapping[str, Any]) -> None:
 
 def _sync_hook(hook: object, what: str) -> None:
     """Refuse (TypeError) an `async def` hook: the gate calls hooks synchronously after a
-    commit, and a coroutine nobody awaits is a notice lost without a trace."""
+    commit, and a coroutine nobody awaits is a notice lost without a trace. So is one that is not
+    callable at all (a set of notifiers, a generator, a webhook URL given as `notify=`, whose
+    letters were taken for notifiers): every notice would fail."""
+    if not callable(hook):
+        raise TypeError(
+            f"{what} must be callable (a function or a WebhookNotifier; several in a list or "
+            f"tuple), not {type(hook).__name__}"
+        )
     call = getattr(hook, "__call__", None)  # noqa: B004 - an object whose __call__ is async
     if inspect.iscoroutinefunction(hook) or inspect.iscoroutinefunction(call):
         raise TypeError(
@@ -36,6 +51,41 @@ def _sync_hook(hook: object, what: str) -> None:
             "(the notice would be a coroutine no one awaits): give a plain function, which may "
             "hand the notice to your event loop (asyncio.run_coroutine_threadsafe)"
         )
+
+
+def _own_keys(hook: object, keyring: Keyring, what: str) -> None:
+    """Refuse (ValueError) a hook that signs with the gate's grant keyring, found on the hook or
+    on what it wraps (a bound method's object, a `functools.partial`'s function, a decorator's
+    `__wrapped__`): whoever checks its signatures could mint grants."""
+    seen: list[object] = []
+    todo: list[object] = [hook]
+    while todo and len(seen) < 16:
+        item = todo.pop()
+        if any(item is s for s in seen):
+            continue
+        seen.append(item)
+        for name in ("keyring", "__self__", "func", "__wrapped__"):
+            try:
+                found = getattr(item, name, None)
+            except Exception:  # noqa: S112 - an attribute that raises holds no keyring
+                continue
+            if isinstance(found, Keyring):
+                if found.shares_key(keyring):
+                    raise ValueError(
+                        f"{what} must not sign with the gate's grant keyring: give it its own keys"
+                    )
+            elif found is not None and name != "keyring":
+                todo.append(found)
+
+
+def _failure(exc: Exception) -> str:
+    """A hook's exception as its failure is recorded: its repr, as a database stores it (a lone
+    surrogate escaped), or its type alone when its repr raises (which must not replace the
+    outcome the hook was told of, e.g. a NeedsReconciliation, with its own error)."""
+    try:
+        return storable_text(repr(exc))
+    except Exception:
+        return f"{type(exc).__name__}(no text)"
 
 
 def _called(hook: Callable[[Any], Any], notice: Any) -> None:
@@ -60,10 +110,11 @@ class Notification:
     whether the approval record behind a notice without a card verifies (None: there is none, a
     write's unknown outcome); a card says it itself (`Card.warnings`). `record(kind, detail)`
     appends an event about this notice to the gate's log (how a notifier records its
-    deliveries). `nonce` tells apart two notices of one kind about one record: an unknown outcome
-    carries its operation's attempt, so a run again that ends unknown again is a page of its own,
-    while the same outcome told again (a grant presented once more) is the same page; None for
-    "pending" and "expiring", which come once per version."""
+    deliveries): a notifier's own kinds only, `notify_*` or `webhook_*` (ValueError otherwise:
+    never one of the gate's, which decide). `nonce` tells apart two notices of one kind about one
+    record: an unknown outcome carries its operation's attempt, so a run again that ends unknown
+    again is a page of its own, while the same outcome told again (a grant presented once more) is
+    the same page; None for "pending" and "expiring", which come once per version."""
 
     kind: NotificationKind
     tool: str
@@ -102,8 +153,10 @@ class Notices:
         self.notifiers = tuple(notifiers)
         for hook in self.notifiers:
             _sync_hook(hook, "a notifier")
+            _own_keys(hook, deps.keyring, "a notifier")
         if on_needs_reconciliation is not None:
             _sync_hook(on_needs_reconciliation, "on_needs_reconciliation")
+            _own_keys(on_needs_reconciliation, deps.keyring, "on_needs_reconciliation")
         self.on_needs_reconciliation = on_needs_reconciliation
         self.ledger = ledger
 
@@ -111,7 +164,12 @@ class Notices:
         self, approval_id: str | None, version: int | None, tool: str, key: str | None = None
     ) -> Callable[..., None]:
         def record(kind: str, detail: Mapping[str, Any]) -> None:
-            event = self.events.event(kind, tool=tool, **dict(detail))
+            if not isinstance(kind, str) or not NOTIFIER_EVENT.fullmatch(kind):
+                raise ValueError(
+                    f"a notice records a notifier's own events (notify_*, webhook_*), not {kind!r}"
+                )
+            event = self.events.event(kind, tool=tool)
+            event["detail_json"] = dict(detail)  # its keys are the notifier's, never the event's fields
             event.update(self._call_of(approval_id, key, tool))
             event.update(approval_id=approval_id, version=version)
             self.events.record(event)
@@ -165,10 +223,13 @@ class Notices:
         )
         for hook in self.notifiers:
             try:
-                _called(hook, notice)
+                # Each hook its own copy of the card: one that edits it (a notifier dropping a
+                # value before it posts) changes neither the caller's card, which is what a
+                # reviewer is shown (an adapter's interrupt), nor what the next hook sends.
+                _called(hook, notice if card is None else replace(notice, card=deepcopy(card)))
             except Exception as exc:  # a notifier must never break the gate; its failure is kept
                 try:
-                    notice.record("notify_failed", {"notification": kind, "error": repr(exc)})
+                    notice.record("notify_failed", {"notification": kind, "error": _failure(exc)})
                 except Exception:  # the store itself is down; the call's result stands
                     log.exception("could not record a failed %s notice for %s", kind, tool)
 
@@ -229,7 +290,7 @@ class Notices:
             _called(hook, notice)
             kind, detail = "notified", {"role": notice.approver_role}
         except Exception as exc:
-            kind, detail = "notify_failed", {"error": repr(exc)}
+            kind, detail = "notify_failed", {"error": _failure(exc)}
         try:
             told = event(kind, row=row, tool=notice.tool, key=key, **detail)
             if row is None and kind == "notify_failed":  # a write: name its user, as `_recorder` does

@@ -45,6 +45,9 @@ from ..outcomes import TAMPERED_WARNING, Card
 
 VALUE_CHARS = 200  # of one call-written value in the message; the card shows all of it
 SUBJECT_ENTRIES = 8
+# Of the subject's field: Slack refuses a whole message with a field over 2,000 characters (an
+# edited record's subject may be that long), and a refused page is lost.
+SUBJECT_CHARS = 1900
 WARNINGS_SHOWN = 8
 # FIRST STRONG ISOLATE ... POP DIRECTIONAL ISOLATE: keeps right-to-left letters in a value from
 # reordering the text around it. `reveal` has written out every bidirectional control inside.
@@ -141,9 +144,14 @@ def _subject(n: Notification) -> str:
     if not isinstance(subject, dict):  # an edited record's subject: any JSON, shown as its JSON
         return shown(subject)
     entries = sorted(subject.items(), key=lambda kv: str(kv[0]))
-    parts = [f"{shown(k)}={shown(v)}" for k, v in entries[:SUBJECT_ENTRIES]]
-    if len(entries) > SUBJECT_ENTRIES:
-        parts.append(f"… and {len(entries) - SUBJECT_ENTRIES} more")
+    parts: list[str] = []
+    for k, v in entries[:SUBJECT_ENTRIES]:  # within Block Kit's 2,000 characters for one field
+        part = f"{shown(k)}={shown(v)}"
+        if sum(len(x) + 2 for x in parts) + len(part) > SUBJECT_CHARS:
+            break
+        parts.append(part)
+    if len(entries) > len(parts):
+        parts.append(f"… and {len(entries) - len(parts)} more")
     return ", ".join(parts)
 
 
