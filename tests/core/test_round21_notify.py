@@ -313,16 +313,6 @@ def test_notifiers_that_are_not_callable_are_refused_when_the_gate_is_made(
         app(store, keyring=Keyring.generate(), clock=clock, on_needs_reconciliation=given(seen.append))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "a shadow proposal is answered Refused('shadow'), and _calls.propose announces only a "
-        "Pending: reviewers who 'decide it as usual' are never told it waits, yet warn_expiring "
-        "warns about it. Fix at the call site in _calls.propose (outside this helper's files): "
-        "announce a new shadow approval or version as 'pending' (its card from the ledger); or, "
-        "if shadow approvals page nobody, skip them in Notices.warn_expiring too"
-    ),
-)
 def test_a_shadow_approval_is_announced_as_its_expiry_is(
     store: SQLStore, clock: FakeClock, shop: Shop
 ) -> None:

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import flow
+from ._answers import shadowed
 from ._deps import Deps, Events, claim_landed
 from ._intent import reclassified_since
 from ._ledger import in_scope
@@ -264,8 +265,9 @@ class Calls:
             )
         outcome = self.proposals.propose(spec, args, frozen, ctx, text=text, edited_by=edited_by)
         if isinstance(outcome, Pending) and not outcome.replay:
-            self.notices.announce_card("pending", outcome.card)  # a new approval, or a new version
-        return outcome
+            # a new approval, or a new version; a shadow one too: its reviewers decide it as usual
+            self.notices.announce_card("pending", outcome.card)
+        return shadowed(spec, outcome) if spec.shadow else outcome
 
     def out_of_scope(self, spec: ToolSpec, ctx: CallContext) -> Refused:
         name = spec.name
