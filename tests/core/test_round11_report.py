@@ -93,12 +93,6 @@ def test_an_approval_whose_seal_does_not_verify_is_not_in_its_edited_roles_laten
     assert report.metrics.latency_p95_s == {"finance": 5.0}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="design decision: the rates count the approval's status column, which no seal covers; counting "
-    "a denial from its sealed deny decision needs the report's aggregate to join eg_decisions and the "
-    "report to check those seals too (the gate already refuses such a row: a denial is final)",
-)
 def test_a_denial_whose_status_is_edited_to_approved_still_counts_as_denied(
     shop_gate: ShopGate, clock: FakeClock
 ) -> None:

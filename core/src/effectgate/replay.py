@@ -4,9 +4,10 @@
     for r in report.changed: print(r.approval_id, r.verdict, r.detail)
 
 Each approved intent in the ledger (an approval that was approved: it ran, failed, awaits
-reconciliation, or holds an unspent grant; one with an execution recorded, whatever its status
-column says) is re-run through the current gate code and the given
-table and policy, in a sandbox: a throwaway SQLite ledger, a fresh keyring, and every tool's
+reconciliation, or holds an unspent grant; whatever its status column says, one with an execution
+recorded, and one a grant was minted for (its sealed count) that no denial revoked: `refused`,
+tampered, when its status says it never was approved) is re-run through the current gate code
+and the given table and policy, in a sandbox: a throwaway SQLite ledger, a fresh keyring, and every tool's
 function replaced by a recorder (or the stub given for it), its snapshot and reconcile hooks
 dropped, so nothing real is ever called, and no span reaches the application's tracer. Each
 intent is proposed again with its recorded arguments and identity (session, origin message, user,
@@ -32,11 +33,12 @@ granted and its grant revoked unpresented, never run.
 
 Stored arguments are re-derived before they are used: an approval whose record no longer hashes
 to its args hash is reported `refused` (tampered), never replayed. Given the ledger's `keyring`
-(as `effectgate replay` does), so is an approval whose seal does not verify, and a decision whose
-seal does not verify is not one of its recorded approvers. An approval whose arguments
-were erased by `effectgate.redact` cannot be replayed: it is listed in `redacted`, not counted
-as changed; a redaction marker its redaction entry does not back (checked as the audit does) is
-`refused` (tampered).
+(as `effectgate replay` does), so is an approval whose seal does not verify (erased or not), and a
+decision whose seal does not verify is not one of its recorded approvers. An approval whose
+arguments were erased by `effectgate.redact` cannot be replayed: it is listed in `redacted`, not
+counted as changed; a redaction marker its redaction entry does not back (checked as the audit
+does; given the keyring, only entries whose seal verifies count, so one inserted in the database
+never hides the sealed one) is `refused` (tampered).
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ from typing import Any, Literal
 from ._audit_rows import is_shadow, marker_problem
 from ._ledger import context_of
 from ._logging import quiet
-from ._replayed import never_run, stale
+from ._replayed import erasures, never_run, stale
 from ._seal import approval_sealed, decision_intact
 from ._telemetry import _api
 from .canonical import hash_of_text
@@ -63,7 +65,7 @@ from .effects import Policy
 from .errors import EffectGateError
 from .gate import EffectGate
 from .outcomes import Executed, Grant, Invalid, PartialApproval, Pending, Recorded, Refused
-from .redact import entries, is_redacted
+from .redact import is_redacted
 from .report import modes
 from .stores import open_store
 from .stores.protocol import Store
@@ -75,6 +77,7 @@ Verdict = Literal["same", "rerouted", "refused"]
 REPLAYED = ("approved", "executing", "executed", "failed", "needs_reconciliation")
 _TAMPERED = "tampered: the stored record does not verify (its arguments, hash or seal)"
 _DENIED = "tampered: the version has a recorded denial (its grant was revoked), whatever its status says"
+_UNGRANTED = "tampered: a grant was minted for it (its sealed count), whatever its status says"
 _REPLAYER = "effectgate-replay"  # who closes, in the sandbox, what an intent left waiting (`_close`)
 
 
@@ -181,8 +184,9 @@ def replay(
         if ex.approval_id is not None:
             last[ex.approval_id] = str(ex.status)
     ran = set(last)
-    rows = sorted((r for r in store.approvals() if r.status in REPLAYED or r.id in ran), key=_order)
-    erased = entries(store) if any(is_redacted(r.args_json) for r in rows) else {}
+    rows = [r for r in store.approvals() if r.status in REPLAYED or r.id in ran or _granted(r, denied)]
+    rows.sort(key=_order)
+    erased = erasures(store, keyring) if any(is_redacted(r.args_json) for r in rows) else {}
     # a marker no (sealed) redaction entry backs erased nothing: the row is tampered, replayed as such
     forged = {r.id for r in rows if is_redacted(r.args_json) and _forged(erased, keyring, r)}
     redacted = tuple(r.id for r in rows if is_redacted(r.args_json) and r.id not in forged)
@@ -210,6 +214,9 @@ def replay(
                         continue
                     if (row.id, row.version) in denied:  # its status says otherwise: edited
                         results.append(Replayed(row.id, row.version, str(row.tool), "refused", _DENIED))
+                        continue
+                    if row.status not in REPLAYED and row.id not in ran:  # granted: its status edited
+                        results.append(Replayed(row.id, row.version, str(row.tool), "refused", _UNGRANTED))
                         continue
                     # proposed in shadow mode: its recorded row says so, or its (sealed) subject key
                     was_shadow = row.row_fingerprint in shadow or is_shadow(None, str(row.subject_key))
@@ -363,9 +370,19 @@ def _forged(
     erased: Mapping[tuple[str, str, str], RedactedRow], keyring: Keyring | None, row: ApprovalRow
 ) -> bool:
     """A redaction marker in `row`'s arguments that its redaction entry does not back (as the audit
-    checks it: `_audit_rows.marker_problem`; with `keyring`, the entry's seal too)."""
+    checks it: `_audit_rows.marker_problem`; with `keyring`, the entry's seal too), or, with
+    `keyring`, on an approval whose own seal does not verify (edited since: never "erased")."""
+    if keyring is not None and not approval_sealed(keyring, row):
+        return True
     entry = erased.get(("eg_approvals", row.id, "args_json"))
     return marker_problem(entry, keyring, row.args_json, row.args_hash) is not None
+
+
+def _granted(row: ApprovalRow, denied: set[tuple[str, int]]) -> bool:
+    """A grant was minted for `row` (its sealed count) and no denial revoked it: an approved intent,
+    whatever its status column (no seal covers it) says."""
+    revoked = row.status == "denied" and (row.id, row.version) in denied
+    return type(row.grants) is int and row.grants > 0 and not revoked
 
 
 def _no_spans() -> object | None:

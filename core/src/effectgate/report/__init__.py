@@ -7,8 +7,9 @@ identifier), the reconciliation backlog. `figures` computes all of it; `render_h
     report = figures(store, since=..., until=..., targets={"finance": 300}, keyring=keyring)
     write_html(report, "report.html")            # needs the report extra (matplotlib)
 
-Over the gated calls proposed in a window (`created_at` in [since, until)), for each tool (or
-approver role) and mode (shadow or live):
+Over the gated calls proposed in a window (`created_at` in [since, until); each bound None or a
+finite number of seconds, else ValueError), for each tool (or approver role) and mode (shadow or
+live):
 
 - `decided`: approved (including those that then ran, failed or await reconciliation) or denied;
 - `denied`, and `edited`: a reviewer edited the arguments (an amendment recorded with `edited_by`);
@@ -23,7 +24,10 @@ fingerprint names the recorded table row, whose body must hash to that fingerpri
 body says `shadow` was proposed in shadow mode. The fingerprint is trusted only as far as the
 approval's seal: given the ledger's keyring (`figures(store, keyring=...)`), the report checks every
 approval's seal, and a call whose seal does not verify, or whose recorded row cannot be verified,
-is counted under mode "unverified", never shadow or live (`Figures.unverified` counts the first).
+is counted under mode "unverified", never shadow or live (`Figures.unverified` counts the first);
+so is a call whose status (no seal covers it) its sealed count of grants contradicts: approved,
+run or failed with no grant minted (a shadow call's approval mints none), or pending or expired
+with one (a denial edited into an approval is not counted approved).
 Without a keyring no seal is checked: the report says its figures are unverified (`Figures.note`,
 in the JSON and the page) and points to `effectgate audit`.
 

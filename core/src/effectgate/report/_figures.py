@@ -16,7 +16,7 @@ from typing import Any, Literal
 from ..canonical import digest
 from ..stores.protocol import Store
 from ..tokens import Keyring
-from ._verify import NOT_CHECKED, Unsealed, set_apart, unsealed
+from ._verify import NOT_CHECKED, Found, bounds, set_apart, standing, unsealed
 
 Mode = Literal["shadow", "live", "unverified"]
 APPROVED = frozenset({"approved", "executing", "executed", "failed", "needs_reconciliation"})
@@ -166,8 +166,9 @@ class Figures:
         if self.unverified:
             return (
                 f"{self.unverified} approval(s) in this window carry a seal that does not verify under "
-                "this keyring (edited in the database, or sealed with another keyring): counted under "
-                'mode "unverified", never shadow or live; `effectgate audit` names them'
+                "this keyring, or a status their sealed grants contradict (edited in the database, or "
+                'sealed with another keyring): counted under mode "unverified", never shadow or live; '
+                "`effectgate audit` names those whose seal does not verify"
             )
         return None
 
@@ -265,11 +266,11 @@ def _tool_rates(rates: list[Rate]) -> list[ToolRates]:
 
 
 def _checked(
-    store: Store, rows: Sequence[tuple[Any, ...]], broken: list[Unsealed] | None
+    store: Store, rows: Sequence[tuple[Any, ...]], found: Found | None, mode_of: Mapping[str, Mode]
 ) -> tuple[list[tuple[Any, ...]], int | None]:
-    """The "decisions" aggregate with the approvals whose seal does not verify set apart, and how
-    many were (None: `broken` is None, no seal was checked)."""
-    if broken is None:
+    """The "decisions" aggregate with the approvals `_verify.unsealed` found set apart, and how
+    many were (None: `found` is None, no seal was checked)."""
+    if (broken := standing(found, mode_of)) is None:
         return list(rows), None
     if not broken:
         return list(rows), 0
@@ -302,11 +303,12 @@ def disagreement(
 ) -> list[Rate]:
     """The rates per tool (or approver role) and mode, sorted by key then mode. With the ledger's
     `keyring`, an approval whose seal does not verify counts under mode "unverified"."""
-    window, now = {"since": since, "until": until}, store.clock.now()  # pending past expiry: expired
+    window, now = bounds(since, until), store.clock.now()  # pending past expiry: expired
     with store.reading() as conn:
         rows = store.report_rows(conn, "decisions", **window, now=now)
         broken = None if keyring is None else unsealed(store, conn, keyring, **window, now=now)
-    return _rates(_checked(store, rows, broken)[0], modes(store), by)  # the rules after: see `figures`
+    mode_of = modes(store)  # the rules after the calls: see `figures`
+    return _rates(_checked(store, rows, broken, mode_of)[0], mode_of, by)
 
 
 def metrics(
@@ -335,7 +337,7 @@ def figures(
     one read transaction: the disagreement rates by tool and role, and `metrics`. With the ledger's
     `keyring` every approval's seal is checked: one that does not verify counts under mode
     "unverified" (`Figures.unverified`); without it the figures say that no seal was checked."""
-    window, goals = {"since": since, "until": until}, _targets(targets)
+    window, goals = bounds(since, until), _targets(targets)
     now = store.clock.now()  # an approval pending past its expiry then is expired, not pending
     with store.reading() as conn:
         decisions = store.report_rows(conn, "decisions", **window, now=now)
@@ -372,7 +374,7 @@ def figures(
     # removed, so each fingerprint counted above names a rule read here (read before, a tool first
     # used meanwhile by another process would count as "unverified" with every seal verified).
     mode_of = modes(store)
-    checked, unverified = _checked(store, decisions, broken)
+    checked, unverified = _checked(store, decisions, broken, mode_of)
     by_tool = _rates(checked, mode_of, "tool")
     days = sorted(set(by_day) | set(sessions))
     return Figures(

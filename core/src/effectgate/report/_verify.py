@@ -3,16 +3,19 @@ row fingerprint as stored; a column anyone with write access to the database cou
 ledger's keyring, the report streams every approval's sealed fields (`Store.audit_rows`, the
 audit's stream) and checks each seal (`_seal.seal_checker`, built for streaming: one HMAC per
 row); an approval whose seal does not verify is moved out of its group into mode "unverified"
-(its fingerprint given as None), so it never counts as shadow or live. Without the keyring no
-seal is checked, and the report says so (`NOT_CHECKED`)."""
+(its fingerprint given as None), so it never counts as shadow or live. So is one whose status (no
+seal covers it) its sealed count of grants contradicts: decided, run or failed with no grant minted
+(unless its recorded row is shadow: a shadow call's approval mints none), or pending or expired with
+one (the gate calls that row tampered). Without the keyring no seal is checked, and the report says
+so (`NOT_CHECKED`)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from .._audit_rows import A_CREATED, A_DECIDED, A_ID, A_ROLE, A_ROW_FP, A_SEAL, A_TOOL, status_at
+from .._audit_rows import A_CREATED, A_DECIDED, A_GRANTS, A_ID, A_ROLE, A_ROW_FP, A_SEAL, A_TOOL, status_at
 from .._seal import seal_checker
 from ..stores.protocol import Store
 from ..tokens import Keyring
@@ -26,24 +29,54 @@ NOT_CHECKED = (
 #: (approval id, tool, approver role, row fingerprint, status, finite latency 0/1): the columns of
 #: the "decisions" aggregate an approval whose seal does not verify was counted under.
 Unsealed = tuple[str, Any, Any, Any, Any, int]
+#: What `unsealed` finds: the approvals set apart, and those set apart unless their row is shadow.
+Found = tuple[list[Unsealed], list[Unsealed]]
+_GRANTED = frozenset({"approved", "executing", "executed", "failed", "needs_reconciliation"})
+
+
+def bounds(since: float | None, until: float | None) -> dict[str, float | None]:
+    """The report's window as the queries take it: each bound None (open) or a finite number of
+    seconds, as a float (an integer past 64 bits is no SQLite integer); ValueError otherwise (NaN
+    would compare with nothing and count nothing, text fails on PostgreSQL with the driver's error)."""
+    out: dict[str, float | None] = {}
+    for name, value in (("since", since), ("until", until)):
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if value is not None and not (number and math.isfinite(value)):
+            raise ValueError(f"the report's {name} is {value!r}: not a finite number of seconds")
+        out[name] = None if value is None else float(value)
+    return out
 
 
 def unsealed(
     store: Store, conn: Any, keyring: Keyring, *, since: float | None, until: float | None, now: float
-) -> list[Unsealed]:
-    """The approvals proposed in [since, until) whose seal does not verify under `keyring`, each
-    with its status at `now` (as the "decisions" aggregate read at `now` counts it)."""
+) -> Found:
+    """The approvals proposed in [since, until) whose seal does not verify under `keyring`, or
+    whose status contradicts their sealed grants (see the module docstring), each with its status
+    at `now` (as the "decisions" aggregate read at `now` counts it); second, those approved with no
+    grant minted (set apart unless their row is shadow: `standing`)."""
     sealed = seal_checker(keyring, "approval")
     low = -math.inf if since is None else since
     high = math.inf if until is None else until
-    out: list[Unsealed] = []
+    out: Found = ([], [])
     for a in store.audit_rows(conn, "approvals"):
         created = a[A_CREATED]  # the window first: an approval outside it costs no HMAC
-        if not (isinstance(created, int | float) and low <= created < high) or sealed(a[:A_SEAL], a[A_SEAL]):
+        if not (isinstance(created, int | float) and low <= created < high):
+            continue
+        status, granted = status_at(a, now), type(a[A_GRANTS]) is int and a[A_GRANTS] > 0
+        intact = sealed(a[:A_SEAL], a[A_SEAL])
+        if intact and ((status in _GRANTED) == granted or status in ("denied", "rejected")):
             continue
         decided = 1 if _finite(a[A_DECIDED], created) else 0
-        out.append((a[A_ID], a[A_TOOL], a[A_ROLE], a[A_ROW_FP], status_at(a, now), decided))
+        found = (a[A_ID], a[A_TOOL], a[A_ROLE], a[A_ROW_FP], status, decided)
+        out[1 if intact and status in _GRANTED else 0].append(found)
     return out
+
+
+def standing(found: Found | None, mode_of: Mapping[str, str]) -> list[Unsealed] | None:
+    """What `unsealed` found to set apart, now that the modes are read (after the aggregate)."""
+    if found is None:
+        return None
+    return [*found[0], *(f for f in found[1] if mode_of.get(f[3]) != "shadow")]
 
 
 def _finite(decided: Any, created: float) -> bool:
