@@ -140,6 +140,7 @@ def resume(
 
 def _approval_ids(pending: Interrupt) -> set[str]:
     value = pending.value
-    if not isinstance(value, Mapping):
+    requests = value.get("requests") if isinstance(value, Mapping) else None
+    if not isinstance(requests, list):  # a tool's own interrupt that copies the payload's `type`
         return set()
-    return {str(r.get("approval_id")) for r in value.get("requests", []) if isinstance(r, Mapping)}
+    return {str(r.get("approval_id")) for r in requests if isinstance(r, Mapping)}

@@ -51,12 +51,14 @@ class Granted:
 class Settled:
     """How one gated call ended: an outcome, or the exception its execution raised, or its grant
     still to spend (`Granted`); `artifact`: the tool's own, kept from its run (`_artifacts`), for
-    a run answered from the store; `call`: the model's call as the step settled it."""
+    a run answered from the store; `call`: the model's call as the step settled it;
+    `approval_id`: the approval its registration found (None: none, a refusal)."""
 
     outcome: Outcome | BaseException | Granted
     edited_args: Mapping[str, Any] | None = None
     artifact: Any = None
     call: ToolCall | None = None
+    approval_id: str | None = None
 
 
 def settled_for(settled: Mapping[str, Settled], call: ToolCall) -> Settled | None:

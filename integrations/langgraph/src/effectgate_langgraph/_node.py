@@ -60,7 +60,7 @@ from . import _fidelity
 from ._fidelity import Flight, error_message, flying, framework_keys, is_native, model_call, tool_span
 from ._grants import Granted, Settled, answer_settled, settled_for, spent, unsettled
 from ._hitl import NativeApprover
-from ._identity import call_context, messages_of, reused_id_refusal, reused_ids, state_of, step_calls
+from ._identity import call_context, call_id, messages_of, reused_id_refusal, reused_ids, state_of, step_calls
 from ._messages import tool_message
 from ._step import StepFlow, adrive, drive, settle_step
 from ._tools import may_call, table_tools
@@ -97,8 +97,7 @@ def _ended(message: ToolMessage, span: CallbackManagerForToolRun | None) -> Tool
 
 
 def _current(request: ToolCallRequest) -> tuple[_Step, CallContext]:
-    step = _STEP.get()
-    if step is None:
+    if (step := _STEP.get()) is None:
         raise RuntimeError("the effectgate tool wrapper runs only inside a GatedToolNode")
     return step, dataclasses.replace(step.ctx, tool_call_id=request.tool_call.get("id"))
 
@@ -172,9 +171,12 @@ class GatedToolNode(ToolNode):
         own_calls = self._own_calls(node_input)
         ctx = call_context(messages, config, runtime.context, agent_id=self.agent_id)
         step = [self._model_call(c) for c in step_calls(messages)]
-        own = frozenset(str(c.get("id") or "") for c in own_calls)
-        if not own <= {str(c.get("id") or "") for c in step}:
-            step = own_calls
+        own, pairs = frozenset(map(call_id, own_calls)), {(call_id(c), c["name"]) for c in step}
+        if not {(call_id(c), c["name"]) for c in own_calls} <= pairs:
+            step = own_calls  # a call its `Send` made or renamed: settled alone, as the middleware does
+        elif len({i for i, _ in pairs}) == len(step):  # as the task was sent them (a router may cap one)
+            sent = {call_id(c): c for c in own_calls}
+            step = [sent.get(call_id(c), c) for c in step]
         reused = reused_ids(self.gate, step) | reused_ids(self.gate, own_calls)
         step = [c for c in step if c["name"] in self.tools_by_name]  # the rest: `_ready` refuses
         own &= {str(c.get("id") or "") for c in step}

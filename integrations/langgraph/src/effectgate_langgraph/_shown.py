@@ -267,12 +267,16 @@ def note_mapped(gate: EffectGate, mapped: Sequence[Mapped]) -> None:
         )
 
 
-def _step_slots(gate: EffectGate, session_id: str, ns: str) -> set[int]:
+def _step_slots(
+    gate: EffectGate, session_id: str, ns: str, approvals: frozenset[str] = frozenset()
+) -> set[int]:
     """The answer slots of the task `ns` at which the step paused (its records, `record`) and
     whose answer is the step's: not a pause answered by approval id from the resume map after
     it (`note_mapped`), whose slot the task's next interrupt() took. Only sealed records count:
     the event log is not sealed, and a record added there would hand the step's answer (a grant
-    token) to the task's next interrupt()."""
+    token) to the task's next interrupt(). With the step's `approvals`, a record listing none of
+    them is another step's (a call an outer middleware made after it, in the same task), whose
+    answer is that step's to apply; an erased record lists none and counts."""
     events = sorted(
         (e for kind in (SHOWN, ANSWERED_BY_ID) for e in gate.store.events(kind=kind, session_id=session_id)),
         key=lambda e: e.id or 0,
@@ -289,6 +293,8 @@ def _step_slots(gate: EffectGate, session_id: str, ns: str) -> set[int]:
             if not _erased(gate, erased.get(("eg_events", str(e.id), "detail_json")), d):
                 continue
         elif not _verified(gate, session_id, d, e.kind):  # an unsealed record moves no answer
+            continue
+        if approvals and (listed := _listed(d, e.kind)) and not approvals & listed:
             continue
         slots[slot] = e.kind == SHOWN
     return {slot for slot, paused in slots.items() if paused}
@@ -315,24 +321,33 @@ def _take(asked: int, slots: set[int], answered: int) -> None:
         asked += 1
 
 
-def skip_answered(gate: EffectGate, pauses: Pauses) -> None:
-    """After a settled step: the answers its earlier pauses got that this run did not ask for
-    (this run's pauses answered from the resume map are recorded first, `note_mapped`)."""
+def skip_answered(gate: EffectGate, pauses: Pauses, approvals: frozenset[str] = frozenset()) -> None:
+    """After a settled step (its calls' `approvals`): the answers its earlier pauses got that this
+    run did not ask for (this run's pauses answered from the resume map are recorded first,
+    `note_mapped`)."""
     note_mapped(gate, pauses.mapped)
     if (where := _unasked(at := _position(pauses.asked))) is not None:
-        _take(at, _step_slots(gate, *where[:2]), where[2])
+        _take(at, _step_slots(gate, *where[:2], approvals), where[2])
 
 
-async def askip_answered(gate: EffectGate, pauses: Pauses) -> None:
+async def askip_answered(gate: EffectGate, pauses: Pauses, approvals: frozenset[str] = frozenset()) -> None:
     """`skip_answered`, the store work in a worker thread."""
     await asyncio.to_thread(note_mapped, gate, pauses.mapped)
     if (where := _unasked(at := _position(pauses.asked))) is not None:
-        _take(at, await asyncio.to_thread(_step_slots, gate, *where[:2]), where[2])
+        _take(at, await asyncio.to_thread(_step_slots, gate, *where[:2], approvals), where[2])
 
 
 #: The seal's purpose of each kind of record, and the detail field holding the calls it lists.
 _PURPOSE = {SHOWN: "langgraph.shown", ANSWERED_BY_ID: "langgraph.answered_by_id"}
 _CALLS = {SHOWN: "shown", ANSWERED_BY_ID: "approval_ids"}
+
+
+def _listed(detail: Mapping[str, Any], kind: str) -> frozenset[str]:
+    """The approval ids a verified record lists (the field its seal covers)."""
+    calls = detail.get(_CALLS[kind])
+    if not isinstance(calls, list):
+        return frozenset()
+    return frozenset(str(c[0] if isinstance(c, list) and c else c) for c in calls)
 
 
 def _verified(gate: EffectGate, session_id: str, detail: Mapping[str, Any], kind: str = SHOWN) -> bool:

@@ -88,7 +88,11 @@ def settle_step(
     for the call's own tool-call path to spend (`_grants`)."""
     keys = injected_keys or {}
     reused = reused_ids(gate, calls)
-    gated = [c for c in calls if is_gated(gate, c["name"]) and call_id(c) not in reused]
+    gated = [c for c in calls if is_gated(gate, c["name"])]
+    # a call under a reused id is settled by none, but counts for the parallel-calls rule: its
+    # tool's other call of the step is registered neither (the core refuses them all)
+    tools = [c["name"] for c in gated]
+    gated = [c for c in gated if call_id(c) not in reused or tools.count(c["name"]) > 1]
     if own is not None:  # one task's calls: a sibling's call is registered by its own task, as an
         # outer middleware changed it there; a sibling of the same tool is passed for the
         # parallel-calls rule (it registers none of them)
@@ -98,10 +102,11 @@ def settle_step(
         return {}
     registered = yield from gate.flows.call_step([(c["name"], c["args"], c.get("id")) for c in gated], ctx)
     outcomes = yield from flow.done(settle_unknown, gate, registered)  # a run of unknown outcome is settled
+    approvals = {call_id(c): getattr(r, "approval_id", None) for c, r in zip(gated, registered, strict=True)}
     slots = {
         call_id(c): slot_of(gate, c, o, ctx)
         for c, o in zip(gated, outcomes, strict=True)
-        if own is None or call_id(c) in own
+        if (own is None or call_id(c) in own) and call_id(c) not in reused
     }
     matching = {c: s.outcome for c, s in slots.items() if s.mismatch is None} if defer else {}
     found = (yield from flow.done(noted, gate, ctx, matching)) if matching else {}
@@ -143,7 +148,10 @@ def settle_step(
             gate, answer, waiting, slots, ctx, resume_identity, ask["signature"], keys, approver_of, defer
         )
     kept = yield from flow.done(restore, gate, ctx, {cid: s.outcome for cid, s in slots.items()})
-    return {c: Settled(settled(s.outcome), s.edited_args, kept.get(c), s.call) for c, s in slots.items()}
+    return {
+        c: Settled(settled(s.outcome), s.edited_args, kept.get(c), s.call, approvals.get(c))
+        for c, s in slots.items()
+    }
 
 
 NOT_A_MAPPING = f"the resume value is not a mapping from approval id to decision; {HOW_TO_ANSWER}"
@@ -346,7 +354,7 @@ def drive(step: StepFlow, gate: EffectGate) -> dict[str, Settled]:
     except GraphInterrupt:
         record(gate, pauses)
         raise
-    skip_answered(gate, pauses)
+    skip_answered(gate, pauses, _approvals(settled))
     return settled
 
 
@@ -358,5 +366,9 @@ async def adrive(step: StepFlow, gate: EffectGate) -> dict[str, Settled]:
     except GraphInterrupt:
         await asyncio.to_thread(record, gate, pauses)
         raise
-    await askip_answered(gate, pauses)
+    await askip_answered(gate, pauses, _approvals(settled))
     return settled
+
+
+def _approvals(settled: dict[str, Settled]) -> frozenset[str]:
+    return frozenset(s.approval_id for s in settled.values() if s.approval_id is not None)
