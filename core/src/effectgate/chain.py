@@ -83,8 +83,8 @@ class _Links:
         self.seen: dict[str, str] = {}
 
     def value(self, row_id: Any, column: str, text: Any) -> Any:
-        if text is None:
-            return None
+        if type(text) is not str:  # None, or a blob SQLite kept from an edit: `link` refuses it
+            return text  # (its keyed hash would be that of its repr, a text a row may also hold)
         if is_redacted(text):
             entry = self.erased.get((self.table, str(row_id), column))
             part = commitment_part(entry.commitment, self.kid) if entry is not None else None
@@ -205,11 +205,12 @@ def seal_chain(
     """Checkpoint each chained table's rows not yet covered, up to the last one (in id order)
     older than `settle` seconds (module docstring). Raises, writing nothing,
     TokenError("keyring_mismatch") when the ledger was sealed with another keyring
-    (`check_keyring`), and ChainError when a table's last checkpoint does not verify or a row
-    holds a value no gate writes. The redaction entries and the rows are read in one
-    transaction, under the lock every redaction takes, so a redaction committing meanwhile cannot
-    leave a marker sealed as text. ValueError, nothing read, for a `settle` that is not a finite
-    number >= 0 or a `now` that is not finite (NaN would checkpoint and export nothing, silently)."""
+    (`check_keyring`) or a table's last checkpoint under a key it does not hold, and ChainError
+    when a table's last checkpoint does not verify or a row holds a value no gate writes. The
+    redaction entries and the rows are read in one transaction, under the lock every redaction
+    takes, so a redaction committing meanwhile cannot leave a marker sealed as text. ValueError,
+    nothing read, for a `settle` that is not a finite number >= 0 or a `now` that is not finite
+    (NaN would checkpoint and export nothing, silently)."""
     for name, value, low in (("settle", settle, 0.0), ("now", 0.0 if now is None else now, -math.inf)):
         if type(value) not in (int, float) or not math.isfinite(value) or value < low:
             raise ValueError(f"{name} must be a finite number{' >= 0' if low == 0 else ''}, not {value!r}")
@@ -223,6 +224,9 @@ def seal_chain(
         last: dict[str, ChainRow] = {c.table_name: c for c in points}
         for table in CHAINED:
             before = last.get(table)
+            if before is not None and _well_formed(before) and not keyring.holds(before.key_id):
+                why = f"the last checkpoint of {table} is signed with key {before.key_id!r}"
+                raise _mismatch(keyring, f"{why}, which it does not hold (rotate keys by adding them)")
             if before is not None and not _signed(keyring, before):
                 raise ChainError(
                     f"the last checkpoint of {table} does not verify: run `effectgate audit --chain`"
@@ -305,7 +309,7 @@ def _verify_table(
     id_at = columns(table).index("id")
     for c in points:
         where = (table, c.first_id, c.last_id)
-        if not _signed(keyring, c):
+        if keyring.holds(c.key_id) and not _signed(keyring, c):  # an unheld key is named below
             found.append(ChainBreak(*where, "the checkpoint's signature does not verify (forged or edited)"))
         if c.start != prev_head or (prev_last is not None and c.first_id <= prev_last):
             found.append(

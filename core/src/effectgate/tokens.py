@@ -16,7 +16,7 @@ import re
 import secrets
 import stat
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +28,14 @@ ENV_VAR = "EFFECTGATE_KEYRING"
 MAX_TOKEN = 512
 _KID = re.compile(r"[A-Za-z0-9_-]{1,32}")
 _FIELD = re.compile(r"[A-Za-z0-9_-]{1,128}")
-_DIGITS9 = re.compile(r"[0-9]{1,9}")
-_DIGITS16 = re.compile(r"[0-9]{1,16}")
+# version and expiry as `mint` writes them, no leading 0 (the MAC covers integers: "01" is "1")
+_DIGITS9 = re.compile(r"0|[1-9][0-9]{0,8}")
+_DIGITS16 = re.compile(r"0|[1-9][0-9]{0,15}")
 #: A well-formed token as one pattern (`Keyring.read`): exactly what its checks of the prefix, the
 #: seven fields and each field's alphabet and length accept, and nothing else (ASCII only)
 _TOKEN = re.compile(
-    rf"{PREFIX}\.([A-Za-z0-9_-]{{1,32}})\.([A-Za-z0-9_-]{{1,128}})\.([0-9]{{1,9}})\.([0-9]{{1,16}})"
-    r"\.([A-Za-z0-9_-]{1,128})\.([A-Za-z0-9_-]{1,128})"
+    rf"{PREFIX}\.([A-Za-z0-9_-]{{1,32}})\.([A-Za-z0-9_-]{{1,128}})\.(0|[1-9][0-9]{{0,8}})"
+    r"\.(0|[1-9][0-9]{0,15})\.([A-Za-z0-9_-]{1,128})\.([A-Za-z0-9_-]{1,128})"
 )
 
 
@@ -47,7 +48,7 @@ class TokenClaims:
     version: int
     expires_at: float
     nonce: str
-    mac: str
+    mac: str = field(repr=False)  # with the fields above, it is the token (as `Grant.token`: no repr)
 
 
 def token_hash(token: str) -> str:
@@ -61,6 +62,7 @@ class Keyring:
     def __init__(self, keys: Mapping[str, bytes], *, current: str) -> None:
         if current not in keys:
             raise ValueError(f"current key id {current!r} is not in the keyring")
+        keys = {kid: _secret(kid, secret) for kid, secret in keys.items()}
         firsts: dict[bytes, str] = {}  # secret -> its first key id (a rotation must change the secret)
         for kid, secret in keys.items():
             if not _KID.fullmatch(kid):
@@ -72,8 +74,9 @@ class Keyring:
                     f"key {kid!r} is not random (all zeros, or a few repeated bytes): make one with "
                     'python -c "import secrets; print(secrets.token_hex(32))"'
                 )
-            if firsts.setdefault(secret, kid) != kid:
-                raise ValueError(f"key {kid!r} has the secret of key {firsts[secret]!r}: give each its own")
+            same = firsts.setdefault(_hmac_key(secret), kid)  # HMAC pads or hashes a key: one key
+            if same != kid:
+                raise ValueError(f"key {kid!r} has the secret of key {same!r}: give each its own")
         self._keys = dict(keys)
         self.current = current
         self._derived: dict[tuple[str, str], bytes] = {}
@@ -130,13 +133,11 @@ class Keyring:
         return (self.current, *(k for k in self._keys if k != self.current))
 
     def derived_key(self, purpose: str, kid: str) -> bytes:
-        """A key for one purpose, derived from key `kid` (HMAC-SHA256 of the purpose): for keyed
-        hashes computed per row (commitments to personal values), where a signature's format would
-        cost more than the hash. Raises TokenError for a key this keyring does not hold."""
+        """A key for one purpose derived from key `kid` (HMAC-SHA256 of the purpose), for keyed hashes
+        per row (commitments to personal values); TokenError for a key this keyring does not hold."""
         cached = self._derived.get((purpose, kid))
         if cached is None:
-            key = self._keys.get(kid)
-            if key is None:
+            if (key := self._keys.get(kid)) is None:
                 raise TokenError("unknown_key", f"no key with id {kid!r}")
             cached = self._derived[(purpose, kid)] = hmac.digest(
                 key, f"{PREFIX}-derived|{purpose}".encode(), "sha256"
@@ -144,8 +145,7 @@ class Keyring:
         return cached
 
     def dumps(self) -> str:
-        ordered = [self.current, *(k for k in self._keys if k != self.current)]
-        return ",".join(f"{kid}:{self._keys[kid].hex()}" for kid in ordered)
+        return ",".join(f"{kid}:{self._keys[kid].hex()}" for kid in self.kids)
 
     @classmethod
     def from_env(cls, var: str = ENV_VAR) -> Keyring | None:
@@ -154,15 +154,12 @@ class Keyring:
 
     @classmethod
     def load_or_create(cls, path: str | Path) -> Keyring:
-        """A development keyring kept in a 0600 file, created on first use.
-
-        Every process that approves or executes against the same database needs the same keys;
-        in production set EFFECTGATE_KEYRING from a secret store instead. The file is created
-        atomically (written in full under a temporary name, then linked into place; a process
-        that loses the race reads the winner's key), so concurrent first use yields one key.
-        A file that other users can read or write, or that holds a key that is not random, is
-        refused with the fix in the message.
-        """
+        """A development keyring kept in a 0600 file, created on first use. Every process that
+        approves or executes against the same database needs the same keys; in production set
+        EFFECTGATE_KEYRING from a secret store instead. The file is created atomically (written in
+        full under a temporary name, then linked into place; a process that loses the race reads the
+        winner's key). A file other users can read or write, or with a key that is not random, is
+        refused with the fix in the message."""
         path = Path(path)
         own(path)  # never the file tools' to read or write (`_owned`)
         for _ in range(3):
@@ -188,9 +185,7 @@ class Keyring:
         try:
             return cls._load_file(path)
         except FileNotFoundError:  # its name exists (the link above failed) and opens nothing
-            raise ValueError(
-                f"keyring file {path} names no file (a dangling symbolic link): remove it"
-            ) from None
+            raise ValueError(f"keyring file {path} names no file (a dangling symlink): remove it") from None
 
     @classmethod
     def _load_file(cls, path: Path) -> Keyring:
@@ -219,12 +214,12 @@ class Keyring:
     def _mac(self, kid: str, body: str) -> str:
         state = self._hmacs.get(kid)
         if state is None:
+            held = ", ".join(sorted(self._keys))
             raise TokenError(
                 "keyring_mismatch",
-                f"signed with key {kid!r}, which this keyring does not hold (keys: "
-                f"{', '.join(sorted(self._keys))}): the process that approved and this one use different "
-                "keyrings. Share one: set EFFECTGATE_KEYRING in both, or let both use the database's "
-                "key file (DB.keys beside a SQLite database)",
+                f"signed with key {kid!r}, which this keyring does not hold (keys: {held}): the process "
+                "that approved and this one use different keyrings. Share one: set EFFECTGATE_KEYRING "
+                "in both, or let both use the database's key file (DB.keys beside a SQLite database)",
             )
         return _mac_bytes(state, body.encode()).decode()
 
@@ -234,6 +229,8 @@ class Keyring:
 
     def mint(self, *, approval_id: str, version: int, args_hash: str, expires_at: float) -> str:
         expires_ms = int(expires_at * 1000)
+        if not (0 <= expires_ms < 10**15 and _DIGITS9.fullmatch(str(version))):  # `verify` rounds it exactly
+            raise ValueError(f"a grant's expiry ({expires_at!r}) or version ({version!r}) no token can hold")
         nonce = secrets.token_urlsafe(16).replace(".", "_")
         kid = self.current
         mac = self._mac(kid, self._body(kid, approval_id, version, expires_ms, nonce, args_hash))
@@ -268,8 +265,7 @@ class Keyring:
             if not isinstance(signature, str) or len(signature) > MAX_TOKEN or not signature.isascii():
                 return False
             kid, _, mac = signature.partition(".")
-            state = states.get(kid)
-            if state is None or not mac:
+            if (state := states.get(kid)) is None or not mac:
                 return False
             return hmac.compare_digest(
                 mac.encode(), _mac_bytes(state, head + sha256(data).hexdigest().encode())
@@ -296,8 +292,9 @@ class Keyring:
         return kid, hmac.new(key, data, hashlib.sha256).hexdigest()
 
     def shares_key(self, other: Keyring) -> bool:
-        """Whether the two keyrings hold any common secret (constant-time per pair)."""
-        return any(hmac.compare_digest(a, b) for a in self._keys.values() for b in other._keys.values())
+        """Whether the two keyrings hold any common key, as HMAC uses it (constant-time per pair)."""
+        theirs = [_hmac_key(k) for k in other._keys.values()]
+        return any(hmac.compare_digest(_hmac_key(a), b) for a in self._keys.values() for b in theirs)
 
     @staticmethod
     def _signed_body(purpose: str, data: bytes) -> str:
@@ -313,14 +310,12 @@ class Keyring:
             return TokenClaims(kid, approval_id, int(version), int(expires_ms) / 1000, nonce, mac)
         if not isinstance(token, str):
             raise TokenError("malformed", "a token is a string")
-        if len(token) > MAX_TOKEN or not token.isascii():
-            raise TokenError("malformed", "not an effectgate grant token")
-        parts = token.split(".")
+        parts = token.split(".") if len(token) <= MAX_TOKEN and token.isascii() else []
         if len(parts) != 7 or parts[0] != PREFIX:
             raise TokenError("malformed", "not an effectgate grant token")
         _, kid, approval_id, version, expires_ms, nonce, mac = parts
         if not (_DIGITS9.fullmatch(version) and _DIGITS16.fullmatch(expires_ms)):
-            raise TokenError("malformed", "version and expiry must be short decimal integers")
+            raise TokenError("malformed", "version and expiry must be short decimal integers (no leading 0)")
         if not (_KID.fullmatch(kid) and _FIELD.fullmatch(approval_id) and _FIELD.fullmatch(nonce)):
             raise TokenError("malformed", "a token field holds characters or a length it cannot have")
         if not _FIELD.fullmatch(mac):
@@ -329,18 +324,9 @@ class Keyring:
 
     def verify(self, claims: TokenClaims, *, args_hash: str) -> None:
         """Check the MAC against the frozen args hash of the record; constant-time compare."""
-        expected = self._mac(
-            claims.kid,
-            self._body(
-                claims.kid,
-                claims.approval_id,
-                claims.version,
-                round(claims.expires_at * 1000),
-                claims.nonce,
-                args_hash,
-            ),
-        )
-        if not hmac.compare_digest(expected, claims.mac):
+        c = claims
+        body = self._body(c.kid, c.approval_id, c.version, round(c.expires_at * 1000), c.nonce, args_hash)
+        if not hmac.compare_digest(self._mac(c.kid, body), c.mac):
             raise TokenError("forged", "the token's signature does not match this approval")
 
 
@@ -383,9 +369,8 @@ _URLSAFE = bytes.maketrans(b"+/", b"-_")
 
 
 def _keyed(keys: Mapping[str, bytes]) -> dict[str, Any]:
-    """Each key's keyed HMAC-SHA256 state: OpenSSL's own object (what `hmac.HMAC` wraps), so that
-    a MAC is three C calls (copy, update, digest) without the wrapper's three Python ones; the
-    `hmac.HMAC` itself where it wraps none (its copy, update and digest are the same methods)."""
+    """Each key's keyed HMAC-SHA256 state: OpenSSL's own object (what `hmac.HMAC` wraps: a MAC is
+    three C calls without the wrapper's three Python ones), else the `hmac.HMAC` (same methods)."""
     out: dict[str, Any] = {}
     for kid, secret in keys.items():
         state = hmac.new(secret, digestmod="sha256")
@@ -398,3 +383,18 @@ def _mac_bytes(state: Any, body: bytes) -> bytes:
     h = state.copy()
     h.update(body)
     return binascii.b2a_base64(h.digest(), newline=False).translate(_URLSAFE).rstrip(b"=")
+
+
+def _secret(kid: object, secret: object) -> bytes:
+    """A key's secret as bytes (from any bytes-like value); TypeError for text or a non-text id."""
+    if not isinstance(kid, str):
+        raise TypeError(f"a key id is text, not {type(kid).__name__}")
+    if not isinstance(secret, bytes | bytearray | memoryview):  # the key id is not echoed (a secret?)
+        raise TypeError(f"a key is bytes (bytes.fromhex(hexsecret)), not {type(secret).__name__}")
+    return bytes(secret)
+
+
+def _hmac_key(secret: bytes) -> bytes:
+    """The key HMAC-SHA256 uses for `secret` (hashed beyond a 64-byte block, zero-padded to it):
+    `s` and `s + b"\\0"` are one key, so they are one secret to a keyring."""
+    return (hashlib.sha256(secret).digest() if len(secret) > 64 else secret).ljust(64, b"\0")
