@@ -42,6 +42,7 @@ FindingKind = Literal[
     "shadow_executed",
     "redaction_forged",
     "chain_broken",
+    "status_tampered",
 ]
 
 

@@ -61,10 +61,11 @@ from ._audit_rows import (
     row_problem,
     status_at,
 )
+from ._audit_sealed import backing, entries, status_tampered
 from ._rules import possible_roles
 from ._seal import RELEASE, seal_checker, stored_args_hash
 from .effects import Effect, Policy, weakened
-from .redact import entries, is_redacted
+from .redact import is_redacted
 from .report._figures import APPROVED
 from .stores.protocol import Store
 from .table import EffectTable
@@ -89,7 +90,9 @@ class Scan:
         self.statuses: Counter[str] = Counter()
         self.now = store.clock.now()
         self.latencies: list[float] = []
-        self.redacted = entries(store)  # read again once on a miss: a redaction committed since
+        # The redaction entry backing each erased value, and those hidden beside one (`backing`):
+        # read again once on a miss (a redaction committed since).
+        self.redacted, self.hidden = backing(entries(store), keyring)
         self.reread = False
         self.approval_sealed = seal_checker(keyring, "approval") if keyring is not None else None
         self.decision_sealed = seal_checker(keyring, "decision") if keyring is not None else None
@@ -123,7 +126,8 @@ class Scan:
         """Check one approval with its decisions; the bar its executions are held to."""
         approval_id, tool, args, status = a[A_ID], a[A_TOOL], a[A_ARGS], a[A_STATUS]
         self.statuses[status if status != "pending" else status_at(a, self.now)] += 1  # or expired
-        timed = type(a[A_DECIDED]) in _TIME and type(a[A_CREATED]) in _TIME and status in APPROVED
+        approved = status in APPROVED
+        timed = approved and type(a[A_DECIDED]) in _TIME and type(a[A_CREATED]) in _TIME
         if timed and isfinite(latency := a[A_DECIDED] - a[A_CREATED]):  # NaN, infinity: no clock's
             self.latencies.append(latency)
         redacted = is_redacted(args)
@@ -174,6 +178,8 @@ class Scan:
             elif (d[D_VERSION], d[D_ROUND]) == last and self._sealed_as(d, RELEASE):
                 released = True
         revoked = released or a[A_VERSION] in denied
+        if denied or approved is not (type(a[A_GRANTS]) is int and a[A_GRANTS] > 0):  # the unsealed status
+            self.findings += status_tampered(a, approved, a[A_VERSION] in denied, shadow)
         approvers = {a[A_VERSION]: len(people)} if people and not revoked else {}
         return Bar(
             a[A_VERSION],
@@ -223,7 +229,8 @@ class Scan:
         ex: int | None = None,
     ) -> None:
         if (*where, "args_json") not in self.redacted and not self.reread:  # its markers and entries
-            self.redacted, self.reread = entries(self.store), True  # commit together: read them again
+            self.reread = True  # commit together: read them again
+            self.redacted, self.hidden = backing(entries(self.store), self.keyring)
         problem = marker_problem(self.redacted.get((*where, "args_json")), self.keyring, args, args_hash)
         if problem is not None:
             self.add("redaction_forged", tool, f"the arguments: {problem}", approval, ex)
@@ -284,13 +291,8 @@ class Scan:
             if bar is not None and bar.recomputed is not None and tool == bar.tool and args == bar.args_json
             else stored_args_hash(tool, args)
         ) != ex[E_HASH]:
-            self.add(
-                "args_tampered",
-                tool,
-                "the executed arguments do not hash to the recorded hash",
-                approval_id,
-                ex_id,
-            )
+            detail = "the executed arguments do not hash to the recorded hash"
+            self.add("args_tampered", tool, detail, approval_id, ex_id)
         fingerprint = ex[E_POLICY_FP]
         policy = self.policies.get(fingerprint) if fingerprint else None
         if policy is None and fingerprint:
@@ -345,13 +347,8 @@ class Scan:
             if runs[approval_id] == 2:
                 self.add("executed_twice", tool, "executed more than once", approval_id, ex_id)
         if ex[E_ROW_FP] != bar.row_fingerprint:
-            self.add(
-                "reclassified",
-                tool,
-                "the tool's row changed between approval and execution",
-                approval_id,
-                ex_id,
-            )
+            detail = "the tool's row changed between approval and execution"
+            self.add("reclassified", tool, detail, approval_id, ex_id)
         spec = self.table.get(tool) if self.table is not None else None
         if self.table is not None and (spec is None or spec.fingerprint != bar.row_fingerprint):
             now = (

@@ -3,10 +3,11 @@
 A clean audit means: nothing ran that the table, at the time, did not allow. The scan re-derives
 everything it checks from the rows themselves, never trusting a stored copy of a conclusion:
 
-- every hash is recomputed from the stored arguments (approvals and executions); arguments
-  erased by `effectgate.redact` are accepted only with their sealed redaction entry, which names
-  the hash they had and the facts kept (a marker without one is `redaction_forged`);
-- every approval and decision seal is verified with the keyring (when one is given);
+- every hash is recomputed from the stored arguments (approvals and executions); arguments erased by
+  `effectgate.redact` are accepted only with their sealed redaction entry, which names the hash they had
+  and the facts kept (a marker without one, or an unsealed entry beside it, is `redaction_forged`);
+- every approval and decision seal is verified with the keyring (when one is given), and each approval's
+  status (no seal covers it) against its sealed grants and denial (`status_tampered`);
 - the table row and the policy each approval was made under are read from `eg_rules` (their
   canonical form, checked against its fingerprint), and the required role and number of distinct
   approvers are derived from them and compared with what was recorded and what was decided;
@@ -51,6 +52,7 @@ from . import _audit_rows as col
 from . import _pins
 from ._audit_rows import Finding, FindingKind
 from ._audit_scan import Scan
+from ._audit_sealed import backing, hidden_entry
 from ._seal import seal_rules
 from .chain import verify_chain
 from .effects import Policy
@@ -117,18 +119,17 @@ def audit(
     chain: bool = False,
     pinned: Mapping[str, Any] | None = None,
 ) -> AuditReport:
-    """Scan the store (see the module docstring). With `table`, also compare every executed
-    approval against the table as it is now (a reclassification shows). With `keyring` (the
-    gate's), every seal is verified; without one, `seals_checked` is False. `policy` is accepted
-    for compatibility: the scan uses the policy recorded with each approval and execution. With
-    `chain` (and `keyring`), the ledger's own hash chain is recomputed too (`effectgate.chain`):
-    a checkpointed row deleted, inserted or edited is a `chain_broken` finding. `pinned`: the chain
-    heads an export's manifest pinned (`Manifest.heads`, its signature checked by the caller); each
-    one no longer in the chain as pinned is a `chain_broken` finding too (`effectgate._pins`); pins
-    mean nothing without the chain verified up to them, so `pinned` implies `chain`; `chain` needs
-    the keyring (ValueError without one, before anything is read). Pins that pin nothing (`{}`: a
-    manifest exported from a ledger with no checkpoints) are no finding, but the report says so in
-    its `notes`."""
+    """Scan the store (see the module docstring). With `table`, also compare every executed approval
+    against the table as it is now (a reclassification shows). With `keyring` (the gate's), every seal
+    is verified; without one, `seals_checked` is False. `policy` is accepted for compatibility: the scan
+    uses the policy recorded with each approval and execution. With `chain` (and `keyring`), the
+    ledger's own hash chain is recomputed too (`effectgate.chain`): a checkpointed row deleted, inserted
+    or edited is a `chain_broken` finding. `pinned`: the chain heads an export's manifest pinned
+    (`Manifest.heads`, its signature checked by the caller); each one no longer in the chain as pinned
+    is a `chain_broken` finding too (`effectgate._pins`); pins mean nothing without the chain verified
+    up to them, so `pinned` implies `chain`; `chain` needs the keyring (ValueError without one, before
+    anything is read). Pins that pin nothing (`{}`: a manifest exported from a ledger with no
+    checkpoints) are no finding, but the report says so in its `notes`."""
     del policy
     chain = chain or pinned is not None
     if chain and keyring is None:
@@ -359,13 +360,13 @@ def _half_here(scan: Scan, store: Store, conn: Any, split: str) -> Part:
 
 def _forged_markers(scan: Scan, store: Store, conn: Any) -> list[Finding]:
     """Check every stored value that starts like a redaction marker against its sealed entry
-    (`col.marker_problem`), in every personal column of every table: the database picks them out,
-    so a ledger with nothing erased costs one filtered pass per table. The arguments `Scan`
-    checks (every approval's, every execution's that ran) are not checked twice. A marker with no
-    entry in the scan's copy has the entries read again once, in this transaction (a redaction
-    that committed since writes its markers and entries together)."""
+    (`col.marker_problem`), in every personal column of every table: the database picks them out, so a
+    ledger with nothing erased costs one filtered pass per table. The arguments `Scan` checks (every
+    approval's, every execution's that ran) are not checked twice. A marker with no entry in the scan's
+    copy has the entries read again once, in this transaction (a redaction that committed since writes
+    its markers and entries together). Then each entry hidden beside one that backs its value (`backing`)."""
     found: list[Finding] = []
-    redacted, reread = scan.redacted, False
+    (redacted, hidden), reread = (scan.redacted, scan.hidden), False
     for table, key, (approval_id, tool, args_hash, status), texts in store.marked_values(conn):
         for column, text in texts.items():
             arguments = column == "args_json"
@@ -373,8 +374,7 @@ def _forged_markers(scan: Scan, store: Store, conn: Any) -> list[Finding]:
                 continue
             where = (table, key, column)
             if where not in redacted and not reread:
-                redacted = {(e.table_name, e.row_key, e.column_name): e for e in store.redacted(conn)}
-                reread = True
+                (redacted, hidden), reread = backing(store.redacted(conn), scan.keyring), True
             problem = col.marker_problem(
                 redacted.get(where), scan.keyring, text, args_hash if arguments else None
             )
@@ -382,7 +382,7 @@ def _forged_markers(scan: Scan, store: Store, conn: Any) -> list[Finding]:
                 ex = int(key) if table == "eg_executions" else None
                 detail = f"{column} of {table} {key}: {problem}"
                 found.append(Finding("redaction_forged", tool or "", detail, approval_id, ex))
-    return found
+    return found + [hidden_entry(e) for e in hidden]
 
 
 def _forged_markers_apart(scan: Scan, store: Store) -> list[Finding]:

@@ -4,13 +4,12 @@
     manifest = export_chain(store, keyring, "2026-12-05.jsonl", after=manifest) # only what is new
     report = verify_export("2026-12-05.jsonl", keyring, after=previous)         # names the first break
 
-A decision record is one execution the gate recorded (a read is not one; a write, and a gated
-call with who authorised it): its sequence number (the execution's id), time, tool, effect,
-status, args hash, the arguments' facts and commitments, idempotency key and provider
-reference, the caller (session, origin message, user, agent, run, and the model that proposed
-it), the table, row and policy fingerprints, and for a gated call its approval id, version, every
-approver's id, role, round and time, and the grant that ran it (its key id and the sha256 of its
-token; the token itself is never stored).
+A decision record is one execution the gate recorded (a read is not one; a write, and a gated call with
+who authorised it): its sequence number (the execution's id), time, tool, effect, status, args hash, the
+arguments' facts and commitments, idempotency key and provider reference, the caller (session, origin
+message, user, agent, run, and the model that proposed it), the table, row and policy fingerprints, and
+for a gated call its approval id, version, every approver's id, role, round and time, and the grant that
+ran it (its key id and the sha256 of its token; the token itself is never stored).
 
 The file is JSON Lines, one `{"seq", "prev", "hash", "record", "personal"}` a line, where `hash`
 is sha256 of `prev` and the record's RFC 8785 canonical JSON, and `prev` is the hash of the line
@@ -51,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _holds, _pins, _seal
+from ._audit_sealed import backing, entries
 from ._commitments import commitment, commitment_holds, commitment_part
 from ._export_file import MAX_LINE, LineError, doubles, fitted, line_text, read_lines, rewrite, strict_loads
 from ._manifest import (  # noqa: F401 - the manifest's names, as `effectgate.export` has always had them
@@ -68,7 +68,7 @@ from ._manifest import (  # noqa: F401 - the manifest's names, as `effectgate.ex
 from .audit import audit
 from .canonical import canonical_json
 from .chain import seal_chain
-from .redact import FACTS, entries, facts_of, is_redacted
+from .redact import FACTS, facts_of, is_redacted
 from .stores.protocol import Store
 from .stores.records import RedactedRow
 from .tokens import Keyring
@@ -89,7 +89,7 @@ def decision_records(
     next export, as the ledger's chain leaves them (`seal_chain`), and a younger or future-dated
     one before it is exported with it, so one row with a wrong clock cannot hold back every later
     record. Each comes with its personal values (column -> text; an erased value is absent)."""
-    erased = entries(store)
+    erased = backing(entries(store), keyring)[0]  # sealed ones (none inserted since hides them)
     approvers: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
     for d in store.all_decisions():
         if d.decision == "approve" and _seal.decision_intact(keyring, d):  # not one inserted after the audit
@@ -110,13 +110,13 @@ def decision_records(
             continue
         gated = ex.approval_id is not None and ex.version is not None
         grant = grants.get(ex.approval_id or "", (None, None))
-        personal: dict[str, str] = {}
-        committed: dict[str, str] = {}
+        personal, committed = dict[str, str](), dict[str, str]()  # column -> text, and -> its commitment
         for column, text in (("args_json", ex.args_json), ("error", ex.error)):
             if text is None:
                 continue
             if is_redacted(text):  # its entry: read again if erased since (another process)
-                erased = erased if (k := ("eg_executions", str(ex.id), column)) in erased else entries(store)
+                if (k := ("eg_executions", str(ex.id), column)) not in erased:
+                    erased = backing(entries(store), keyring)[0]
                 committed[column] = erased[k].commitment if k in erased else ""
             else:
                 personal[column] = text
