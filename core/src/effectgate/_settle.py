@@ -24,6 +24,7 @@ from ._json import parse, readable
 from ._leases import LeaseKeeper
 from ._logging import logger, one_line
 from ._notice import Notices
+from ._unknown import store_unknown
 from .canonical import _SURROGATE
 from .context import CallContext, ToolContext
 from .errors import LeaseLost, NeedsReconciliation, OutcomeUnknown, describe, storable_text
@@ -113,8 +114,14 @@ class Settlement:
             refs: list[str] = []  # what the tool recorded with tool_context.set_provider_ref
 
             def on_ref(ref: str) -> None:
-                self.store.set_provider_ref(key, owner, ref)  # committed before the tool goes on
-                refs.append(ref)
+                refs.append(ref)  # the provider has seen the call: storing its reference failing
+                try:  # (the database lost) is no definite failure of a write, but an unknown outcome
+                    self.store.set_provider_ref(key, owner, ref)  # committed before the tool goes on
+                except LeaseLost:
+                    raise
+                except Exception as lost:
+                    why = f"its provider reference could not be stored: {describe(lost)}"
+                    raise OutcomeUnknown(why, provider_ref=ref) from lost
 
             # `dataclasses.replace(tool_context, _on_provider_ref=on_ref)`, without its walk of fields()
             bound = ToolContext(**{**vars(tool_context), "_on_provider_ref": on_ref})
@@ -130,26 +137,9 @@ class Settlement:
                 reason = describe(exc)
                 ref = getattr(exc, "provider_ref", None)
                 ref = storable_text(ref) if isinstance(ref, str) and ref else (refs[-1] if refs else None)
-                try:
-                    with self.store.transaction() as conn:
-                        self.store.mark_needs_reconciliation(key, owner, reason, provider_ref=ref, conn=conn)
-                        self.store.append_execution(
-                            conn, status="needs_reconciliation", error=reason, **execution
-                        )
-                        self.store.append_events(
-                            conn,
-                            [
-                                self.events.event(
-                                    "needs_reconciliation",
-                                    spec=spec,
-                                    ctx=ctx,
-                                    row=row,
-                                    args_hash_=frozen,
-                                    key=key,
-                                    reason=reason,
-                                )
-                            ],
-                        )
+                try:  # once more on a fresh connection when the connection was lost (`_unknown`)
+                    unknown = (spec, ctx, row, frozen, key, owner, execution, reason, ref)
+                    store_unknown(self.store, self.events, unknown, exc)
                 except LeaseLost as lost:
                     self.record_lease_lost(spec, ctx, row, frozen, key, execution, None, exc, ref)
                     raise lost from exc

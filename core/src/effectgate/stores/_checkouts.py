@@ -57,7 +57,19 @@ class Checkouts:
     invalidated one `drain`s the kept ones. A forked child forgets them without touching them."""
 
     def __init__(self, engine: Engine) -> None:
-        pool, self.engine = engine.pool, engine
+        self.engine = engine
+        self._bind(engine.pool)
+        self._idle: list[tuple[Connection, Any, int]] = []
+        self._epoch, self._pid, self._origin = 0, os.getpid(), os.getpid()
+        self.cursors: dict[Connection, Any] = {}  #: what runs the statements of each one taken
+        self._orphans: list[Any] = []  # a forked child's copies of its parent's (see `take`)
+        #: A store in memory is one connection (StaticPool) that every thread shares: its work
+        #: runs one thread at a time, or a thread's statements ran inside another's transaction
+        #: (and a connection given back rolled that transaction back, half-way).
+        self.serial: Serial | None = None if isinstance(engine.pool, QueuePool) else Serial()
+
+    def _bind(self, pool: Any) -> None:
+        """Read the limits of the engine's pool (again in a forked child: `_fork` gave it its own)."""
         self._keep = pool.size() if isinstance(pool, QueuePool) else 0  # StaticPool: one connection
         self._busy: Callable[[], int] = pool.checkedout if isinstance(pool, QueuePool) else lambda: 0
         overflow: int = getattr(pool, "_max_overflow", -1)  # the pool's limit: size + overflow
@@ -67,21 +79,17 @@ class Checkouts:
         # the pool's lock, which `checkedout()` takes (`give`, every transaction)
         self._overflow: Callable[[], int] = pool.overflow if isinstance(pool, QueuePool) else lambda: 0
         self._spare = overflow if overflow >= 0 else float("inf")
-        self._idle: list[tuple[Connection, Any, int]] = []
-        self._epoch, self._pid, self._origin = 0, os.getpid(), os.getpid()
-        self.cursors: dict[Connection, Any] = {}  #: what runs the statements of each one taken
-        #: A store in memory is one connection (StaticPool) that every thread shares: its work
-        #: runs one thread at a time, or a thread's statements ran inside another's transaction
-        #: (and a connection given back rolled that transaction back, half-way).
-        self.serial: Serial | None = None if isinstance(pool, QueuePool) else Serial()
 
     def serially(self) -> AbstractContextManager[Any]:
         return nullcontext() if self.serial is None else self.serial
 
     def take(self) -> tuple[Connection, Any, int]:
         """A connection, its driver connection, and the epoch it was checked out in."""
-        if self._pid != os.getpid():  # forked: in-use ones return to the pool (older epoch)
+        if self._pid != os.getpid():  # forked: the parent's are kept, never given back to its
+            # pool, whose lock a thread the child does not have may hold (in-use ones: older epoch)
+            self._orphans.append((self._idle, self.cursors))
             self._pid, self._idle, self.cursors = os.getpid(), [], {}
+            self._bind(self.engine.pool)
             self._epoch += 1
         try:
             return self._idle.pop()

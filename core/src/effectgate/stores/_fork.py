@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import weakref
 from typing import Any
 
 import sqlalchemy as sa
@@ -12,12 +13,17 @@ _PID = "effectgate_pid"
 
 
 def fork_safe(engine: Engine) -> Engine:
-    """A forked child never uses a connection its parent opened (SQLAlchemy's recipe for pools
+    """A forked child never uses a connection its parent opened (SQLAlchemy's recipes for pools
     and `os.fork`): each connection records the process that opened it, and a checkout in
     another process discards it from the pool without closing it (the parent still uses it) and
     opens a fresh one. Without this a pre-fork server's workers shared the parent's sessions:
     statements of one worker read another's rows (a valid grant was refused as tampered), and
-    workers hung. `_checkouts.Checkouts` forgets its kept connections on a fork the same way."""
+    workers hung. `_checkouts.Checkouts` forgets its kept connections on a fork the same way.
+
+    The child also gets a pool of its own at once (`dispose(close=False)`: nothing of the
+    parent's is closed): the parent's pool's lock is copied as it stood, so a fork while another
+    thread was in a checkout or a checkin left it held by a thread the child does not have, and
+    the child's first checkout waited for it forever."""
 
     @sa.event.listens_for(engine, "connect")
     def _opened_by(_dbapi_conn: Any, record: Any) -> None:
@@ -31,4 +37,12 @@ def fork_safe(engine: Engine) -> Engine:
                 f"connection opened in process {record.info[_PID]}, checked out in {os.getpid()}"
             )
 
+    if hasattr(os, "register_at_fork"):  # a hook per engine, never unregistered: it holds none
+        held = weakref.ref(engine)
+        os.register_at_fork(after_in_child=lambda: _own_pool(held()))
     return engine
+
+
+def _own_pool(engine: Engine | None) -> None:
+    if engine is not None:
+        engine.dispose(close=False)

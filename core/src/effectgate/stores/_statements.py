@@ -75,9 +75,12 @@ APPROVAL_FOR_KEY = (
 KEY_VERSION = 'SELECT version FROM eg_intent_keys WHERE "key" = :p_key'
 #: `status || ''` keeps SQLite off eg_approvals_status_created: with no statistics its planner
 #: may walk that index, reading every pending approval of every session (eg_approvals_session
-#: gives the session's in order).
+#: gives the session's in order). Newest first, as `APPROVALS_DUE`: propose and `expire()` mark
+#: lapsed ones expired in one order (in two orders, each held a row the other waited for:
+#: PostgreSQL ended one with a deadlock error).
+_NEWEST_FIRST = "ORDER BY created_at DESC, id DESC"
 PENDING_OF_SESSION = (
-    f"{_APPROVAL} WHERE session_id = :p_session AND (status || '') = 'pending' ORDER BY created_at DESC"
+    f"{_APPROVAL} WHERE session_id = :p_session AND (status || '') = 'pending' {_NEWEST_FIRST}"
 )
 IN_FLIGHT_ELSEWHERE = (
     f"{_APPROVAL} WHERE subject_key = :p_subject AND session_id <> :p_session AND ("
@@ -90,7 +93,7 @@ ADD_DECISION = _insert("eg_decisions", DECISION_INSERT)
 APPEND_EXECUTION = _insert("eg_executions", EXECUTION_COLUMNS)
 _DECISIONS = f"SELECT {_list(DECISION_COLUMNS)} FROM eg_decisions WHERE approval_id = :p_id"
 DECISIONS = f"{_DECISIONS} ORDER BY id"
-APPROVALS_DUE = f"{_APPROVAL} WHERE status = 'pending' AND expires_at <= :p_now"
+APPROVALS_DUE = f"{_APPROVAL} WHERE status = 'pending' AND expires_at <= :p_now {_NEWEST_FIRST}"
 DECISIONS_OF_VERSION = f"{_DECISIONS} AND version = :p_version ORDER BY id"
 
 #: Whether a grant of an approval version was presented (its "token_used" event) or an execution

@@ -35,9 +35,7 @@ from ..errors import (
     InProgress,
     LeaseLost,
     NeedsReconciliation,
-    OutcomeUnknown,
     StoreError,
-    describe,
 )
 from ._dialect import REDACTED_PREFIX
 
@@ -369,22 +367,11 @@ class IdempotencyStore(ABC):
             return self._transition(c, key, from_status=("failed",), values=values) is not None
 
     def run(self, key: str, payload_hash: str, fn: Callable[[], Any], *, lease_seconds: float = 60.0) -> Any:
-        """Run `fn` at most once for `key`: claim, run, complete; or return the stored result."""
-        claim = self.claim(key, payload_hash, lease_seconds=lease_seconds)
-        if isinstance(claim, Stored):
-            return claim.result
-        try:
-            result = fn()
-        except OutcomeUnknown as exc:
-            self.mark_needs_reconciliation(key, claim.owner, str(exc), provider_ref=exc.provider_ref)
-            raise NeedsReconciliation(key, str(exc), provider_ref=exc.provider_ref) from exc
-        except Exception as exc:
-            self.fail(key, claim.owner, describe(exc))
-            raise
-        try:
-            return self.complete(key, claim.owner, result).result
-        except pydantic_core.PydanticSerializationError:  # it ran: stored as the gate's `storable` does
-            return self.complete(key, claim.owner, {"unserializable": type(result).__name__}).result
+        """Run `fn` at most once for `key`: claim, run, complete; or return the stored result.
+        A connection lost while the claim or the completion commits: see `_run`."""
+        from ._run import run  # it imports this module
+
+        return run(self, key, payload_hash, fn, lease_seconds)
 
 
 class _Reuse(AbstractContextManager[Connection]):
