@@ -54,32 +54,45 @@ def memory_copy(memory: object) -> AgentMemory:
     prompt = getattr(getattr(memory, "system_prompt", None), "system_prompt", "")
     copy = AgentMemory(plain(prompt))
     steps = getattr(memory, "steps", None)
-    copy.steps = [plain(s) for s in steps] if isinstance(steps, list) else []
+    copied: dict[int, tuple[Any, Any]] = {}
+    copy.steps = [plain(s, 0, copied) for s in steps] if isinstance(steps, list) else []
     return copy
 
 
-def plain(value: Any, depth: int = 0) -> Any:
+def plain(value: Any, depth: int = 0, copied: dict[int, tuple[Any, Any]] | None = None) -> Any:
     """`value` as plain data: text, numbers, lists, tuples and dicts of them, smolagents' memory
     records rebuilt of them, an `AgentError` with its message only; anything else as a text
-    naming its type (never its `str`, which may run code: an image's writes a file)."""
+    naming its type (never its `str`, which may run code: an image's writes a file). Each object
+    is copied once (`copied`, by id): a part shared twice is one copy, and a cycle (a list holding
+    itself) is cut where it closes, never unrolled down to the depth cut (2**64 copies)."""
     kind = type(value)
     if kind in _SCALARS or kind is MessageRole:
         return value
     if depth > _DEEPEST:
         return "..."
+    copied = {} if copied is None else copied
+    if (found := copied.get(id(value))) is not None:
+        return found[1]
+    copied[id(value)] = (value, "...")  # while it is being copied (a cycle closes there); kept alive
+    made = _plain(value, kind, depth + 1, copied)
+    copied[id(value)] = (value, made)
+    return made
+
+
+def _plain(value: Any, kind: type, deeper: int, copied: dict[int, tuple[Any, Any]]) -> Any:
     if kind is list or kind is tuple:
-        return kind(plain(v, depth + 1) for v in value)
+        return kind(plain(v, deeper, copied) for v in value)
     if kind is dict:
-        return {plain(k, depth + 1): plain(v, depth + 1) for k, v in value.items()}
+        return {plain(k, deeper, copied): plain(v, deeper, copied) for k, v in value.items()}
     if isinstance(value, str):  # a subclass of text (smolagents' AgentText): its text
         return str.__str__(value)
     if kind in _RECORDS:
         fields = {
-            f.name: plain(getattr(value, f.name), depth + 1) for f in dataclasses.fields(value) if f.init
+            f.name: plain(getattr(value, f.name), deeper, copied) for f in dataclasses.fields(value) if f.init
         }
         return dataclasses.replace(value, **fields)
     if isinstance(value, AgentError) and kind.__module__ == AgentError.__module__:
-        return agent_error(kind, plain(getattr(value, "message", ""), depth + 1))
+        return agent_error(kind, plain(getattr(value, "message", ""), deeper, copied))
     return f"<{kind.__name__}: not handed to code>"
 
 
