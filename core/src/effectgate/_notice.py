@@ -9,7 +9,6 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable, Mapping, Sequence
-from copy import deepcopy
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -86,6 +85,19 @@ def _failure(exc: Exception) -> str:
         return storable_text(repr(exc))
     except Exception:
         return f"{type(exc).__name__}(no text)"
+
+
+def _own_card(card: Card) -> Card:
+    """A copy of `card` no hook's edit reaches the caller's or another hook's through: its values
+    are parsed JSON (dicts, lists, scalars), copied as such (`deepcopy` cost 3x, per propose)."""
+    return replace(card, args=_plain(card.args), subject=_plain(card.subject), notes=_plain(card.notes))
+
+
+def _plain(value: Any) -> Any:
+    kind = type(value)
+    if kind is dict:
+        return {k: _plain(v) for k, v in value.items()}
+    return [_plain(v) for v in value] if kind is list else value
 
 
 def _called(hook: Callable[[Any], Any], notice: Any) -> None:
@@ -226,7 +238,7 @@ class Notices:
                 # Each hook its own copy of the card: one that edits it (a notifier dropping a
                 # value before it posts) changes neither the caller's card, which is what a
                 # reviewer is shown (an adapter's interrupt), nor what the next hook sends.
-                _called(hook, notice if card is None else replace(notice, card=deepcopy(card)))
+                _called(hook, notice if card is None else replace(notice, card=_own_card(card)))
             except Exception as exc:  # a notifier must never break the gate; its failure is kept
                 try:
                     notice.record("notify_failed", {"notification": kind, "error": _failure(exc)})

@@ -12,6 +12,7 @@ so (`NOT_CHECKED`)."""
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -31,6 +32,7 @@ NOT_CHECKED = (
 Unsealed = tuple[str, Any, Any, Any, Any, int]
 #: What `unsealed` finds: the approvals set apart, and those set apart unless their row is shadow.
 Found = tuple[list[Unsealed], list[Unsealed]]
+_LARGEST = sys.float_info.max
 _GRANTED = frozenset({"approved", "executing", "executed", "failed", "needs_reconciliation"})
 
 
@@ -41,7 +43,7 @@ def bounds(since: float | None, until: float | None) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
     for name, value in (("since", since), ("until", until)):
         number = isinstance(value, int | float) and not isinstance(value, bool)
-        if value is not None and not (number and math.isfinite(value)):
+        if value is not None and not (number and abs(value) <= _LARGEST):  # NaN, inf; 10**400 (no float)
             raise ValueError(f"the report's {name} is {value!r}: not a finite number of seconds")
         out[name] = None if value is None else float(value)
     return out

@@ -37,12 +37,18 @@ def fork_safe(engine: Engine) -> Engine:
                 f"connection opened in process {record.info[_PID]}, checked out in {os.getpid()}"
             )
 
-    if hasattr(os, "register_at_fork"):  # a hook per engine, never unregistered: it holds none
-        held = weakref.ref(engine)
-        os.register_at_fork(after_in_child=lambda: _own_pool(held()))
+    _ENGINES.add(engine)  # one hook for all (Python never removes one: a hook per store leaked)
     return engine
 
 
-def _own_pool(engine: Engine | None) -> None:
-    if engine is not None:
+#: The engines `fork_safe` made, while they live: each gets a pool of its own in a forked child.
+_ENGINES: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+def _own_pools() -> None:
+    for engine in list(_ENGINES):
         engine.dispose(close=False)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_own_pools)

@@ -3,10 +3,10 @@
 The connection lost while the claim or the completion commits (a failover, a dropped socket)
 leaves its outcome unknown to the caller, not to the record: read back, a record in flight under
 this run's lease was claimed by it (the function runs), and one succeeded under it was completed
-by it. Otherwise the completion runs once more on a fresh connection, as the gate's settlement
-does: before, the driver's error was raised, and the record stayed in flight (a retry was
-`InProgress`, then after the lease `NeedsReconciliation`) for a function that never ran or whose
-result was known."""
+by it. Otherwise the completion (or a failure, an unknown outcome: `_once_more`) runs once more
+on a fresh connection, as the gate's settlement does: before, the driver's error was raised, and
+the record stayed in flight (a retry was `InProgress`, then after the lease
+`NeedsReconciliation`) for a function that never ran or whose outcome was known."""
 
 from __future__ import annotations
 
@@ -44,10 +44,10 @@ def run(
     try:
         result = fn()
     except OutcomeUnknown as exc:
-        store.mark_needs_reconciliation(key, owner, str(exc), provider_ref=exc.provider_ref)
+        _once_more(store, key, owner, str(exc), exc.provider_ref, unknown=True)
         raise NeedsReconciliation(key, str(exc), provider_ref=exc.provider_ref) from exc
     except Exception as exc:
-        store.fail(key, owner, describe(exc))
+        _once_more(store, key, owner, describe(exc), None, unknown=False)
         raise
     try:
         return _complete(store, key, owner, result)
@@ -65,3 +65,25 @@ def _complete(store: IdempotencyStore, key: str, owner: str, result: Any) -> Any
         if record is not None and record.status == "succeeded" and record.lease_owner == owner:
             return record.result  # its commit landed
         return store.complete(key, owner, result).result
+
+
+def _once_more(
+    store: IdempotencyStore, key: str, owner: str, why: str, ref: str | None, *, unknown: bool
+) -> None:
+    """The function's unknown outcome or definite failure stored; once more on a fresh connection
+    after a lost one while the record, read back, is still in flight under this run's lease (else
+    the lost commit landed, or another attempt holds the key: never stored over). Before, the
+    driver's error replaced the function's, and the record stayed in flight."""
+    for again in (False, True):
+        try:
+            if unknown:
+                store.mark_needs_reconciliation(key, owner, why, provider_ref=ref)
+            else:
+                store.fail(key, owner, why)
+            return
+        except DBAPIError as exc:
+            if again or not store.lost_connection(exc):
+                raise
+            record = store.get(key)
+            if record is None or (record.status, record.lease_owner) != ("in_progress", owner):
+                return
