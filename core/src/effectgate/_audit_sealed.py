@@ -27,6 +27,17 @@ def entries(store: Store) -> Sequence[RedactedRow]:
         return store.redacted(conn)
 
 
+def sealed_entries(store: Store, keyring: Keyring | None) -> dict[tuple[str, str, str], RedactedRow]:
+    """The redaction entries by (table, row key, column), the last of a key's; with `keyring` only
+    those whose seal verifies (one inserted in the database after a sealed one would hide it): what
+    replay and `redact --export` go by."""
+    return {
+        (e.table_name, e.row_key, e.column_name): e
+        for e in entries(store)
+        if keyring is None or entry_sealed(keyring, e)
+    }
+
+
 def backing(rows: Sequence[RedactedRow], keyring: Keyring | None) -> Backing:
     """The redaction entry that backs each erased value, by (table, row key, column), and the
     entries it hides, in order. A redaction writes one entry a value; of several (one inserted in

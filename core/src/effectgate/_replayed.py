@@ -6,24 +6,9 @@ from __future__ import annotations
 
 from ._ledger import grant_live, past
 from .effects import Policy
-from .redact import entry_sealed
 from .stores.protocol import Store
-from .stores.records import ApprovalRow, RedactedRow
+from .stores.records import ApprovalRow
 from .table import EffectTable
-from .tokens import Keyring
-
-
-def erasures(store: Store, keyring: Keyring | None) -> dict[tuple[str, str, str], RedactedRow]:
-    """The redaction entries by (table, row key, column), the last of a key's; with `keyring`
-    only those whose seal verifies (one inserted in the database after a sealed one would hide
-    it, and the erased approval would read as tampered)."""
-    with store.reading() as conn:  # the ledger is only read
-        rows = store.redacted(conn)
-    return {
-        (e.table_name, e.row_key, e.column_name): e
-        for e in rows
-        if keyring is None or entry_sealed(keyring, e)
-    }
 
 
 def never_run(store: Store, rows: list[ApprovalRow], ran: set[str]) -> set[str]:

@@ -54,9 +54,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ._audit_rows import is_shadow, marker_problem
+from ._audit_sealed import sealed_entries
 from ._ledger import context_of
 from ._logging import quiet
-from ._replayed import erasures, never_run, stale
+from ._replayed import never_run, stale
 from ._seal import approval_sealed, decision_intact
 from ._telemetry import _api
 from .canonical import hash_of_text
@@ -186,7 +187,7 @@ def replay(
     ran = set(last)
     rows = [r for r in store.approvals() if r.status in REPLAYED or r.id in ran or _granted(r, denied)]
     rows.sort(key=_order)
-    erased = erasures(store, keyring) if any(is_redacted(r.args_json) for r in rows) else {}
+    erased = sealed_entries(store, keyring) if any(is_redacted(r.args_json) for r in rows) else {}
     # a marker no (sealed) redaction entry backs erased nothing: the row is tampered, replayed as such
     forged = {r.id for r in rows if is_redacted(r.args_json) and _forged(erased, keyring, r)}
     redacted = tuple(r.id for r in rows if is_redacted(r.args_json) and r.id not in forged)

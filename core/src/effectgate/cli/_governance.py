@@ -12,6 +12,7 @@ from typing import Any
 
 from rich.console import Console
 
+from .._audit_sealed import sealed_entries
 from .._export_file import linked, strict_loads
 from .._holds import UnknownFact
 from ..audit import seal_rules
@@ -23,7 +24,6 @@ from ..redact import (
     Redaction,
     RedactionError,
     SubjectNotFound,
-    entry_sealed,
     hold,
     holds,
     redact,
@@ -130,7 +130,7 @@ def _cmd_redact(args: argparse.Namespace, out: Console) -> int:
         # the files lose exactly what the ledger erased (with --subject: that subject's records),
         # by its sealed entries alone: one inserted in the database (its commitment copied from the
         # file's record) would erase a value the ledger still holds, or hide a sealed one
-        erased = _sealed(store, keyring) if args.export else {}
+        erased = sealed_entries(store, keyring) if args.export else {}
         files: dict[str, int] = {}
         for path in dict.fromkeys(args.export):  # each once; a hold placed since keeps the files' copies
             if any(h.user_id == args.user for h in holds(store)):
@@ -160,19 +160,11 @@ def _cmd_redact(args: argparse.Namespace, out: Console) -> int:
     return code
 
 
-def _sealed(store: Any, keyring: Any) -> dict[tuple[str, str, str], Any]:
-    """The redaction entries whose seals verify, by (table, row key, column): `entries` keeps the
-    last of a key's, and one inserted after a sealed one would hide it."""
-    with store.transaction() as conn:
-        rows = [e for e in store.redacted(conn) if entry_sealed(keyring, e)]
-    return {(e.table_name, e.row_key, e.column_name): e for e in rows}
-
-
 def _erased_before(store: Any, keyring: Any, user: str, subject: Any) -> str | None:
     """The id of the last redaction of `user`'s `subject` (its event names both, and its sealed
     entries are in the ledger), or None: a write it erased no longer shows the subject in its
     arguments, so the same command run again to finish its export files finds none."""
-    ran = {e.redaction_id for e in _sealed(store, keyring).values()}
+    ran = {e.redaction_id for e in sealed_entries(store, keyring).values()}
     named = {"user_id": user, "subject_key": subject_keys(subject)[0]}
     for event in reversed(store.events(kind="redacted")):
         try:
