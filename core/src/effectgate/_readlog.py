@@ -4,7 +4,7 @@ A read must cost microseconds, and a SQLite commit costs tens of them, so reads 
 a buffer here, as rows already built on the call path (`records.READ_COLUMNS`, the args hash
 computed when the call was made), and written: by a background thread at most `interval`
 seconds later (sooner when `batch` records wait), on `flush()` and `close()`, and at interpreter
-exit (a multiprocessing child's too, which skips atexit: see `_at_exit`). The thread ends after
+exit (a multiprocessing child's too, which skips atexit: `_flush_all`). The thread ends after
 `IDLE` seconds with nothing to write (a later read starts another), so a gate dropped without
 `close()` keeps no thread, nor its store; one that cannot start (the process at its thread limit)
 is tried again at the next read. A batch whose write fails goes back to the buffer, tried again
@@ -52,8 +52,7 @@ class ReadLog:
         self._interval = interval
         self._exiting = False  # the interpreter exits: no thread starts any more
         self._forked()
-        _at_exit(weakref.ref(self))
-        _LOGS.add(self)
+        _LOGS.add(self)  # written at exit (`_close_all`), renewed in a forked child
 
     def _forked(self) -> None:
         """Fresh state: at construction, and in a forked child (whose parent's writer thread and
@@ -188,18 +187,6 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forked)
 
 
-def _at_exit(ref: weakref.ref[ReadLog]) -> None:
-    """Write the log's records at exit: closed at atexit, and flushed before the threads are
-    joined (`threading._shutdown`, which a multiprocessing child runs before its `os._exit`,
-    skipping atexit), so a worker process's last reads are written, not lost with it. Only
-    flushed there: threads still running (not daemons) read on, and their writer with them."""
-    atexit.register(_close_at_exit, ref)
-    register = getattr(threading, "_register_atexit", None)  # CPython's, as concurrent.futures uses
-    if register is not None:
-        with contextlib.suppress(RuntimeError):  # made while the interpreter shuts down: atexit's
-            register(_flush_at_exit, ref)
-
-
 def _flush_at_exit(ref: weakref.ref[ReadLog]) -> None:
     log = ref()
     if log is None:
@@ -219,3 +206,23 @@ def _close_at_exit(ref: weakref.ref[ReadLog]) -> None:
         _log.error(
             "effectgate: %d read records could not be written at exit: lost", len(log._items), exc_info=True
         )
+
+
+def _flush_all() -> None:
+    for log in list(_LOGS):
+        _flush_at_exit(weakref.ref(log))
+
+
+def _close_all() -> None:
+    for log in list(_LOGS):
+        _close_at_exit(weakref.ref(log))
+
+
+# Every live log's records are written at exit: closed at atexit, and flushed before the threads
+# are joined (`threading._shutdown`, which a multiprocessing child runs before its `os._exit`,
+# skipping atexit), so a worker process's last reads are written, not lost with it. Only flushed
+# there: threads still running (not daemons) read on, and their writer with them. Registered once
+# for all logs (atexit never forgets a registration: one per log accumulated as gates were made).
+atexit.register(_close_all)
+with contextlib.suppress(AttributeError, RuntimeError):  # CPython's, as concurrent.futures uses it
+    threading._register_atexit(_flush_all)  # type: ignore[attr-defined]

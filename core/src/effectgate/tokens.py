@@ -150,7 +150,9 @@ class Keyring:
     @classmethod
     def from_env(cls, var: str = ENV_VAR) -> Keyring | None:
         value = os.environ.get(var)
-        return cls.parse(value) if value else None
+        if value is not None and not value.strip():  # set, but to nothing: a secret not injected
+            raise ValueError(f"${var} is set but empty: unset it (a SQLite file's key file) or set one")
+        return None if value is None else cls.parse(value)
 
     @classmethod
     def load_or_create(cls, path: str | Path) -> Keyring:
@@ -371,11 +373,8 @@ _URLSAFE = bytes.maketrans(b"+/", b"-_")
 def _keyed(keys: Mapping[str, bytes]) -> dict[str, Any]:
     """Each key's keyed HMAC-SHA256 state: OpenSSL's own object (what `hmac.HMAC` wraps: a MAC is
     three C calls without the wrapper's three Python ones), else the `hmac.HMAC` (same methods)."""
-    out: dict[str, Any] = {}
-    for kid, secret in keys.items():
-        state = hmac.new(secret, digestmod="sha256")
-        out[kid] = getattr(state, "_hmac", None) or state
-    return out
+    states = {kid: hmac.new(secret, digestmod="sha256") for kid, secret in keys.items()}
+    return {kid: getattr(state, "_hmac", None) or state for kid, state in states.items()}
 
 
 def _mac_bytes(state: Any, body: bytes) -> bytes:

@@ -71,7 +71,7 @@ def _check_keys(url: str, parsed: Any) -> None:
     """Refuse (usage error, before the schema is made) a keyring `setup` would report in use that
     no command can load: a malformed $EFFECTGATE_KEYRING, or a key file beside the SQLite file that
     is no key file (its text, its mode, not a regular file)."""
-    db, env = _sqlite_file(parsed), os.environ.get("EFFECTGATE_KEYRING")
+    db, env = _sqlite_file(parsed), "EFFECTGATE_KEYRING" in os.environ  # set but empty: refused too
     keys = None if env or db is None else Path(f"{db}.keys")
     if keys is not None and keys.is_symlink() and not keys.exists():
         raise UsageError(f"the key file {keys} is a symbolic link to nothing: remove it; nothing was set up")
@@ -79,7 +79,7 @@ def _check_keys(url: str, parsed: Any) -> None:
         try:
             keyring_for(url, create=False)
         except ValueError as exc:
-            where = "$EFFECTGATE_KEYRING: " if env else ""
+            where = "$EFFECTGATE_KEYRING: " if env and not str(exc).startswith("$") else ""
             raise UsageError(f"{where}{exc}; nothing was set up") from exc
 
 
