@@ -64,8 +64,8 @@ class Delivery:
 class WebhookNotifier:
     """Posts each notice to `url` as a Slack-compatible JSON message, signed with `keyring`.
 
-    - `keyring`: the webhook's own keys (`Keyring.generate()` or `Keyring.parse("kid:hex")`);
-      the gate refuses a notifier that shares a key with its grant keyring.
+    - `keyring`: the webhook's own keys (`Keyring.generate()` or `Keyring.parse("kid:hex")`), one
+      per receiver (a signature names no endpoint); the gate refuses its grant keyring's keys.
     - `inbox_url`: where `effectgate serve` is reached; the message links to the card.
     - `kinds` / `roles`: which notices this webhook gets (e.g. one channel per approver role).
     - `attempts`, `backoff`, `max_backoff`: up to `attempts` tries; after a connection error, a
