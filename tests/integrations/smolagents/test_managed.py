@@ -347,8 +347,9 @@ def test_a_gated_managed_agent_run_alone_still_needs_identity(shop_gate: ShopGat
 
 
 def test_manager_code_cannot_reach_around_the_members_gate(shop_gate: ShopGate) -> None:
-    """A CodeAgent manager's code is handed the member itself: its tools are still GatedTools,
-    which run only inside the member's own gated run. Called from the manager's code, nothing runs."""
+    """A CodeAgent manager's code is handed the member as a function: its tools run only inside
+    the member's own gated run. Called from the manager's code, nothing runs, and the model reads
+    why (the run goes on: it used to raise MissingIdentity out of the application's run)."""
     _, member = refund_team(shop_gate, "tool_calling", "tool_calling")
     code = ScriptedCodeModel(
         ['payments.tools["refund_order"](order_id="1042", amount=12000, currency="GBP")', 'final_answer("x")']
@@ -360,8 +361,8 @@ def test_manager_code_cannot_reach_around_the_members_gate(shop_gate: ShopGate) 
         shop_gate.gate,
         agent_id="support",
     )
-    with pytest.raises(MissingIdentity):
-        manager.run("Refund order 1042", **IDENTITY)
+    assert isinstance(manager.run("Refund order 1042", **IDENTITY), Finished)
+    assert "payments(task=" in str(manager.agent.memory.steps[1].error)  # the model read how
     assert shop_gate.shop.receiver.count("refund") == 0
     assert shop_gate.store.approvals() == []
 

@@ -155,13 +155,6 @@ def test_the_members_memory_handed_to_code_is_plain_data_and_follows_its_runs(sh
     assert shop_gate.shop.reads["get_order"] == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="design decision: test_managed's test_manager_code_cannot_reach_around_the_members_gate "
-    "pins MissingIdentity raised out of the manager's run. The fix: in _managed._calling, hand each "
-    "member tool as a function raising GateRefusal (an Exception the model reads) instead of calling "
-    "the GatedTool, whose `_context()` raises `Stop` (a BaseException) outside the member's run",
-)
 def test_manager_code_calling_a_members_tool_is_told_so_and_the_run_goes_on(shop_gate: ShopGate) -> None:
     """The manager's code was handed each member's tools as functions calling the gated tool,
     which outside the member's run raised `MissingIdentity` through smolagents' handlers: model

@@ -41,6 +41,7 @@ from effectgate import EffectGate, Pending
 from effectgate.adapter import UnknownTool
 
 from ._code import ApprovalRequired
+from ._errors import GateRefusal
 from ._identity import model_id_of, plain_run_refused
 from ._imports import check_imports
 from ._outcomes import AwaitingApproval
@@ -156,8 +157,24 @@ def _calling(member: MultiStepAgent) -> Callable[..., Any]:
 
     call.__name__ = call.__qualname__ = run.__name__
     call.__doc__ = run.__doc__
-    tools = {n: _only_call(t, n, getattr(t, "description", None)) for n, t in member.tools.items()}
+    tools = {n: _refusing(n, run.__name__, getattr(t, "description", None)) for n, t in member.tools.items()}
     vars(call).update(tools=tools, memory=memory_copy(member.memory), task=plain(member.task))
+    return call
+
+
+def _refusing(name: str, member: str, doc: str | None) -> Callable[..., Any]:
+    """A member's tool as the manager's code sees it: a function that runs nothing and tells the
+    model how to have it done (`GateRefusal`, an error it reads). Calling the tool itself, outside
+    the member's run, raised `MissingIdentity` out of the application's run."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        raise GateRefusal(
+            f"{name} is a tool of the managed agent {member}: code cannot call it (nothing ran); "
+            f"ask the agent: {member}(task=...)"
+        )
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = doc
     return call
 
 
