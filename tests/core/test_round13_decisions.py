@@ -46,11 +46,6 @@ def test_no_fresh_grant_for_a_version_whose_grant_was_presented(
     assert bank.runs == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="design decision: approver ids are compared exactly as the application gives them; "
-    "whether ids differing in case or Unicode normalisation name one person is the application's call",
-)
 @pytest.mark.parametrize(
     ("first", "second"),
     [("pia", "PIA"), ("pi\u00e1", "pia\u0301"), ("pia", "pia ")],

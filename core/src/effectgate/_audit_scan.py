@@ -62,6 +62,7 @@ from ._audit_rows import (
     status_at,
 )
 from ._audit_sealed import backing, entries, status_tampered
+from ._person import person
 from ._rules import possible_roles
 from ._seal import RELEASE, seal_checker, stored_args_hash
 from .effects import Effect, Policy, weakened
@@ -172,7 +173,7 @@ class Scan:
         for d in decisions:
             if self._decision(a, d, policy, role):
                 if (d[D_VERSION], d[D_ROUND]) == last:
-                    people.add(d[D_APPROVER])
+                    people.add(person(d[D_APPROVER]))
             elif self._sealed_as(d, "deny"):
                 denied.add(d[D_VERSION])
             elif (d[D_VERSION], d[D_ROUND]) == last and self._sealed_as(d, RELEASE):
@@ -263,7 +264,7 @@ class Scan:
             detail = f"{d[D_APPROVER]} approved as {d[D_ROLE]}; {a[A_ROLE]} needed"
             self.add("wrong_role", tool, detail, approval_id)
             ok = False
-        if d[D_APPROVER] == a[A_USER] and not (policy is not None and policy.self_approval):
+        if person(d[D_APPROVER]) == person(a[A_USER]) and not (policy is not None and policy.self_approval):
             self.add("self_approved", tool, f"{d[D_APPROVER]} approved their own call", approval_id)
             ok = False
         return ok and (policy is None or policy.role_satisfies(d[D_ROLE], role))

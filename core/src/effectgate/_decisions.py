@@ -20,6 +20,7 @@ from ._deps import Deps, Events, connection_lost
 from ._json import parse
 from ._ledger import Ledger, context_of, grant_live, in_scope, past
 from ._logging import logger
+from ._person import person
 from ._seal import approval_intact, approval_verifies, broken, grant_released, seal_approval, seal_decision
 from .canonical import _SURROGATE
 from .context import Approver
@@ -164,7 +165,7 @@ class Decisions:
                 if type(version) is not int or version != row.version:
                     raise StaleApproval(approval_id, version, row.version)
                 spec, role, required = self.ledger.bar(row)
-                if approver.id == row.user_id and not self.policy.self_approval:
+                if person(approver.id) == person(row.user_id) and not self.policy.self_approval:
                     raise WrongApprover(
                         approval_id,
                         f"{approver.id} made this call and may not approve it (Policy.self_approval is off)",
@@ -177,7 +178,7 @@ class Decisions:
                 given, denial = self.ledger.decided(conn, row, round_=row.grants, role=role, read=read)
                 if denial is not None:  # its status was edited: the sealed denial decides
                     raise AlreadyDecided(approval_id, "denied")
-                if any(d.approver_id == approver.id for d in given):
+                if any(person(d.approver_id) == person(approver.id) for d in given):
                     raise WrongApprover(
                         approval_id, f"{approver.id} already approved; a second, distinct approver is needed"
                     )

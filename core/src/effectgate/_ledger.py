@@ -19,6 +19,7 @@ from ._answers import SHADOW_NOTE
 from ._deps import Deps, Events
 from ._json import parse
 from ._kept import forged
+from ._person import person
 from ._seal import approval_verifies, decision_intact
 from ._standing import standing
 from .context import CallContext, Confirmation, SubjectEntry
@@ -305,11 +306,11 @@ class Ledger:
             if d.decision == "approve":
                 if (
                     d.grant_round == round_
-                    and d.approver_id not in seen
+                    and person(d.approver_id) not in seen
                     and decision_intact(self.keyring, d)
                     and (role is None or self.policy.role_satisfies(d.role, role))
                 ):
-                    seen[d.approver_id] = d
+                    seen[person(d.approver_id)] = d
             elif denial is None and d.decision == "deny" and decision_intact(self.keyring, d):
                 denial = d
         return list(seen.values()), denial

@@ -15,6 +15,7 @@ from collections import defaultdict
 from typing import Any
 
 from .._display import card_view, stored_json
+from .._person import person
 from .._seal import approval_verifies, decision_intact
 from .._standing import said_status
 from ..gate import EffectGate
@@ -86,11 +87,12 @@ def withheld(gate: EffectGate, approver_id: str, context: dict[str, Any]) -> str
     allow self-approval) or "approved-already" (they approved this version: a second approver
     must be distinct); None when it does not. The card then offers only Deny, and says why."""
     card = context["card"]
-    if approver_id == card.user_id and not gate.policy.self_approval:
+    if person(approver_id) == person(card.user_id) and not gate.policy.self_approval:
         return "own-call"
     # as the gate counts them: this version's approvals in its first grant round (a pending version
     # was never granted) by a role that may decide it
     counted = gate.policy.role_satisfies
-    mine = [d for d in context["decisions"] if d.approver_id == approver_id and d.version == card.version]
+    me = person(approver_id)
+    mine = [d for d in context["decisions"] if person(d.approver_id) == me and d.version == card.version]
     approved = [d for d in mine if d.decision == "approve" and d.grant_round == 0]
     return "approved-already" if any(counted(d.role, card.approver_role) for d in approved) else None

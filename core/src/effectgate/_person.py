@@ -1,0 +1,22 @@
+"""Who a person is, for the rules that count people: two distinct approvers, and no approving
+one's own call. Ids are the application's, and one person is not two because of how an id was
+spelled: ids that differ only in case, Unicode normalisation (a composed or decomposed "á"),
+invisible format characters (zero-width, bidi marks) or surrounding whitespace name one person
+("pia", "PIA", "pia " are one reviewer). The ids are stored as given; only these rules compare
+them this way (the gate, the audit and the inbox alike)."""
+
+from __future__ import annotations
+
+import functools
+import unicodedata
+
+
+@functools.lru_cache(maxsize=4096)  # reviewers are few; the audit compares each decision's
+def person(identity: str) -> str:
+    """The form of `identity` the people rules compare (anything but text as it is)."""
+    if type(identity) is not str:
+        return identity
+    if identity.isascii():
+        return identity.strip().lower()
+    text = "".join(c for c in identity if unicodedata.category(c) != "Cf")
+    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold()).strip()
