@@ -8,8 +8,8 @@ A decision record is one execution the gate recorded (a read is not one; a write
 who authorised it): its sequence number (the execution's id), time, tool, effect, status, args hash, the
 arguments' facts and commitments, idempotency key and provider reference, the caller (session, origin
 message, user, agent, run, and the model that proposed it), the table, row and policy fingerprints, and
-for a gated call its approval id, version, every approver's id, role, round and time, and the grant that
-ran it (its key id and the sha256 of its token; the token itself is never stored).
+for a gated call its approval id, version, every approver of the round that minted the grant that ran it
+(id, role, round, time: a lapsed round vouches for no run) and that grant (its key id and its token's sha256).
 
 The file is JSON Lines, one `{"seq", "prev", "hash", "record", "personal"}` a line, where `hash`
 is sha256 of `prev` and the record's RFC 8785 canonical JSON, and `prev` is the hash of the line
@@ -90,15 +90,15 @@ def decision_records(
     one before it is exported with it, so one row with a wrong clock cannot hold back every later
     record. Each comes with its personal values (column -> text; an erased value is absent)."""
     erased = backing(entries(store), keyring)[0]  # sealed ones (none inserted since hides them)
+    # the grant that ran a call: key id, token hash (never the token), the round whose approvers count
+    grants = {a.id: (a.token_kid, a.token_hash, a.grants - 1) for a in store.approvals() if a.token_hash}
     approvers: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
-    for d in store.all_decisions():
-        if d.decision == "approve" and _seal.decision_intact(keyring, d):  # not one inserted after the audit
-            approvers[(d.approval_id, d.version)].append(
-                {"id": d.approver_id, "role": d.role, "round": d.grant_round, "at": d.at}
-            )
+    for d in store.all_decisions():  # sealed: not one inserted after the audit
+        ran = grants.get(d.approval_id, (0, 0, None))[2]
+        if d.decision == "approve" and d.grant_round == ran and _seal.decision_intact(keyring, d):
+            who = {"id": d.approver_id, "role": d.role, "round": d.grant_round, "at": d.at}
+            approvers[(d.approval_id, d.version)].append(who)
     refs = {r.key: r.provider_ref for r in store.idempotency_records()}
-    # the grant that ran a gated call: its key id and the hash of its token (never the token)
-    grants = {a.id: (a.token_kid, a.token_hash) for a in store.approvals() if a.token_hash is not None}
     executions = store.executions()
     settled = [ex.id for ex in executions if ex.id is not None and (before is None or ex.at < before)]
     upto = max(settled, default=0)  # in id order: what comes after the last settled row waits
@@ -109,7 +109,7 @@ def decision_records(
         if ex.id <= after_seq or ex.effect == "read":
             continue
         gated = ex.approval_id is not None and ex.version is not None
-        grant = grants.get(ex.approval_id or "", (None, None))
+        grant = grants.get(ex.approval_id or "", (None, None, None))
         personal, committed = dict[str, str](), dict[str, str]()  # column -> text, and -> its commitment
         for column, text in (("args_json", ex.args_json), ("error", ex.error)):
             if text is None:

@@ -50,7 +50,7 @@ from __future__ import annotations
 import json
 import secrets
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -226,7 +226,7 @@ def _erase(
 def _keep(keep: Sequence[str]) -> tuple[str, ...]:
     """The argument names to keep as facts: a sequence of names (one string is refused, it would
     be read letter by letter and keep nothing; so is none, as `--keep ""` is: the facts would go)."""
-    names = () if isinstance(keep, str) else tuple(keep)  # taken once: a generator is read once
+    names = tuple(keep) if isinstance(keep, Iterable) and not isinstance(keep, str) else ()  # read once
     if isinstance(keep, str) or not names or not all(isinstance(k, str) and k for k in names):
         raise RedactionError(
             f"keep must be a sequence of argument names, e.g. ('amount', 'currency'), not {keep!r}: "
@@ -265,7 +265,7 @@ def redact(
     no record of the user matches `subject`."""
     for name, value in (("user_id", user_id), ("by", by), ("reason", reason)):
         _text(name, value)
-    if subject is not None and not subject:  # it would match every write of the user
+    if subject is not None and (not isinstance(subject, Mapping) or not subject):  # {}: every write
         raise RedactionError(
             "subject must name at least one field (e.g. {'order_id': '1042'}); to erase all of the "
             "user's records, give no subject: nothing was redacted"
@@ -320,6 +320,8 @@ def retain(
     tools absent from the table), erase the personal values of its records older than that many
     days, keeping the facts. Held users and calls that may still run are left alone."""
     _text("by", by)
+    if not isinstance(rules, Mapping):  # a list of pairs, None: no rule read as none, nor a raw error
+        raise RedactionError(f"rules must map record kinds to days, e.g. {{'read': 30}}, not {rules!r:.60}")
     known = {str(e) for e in Effect} | {UNCLASSIFIED}
     for effect, days in rules.items():
         if effect not in known:
