@@ -106,14 +106,15 @@ def marker(redaction_id: str, facts: Mapping[str, Any] | None = None) -> str:
 
 
 def facts_of(args_json: str, keep: Sequence[str]) -> dict[str, Any]:
-    """The top-level arguments named in `keep` (a marker's own facts when already redacted)."""
+    """The top-level arguments named in `keep` (a marker's own facts when already redacted: text
+    that starts like one, not any object with a `$redacted` key, whose other values would stay)."""
     try:
         args = json.loads(args_json)
     except ValueError:
         return {}
     if not isinstance(args, dict):
         return {}
-    if MARK in args:
+    if MARK in args and is_redacted(args_json):
         return {k: v for k, v in args.items() if k != MARK}
     return {k: args[k] for k in keep if k in args}
 

@@ -365,8 +365,9 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, ReadingSQL, TogetherSQL, Id
         for e in events:
             row = list(map(e.get, columns))
             detail = row[at]
-            if not isinstance(detail, str):
-                row[at] = detail_json(detail) if detail else "{}"
+            if not isinstance(detail, str):  # a detail keyed like a redaction marker is not one
+                text = detail_json(detail) if detail else "{}"
+                row[at] = " " + text if text.startswith(_dialect.REDACTED_PREFIX) else text
             rows.append(row)
         sql = self._q(("events",), lambda: _dialect.insert_many_sql(conn, "eg_events", Q._EVENT_COLUMNS))
         _dialect.run_many(conn, sql, rows, driver=self._checkouts.cursors.get(conn))
