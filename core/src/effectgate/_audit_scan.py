@@ -173,7 +173,7 @@ class Scan:
         for d in decisions:
             if self._decision(a, d, policy, role):
                 if (d[D_VERSION], d[D_ROUND]) == last:
-                    people.add(person(d[D_APPROVER]))
+                    people.add(d[D_APPROVER])  # one person under two spellings: below
             elif self._sealed_as(d, "deny"):
                 denied.add(d[D_VERSION])
             elif (d[D_VERSION], d[D_ROUND]) == last and self._sealed_as(d, RELEASE):
@@ -181,7 +181,8 @@ class Scan:
         revoked = released or a[A_VERSION] in denied
         if denied or approved is not (type(a[A_GRANTS]) is int and a[A_GRANTS] > 0):  # the unsealed status
             self.findings += status_tampered(a, approved, a[A_VERSION] in denied, shadow)
-        approvers = {a[A_VERSION]: len(people)} if people and not revoked else {}
+        count = len(people) if len(people) < 2 else len({person(p) for p in people})
+        approvers = {a[A_VERSION]: count} if people and not revoked else {}
         return Bar(
             a[A_VERSION],
             a[A_HASH],
@@ -264,7 +265,7 @@ class Scan:
             detail = f"{d[D_APPROVER]} approved as {d[D_ROLE]}; {a[A_ROLE]} needed"
             self.add("wrong_role", tool, detail, approval_id)
             ok = False
-        if person(d[D_APPROVER]) == person(a[A_USER]) and not (policy is not None and policy.self_approval):
+        if not (policy is not None and policy.self_approval) and person(d[D_APPROVER]) == person(a[A_USER]):
             self.add("self_approved", tool, f"{d[D_APPROVER]} approved their own call", approval_id)
             ok = False
         return ok and (policy is None or policy.role_satisfies(d[D_ROLE], role))

@@ -11,12 +11,16 @@ import functools
 import unicodedata
 
 
-@functools.lru_cache(maxsize=4096)  # reviewers are few; the audit compares each decision's
 def person(identity: str) -> str:
     """The form of `identity` the people rules compare (anything but text as it is)."""
+    if type(identity) is str and identity.isascii():  # the usual id: no cache (the audit meets many)
+        return identity.strip().lower()
+    return _unusual(identity)
+
+
+@functools.lru_cache(maxsize=1024)
+def _unusual(identity: str) -> str:
     if type(identity) is not str:
         return identity
-    if identity.isascii():
-        return identity.strip().lower()
     text = "".join(c for c in identity if unicodedata.category(c) != "Cf")
     return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold()).strip()
