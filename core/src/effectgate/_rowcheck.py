@@ -23,7 +23,9 @@ import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ._rules import Escalate
+import pydantic_core
+
+from ._rules import Escalate, _context_params
 from ._textcheck import reveal, text_warnings
 from .effects import Effect, Policy
 from .errors import TableError
@@ -132,18 +134,100 @@ def is_async(fn: object) -> bool:
 def check_by_name(tool: str, fn: Callable[..., Any], schema: Mapping[str, Any]) -> None:
     """TableError for a parameter the gate cannot pass: it calls `fn(**arguments)`, so one that is
     positional-only (`def f(x, /)`, as many builtins) and required, or named in the schema, would
-    fail every call with a TypeError (a gated call's after its approval, as an unknown outcome)."""
+    fail every call with a TypeError (a gated call's after its approval, as an unknown outcome);
+    so would an argument the schema requires that is no parameter (and no `**kwargs` takes it),
+    and a required parameter no argument of the schema names (where its top level names them all
+    and refuses any other)."""
     try:
-        params = inspect.signature(fn).parameters.values()
+        params = list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError):  # no signature to read
         return
     properties = schema.get("properties")
     named = properties if isinstance(properties, Mapping) else {}
+    context, _ = _context_params(fn)  # passed by the gate, never by the model
     for param in params:
         if param.kind is param.POSITIONAL_ONLY and (param.default is param.empty or param.name in named):
             raise TableError(
                 tool, "fn", f"{param.name!r} is positional-only: the gate passes arguments by name"
             )
+    by_name = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)} - context
+    required = schema.get("required")
+    if isinstance(required, list) and not any(p.kind is p.VAR_KEYWORD for p in params):
+        for arg in sorted(set(named) & {r for r in required if isinstance(r, str)} - by_name):
+            raise TableError(tool, "schema", f"{arg!r} is no parameter of fn: every call would fail")
+    if (
+        not isinstance(properties, Mapping)
+        or set(schema) & _COMBINED
+        or schema.get("additionalProperties") is not False
+    ):
+        return  # the arguments a call may give are not (only) named at the top level
+    for param in params:
+        if param.name in by_name and param.default is param.empty and param.name not in named:
+            raise TableError(
+                tool,
+                "schema",
+                f"fn requires {param.name!r}, no argument of the schema: every call would fail",
+            )
+
+
+#: Schema keywords that name arguments beside the top level `properties`.
+_COMBINED = {
+    "allOf",
+    "anyOf",
+    "oneOf",
+    "not",
+    "if",
+    "patternProperties",
+    "$ref",
+    "dependentRequired",
+    "dependentSchemas",
+    "dependencies",
+}
+
+
+def check_defaults(
+    tool: str,
+    fn: Callable[..., Any],
+    schema: Mapping[str, Any],
+    subject: Sequence[str],
+    rules: Sequence[Escalate],
+) -> None:
+    """TableError for an argument a row names (its subject's, a declarative rule's) that a call
+    may leave out, where the tool runs with a default of its own that is not the schema's: the
+    rule (or the subject) reads the schema's (`with_defaults`), and would test another value
+    than the one the tool acts on (a refund of 10**9 approved by the lower role)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return
+    properties, required = schema.get("properties", {}), schema.get("required")
+    required = [r for r in required if isinstance(r, str)] if isinstance(required, list) else []
+    named = [(arg, None) for arg in subject] + [(str(r.rule["arg"]), r) for r in rules if "arg" in r.rule]
+    for arg, rule in named:
+        param = params.get(arg)
+        if arg in required or param is None or param.default is param.empty:
+            continue
+        try:
+            runs = pydantic_core.to_jsonable_python(param.default)  # as a derived schema declares it
+        except (pydantic_core.PydanticSerializationError, ValueError, TypeError):
+            continue  # no JSON value: no schema could declare it
+        declared = properties[arg] if isinstance(properties[arg], Mapping) else {}
+        tested = {arg: declared["default"]} if "default" in declared else {}
+        if rule is not None and rule.predicate({arg: runs}) == rule.predicate(tested):
+            continue
+        if rule is None and _same(runs) == _same(tested.get(arg)):
+            continue
+        raise TableError(
+            tool,
+            "escalate" if rule else "subject",
+            f"{arg!r} left out is tested at the schema's default ({tested.get(arg)!r}), but fn runs with "
+            f"{param.default!r}: declare that default in the schema, or require {arg!r}",
+        )
+
+
+def _same(value: Any) -> Any:
+    """A value as a subject names it (a list as the set of its items)."""
+    return sorted(map(repr, value)) if isinstance(value, list) else value
 
 
 def check_flags(tool: str, **flags: object) -> None:
@@ -158,7 +242,7 @@ _READS = {"above": {"number", "integer"}, "count_above": {"string", "array"}}
 
 
 def check_named_args(
-    name: str, schema: Mapping[str, Any], subject: Sequence[str], escalate: Sequence[Escalate]
+    name: str, schema: Mapping[str, Any], subject: Sequence[str], escalate: Sequence[Escalate], fn: Any
 ) -> None:
     """TableError unless each argument a row names (its subject's, its escalation rules') is
     one of the tool's, and each rule's argument is declared as what its test reads: a rule on a
@@ -195,3 +279,4 @@ def check_named_args(
                 )
             if test in rule:
                 lowest[key] = min(rule[test], lowest.get(key, rule[test]))
+    check_defaults(name, fn, schema, subject, escalate)  # and at the value the tool runs with

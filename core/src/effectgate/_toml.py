@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ._owned import own
+from ._rowcheck import check_text
 from ._rules import Escalate
 from .effects import Reversibility
 from .errors import TableError
@@ -39,6 +40,7 @@ def load_toml(source: str | Path, bindings: Mapping[str, Callable[..., Any]]) ->
             raise TableError(name, "row", f"[tools.{name}] must be a table of fields")
         table.register(_spec_from_toml(name, row, bindings))
     for agent, names in agents.items():
+        check_text("<toml>", "agents", agent)  # an id that is not what it reads as allows no one it names
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise TableError("<toml>", "agents", f"agent {agent!r}: its allowlist must list tool names")
         table.allow(agent, names)

@@ -158,7 +158,9 @@ class ToolSpec:
         _rowcheck.check_by_name(self.name, self.fn, schema)  # called as fn(**arguments)
         # the validator fetches nothing; built here, as jsonschema is imported only by a tool's row
         self._derived["validator"] = full_validator(self.name, schema)
-        _rowcheck.check_named_args(self.name, schema, self.subject, self.escalate)  # else never matched
+        _rowcheck.check_named_args(
+            self.name, schema, self.subject, self.escalate, self.fn
+        )  # else never matched
         if not self.description:
             set_(self, "description", inspect.getdoc(self.fn) or "")
         self.check_policy(Policy())
