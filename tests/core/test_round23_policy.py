@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from effectgate import Approver, CallContext, Effect, EffectTable, Escalate, Keyring, Pending, ToolSpec
-from effectgate.errors import EffectGateError, TableError
+from effectgate.errors import EffectGateError, PolicyViolation, TableError
 from effectgate.testing import EffectRecorder
 
 from .conftest import MakeGate
@@ -160,14 +160,6 @@ def test_a_schema_the_tool_can_be_called_with_still_loads() -> None:
 # -- a table change between propose and execute
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an approval is bound to its row's and the policy's fingerprints, not to the calling agent's "
-    "allowlist: a call proposed while the agent was allowed the tool is still approved and run after the "
-    "tool was taken off its allowlist (a compromised agent's queued refunds). The fix goes in "
-    "_decisions.py (approve) and _execution.py (execute): refuse, recorded, a call whose agent "
-    "(ctx.agent_id on the approval) the gate's table no longer allows the tool",
-)
 def test_a_call_of_an_agent_no_longer_allowed_the_tool_does_not_run(make_gate: MakeGate) -> None:
     receiver = EffectRecorder()
 
@@ -186,6 +178,31 @@ def test_a_call_of_an_agent_no_longer_allowed_the_tool_does_not_run(make_gate: M
         grant = gate.approve(out.approval_id, version=out.version, approver=Approver("fiona", "finance"))
         gate.execute(grant.token)
     assert receiver.count("pay") == 0
+
+
+def test_a_grant_minted_before_the_allowlist_was_revoked_does_not_run(make_gate: MakeGate) -> None:
+    """Approved while the agent was allowed the tool, executed after it was taken off its
+    allowlist: refused (`not_allowed`), nothing run, the approval left approved and unspent."""
+    receiver = EffectRecorder()
+
+    def pay(order_id: str, amount: int) -> str:
+        return "paid"
+
+    spec = ToolSpec(name="pay", effect=Effect.MONEY, fn=receiver.wrap("pay", pay), approver_role="finance")
+    table = EffectTable([spec])
+    table.allow_all(AGENT)
+    keyring = Keyring.generate()
+    allowed = make_gate(table, keyring=keyring)
+    out = allowed.call("pay", {"order_id": "1", "amount": 5}, ctx())
+    assert isinstance(out, Pending)
+    grant = allowed.approve(out.approval_id, version=out.version, approver=Approver("fiona", "finance"))
+    revoked = make_gate(EffectTable([spec], allow={AGENT: []}), keyring=keyring)
+    with pytest.raises(PolicyViolation) as refused:
+        revoked.execute(grant.token)
+    assert refused.value.code == "not_allowed"
+    assert receiver.count("pay") == 0
+    [row] = revoked.store.approvals()
+    assert (row.status, row.token_used_at) == ("approved", None)
 
 
 # -- a TOML allowlist of an agent id that is not what it reads as

@@ -341,8 +341,11 @@ class Ledger:
     def bar(self, row: ApprovalRow) -> tuple[ToolSpec, str, int]:
         """The table row, the required role and the number of distinct approvers for a stored
         call, re-derived from this gate's table and policy (never from mutable columns): a call
-        proposed under another row or policy needs a fresh proposal."""
+        proposed under another row or policy needs a fresh proposal, and one whose agent the table
+        no longer allows the tool is refused (`not_allowed`), as its call would be now."""
         spec = self.current_spec(row)
+        if not self.table.allowed(row.agent_id, row.tool):
+            raise PolicyViolation(f"agent {row.agent_id!r} may no longer call {row.tool}", code="not_allowed")
         if row.policy_fingerprint != self.policy.fingerprint:
             raise PolicyViolation(
                 f"{row.tool}: the policy changed since this approval was proposed; it needs a fresh proposal",
