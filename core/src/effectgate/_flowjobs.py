@@ -3,8 +3,11 @@ tool's job that could not run as asked: its StopIteration, a job its executor re
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from .errors import OutcomeUnknown
 
@@ -12,6 +15,7 @@ RETURNED = (
     "the tool returned an awaitable, which call/execute cannot await while an event loop is running "
     "(call such a tool with acall/aexecute): "
 )
+T = TypeVar("T")
 _SHUT = "the event loop's default executor is shut down: the call's "
 
 
@@ -48,3 +52,44 @@ def dropped(tool: bool, outcome: bool, call: Callable[[], Any]) -> Any:
     if not outcome:
         raise RuntimeError(_SHUT + "store work was refused before it started: nothing of it ran")
     return call()
+
+
+def ran(value: T) -> T:
+    """A write or gated tool's return value, unless it is work the gate never runs: a coroutine
+    (an async tool that returned one unawaited), a generator or an async generator (a plain
+    function returning one, a generator function behind a decorator) not run to its end, or a
+    pending Future (a task, a thread pool's job) the tool handed its work to. The
+    tool's own body ran, the returned work did not (or only partly): an unknown outcome
+    (`Unfinished`), the work closed if it never started. Before, the call was recorded executed
+    (`{"unserializable": "coroutine"}`), or the result's serialization ran a generator's body."""
+    work: Any = value
+    state: str
+    if type(work) in _PLAIN:  # the usual result: no inspection
+        return value
+    if inspect.iscoroutine(work):
+        state = inspect.getcoroutinestate(work)
+    elif inspect.isgenerator(work):
+        state = inspect.getgeneratorstate(work)
+    elif inspect.isasyncgen(work) and work.ag_frame is not None:
+        state = "SUSPENDED"  # not closed here either way: its `aclose()` is to be awaited
+    elif asyncio.isfuture(work) or isinstance(work, concurrent.futures.Future):
+        state = "CLOSED" if work.done() else "PENDING"  # work handed to a task, a pool: not done
+    else:
+        return value
+    if state.endswith("CLOSED"):  # it ran to its end (or its error) in the tool
+        return value
+    if state.endswith("CREATED"):
+        work.close()  # never started: nothing of it runs later, nor is warned about as never awaited
+    raise Unfinished(f"the tool returned a {type(work).__name__} it did not run to its end")
+
+
+_PLAIN = frozenset({dict, list, str, int, float, bool, type(None), tuple})
+
+
+def foreign(value: object) -> None:
+    """`Unfinished` for a pending Future of another event loop (a tool that handed its work to a
+    loop of its own, in another thread): it cannot be awaited on this one, and its work may still
+    land. Before, awaiting it raised a plain RuntimeError, which a write takes for a definite
+    failure: the record ended `failed`, and the same call again ran the tool a second time."""
+    if asyncio.isfuture(value) and not value.done() and value.get_loop() is not asyncio.get_running_loop():
+        raise Unfinished("the tool returned a pending Future of another event loop (its outcome is unknown)")

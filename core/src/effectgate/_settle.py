@@ -20,6 +20,7 @@ from typing import Any
 
 from . import flow
 from ._deps import Deps, Events, connection_lost
+from ._flowjobs import ran
 from ._json import parse, readable
 from ._leases import LeaseKeeper
 from ._logging import logger, one_line
@@ -127,6 +128,7 @@ class Settlement:
             bound = ToolContext(**{**vars(tool_context), "_on_provider_ref": on_ref})
             try:
                 result = yield flow.Invoke(spec.fn, args, spec.context_params, bound)
+                result = ran(result)  # work it returned but did not run: an unknown outcome
             except Exception as exc:
                 self.leases.release(key, owner)
                 if _definite(spec, gated=row is not None, exc=exc):

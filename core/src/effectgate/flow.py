@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable, Generator, Mapping
 from typing import Any, TypeVar
 
-from ._flowjobs import RETURNED, dropped, stopped
+from ._flowjobs import RETURNED, dropped, foreign, stopped
 from ._flowjobs import Abandoned as Abandoned
 from ._flowjobs import NotStarted as NotStarted
 from ._flowjobs import Unfinished as Unfinished
@@ -131,6 +131,7 @@ async def _own(value: Any) -> Any:
     """Await a tool's awaitable; a CancelledError of its own, while its call was not cancelled,
     is its unknown outcome (an error), not its caller's cancellation."""
     try:
+        foreign(value)  # a pending Future of another loop: its work may land (an unknown outcome)
         return await value
     except asyncio.CancelledError as exc:
         if _cancelling():

@@ -6,7 +6,11 @@ this run's lease was claimed by it (the function runs), and one succeeded under 
 by it. Otherwise the completion (or a failure, an unknown outcome: `_once_more`) runs once more
 on a fresh connection, as the gate's settlement does: before, the driver's error was raised, and
 the record stayed in flight (a retry was `InProgress`, then after the lease
-`NeedsReconciliation`) for a function that never ran or whose outcome was known."""
+`NeedsReconciliation`) for a function that never ran or whose outcome was known. A `TimeoutError`
+is an unknown outcome, as `OutcomeUnknown` is (the gate's writes take it so): before, the record
+ended `failed` and the next `run` of the key ran the function again. So is a coroutine or a
+generator `fn` returned and did not run (an async function passed as `fn`): before, it was
+stored as succeeded (`{"unserializable": "coroutine"}`) with nothing run."""
 
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ import pydantic_core
 from sqlalchemy.exc import DBAPIError
 
 from .._clock import uuid4_hex
+from .._flowjobs import ran
 from ..errors import NeedsReconciliation, OutcomeUnknown, describe
 from .base import Claimed, Stored
 
@@ -42,10 +47,11 @@ def run(
     if isinstance(claim, Stored):
         return claim.result
     try:
-        result = fn()
-    except OutcomeUnknown as exc:
-        _once_more(store, key, owner, str(exc), exc.provider_ref, unknown=True)
-        raise NeedsReconciliation(key, str(exc), provider_ref=exc.provider_ref) from exc
+        result = ran(fn())  # a coroutine or generator it returned unrun: an unknown outcome
+    except (OutcomeUnknown, TimeoutError) as exc:  # a timeout may have landed, as the gate's writes say
+        why, ref = str(exc) or describe(exc), getattr(exc, "provider_ref", None)
+        _once_more(store, key, owner, why, ref, unknown=True)
+        raise NeedsReconciliation(key, why, provider_ref=ref) from exc
     except Exception as exc:
         _once_more(store, key, owner, describe(exc), None, unknown=False)
         raise
