@@ -26,7 +26,8 @@ HOME, ...), never the proxy's own environment, so never $EFFECTGATE_KEYRING.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack
 from typing import Any, TypeVar, cast
 
@@ -35,6 +36,7 @@ import mcp.types as types
 from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
+from .._flowjobs import NotStarted
 from .._logging import logger
 from ..errors import EffectGateError, OutcomeUnknown
 from ._config import Http, Stdio, Upstream
@@ -133,6 +135,7 @@ class Connection:
         self._held: set[asyncio.Task[None]] | None = None  # the sessions' tasks, once opened
         self._scope: anyio.CancelScope | None = None  # ends the held session (replaced, or on exit)
         self._lock, self._closing = anyio.Lock(), False
+        self._loop: asyncio.AbstractEventLoop | None = None  # the held session's, once opened
 
     @property
     def name(self) -> str:
@@ -141,7 +144,7 @@ class Connection:
     async def open(self, stack: AsyncExitStack) -> None:
         """Connect (start the process, or reach the URL); else `UpstreamUnreachable`. The session,
         and any started again, is closed when `stack` is."""
-        self._held = set()
+        self._held, self._loop = set(), asyncio.get_running_loop()
         stack.push_async_callback(self._close)
         await self._connect()
 
@@ -228,6 +231,34 @@ class Connection:
         if result.is_error and key is not None:
             raise UpstreamToolError(self.name, tool, payload)
         return payload
+
+    def call_blocking(self, tool: str, arguments: dict[str, Any], *, key: str | None) -> dict[str, Any]:
+        """`call`, from a worker thread (the gate runs a proxied tool in one): on the held
+        session's loop, where a client's cancellation of the gate's call never reaches it (the
+        upstream's request is not cancelled half-way; the gate stores its outcome), else on a loop
+        of its own (an unopened connection: a session per request). `NotStarted` (nothing sent) on
+        the loop's own thread, which would wait on itself (a synchronous gate call from the proxy's
+        loop), or once that loop no longer runs (the proxy has exited)."""
+        loop = self._loop
+        if loop is None:
+            return _run_apart(self.call(tool, arguments, key=key))
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop or self._closing or not loop.is_running():
+            raise NotStarted(f"{tool!r} not sent: call it through the running proxy (acall, aexecute)")
+        return asyncio.run_coroutine_threadsafe(self.call(tool, arguments, key=key), loop).result()
+
+
+def _run_apart(coro: Coroutine[Any, Any, T]) -> T:
+    """Run `coro` to completion on a loop of its own (a thread of its own when this one runs one)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
 
 
 async def _pages(server: str, client: Client) -> list[types.Tool]:

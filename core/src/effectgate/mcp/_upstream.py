@@ -48,7 +48,7 @@ sessions are opened per request (the proxy holds one open per upstream).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, cast
 
 import mcp.types as types
@@ -85,14 +85,15 @@ MAX_NAME_BYTES = 1024
 _NO_CONTEXT = cast(ToolContext, None)
 
 
-def _caller(connection: Connection, tool: str) -> Callable[..., Awaitable[dict[str, Any]]]:
-    """The row's `fn`: called with the frozen arguments (and a write's or gated call's ToolContext)."""
+def _caller(connection: Connection, tool: str) -> Callable[..., dict[str, Any]]:
+    """The row's `fn`: called with the frozen arguments (and a write's or gated call's ToolContext),
+    in the gate's worker thread; the upstream request runs on the session's loop, so a call the
+    client cancels (or whose request timed out) once its tool started runs to its end and its
+    outcome is stored, as a thread tool's is (`Connection.call_blocking`)."""
 
-    async def call_upstream(
-        _effectgate_context: ToolContext = _NO_CONTEXT, **arguments: Any
-    ) -> dict[str, Any]:
+    def call_upstream(_effectgate_context: ToolContext = _NO_CONTEXT, **arguments: Any) -> dict[str, Any]:
         key: str | None = getattr(_effectgate_context, "idempotency_key", None)
-        return await connection.call(tool, arguments, key=key)
+        return connection.call_blocking(tool, arguments, key=key)
 
     return call_upstream
 
