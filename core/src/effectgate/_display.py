@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ._execution import EXEC_PREFIX
 from ._json import parse
 from ._seal import approval_verifies, decision_intact, foreign_key, mismatch
+from ._standing import said_status
 from .chain import check_keyring
 from .errors import ForeignSeal, StoreError, TamperedRecord, TokenError
 from .outcomes import TAMPERED_WARNING, Card, json_value
@@ -162,10 +163,28 @@ def tampered_refusal(gate: EffectGate, exc: TamperedRecord) -> tuple[str, str]:
     return "Record does not verify", f"{exc}."
 
 
+def card_status(gate: EffectGate, approval_id: str) -> tuple[str, str] | None:
+    """The status column of `approval_id` and what its card shows as its status (`said_status`:
+    what the executions and a sealed denial say), read together (a call that ran since the card
+    was read is no edit); None when it is gone."""
+    store = gate.store
+    with store.reading() as conn:
+        row = store.approval(conn, approval_id)
+        if row is None:
+            return None
+        ran = store.execution_outcomes(conn, [row.id]).get(row.id)
+        denied = any(
+            d.decision == "deny" and decision_intact(gate.keyring, d)
+            for d in store.decisions(conn, row.id, row.version)
+        )
+    return row.status, said_status(row, ran, denied, approval_verifies(gate.keyring, row))
+
+
 def card_view(gate: EffectGate, approval_id: str) -> dict[str, Any]:
     """Everything a reviewer's card shows, read from the store: the card, its arguments folded,
     the subject's history and balance, other decisions in flight on the subject, the decisions
-    taken, the result once executed, and the countdown; `intact`, whether the record verifies (a
+    taken, the result once executed, and the countdown; the status column (`column`) and the status
+    the card shows (`shown`, see `card_status`); `intact`, whether the record verifies (a
     record sealed under a key this keyring lacks does not: its card shows the keyring mismatch, see
     `keyring_warnings`). Raises UnknownApproval."""
     checked = gate.card(approval_id)
@@ -173,12 +192,15 @@ def card_view(gate: EffectGate, approval_id: str) -> dict[str, Any]:
     view = gate.subject_view(approval_id)
     with gate.store.reading() as conn:  # only the decisions whose seal verifies are the card's
         decisions = [d for d in gate.store.decisions(conn, approval_id) if decision_intact(gate.keyring, d)]
-    try:
-        result = gate.result(approval_id) if card.status == "executed" else None
+    column, shown = card_status(gate, card.approval_id) or (card.status, card.status)
+    try:  # what ran is read from the executions, whatever the status column says
+        result = gate.result(approval_id) if shown == "executed" else None
     except StoreError as exc:  # its stored result edited outside effectgate: the card says so
         result, card = None, dataclasses.replace(card, warnings=(*card.warnings, str(exc)))
     return {
         "card": card,
+        "column": column,
+        "shown": shown,
         "intact": TAMPERED_WARNING not in checked.warnings,
         "args": fold(json_value(card.args)),  # edited in the database: any JSON
         "view": view,

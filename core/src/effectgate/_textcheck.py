@@ -3,9 +3,11 @@
 A model (or a prompt injection) can write arguments that render differently from what they
 are: a right-to-left override that reverses part of an address, a zero-width space inside an
 account number, a Cyrillic "а" (or a mathematical "𝖺") inside a Latin domain name, a Cyrillic
-"О" among the digits of an account number. Every reviewer surface (CLI, web, Jupyter, webhook)
-shows the warnings of `text_warnings` next to the values, so an approver sees that the text needs
-a closer look. The values themselves are always shown unchanged.
+"О" (or a fullwidth "０") among the digits of an account number, a ligature "ﬃ" in "oﬃce",
+dozens of combining marks stacked on one letter and drawn over the amount beside it. Every
+reviewer surface (CLI, web, Jupyter, webhook) shows the warnings of `text_warnings` next to the
+values, so an approver sees that the text needs a closer look. The values themselves are always
+shown unchanged.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ _SHOWN = 80  # characters of a mixed-script token quoted in its warning
 # Letters of those scripts drawn as a digit (О as 0, З as 3, б as 6, Ӏ as 1): among ASCII digits (an
 # account number, an amount as text) one passes for a digit, and digits have no script to mix.
 _DIGIT_LIKE = frozenset("\u041e\u043e\u0417\u0437\u04e0\u0431\u04c0\u0406\u039f\u03bf\u0399\u0555\u0585")
+#: More combining marks than this on one character (no language needs them: Vietnamese has two)
+#: stack above or below it and are drawn over the lines around it (an amount on the next line).
+_STACKED = 4
 # Scripts whose letters are commonly confused with Latin ones.
 _SCRIPTS = ("LATIN", "CYRILLIC", "GREEK", "ARMENIAN", "CHEROKEE")
 
@@ -61,10 +66,29 @@ def _stray(text: str, i: int) -> bool:
     return _selector(text[i]) and (i == 0 or _selector(text[i - 1]))
 
 
+def _digit_like(ch: str) -> bool:
+    """A letter drawn as a digit (`_DIGIT_LIKE`), or a decimal digit of another block drawn as an
+    ASCII one (fullwidth `０`, mathematical `𝟶`): among ASCII digits, another number that reads the same."""
+    if ch in _DIGIT_LIKE:
+        return True
+    digit = not ch.isascii() and unicodedata.category(ch) == "Nd"
+    return digit and unicodedata.normalize("NFKC", ch).isascii()
+
+
+def _stacked(text: str) -> int:
+    """The most combining marks (categories Mn, Me) in a row in `text`: those on one character
+    (variation selectors aside: a run of them is hidden text, warned about as such)."""
+    most = run = 0
+    for ch in text:
+        run = run + 1 if unicodedata.category(ch) in ("Mn", "Me") and not _selector(ch) else 0
+        most = max(most, run)
+    return most
+
+
 def _script(ch: str) -> str | None:
-    if not ch.isascii():  # a variant of one Latin letter (𝖺, ａ, the Roman numeral ⅼ) is a lookalike
-        folded = unicodedata.normalize("NFKC", ch)
-        if len(folded) == 1 and folded.isascii() and folded.isalpha():
+    if not ch.isascii():  # a variant of a Latin letter (𝖺, ａ, the Roman numeral ⅼ), or a ligature of
+        folded = unicodedata.normalize("NFKC", ch)  # them (ﬁ, a letter; not a symbol such as ™)
+        if folded.isascii() and folded.isalpha() and (len(folded) == 1 or ch.isalpha()):
             return "LATIN LOOKALIKE"
     if not ch.isalpha():
         return None
@@ -94,8 +118,9 @@ def _describe(ch: str) -> str:
 
 
 def text_warnings(value: Any, *, limit: int = 20) -> tuple[str, ...]:
-    """Warnings for bidirectional controls, invisible characters, other control characters and
-    runs of text without spaces (words, addresses, domains) that mix lookalike scripts, each
+    """Warnings for bidirectional controls, invisible characters, other control characters,
+    stacked combining marks and runs of text without spaces (words, addresses, domains) that mix
+    lookalike scripts or hold a character drawn as a digit among digits, each
     naming where (a JSON pointer) and what; at most `limit` of them (the last says how many
     more there were)."""
     out: list[str] = []
@@ -121,10 +146,13 @@ def text_warnings(value: Any, *, limit: int = 20) -> tuple[str, ...]:
             quoted = token if len(token) <= _SHOWN else token[: _SHOWN - 1] + "…"
             if len(scripts) > 1:
                 found.append(f"mixed scripts ({', '.join(sorted(scripts))}) in {quoted!r}")
-            elif any("0" <= c <= "9" for c in token) and (odd := sorted(set(token) & _DIGIT_LIKE)):
+            elif any("0" <= c <= "9" for c in token) and (odd := sorted(set(filter(_digit_like, token)))):
                 found.append(
                     f"{', '.join(map(_describe, odd))} drawn as a digit among the digits of {quoted!r}"
                 )
+        stacked = _stacked(text)
+        if stacked > _STACKED:
+            found.append(f"{stacked} combining marks stacked on one character (drawn over text around it)")
         for item in found:
             total += 1
             if len(out) < limit:

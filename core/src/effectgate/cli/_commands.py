@@ -14,7 +14,7 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from .._display import keyring_warnings, remaining, when
+from .._display import card_status, keyring_warnings, remaining, when
 from ..audit import export_jsonl
 from ..context import Approver
 from ..export import ExportError, Manifest, Verified, export_chain, manifest_path, verify_export
@@ -128,10 +128,11 @@ def _cmd_show(args: argparse.Namespace, out: Console) -> int:
     with _gate(args) as gate:
         [card] = keyring_warnings(gate, [gate.card(args.id)])
         now, run = gate.clock.now(), _run(gate.store.executions(approval_id=card.approval_id))
-    if args.json:
-        _write_json({**card.to_dict(), "run": run})
+        status = card_status(gate, card.approval_id) or (card.status, card.status)
+    if args.json:  # `status` is the column; `shown_status` what the executions and sealed decisions say
+        _write_json({**card.to_dict(), "run": run, "shown_status": status[1]})
     else:
-        out.print(_card_panel(card, now=now, run=run))
+        out.print(_card_panel(card, now=now, run=run, status=status))
     return EXIT_OK
 
 

@@ -154,16 +154,27 @@ def _run(runs: Sequence[Any]) -> dict[str, Any] | None:
     return {"status": runs[-1].status, "error": runs[-1].error, "at": runs[-1].at} if runs else None
 
 
-def _card_panel(card: Card, *, now: float | None = None, run: Mapping[str, Any] | None = None) -> Text:
+def _card_panel(
+    card: Card,
+    *,
+    now: float | None = None,
+    run: Mapping[str, Any] | None = None,
+    status: tuple[str, str] | None = None,
+) -> Text:
     """The whole card as `key  value` lines: every argument in full, the expiry with its
     countdown, the warnings first, the reason, and with `run` (`_run`) how its latest run ended.
+    With `status` (`_display.card_status`: the column and what the executions and sealed
+    decisions say) the card shows what they say, warned when the column (no seal's) differs.
     No box and no padding, so a pipe gets each value once at its own length (the demos print it)."""
     now = SYSTEM_CLOCK.now() if now is None else now
+    column, shown = status or (card.status, card.status)
+    said = f"its status column says {column}, but the executions and sealed decisions say {shown}"
+    warnings = (*card.warnings, *((f"{said}: it was changed outside effectgate",) if shown != column else ()))
     ran = () if run is None else (f"{run['status']}: {run['error']}" if run["error"] else str(run["status"]),)
     rows: list[tuple[str, str, str]] = [
-        *(("WARNING", _escape(w), "bold red") for w in card.warnings),
+        *(("WARNING", _escape(w), "bold red") for w in warnings),
         ("tool", _escape(f"{card.tool}  ({card.effect}, {card.reversibility})"), ""),
-        ("status", _escape(f"{card.status}, version {card.version}"), ""),
+        ("status", _escape(f"{shown}, version {card.version}"), ""),
         *(("run", _escape(r), "" if run and run["status"] == "succeeded" else "bold red") for r in ran),
         ("approver role", _escape(card.approver_role), ""),
         ("approvals", _escape(f"{card.approvals_given} of {card.approvals_required}"), ""),
@@ -177,7 +188,7 @@ def _card_panel(card: Card, *, now: float | None = None, run: Mapping[str, Any] 
         *(("note", _escape(n) if isinstance(n, str) else _compact(n), "") for n in card.notes),
         *((("reason", _escape(card.reason), ""),) if card.reason else ()),
     ]
-    view = Text(_escape(f"approval {card.approval_id}"), style="bold red" if card.warnings else "bold")
+    view = Text(_escape(f"approval {card.approval_id}"), style="bold red" if warnings else "bold")
     for key, value, style in rows:
         for i, line in enumerate(value.split("\n")):
             view.append(f"\n  {key if i == 0 else '':<15} ", style="bold")

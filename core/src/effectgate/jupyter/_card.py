@@ -50,24 +50,20 @@ _plain = card_line  # a value as one line of the text card (its controls and lin
 def _revealed(text: str, label: str = "") -> str:
     """The copy of a stored value with its hidden characters written out, when it has any."""
     shown = reveal(text)
-    if shown == text:
-        return ""
-    return (
-        f"<div class='effectgate-revealed'>{label}with hidden characters shown"
-        f"<pre>{html.escape(shown)}</pre></div>"
-    )
+    div = f"<div class='effectgate-revealed'>{label}with hidden characters shown"
+    return "" if shown == text else f"{div}<pre>{html.escape(shown)}</pre></div>"
 
 
-def _stored_card(card: Card, outcome: str | None) -> Card:
+def _stored_card(card: Card, outcome: str | None, status: str) -> Card:
     """`card` for `Card.render` in the text card: its text fields one plain line each (the
-    arguments and subject are printed as ASCII JSON), without the warnings and the reason that
-    the text card shows above it."""
+    arguments and subject are printed as ASCII JSON), with the `status` it shows (`card_status`),
+    without the warnings and the reason that the text card shows above it."""
     return dataclasses.replace(
         card,
         warnings=(),
         reason=None if outcome or card.reason is None else _plain(card.reason),
         approval_id=_plain(card.approval_id),
-        status=_plain(card.status),
+        status=_plain(status),
         tool=_plain(card.tool),
         effect=_plain(card.effect),
         reversibility=_plain(card.reversibility),
@@ -80,9 +76,8 @@ def _stored_card(card: Card, outcome: str | None) -> Card:
 
 
 def _stored_int(value: int) -> int:
-    """An integer field for `Card.render`: itself or, when the record was edited in the database
-    (SQLite keeps text written into an integer column; the card then says it does not verify),
-    that text as one plain line, so it cannot drive the terminal (typed as the field it fills)."""
+    """An integer field for `Card.render`: itself or, edited in the database (SQLite keeps text in
+    an integer column; the card says it does not verify), that text as one plain line."""
     return value if isinstance(value, int) else cast(int, _plain(value))
 
 
@@ -91,11 +86,19 @@ def _warning_heading(warnings: Sequence[str]) -> str:
     return f"{count}: text on this card is not what it looks like. Read it closely before deciding."
 
 
-def _outcome(card: Card) -> str | None:
-    """Why a card ended, for the statuses that end with a reason (failed, denied)."""
-    if card.status in ("failed", "denied"):
-        return f"{card.status.capitalize()}: {card.reason or 'no reason recorded'}"
+def _outcome(card: Card, status: str) -> str | None:
+    """Why a card ended, for the statuses (as shown) that end with a reason (failed, denied)."""
+    if status in ("failed", "denied"):
+        return f"{status.capitalize()}: {card.reason or 'no reason recorded'}"
     return None
+
+
+def _edited(view: dict[str, Any]) -> str | None:
+    """What a card says of a status column (no seal's) that the executions and sealed decisions
+    contradict (`_display.card_status`: the card shows the status they say)."""
+    column, shown = view["column"], view["shown"]
+    said = f"Its status column says {column}, but the executions and sealed decisions say {shown}"
+    return None if shown == column else f"{said}: it was changed outside effectgate. Ask an administrator."
 
 
 class ApprovalCard:
@@ -159,12 +162,11 @@ class ApprovalCard:
                 f"!! {_warning_heading(card.warnings)}",
                 *(f"WARNING: {_plain(w)}" for w in card.warnings),
             ]
-        outcome = _outcome(card)
-        if outcome is not None:
-            lines.append(f"!! {_plain(outcome)}")
+        outcome, edited = _outcome(card, v["shown"]), _edited(v)
+        lines += [f"!! {_plain(note)}" for note in (edited, outcome) if note is not None]
         # The warnings, and the reason of a failed or denied card, are shown above instead.
         lines += [
-            _stored_card(card, outcome).render(),
+            _stored_card(card, outcome, v["shown"]).render(),
             f"owner: {_plain(card.owner or '-')}   "
             f"session/user: {_plain(card.session_id)} / {_plain(card.user_id)}",
             f"expires: {when(card.expires_at)} ({v['expires']})",
@@ -193,8 +195,8 @@ class ApprovalCard:
         v, card = self._view, self.card
         rows = [
             ("approval", f"<code>{_e(card.approval_id)}</code> version {_e(card.version)}"),
-            ("status", _e(card.status)),
-            *([("reason", _e(card.reason))] if card.reason and _outcome(card) is None else []),
+            ("status", _e(v["shown"])),
+            *([("reason", _e(card.reason))] if card.reason and _outcome(card, v["shown"]) is None else []),
             ("approver role", _e(card.approver_role)),
             ("approvals", f"{_e(card.approvals_given)} of {_e(card.approvals_required)}"),
             ("subject", self._subject(card.subject) if card.subject else "-"),
@@ -239,8 +241,7 @@ class ApprovalCard:
                 "background:#fff0f0;color:#600;padding:0.5em 1em;margin:0.5em 0'>"
                 f"<b>&#9888; {_e(_warning_heading(card.warnings))}</b><ul>{items}</ul></div>"
             )
-        outcome = _outcome(card)
-        if outcome is not None:
+        for outcome in (x for x in (_edited(self._view), _outcome(card, self._view["shown"])) if x):
             out.append(
                 "<div class='effectgate-outcome' role='status' style='border:1px solid #888;"
                 f"padding:0.5em 1em;margin:0.5em 0'><b>{_e(outcome)}</b></div>"

@@ -36,13 +36,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
-from .._display import (
-    keyring_warnings,
-    pretty,
-    reconciliation_queue,
-    tampered_refusal,
-    when,
-)
+from .._display import card_view, keyring_warnings, pretty, reconciliation_queue, tampered_refusal, when
 from .._textcheck import reveal
 from ..context import Approver
 from ..errors import (
@@ -66,7 +60,7 @@ from ..report._html import body as report_body
 from ..stores._statements import possible_id
 from ._auth import ApproverRegistry, RegisteredApprover, csrf_ok, csrf_token
 from ._guard import LOCAL_HOSTS, MIN_SSO_SECRET, PROXY_HEADER, SecurityHeaders, from_proxy, host_guard
-from ._history import card_context, history_context, withheld
+from ._history import history_context, withheld
 from ._reconciling import unsettled_message
 from ._sessions import LoginThrottle, Sessions
 
@@ -228,7 +222,7 @@ def create_app(
 
     async def show(request: Request, me: RegisteredApprover) -> Response:
         try:
-            context = await run_in_threadpool(card_context, gate, request.path_params["id"])
+            context = await run_in_threadpool(card_view, gate, request.path_params["id"])
         except UnknownApproval:
             return page(request, "message.html", 404, title="Not found", message="No such approval.")
         card: Card = context["card"]

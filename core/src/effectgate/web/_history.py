@@ -7,45 +7,20 @@ call that ran or was denied stays listed even when its column was edited back to
 (the inbox does not offer it either: it would be on no page). Such a row is flagged, and so is
 one whose column claims a run or a denial (executed, failed, denied) that neither the executions
 nor a sealed denial record: it is shown as what it is (pending, or approved once granted). A
-card shows its status the same way (`card_status`)."""
+card shows its status the same way (`_display.card_status`)."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from typing import Any
 
-from .._display import card_view, stored_json
+from .._display import stored_json
 from .._person import person
 from .._seal import approval_verifies, decision_intact
 from .._standing import said_status
 from ..gate import EffectGate
 
 DECIDED = ["executed", "failed", "denied", "expired", "rejected", "approved"]
-
-
-def card_status(gate: EffectGate, approval_id: str) -> tuple[str, str] | None:
-    """The status column of `approval_id` and what its card shows as its status (`said_status`),
-    read together (a call that ran since the card was read is no edit); None when it is gone."""
-    store = gate.store
-    with store.reading() as conn:
-        row = store.approval(conn, approval_id)
-        if row is None:
-            return None
-        ran = store.execution_outcomes(conn, [row.id]).get(row.id)
-        denied = any(
-            d.decision == "deny" and decision_intact(gate.keyring, d)
-            for d in store.decisions(conn, row.id, row.version)
-        )
-    return row.status, said_status(row, ran, denied, approval_verifies(gate.keyring, row))
-
-
-def card_context(gate: EffectGate, approval_id: str) -> dict[str, Any]:
-    """`card_view`, with the status column (`column`) and the status the card shows (`shown`,
-    see `card_status`). Raises UnknownApproval."""
-    context = card_view(gate, approval_id)
-    card = context["card"]
-    column, shown = card_status(gate, card.approval_id) or (card.status, card.status)
-    return {**context, "column": column, "shown": shown}
 
 
 def history_context(gate: EffectGate) -> dict[str, Any]:
@@ -83,7 +58,7 @@ def history_context(gate: EffectGate) -> dict[str, Any]:
 
 def withheld(gate: EffectGate, approver_id: str, context: dict[str, Any]) -> str | None:
     """Why the gate refuses `approver_id` an approval of the pending card in `context` (from
-    `card_context`) whatever their role: "own-call" (they made the call and the policy does not
+    `_display.card_view`) whatever their role: "own-call" (they made the call and the policy does not
     allow self-approval) or "approved-already" (they approved this version: a second approver
     must be distinct); None when it does not. The card then offers only Deny, and says why."""
     card = context["card"]
