@@ -4,25 +4,24 @@ Each time the node runs (first pass, or a re-run on resume) it:
 
 1. settles the step's gated calls (`_step.py`): registers them through the core and, while any
    waits for a person, raises one `interrupt()` listing all of them;
-2. then lets ToolNode dispatch every call as usual, with a `wrap_tool_call` that answers a
-   gated call from step 1 and runs a read or write call through `gate.call`. Wrappers given as
-   `wrap_tool_call=` / `awrap_tool_call=` run outside it, as ToolNode runs them: their `execute`
-   is the gate. With one, an approved call's grant is spent there, not in step 1 (`_grants.py`).
+2. then lets ToolNode dispatch every call as usual, with a `wrap_tool_call` that answers a gated call
+   from step 1 and runs a read or write call through `gate.call`. Wrappers given as `wrap_tool_call=`
+   / `awrap_tool_call=` run outside it, as ToolNode runs them: their `execute` is the gate, where an
+   approved call's grant is spent (`_grants.py`); one the dispatch left unspent as it raised (a
+   wrapper's own `interrupt()`), if a HITL approve's, is given back for the next run (`_regrant`).
 
-What the model receives is what a plain ToolNode would give it (`_fidelity.py`): a native tool
-runs through `tool.invoke(tool_call, config)` with its callbacks, its own error handling and its
-ToolMessage; `handle_tool_errors` is applied as ToolNode applies it, to the tool's own exception.
-Injected arguments are dropped from each call before the gate sees it and supplied by ToolNode's
-`_inject_tool_args` when the tool runs, from the ToolRuntime ToolNode built for the call (for a
-gated call run while the step is settled, one built the same way from this run's input). A
-read's `Command` goes to the graph.
-A gated call's refusal or denial is the gate's answer (an error ToolMessage), not an exception,
-and an approved call whose outcome is unknown is reported for reconciliation, whatever the flag.
+What the model receives is what a plain ToolNode would give it (`_fidelity.py`): a native tool runs
+through `tool.invoke(tool_call, config)` with its callbacks, its own error handling and its ToolMessage;
+`handle_tool_errors` is applied as ToolNode applies it, to the tool's own exception. Injected arguments
+are dropped from each call before the gate sees it and supplied by ToolNode's `_inject_tool_args` when
+the tool runs, from the ToolRuntime ToolNode built for the call (for a gated call run while the step is
+settled, one built the same way from this run's input). A read's `Command` goes to the graph. A gated
+call's refusal or denial is the gate's answer (an error ToolMessage), not an exception, and an approved
+call whose outcome is unknown is reported for reconciliation, whatever the flag.
 
-Nothing with an effect runs before the step is settled, so reads and writes run once, after the
-last answer, and a gated call runs once because the core holds its grant and its result. The
-LangChain tools given to the node are what the model is shown; what runs is the effect table's
-row, so a tool the node offers must have a row.
+Nothing with an effect runs before the step is settled, so reads and writes run once, after the last
+answer, and a gated call runs once because the core holds its grant and its result. The LangChain tools
+given to the node are what the model is shown; what runs is the table's row, so each needs a row.
 """
 
 from __future__ import annotations
@@ -62,6 +61,7 @@ from ._grants import Granted, Settled, answer_settled, settled_for, spent, unset
 from ._hitl import NativeApprover
 from ._identity import call_context, call_id, messages_of, reused_id_refusal, reused_ids, state_of, step_calls
 from ._messages import tool_message
+from ._regrant import agiven_back, given_back
 from ._step import StepFlow, adrive, drive, settle_step
 from ._tools import may_call, table_tools
 
@@ -85,8 +85,7 @@ _STEP: ContextVar[_Step | None] = ContextVar("effectgate_langgraph_step", defaul
 
 
 def _propagate(e: Exception) -> str:
-    """ToolNode's own flag: the gate's wrapper has applied `handle_tool_errors` already, so
-    whatever reaches ToolNode from it is raised as it is."""
+    """ToolNode's own flag: the gate's wrapper applied `handle_tool_errors`; the rest is raised."""
     raise e
 
 
@@ -232,7 +231,8 @@ class GatedToolNode(ToolNode):
         step = _Step(self.gate, ctx, settled, flight.messages, self._parse_input(input)[1], reused)
         token = _STEP.set(step)
         try:
-            return super()._func(input, config, runtime)
+            with given_back(self.gate, ctx, settled):
+                return super()._func(input, config, runtime)
         finally:
             _STEP.reset(token)
 
@@ -248,14 +248,14 @@ class GatedToolNode(ToolNode):
         step = _Step(self.gate, ctx, settled, flight.messages, self._parse_input(input)[1], reused)
         token = _STEP.set(step)
         try:
-            return await super()._afunc(input, config, runtime)
+            async with agiven_back(self.gate, ctx, settled):
+                return await super()._afunc(input, config, runtime)
         finally:
             _STEP.reset(token)
 
     def _own_calls(self, node_input: Any) -> list[ToolCall]:
         """This run's calls as the gate sees them (without injected keys)."""
-        own_calls, _ = self._parse_input(node_input)
-        return [self._model_call(c) for c in own_calls]
+        return [self._model_call(c) for c in self._parse_input(node_input)[0]]
 
     # -- one call (on ToolNode's worker thread or task)
 

@@ -17,8 +17,11 @@ that does not verify, or names another version or grant, is ignored: the call is
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
-from collections.abc import Generator, Mapping
+from collections.abc import AsyncIterator, Generator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -29,7 +32,7 @@ from effectgate.errors import EffectGateError, TokenError
 from effectgate.tokens import Keyring
 
 from ._decisions import DecisionRefused
-from ._grants import Granted
+from ._grants import Granted, Settled, usable
 from ._hitl import NO_APPROVER
 
 logger = guarded_logger(__name__)
@@ -124,6 +127,43 @@ def give_back(gate: EffectGate, ctx: CallContext, outcome: _O) -> _O | Regrant |
         logger.warning("the released grant of approval %s was not noted", row.id, exc_info=True)
         return gate.call(granted.tool, dict(granted.args), ctx)
     return Regrant(granted.native, shown)
+
+
+def _unspent(gate: EffectGate, ctx: CallContext, steps: Mapping[str, Settled]) -> None:
+    """Never raises: the dispatch's own exception (a pause) is what propagates."""
+    try:
+        for cid, s in steps.items():
+            if isinstance(g := s.outcome, Granted) and g.native is not None and usable(gate, g.token):
+                give_back(gate, dataclasses.replace(ctx, tool_call_id=cid), g)
+    except Exception:  # the store unreachable: the grant lapses unused, the call is asked again
+        logger.warning("a HITL grant of the step was not given back", exc_info=True)
+
+
+@contextmanager
+def given_back(gate: EffectGate, ctx: CallContext, steps: Mapping[str, Settled]) -> Iterator[None]:
+    """GatedToolNode's dispatch of its settled `steps`. Should it raise (a caller's
+    `wrap_tool_call` that asks its own `interrupt()` before it calls `execute`, or fails), each
+    HITL grant of the step still unspent is given back and noted (`give_back`), as at a pause of
+    the step: its next run grants it again as that approver (`noted`) without asking anyone, so
+    the wrapper's answer reaches the wrapper (its token was in no checkpoint: kept, it was lost,
+    and the step asked again for an approval that stood approved). A grant spent is left alone."""
+    try:
+        yield
+    except Exception:
+        _unspent(gate, ctx, steps)
+        raise
+
+
+@asynccontextmanager
+async def agiven_back(
+    gate: EffectGate, ctx: CallContext, steps: Mapping[str, Settled]
+) -> AsyncIterator[None]:
+    """`given_back`, the store work in a worker thread."""
+    try:
+        yield
+    except Exception:
+        await asyncio.to_thread(_unspent, gate, ctx, steps)
+        raise
 
 
 def noted(gate: EffectGate, ctx: CallContext, outcomes: Mapping[str, object]) -> dict[str, Regrant]:
