@@ -54,7 +54,7 @@ from ._calling import gated_calls, route_tool_calls, step_key
 from ._code import ApprovalRequired, keep_logs_at_a_stop
 from ._decisions import Decision, apply_decisions, checked, continuation
 from ._errors import Snippet, gate_refused, tool_failed
-from ._identity import Stop, check_max_steps, model_id_of, outside_a_run, refuse_plain_runs, run_context
+from ._identity import check_max_steps, model_id_of, outside_a_run, refuse_plain_runs, run_context
 from ._imports import acknowledged, freeze
 from ._managed import adopt, check_team, check_tools, hide_members, own, serve_as_member
 from ._memory import check_resumable, forget_others
@@ -182,8 +182,8 @@ class GatedAgent:
 
     def _context(self) -> CallContext:
         ctx = self._current
-        if ctx is None:
-            raise Stop(outside_a_run())
+        if ctx is None:  # an Exception: code of another run reads it, an application catches it
+            raise outside_a_run()
         return ctx
 
     # -- one call
@@ -317,8 +317,6 @@ class GatedAgent:
         except AgentError:
             if not self._pending:
                 raise
-        except Stop as stop:
-            raise stop.error from None
         finally:
             self._current = None
             self._memory_of = (ctx.session_id, ctx.user_id, self.agent.memory.steps)

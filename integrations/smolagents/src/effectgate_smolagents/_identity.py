@@ -32,15 +32,6 @@ _WHAT = {
 }
 
 
-class Stop(BaseException):
-    """Carries an application error (no identity) out of smolagents' handlers, which turn every
-    Exception from a tool into an observation for the model."""
-
-    def __init__(self, error: Exception) -> None:
-        super().__init__(str(error))
-        self.error = error
-
-
 def model_id_of(agent: MultiStepAgent) -> str:
     """The agent's model as smolagents names it (`Model.model_id`), '' when it has none: recorded
     with each approval and execution, never used to decide anything."""

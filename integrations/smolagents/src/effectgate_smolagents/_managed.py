@@ -34,6 +34,7 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from smolagents import Tool
 from smolagents.agents import MultiStepAgent
 from smolagents.remote_executors import RemotePythonExecutor
 
@@ -42,6 +43,7 @@ from effectgate.adapter import UnknownTool
 
 from ._code import ApprovalRequired
 from ._errors import GateRefusal
+from ._format import refuse_format
 from ._identity import model_id_of, plain_run_refused
 from ._imports import check_imports
 from ._outcomes import AwaitingApproval
@@ -128,17 +130,39 @@ def hide_members(agent: MultiStepAgent) -> None:
     `send_tools`, at each run). smolagents hands the agent itself, and the interpreter lets code
     read any attribute that is not a dunder: the member's executor, model and tools, whose class
     is smolagents' `Tool` (`type(tool).mro()`) with `from_code`, an `exec` of any Python, and
-    `save`. Through them, code sent what it liked with no approval and no record."""
+    `save`. Through them, code sent what it liked with no approval and no record. Each tool is
+    handed as a new function of the run too (`_tool_call`): smolagents' wrapper shares the tool's
+    attributes (its `inputs` dict, its call function), where code kept one user's data for the
+    next user's run, and wrote text into the next user's system prompt. Its code may not call
+    `str.format` (`_format`)."""
     executor = getattr(agent, "python_executor", None)
     send = getattr(executor, "send_tools", None)
     if send is None or getattr(send, "_effectgate_members", False):
         return
 
     def send_tools(tools: Mapping[str, Any]) -> None:
-        send({name: _calling(t) if isinstance(t, MultiStepAgent) else t for name, t in tools.items()})
+        send({name: _handed(t) for name, t in tools.items()})
+        refuse_format(executor)  # a format string's fields read any attribute (`_format`)
 
     send_tools._effectgate_members = True  # type: ignore[attr-defined]
     executor.send_tools = send_tools  # type: ignore[union-attr]
+
+
+def _handed(tool: Any) -> Any:
+    """What a CodeAgent's code is handed for one entry of its tools (see `hide_members`)."""
+    if isinstance(tool, MultiStepAgent):
+        return _calling(tool)
+    return _tool_call(tool) if isinstance(tool, Tool) else tool
+
+
+def _tool_call(tool: Tool) -> Callable[..., Any]:
+    """`tool` as a function that only calls it, with plain copies of what describes it."""
+    call = _only_call(tool, tool.name, tool.description)
+    vars(call).update({a: plain(getattr(tool, a, None)) for a in _DESCRIBING})
+    return call
+
+
+_DESCRIBING = ("name", "description", "inputs", "output_type", "output_schema")
 
 
 def _calling(member: MultiStepAgent) -> Callable[..., Any]:
