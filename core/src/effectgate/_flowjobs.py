@@ -73,7 +73,9 @@ def ran(value: T) -> T:
     elif inspect.isasyncgen(work) and work.ag_frame is not None:
         state = "SUSPENDED"  # not closed here either way: its `aclose()` is to be awaited
     elif asyncio.isfuture(work) or isinstance(work, concurrent.futures.Future):
-        state = "CLOSED" if work.done() else "PENDING"  # work handed to a task, a pool: not done
+        # work handed to a task, a pool: run only once done with a result (a cancelled job never
+        # ran, a failed one is no result: neither is recorded run)
+        state = "CLOSED" if work.done() and not work.cancelled() and work.exception() is None else "PENDING"
     else:
         return value
     if state.endswith("CLOSED"):  # it ran to its end (or its error) in the tool

@@ -77,11 +77,16 @@ def _digit_like(ch: str) -> bool:
 
 def _stacked(text: str) -> int:
     """The most combining marks (categories Mn, Me) in a row in `text`: those on one character
-    (variation selectors aside: a run of them is hidden text, warned about as such)."""
+    (variation selectors aside: a run of them is hidden text, warned about as such; one between
+    two marks, drawn as nothing, neither counts nor ends the run, or a selector after each mark
+    hid the whole stack)."""
     most = run = 0
     for ch in text:
-        run = run + 1 if unicodedata.category(ch) in ("Mn", "Me") and not _selector(ch) else 0
-        most = max(most, run)
+        if unicodedata.category(ch) not in ("Mn", "Me"):
+            run = 0
+        elif not _selector(ch):
+            run += 1
+            most = max(most, run)
     return most
 
 

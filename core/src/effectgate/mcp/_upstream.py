@@ -203,9 +203,20 @@ def specs_for(
     return specs
 
 
+class _Served(EffectTable):
+    """A proxy's table: it has no allowlists (every served row is its agent's), so a stored
+    call is decided (`Ledger.bar`) whichever agent the proxy that proposed it ran as (a flag, a
+    variable or the config named it), also on the approving side (`proxy_app`), whose own agent
+    may be another or none: before, its approval was refused `not_allowed`."""
+
+    def allowed(self, agent_id: str, name: str) -> bool:
+        return self.get(name) is not None
+
+
 def table_of(rows: Iterable[Iterable[ToolSpec]], agent: str | None) -> EffectTable:
-    """The table of the upstreams' rows (in configuration order), every row allowed to `agent`."""
-    table = EffectTable()
+    """The table of the upstreams' rows (in configuration order), every row allowed to `agent`
+    (listed as its allowlist) and, as the proxy has no allowlists, to any agent (`_Served`)."""
+    table = _Served()
     for specs in rows:
         for spec in specs:
             try:
