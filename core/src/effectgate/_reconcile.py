@@ -2,8 +2,9 @@
 
 An unknown outcome is settled through the tool's `reconcile(key)` hook (found: the record completes
 with the provider's result; not found: it runs again under the same key, which the provider dedupes
-on, unless its approval had ended `failed` before a late run of its grant reopened the record:
-`failed` is terminal, so it is released and never runs again) or by a person (`settle`: it
+on, unless its approval had ended `failed` (its append-only `failed` execution says so, not its
+unsealed status) before a late run of its grant reopened the record: it is released and never runs
+again) or by a person (`settle`: it
 happened, with its result, or it did not, a definite failure that ends the approval `failed`). A
 person reconciling must hold the approval's role. What happened is recorded under the table row the
 approval was made under (a result with no JSON form as `{"unserializable": TYPE}`); only running it
@@ -12,14 +13,14 @@ again needs today's row and policy (as `execute`). A write is reconciled or sett
 again under that key. Anything not awaiting reconciliation is refused
 (`PolicyViolation(code="not_reconcilable")`), nothing changed; so is a hook's answer that is not
 None or a `Reconciled` with a bool `found` (TypeError). `recover()` turns in-flight records whose
-lease expired into `needs_reconciliation`, each on its own: a reconciliation that raises is logged
-and recorded (`reconcile_failed`; not a run again whose failure settled it). A stored result is
+lease expired into `needs_reconciliation`, each on its own (one that cannot be read is logged): a
+reconciliation that raises is logged and recorded (`reconcile_failed`; not a run again whose failure
+settled it); an expiry whose commit landed with its reply lost is announced too. A stored result is
 read back only for the arguments it was recorded for (its payload hash), and only for an
 approval whose seal and arguments verify (else StoreError).
 
 Logged on "effectgate._reconcile": reconciliations and settlements at INFO (approval id, version,
-key, who), a lease that expired in flight, a reconciliation that raised in `recover` and a tampered
-record at WARNING.
+key, who); a lease expired in flight, a reconciliation raised in `recover`, a tampered record at WARNING.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from . import flow
+from . import _reconciled, flow
 from ._deps import Deps, Events, claim_landed
 from ._execution import exec_key, stored_replay
 from ._ledger import Ledger, context_of
@@ -119,8 +120,8 @@ class Reconciliation:
         "not found" asked before is stale); TamperedRecord unless sealed decisions granted `row`."""
         try:
             with self.store.transaction() as conn:
-                record = self.store.load(conn, key)
-                if record is None or record.status != "needs_reconciliation":
+                record = self.store.awaiting(conn, key)  # locked: a racing settlement waits
+                if record is None:
                     raise not_reconcilable(what)
                 if attempts is not None and record.attempts != attempts:
                     raise not_reconcilable(what, stale=True)
@@ -163,13 +164,14 @@ class Reconciliation:
             ) from exc
         flow.refuse_async_on_loop(spec.fn)  # before the release and the claim, as `execute`
         attempts = record.attempts  # as the provider was asked: a run since makes its answer stale
+        failed = _reconciled.ended(self.store, row)  # its `failed` execution, whatever its status says
         claim: Claimed | Stored | None = None
         try:
             with self.settling(key, f"approval {approval_id}", row, attempts) as conn:  # one commit: a
                 self.store.release(key, "provider never saw the key", conn=conn)  # failed claim releases
                 self.store.append_events(conn, [self.events.event("released", row=row, key=key, by=by)])
                 ended = self.store.approval(conn, row.id)  # settled "did not happen", or its run failed,
-                if ended is None or ended.status != "approved":  # before a late run reopened the record
+                if failed or ended is None or ended.status != "approved":  # before a late run reopened it
                     self.append_settled(
                         conn, row, key, "failed", row.row_fingerprint, error=f"{by}: {_ENDED}"
                     )
@@ -355,17 +357,22 @@ class Reconciliation:
         of reconciling. Returns the keys it touched."""
         now = self.clock.now()
         touched: list[str] = []
-        for record in self.store.idempotency_records(status="in_progress"):
+        unreadable: list[str] = []  # each record on its own: one edited outside stops no other
+        for record in self.store.idempotency_records(status="in_progress", unreadable=unreadable):
             if record.lease_expires_at is None or record.lease_expires_at > now:
                 continue
             reason = f"lease of {record.lease_owner} expired while in flight"
             parsed = approval_of_key(record.key)
             row = self.store.get_approval(parsed[0]) if parsed else None
-            with self.store.transaction() as conn:  # with its event: a pass that fails changes nothing
-                if not self.store.expire_lease(record.key, now=now, reason=reason, conn=conn):
-                    continue
-                event = self.events.event("needs_reconciliation", row=row, key=record.key, reason=reason)
-                self.store.append_events(conn, [event])
+            try:
+                with self.store.transaction() as conn:  # with its event: a pass that fails changes nothing
+                    if not self.store.expire_lease(record.key, now=now, reason=reason, conn=conn):
+                        continue
+                    event = self.events.event("needs_reconciliation", row=row, key=record.key, reason=reason)
+                    self.store.append_events(conn, [event])
+            except Exception as exc:  # its COMMIT landed, the reply lost: announced and reconciled now
+                if not _reconciled.expiry_landed(self.store, record.key, now, reason, exc):
+                    raise
             touched.append(record.key)
             log.warning(
                 "recover: lease expired in flight, needs_reconciliation: key=%s reason=%s", record.key, reason
@@ -386,4 +393,8 @@ class Reconciliation:
                     log.warning("recover: reconcile failed: key=%s error=%s", record.key, error)
                     failed = self.events.event("reconcile_failed", row=row, key=record.key, error=error)
                     self.events.record(failed)
+        for key in unreadable:
+            log.warning(
+                "recover: an in-flight record cannot be read (edited outside effectgate): key=%s", key
+            )
         return touched

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._deps import connection_lost
 from ._execution import EXEC_PREFIX, WRITE_PREFIX
 from ._rules import Reconciled
 from .errors import PolicyViolation
-from .stores._statements import possible_id
+from .stores._statements import no_nul, possible_id
+from .stores.protocol import Store
+from .stores.records import ApprovalRow
 
 
 def tool_of_write_key(key: object) -> str | None:
@@ -74,3 +77,26 @@ def answered(found: Any, tool: str, key: str) -> Reconciled | None:
     else:
         return found
     raise TypeError(f"the reconcile hook of {tool} answered {why} for {key}: nothing was changed")
+
+
+def expiry_landed(store: Store, key: str, now: float, reason: str, exc: BaseException) -> bool:
+    """Whether `recover`'s expiry of `key` committed although `exc` (the connection lost, its
+    reply never received: a failover) says otherwise: the record, read back, needs reconciliation
+    for this lease's reason as of this pass (else no later pass announced or reconciled it)."""
+    if not connection_lost(store, exc):
+        return False
+    record = store.get(key)
+    return record is not None and (record.status, record.error, record.updated_at) == (
+        "needs_reconciliation",
+        no_nul(reason),
+        now,
+    )
+
+
+def ended(store: Store, row: ApprovalRow) -> bool:
+    """Whether the approval's version ended `failed` (settled "did not happen", or a definite
+    failure), as its append-only executions say: the status column, which no seal covers, edited
+    back to `approved` must not run a call again that a person said did not happen."""
+    return any(
+        x.version == row.version and x.status == "failed" for x in store.executions(approval_id=row.id)
+    )

@@ -306,6 +306,13 @@ class IdempotencyStore(ABC):
             if not self._transition(c, key, from_status=("in_progress",), owner=owner, values=values):
                 raise LeaseLost(key, owner)
 
+    def awaiting(self, conn: Connection, key: str) -> IdempotencyRecord | None:
+        """The record of `key` if it awaits reconciliation, read under its row lock in the caller's
+        transaction (a compare-and-set of its `updated_at`): a settlement racing this one waits for
+        its end, then finds the record settled or run again; None if it does not await it."""
+        values = {"updated_at": self.clock.now()}
+        return self._transition(conn, key, from_status=("needs_reconciliation",), values=values)
+
     def lost_connection(self, exc: BaseException) -> bool:
         """Whether `exc`, raised by one of this store's transactions, is the database connection
         lost (the server went away, a failover): the transaction did not commit, or its COMMIT's

@@ -96,8 +96,14 @@ class IdempotencyLedger(Protocol):
     def load(self, conn: Any, key: str) -> IdempotencyRecord | None:
         """The record of `key` inside `conn`'s transaction, or None."""
 
-    def idempotency_records(self, *, status: str | None = None) -> list[IdempotencyRecord]:
-        """Every record (of one status), oldest first."""
+    def awaiting(self, conn: Any, key: str) -> IdempotencyRecord | None:
+        """The record of `key` if it awaits reconciliation, locked until `conn`'s transaction ends."""
+
+    def idempotency_records(
+        self, *, status: str | None = None, unreadable: list[str] | None = None
+    ) -> list[IdempotencyRecord]:
+        """Every record (of one status), oldest first; with `unreadable`, one edited so that it
+        cannot be read (StoreError) is left out and its key put there instead of raising."""
 
 
 class ApprovalLedger(Protocol):

@@ -67,9 +67,8 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, ReadingSQL, TogetherSQL, Id
         self._checkouts = Checkouts(engine)
 
     def _q(self, key: tuple[Any, ...], build: Callable[[], Any]) -> Any:
-        """A statement built once per shape and reused: SQLAlchemy memoizes the cache key of a
-        statement object, so the hot path skips construction and cache-key generation (most of
-        the gate's CPU per call before this). Every value reaches it as a bound parameter."""
+        """A statement built once per shape and reused: SQLAlchemy memoizes a statement's cache key,
+        so the hot path skips building it and its key. Every value is a bound parameter."""
         stmt = self._stmts.get(key, _UNBUILT)
         if stmt is _UNBUILT:  # a statement the dialect has none of (None) is kept too
             stmt = self._stmts[key] = build()
@@ -92,9 +91,8 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, ReadingSQL, TogetherSQL, Id
     # -- lifecycle
 
     def setup(self) -> None:
-        """Create the tables (idempotent) and check or record the schema version. A database of an
-        older version this release knows is upgraded in place (`_upgrade.py`, in one transaction);
-        any other version is refused before anything is created or written in it."""
+        """Create the tables (idempotent), check or record the schema version: one of an older version
+        this release knows upgraded in place (`_upgrade.py`), any other refused, nothing written."""
         refuse_unusable(self.engine.url, self._where(), create=True)
         with self.engine.begin() as conn:
             # Concurrent set-ups queue on one lock and create the tables inside it (PostgreSQL DDL
@@ -136,8 +134,8 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, ReadingSQL, TogetherSQL, Id
             return "?"
 
     def check(self) -> None:
-        """Refuse (StoreError) a database without the effectgate schema or of another schema
-        version. Every transaction runs this once per store before its first statement."""
+        """Refuse (StoreError) a database without the effectgate schema or of another version
+        (every transaction runs this once per store before its first statement)."""
         if self._ready:
             return
         refuse_unusable(self.engine.url, self._where(), create=False)  # never create the file
@@ -170,9 +168,8 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, ReadingSQL, TogetherSQL, Id
         self.close()
 
     def _connected(self, *, begin: bool) -> AbstractContextManager[Connection]:
-        """A connection in a write transaction on the driver's connection (`begin`), or with each
-        statement committing by itself (see `_dialect`), from `_checkouts.Checkouts` (`Held`);
-        while something listens to its statements, a fresh checkout in SQLAlchemy's transaction."""
+        """A connection (`Held`) in a write transaction on the driver (`begin`), or each statement
+        committing by itself; while its statements are observed, SQLAlchemy's (`_observed`)."""
         return Held(self, begin)
 
     @contextmanager
@@ -226,13 +223,20 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, ReadingSQL, TogetherSQL, Id
         row = self._x(conn, sql, params).fetchone()
         return None if row is None else S.record_of(row)
 
-    def idempotency_records(self, *, status: str | None = None) -> list[IdempotencyRecord]:
+    def idempotency_records(
+        self, *, status: str | None = None, unreadable: list[str] | None = None
+    ) -> list[IdempotencyRecord]:
+        records: list[IdempotencyRecord] = []
         with self.reading() as conn:
-            q = sa.select(Q.T_IDEMPOTENCY.c.key)
-            if status:
-                q = q.where(Q.T_IDEMPOTENCY.c.status == status)
-            keys = [r.key for r in conn.execute(q.order_by(Q.T_IDEMPOTENCY.c.created_at))]
-            return [rec for k in keys if (rec := self._load(conn, k)) is not None]
+            q = sa.select(Q.T_IDEMPOTENCY.c.key).order_by(Q.T_IDEMPOTENCY.c.created_at)
+            for (key,) in conn.execute(q.where(Q.T_IDEMPOTENCY.c.status == status) if status else q):
+                try:
+                    records += filter(None, [self._load(conn, key)])
+                except StoreError:  # edited outside effectgate (`S.record_of`)
+                    if unreadable is None:
+                        raise
+                    unreadable.append(key)
+        return records
 
     # -- approval ledger primitives (inside the gate's transactions)
 
@@ -263,16 +267,14 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, ReadingSQL, TogetherSQL, Id
         return None if row is None else S.version_of(key, row[0])
 
     def pending_of_session(self, conn: Connection, session_id: str) -> list[ApprovalRow]:
-        """The session's pending approvals, lapsed or not, newest first (one read for what
-        propose needs: the lapsed ones, the one it may amend, and how many wait)."""
+        """The session's pending approvals, lapsed or not, newest first (what propose needs)."""
         rows = self._x(conn, S.PENDING_OF_SESSION, {"p_session": session_id}).fetchall()
         return [S.approval_of(r) for r in rows]
 
     def in_flight_elsewhere(
         self, conn: Connection, subject_key: str, session_id: str, now: float
     ) -> ApprovalRow | None:
-        """Another session's approval on this subject that is pending, or granted and still usable
-        (an unexpired grant, or one already presented whose execution has not finished)."""
+        """Another session's approval on this subject pending, or granted and usable or presented."""
         params = {"p_subject": subject_key, "p_session": session_id, "p_now": now}
         return self._approval(conn, S.IN_FLIGHT_ELSEWHERE, params)
 
@@ -373,9 +375,8 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, ReadingSQL, TogetherSQL, Id
         _dialect.run_many(conn, sql, rows, driver=self._checkouts.cursors.get(conn))
 
     def append_reads(self, conn: Connection, rows: Sequence[tuple[Any, ...]]) -> None:
-        """Append read records, each a tuple in `records.READ_COLUMNS` order: 64 rows to a
-        statement (one VALUES list: SQLite spends about a fifth less CPU per row than on one
-        statement per row), the rest one executemany."""
+        """Append read records, each a tuple in `records.READ_COLUMNS` order: 64 rows to a statement
+        (one VALUES list: a fifth less CPU per row on SQLite), the rest one executemany."""
         whole, cursor = len(rows) - len(rows) % READS_PER_STATEMENT, self._checkouts.cursors.get(conn)
         if whole:
             sql = self._q(
