@@ -40,7 +40,7 @@ from agents.items import ToolApprovalItem
 from effectgate import Approver, EffectGate, Grant, Refused
 from effectgate import adapter as _adapter
 from effectgate.adapter import DecisionMismatch, Paused, bind_token
-from effectgate.errors import AlreadyDecided
+from effectgate.errors import AlreadyDecided, ApprovalExpired, StaleApproval
 from effectgate.outcomes import Decision
 
 from ._context import TamperedState, adapter_state, has_signed_identity, mark_resumed
@@ -292,7 +292,9 @@ def reject(
     whose identity or record does not verify is refused (`TamperedState`), nothing denied. A call
     that already ran (another copy of this state was approved and resumed first) is not denied:
     the model is told its stored result, or, when that run's outcome is unknown or it still runs
-    there, so ("Outcome unknown", never a denial of a call that may have happened)."""
+    there, so ("Outcome unknown", never a denial of a call that may have happened). A call whose
+    approval a later call of its message amended since is rejected in the SDK only: the newer
+    version, which no one decided, stays pending; so is one whose approval expired."""
     _mark(state)
     refused: Refused | None = None
     message = f"Refused (denied): {paused.tool} was denied: {reason}"
@@ -309,11 +311,21 @@ def reject(
             try:
                 refused = gate.deny(approval_id, approver=approver, reason=reason, version=version)
                 message = refused.for_model()
-            except AlreadyDecided as exc:  # its grant was presented by another copy: not denied
-                if exc.status != "executing":
+            except StaleApproval as exc:  # a retried request amended it since: that version is
+                if not exc.given < exc.current:  # undecided, and no decision on this one decides it
                     raise
-                done = gate.result(approval_id)
-                spent = spent_answer(gate, paused.tool, approval_id)  # unknown outcome, or running
-                message = ran_first(paused.tool, approval_id, done) if done is not None else spent
+                message = f"Refused (stale): {paused.tool} was rejected ({reason}); it has not run. {exc}"
+            except (ApprovalExpired, AlreadyDecided) as exc:
+                status = exc.status if isinstance(exc, AlreadyDecided) else "expired"
+                if status == "expired":  # nothing runs it: the SDK call is rejected all the same
+                    message = (
+                        f"Refused (expired): {paused.tool} was rejected ({reason}); it has not run. {exc}"
+                    )
+                elif status != "executing":
+                    raise
+                else:  # its grant was presented by another copy: not denied
+                    done = gate.result(approval_id)
+                    spent = spent_answer(gate, paused.tool, approval_id)  # unknown outcome, or running
+                    message = ran_first(paused.tool, approval_id, done) if done is not None else spent
     state.reject(_state_item(state, paused), rejection_message=message)
     return refused

@@ -34,7 +34,7 @@ from collections.abc import Mapping, MutableMapping
 from types import MappingProxyType
 from typing import Any
 
-from effectgate import CallContext, EffectGate, Pending
+from effectgate import CallContext, EffectGate, Outcome, Pending, Refused
 from effectgate import adapter as _adapter
 from effectgate.canonical import args_hash, freeze
 from effectgate.stores.records import ApprovalRow
@@ -112,6 +112,23 @@ def hash_of_call(gate: EffectGate, tool: str, arguments: str) -> str | None:
         return args_hash(tool, freeze(parsed, spec.schema)) if isinstance(parsed, Mapping) else None
     except (ValueError, TypeError):  # JSON errors and the canonical form's ArgumentError
         return None
+
+
+def for_other_arguments(gate: EffectGate, tool: str, params: Any, outcome: Outcome) -> Outcome:
+    """The gate's answer to a call, unless it is its message's decided approval for other
+    arguments (`Pending` with `replay`: the intent key finds it, never a second one; a retried
+    request's model asked for something else): no decision could bind this call to it, so it
+    does not pause on it, and the model is told it has not run (`mismatch`)."""
+    if not isinstance(outcome, Pending) or not outcome.replay:
+        return outcome
+    arguments = json.dumps(params) if isinstance(params, Mapping) else ""
+    if hash_of_call(gate, tool, arguments) == outcome.card.args_hash:
+        return outcome
+    message = (
+        f"this request's approval {outcome.approval_id} (version {outcome.version}, "
+        f"{outcome.status}) is for other arguments of {tool}; this call was not registered and has not run"
+    )
+    return Refused(code="mismatch", message=message, tool=tool, approval_id=outcome.approval_id)
 
 
 #: How many model responses of one run context a `Turn` keeps behind it (`Turn.earlier`).

@@ -6,7 +6,8 @@ description and JSON schema (what the model sees), and two things replaced:
 - `needs_approval`: `False` for read and write rows (they never pause, so the SDK never forces an
   approval on them), and for gated rows a callable that registers the call with the gate and asks
   the SDK to pause only when the core answers `Pending`. A replayed message whose call already ran
-  (`Executed`), a bad argument (`Invalid`) or a refusal does not pause: the model is told at once.
+  (`Executed`), a bad argument (`Invalid`) or a refusal does not pause: the model is told at once;
+  nor does a call its message's decided approval answers for other arguments (`mismatch`).
 - `on_invoke_tool`: the call goes through the core with the raw arguments the model sent, so the
   arguments validated, frozen and hashed are the ones that run. What runs is the effect table's
   function for that row (for a table built from the tools, `gate_agent(..., effects=...)`, the
@@ -58,7 +59,7 @@ from ._guarding import checking, wait_checked
 from ._native import awaited, calling, check_own_approval, failed, invalid_error, model_output, own_policy
 from ._native_decisions import NativeApprover, NativeDecisions, execute_grant, not_granted, unknown_outcome
 from ._reach import mark
-from ._records import Turn, check_asked_again, invocation_of, paused_record, step_calls
+from ._records import Turn, check_asked_again, for_other_arguments, invocation_of, paused_record, step_calls
 from ._restored import gated as mark_gated
 from ._restored import observe
 from ._table import as_function_tool, spec_tool, table_tools
@@ -259,7 +260,8 @@ class GatedTools:
     ) -> bool:
         cctx = self._cctx(ctx, call_id)
         check_asked_again(self.gate, ctx, cctx, call_id, name, params)  # a paused call, edited
-        outcome = await self._register(name, ctx.context, params, call_id, cctx)
+        registered = await self._register(name, ctx.context, params, call_id, cctx)
+        outcome = for_other_arguments(self.gate, name, params, registered)  # not this call's to pause on
         run = _run(ctx)
         key = (id(run), call_id, call_of(name, params))
         if isinstance(outcome, Pending):
@@ -308,7 +310,7 @@ class GatedTools:
             elif self.mode == "deferred":
                 outcome = await self._register(name, ctx.context, args, ctx.tool_call_id, cctx)
             else:
-                outcome = await self._call(name, args, cctx)
+                outcome = for_other_arguments(self.gate, name, args, await self._call(name, args, cctx))
             deferred = gated and self.mode == "deferred" and isinstance(outcome, Pending | Executed)
             if deferred and outcome.approval_id is not None:  # type: ignore[union-attr]
                 # the run's own record of what it deferred: the only source of deferred results
