@@ -336,7 +336,9 @@ class Decisions:
     ) -> tuple[Refused, int]:
         check_denial_reason(reason)
         with self.store.transaction() as conn:
-            row, _ = self.decidable(conn, approval_id, approver, allow=("pending", "approved"))
+            row, read = self.decidable(conn, approval_id, approver, allow=("pending", "approved", "denied"))
+            if row is not None and row.status == "denied" and self.ledger.denied(conn, row, read):
+                raise AlreadyDecided(approval_id, "denied")  # else the unsealed column was edited
             if row is None:
                 raise_expired = True
             else:
@@ -354,7 +356,7 @@ class Decisions:
                 if not self.store.update_approval(
                     conn,
                     row.id,
-                    expect_status=["pending", "approved"],
+                    expect_status=["pending", "approved", "denied"],
                     values={"status": "denied", "reason": reason, "decided_at": now, "updated_at": now},
                 ):
                     raise AlreadyDecided(approval_id, "executing")  # pragma: no cover - locked

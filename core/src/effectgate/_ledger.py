@@ -315,6 +315,10 @@ class Ledger:
                 denial = d
         return list(seen.values()), denial
 
+    def denied(self, conn: Any, row: ApprovalRow, read: Sequence[DecisionRow]) -> bool:
+        """Whether the row's version holds a sealed denial (its status column is no seal's)."""
+        return self.decided(conn, row, round_=0, read=read)[1] is not None
+
     def granted(self, conn: Any, row: ApprovalRow) -> None:
         """Refuse (TamperedRecord) settling or running again a version its sealed decisions never
         granted: in the round that minted its last grant, by as many distinct approvers as its
