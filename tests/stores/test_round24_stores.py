@@ -337,14 +337,6 @@ def test_recover_whose_commit_landed_with_its_reply_lost_still_announces_and_rec
 
 @pytest.mark.postgres
 @pytest.mark.parametrize("store_url", ["postgres"], indirect=True)
-@pytest.mark.xfail(
-    strict=True,
-    reason="expire() takes no subject lock, so on PostgreSQL it expires a row approve read as "
-    "pending; approve's compare-and-set in _decisions.mint then fails and raises StaleApproval "
-    "('version 1 does not exist yet'). The fix is outside the stores: mint (or record_shadow) "
-    "re-reads the row on a failed compare-and-set and raises ApprovalExpired when it expired, or "
-    "_ledger.expire takes each subject's lock as approve does",
-)
 def test_expire_racing_an_approval_leaves_one_of_them_and_a_clear_answer(
     gate: EffectGate, provider: Provider, store: SQLStore, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:

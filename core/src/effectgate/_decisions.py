@@ -212,8 +212,8 @@ class Decisions:
             values = {"status": "approved", "decided_at": now, "updated_at": now}
             if not self.store.update_approval(
                 conn, row.id, expect_status=["pending"], expect_version=row.version, values=values
-            ):  # pragma: no cover - the subject lock is held
-                raise StaleApproval(row.id, row.version, row.version)
+            ):  # expired since it was read (`expire()` takes no subject lock)
+                raise self.ledger.moved(conn, row)
         kind = "shadow_approved" if complete else "shadow_approved_partial"
         self.store.append_events(
             conn, [self.events.event(kind, row=row, approver=approver.id, role=approver.role)]
@@ -297,8 +297,8 @@ class Decisions:
         values["seal"] = seal_approval(self.keyring, row, values)
         if not self.store.update_approval(
             conn, row.id, expect_status=[expect], expect_version=row.version, values=values
-        ):  # pragma: no cover - the subject lock is held
-            raise StaleApproval(row.id, row.version, row.version)
+        ):  # expired since it was read (`expire()` takes no subject lock)
+            raise self.ledger.moved(conn, row)
         self.store.append_events(
             conn,
             [

@@ -23,7 +23,15 @@ from ._person import person
 from ._seal import approval_verifies, decision_intact
 from ._standing import standing
 from .context import CallContext, Confirmation, SubjectEntry
-from .errors import PolicyViolation, TamperedRecord, UnknownApproval, describe
+from .errors import (
+    AlreadyDecided,
+    ApprovalExpired,
+    PolicyViolation,
+    StaleApproval,
+    TamperedRecord,
+    UnknownApproval,
+    describe,
+)
 from .outcomes import UNSEALED_WARNING, Card, SubjectView, VersionEntry
 from .stores._dialect import REDACTED_PREFIX, is_redacted
 from .stores._statements import no_nul
@@ -314,6 +322,16 @@ class Ledger:
             elif denial is None and d.decision == "deny" and decision_intact(self.keyring, d):
                 denial = d
         return list(seen.values()), denial
+
+    def moved(self, conn: Any, row: ApprovalRow) -> Exception:
+        """Why a decision's compare-and-set on `row` failed: what the row says now (an `expire()`
+        of another worker, which takes no subject lock, expired it since it was read)."""
+        now = self.store.approval(conn, row.id)
+        if now is not None and now.status == "expired":
+            return ApprovalExpired(row.id)
+        if now is not None and now.version == row.version and now.status != row.status:
+            return AlreadyDecided(row.id, now.status)
+        return StaleApproval(row.id, row.version, row.version if now is None else now.version)
 
     def denied(self, conn: Any, row: ApprovalRow, read: Sequence[DecisionRow]) -> bool:
         """Whether the row's version holds a sealed denial (its status column is no seal's)."""
