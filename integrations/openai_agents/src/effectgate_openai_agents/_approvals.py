@@ -39,6 +39,7 @@ from agents.items import ToolApprovalItem
 
 from effectgate import Approver, EffectGate, Grant, Refused
 from effectgate import adapter as _adapter
+from effectgate._display import card_status
 from effectgate.adapter import DecisionMismatch, Paused, bind_token
 from effectgate.errors import AlreadyDecided, ApprovalExpired, StaleApproval
 from effectgate.outcomes import Decision
@@ -294,7 +295,8 @@ def reject(
     the model is told its stored result, or, when that run's outcome is unknown or it still runs
     there, so ("Outcome unknown", never a denial of a call that may have happened). A call whose
     approval a later call of its message amended since is rejected in the SDK only: the newer
-    version, which no one decided, stays pending; so is one whose approval expired."""
+    version, which no one decided, stays pending; so is one whose approval expired. One already
+    denied (a sealed denial: a status column edited to 'denied' is none) is not denied again."""
     _mark(state)
     refused: Refused | None = None
     message = f"Refused (denied): {paused.tool} was denied: {reason}"
@@ -303,8 +305,9 @@ def reject(
         approval_id, version = str(record["approval_id"]), int(record["version"])
         row = gate.store.get_approval(approval_id)
         done = gate.result(approval_id) if row is not None and row.status == "executed" else None
-        if row is not None and row.status == "denied":
-            message = f"Refused (denied): {paused.tool} was denied: {row.reason}"
+        said = card_status(gate, approval_id) if row is not None and row.status == "denied" else None
+        if said is not None and said[1] == "denied":  # a sealed denial: the column alone is none
+            message = f"Refused (denied): {paused.tool} was denied: {row.reason if row else reason}"
         elif done is not None:  # it ran first (another copy of this state was approved and resumed)
             message = ran_first(paused.tool, approval_id, done)
         else:
@@ -321,6 +324,9 @@ def reject(
                     message = (
                         f"Refused (expired): {paused.tool} was rejected ({reason}); it has not run. {exc}"
                     )
+                elif status == "denied":  # a sealed denial (another copy's): the column alone is none
+                    now = gate.store.get_approval(approval_id)
+                    message = f"Refused (denied): {paused.tool} was denied: {(now and now.reason) or reason}"
                 elif status != "executing":
                     raise
                 else:  # its grant was presented by another copy: not denied

@@ -208,8 +208,8 @@ class NativeDecisions:
         record["native"] = "rejected"
         if row is not None and row.status == "executed":  # it ran first (another copy of the state)
             await self._ran_first(ctx, call_id, tool, approval_id)
-        if row is None or row.status not in ("pending", "approved"):
-            return  # already closed (denied with effectgate's `reject`, expired, ran)
+        if row is None or row.status not in ("pending", "approved", "denied"):
+            return  # closed (expired, ran); 'denied' is the gate's to confirm (a sealed denial)
         reason = ctx.get_rejection_message(self.tools.get(tool, tool), call_id)
         reason = reason or DEFAULT_APPROVAL_REJECTION_MESSAGE
         # a rejection a restored snapshot carried was not made in this request: the system decides
