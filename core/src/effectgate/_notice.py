@@ -124,9 +124,10 @@ class Notification:
     appends an event about this notice to the gate's log (how a notifier records its
     deliveries): a notifier's own kinds only, `notify_*` or `webhook_*` (ValueError otherwise:
     never one of the gate's, which decide). `nonce` tells apart two notices of one kind about one
-    record: an unknown outcome carries its operation's attempt, so a run again that ends unknown
-    again is a page of its own, while the same outcome told again (a grant presented once more) is
-    the same page; None for "pending" and "expiring", which come once per version."""
+    record: an unknown outcome carries its operation's attempt and when its record last changed, so
+    a run again that ends unknown again, or a settled record its late run reopened, is a page of
+    its own, while the same outcome told again (a grant presented once more) is the same page;
+    None for "pending" and "expiring", which come once per version."""
 
     kind: NotificationKind
     tool: str
@@ -312,13 +313,15 @@ class Notices:
             log.exception("could not record %s for key=%s", kind, key)
 
     def _attempt(self, key: str) -> str | None:
-        """Which run of the operation `key` an unknown outcome is about (its record's attempts)."""
+        """Which unknown outcome of the operation `key` a notice is about: its record's attempts and
+        when it last changed (a record released, then reopened by its late run, is a new page at
+        the same attempt; the same outcome told again, nothing changed since, is the same page)."""
         try:
             record = self.store.get(key)
         except Exception:  # a page is never lost to a failing read: without it, as before
             log.warning("unknown outcome: the attempt of key=%s could not be read", key, exc_info=True)
             return None
-        return None if record is None else f"attempt-{record.attempts}"
+        return None if record is None else f"attempt-{record.attempts}@{record.updated_at!r}"
 
     def warn_expiring(self, *, within: float) -> list[Card]:
         """Notify about every pending approval that lapses within `within` seconds, once per

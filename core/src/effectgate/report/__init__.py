@@ -27,7 +27,8 @@ approval's seal, and a call whose seal does not verify, or whose recorded row ca
 is counted under mode "unverified", never shadow or live (`Figures.unverified` counts the first);
 so is a call whose status (no seal covers it) its sealed count of grants contradicts: approved,
 run or failed with no grant minted (a shadow call's approval mints none), or pending or expired
-with one (a denial edited into an approval is not counted approved).
+with one (a denial edited into an approval is not counted approved), or denied with no sealed
+deny decision, or not denied with one, or no status the gate writes.
 Without a keyring no seal is checked: the report says its figures are unverified (`Figures.note`,
 in the JSON and the page) and points to `effectgate audit`.
 

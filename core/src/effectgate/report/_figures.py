@@ -166,7 +166,7 @@ class Figures:
         if self.unverified:
             return (
                 f"{self.unverified} approval(s) in this window carry a seal that does not verify under "
-                "this keyring, or a status their sealed grants contradict (edited in the database, or "
+                "this keyring, or a status their sealed record contradicts (edited in the database, or "
                 'sealed with another keyring): counted under mode "unverified", never shadow or live; '
                 "`effectgate audit` names those whose seal does not verify"
             )

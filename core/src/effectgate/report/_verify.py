@@ -6,8 +6,10 @@ row); an approval whose seal does not verify is moved out of its group into mode
 (its fingerprint given as None), so it never counts as shadow or live. So is one whose status (no
 seal covers it) its sealed count of grants contradicts: decided, run or failed with no grant minted
 (unless its recorded row is shadow: a shadow call's approval mints none), or pending or expired with
-one (the gate calls that row tampered). Without the keyring no seal is checked, and the report says
-so (`NOT_CHECKED`)."""
+one (the gate calls that row tampered); so is one whose status its sealed denial contradicts (denied
+with no sealed deny decision of its version, anything else with one) or that is no status the gate
+writes, as the audit reports it (`status_tampered`). Without the keyring no seal is checked, and
+the report says so (`NOT_CHECKED`)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,22 @@ import sys
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from .._audit_rows import A_CREATED, A_DECIDED, A_GRANTS, A_ID, A_ROLE, A_ROW_FP, A_SEAL, A_TOOL, status_at
+from .._audit_rows import (
+    A_CREATED,
+    A_DECIDED,
+    A_GRANTS,
+    A_ID,
+    A_ROLE,
+    A_ROW_FP,
+    A_SEAL,
+    A_TOOL,
+    A_VERSION,
+    D_APPROVAL,
+    D_DECISION,
+    D_SEAL,
+    D_VERSION,
+    status_at,
+)
 from .._seal import seal_checker
 from ..stores.protocol import Store
 from ..tokens import Keyring
@@ -34,6 +51,7 @@ Unsealed = tuple[str, Any, Any, Any, Any, int]
 Found = tuple[list[Unsealed], list[Unsealed]]
 _LARGEST = sys.float_info.max
 _GRANTED = frozenset({"approved", "executing", "executed", "failed", "needs_reconciliation"})
+_STATUSES = _GRANTED | {"pending", "expired", "denied", "rejected"}  # what the gate writes
 
 
 def bounds(since: float | None, until: float | None) -> dict[str, float | None]:
@@ -59,6 +77,7 @@ def unsealed(
     sealed = seal_checker(keyring, "approval")
     low = -math.inf if since is None else since
     high = math.inf if until is None else until
+    denials = _denials(store, conn, keyring)
     out: Found = ([], [])
     for a in store.audit_rows(conn, "approvals"):
         created = a[A_CREATED]  # the window first: an approval outside it costs no HMAC
@@ -66,12 +85,24 @@ def unsealed(
             continue
         status, granted = status_at(a, now), type(a[A_GRANTS]) is int and a[A_GRANTS] > 0
         intact = sealed(a[:A_SEAL], a[A_SEAL])
-        if intact and ((status in _GRANTED) == granted or status in ("denied", "rejected")):
+        # as the audit's `status_tampered`: denied exactly when a sealed denial says so
+        sound = status in _STATUSES and ((a[A_ID], a[A_VERSION]) in denials) == (status == "denied")
+        if intact and sound and ((status in _GRANTED) == granted or status in ("denied", "rejected")):
             continue
         decided = 1 if _finite(a[A_DECIDED], created) else 0
         found = (a[A_ID], a[A_TOOL], a[A_ROLE], a[A_ROW_FP], status, decided)
-        out[1 if intact and status in _GRANTED else 0].append(found)
+        out[1 if intact and sound and status in _GRANTED else 0].append(found)
     return out
+
+
+def _denials(store: Store, conn: Any, keyring: Keyring) -> set[tuple[Any, Any]]:
+    """(approval id, version) of every deny decision whose seal verifies (one HMAC per denial)."""
+    sealed = seal_checker(keyring, "decision")
+    return {
+        (d[D_APPROVAL], d[D_VERSION])
+        for d in store.audit_rows(conn, "decisions")
+        if d[D_DECISION] == "deny" and sealed(d[:D_SEAL], d[D_SEAL])
+    }
 
 
 def standing(found: Found | None, mode_of: Mapping[str, str]) -> list[Unsealed] | None:
