@@ -179,7 +179,7 @@ class Scan:
             elif (d[D_VERSION], d[D_ROUND]) == last and self._sealed_as(d, RELEASE):
                 released = True
         revoked = released or a[A_VERSION] in denied
-        if denied or approved is not (type(a[A_GRANTS]) is int and a[A_GRANTS] > 0):  # the unsealed status
+        if denied or status == "denied" or approved is not (type(a[A_GRANTS]) is int and a[A_GRANTS] > 0):
             self.findings += status_tampered(a, approved, a[A_VERSION] in denied, shadow)
         count = len(people) if len(people) < 2 else len({person(p) for p in people})
         approvers = {a[A_VERSION]: count} if people and not revoked else {}

@@ -1,15 +1,16 @@
 """What the audit holds against the sealed record (`_audit_scan.py`): the redaction entry that backs
 each erased value, and the entries anyone with write access inserted beside it (`backing`); an
 approval's status column, which no seal covers, against its sealed count of grants and its sealed
-denial (`status_tampered`). The export commits to the same entries (`export.decision_records`)."""
+denial (`status_tampered`); decisions whose approval row is gone (`orphaned`). The export commits
+to the same entries (`export.decision_records`)."""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from ._audit_rows import A_GRANTS, A_ID, A_STATUS, A_TOOL, Finding
+from ._audit_rows import A_GRANTS, A_ID, A_STATUS, A_TOOL, D_APPROVAL, D_SEAL, Finding
 from .redact import entry_sealed
 from .stores.protocol import Store
 from .stores.records import RedactedRow
@@ -17,8 +18,9 @@ from .tokens import Keyring
 
 Backing = tuple[dict[tuple[str, str, str], RedactedRow], list[RedactedRow]]
 
-#: The statuses of an approval no grant was minted for (none is before it is approved).
-UNGRANTED = frozenset({"pending", "expired"})
+#: The statuses of an approval no grant was minted for (none is before it is approved; a scope
+#: refusal is never approved).
+UNGRANTED = frozenset({"pending", "expired", "rejected"})
 
 
 def entries(store: Store) -> Sequence[RedactedRow]:
@@ -73,12 +75,15 @@ def hidden_entry(entry: RedactedRow) -> Finding:
 def status_tampered(a: tuple[Any, ...], approved: bool, denied: bool, shadow: bool) -> list[Finding]:
     """How an approval's status (no seal covers it) contradicts its sealed record, as the gate
     refuses it: approved, run or failed (`approved`) with no grant minted (but a shadow call's: it
-    mints none), pending or expired with one, or anything but denied for a version sealed denied
-    (`denied`: a denial is final). One finding, or none."""
+    mints none), pending, expired or rejected with one, anything but denied for a version sealed
+    denied (`denied`: a denial is final), or denied with no sealed denial (the gate seals its deny
+    decision with the status). One finding, or none."""
     status, grants = a[A_STATUS], a[A_GRANTS]
     granted = type(grants) is int and grants > 0
-    if denied and status != "denied":
-        wrong = "the version was denied (a sealed deny decision)"
+    if denied is (status != "denied"):
+        wrong = (
+            "the version was denied (a sealed deny decision)" if denied else "no sealed denial of the version"
+        )
     elif approved and not granted and not shadow:
         wrong = f"no grant was minted (its sealed count of grants is {grants})"
     elif status in UNGRANTED and granted:
@@ -86,3 +91,27 @@ def status_tampered(a: tuple[Any, ...], approved: bool, denied: bool, shadow: bo
     else:
         return []
     return [Finding("status_tampered", a[A_TOOL], f"status {status}, but {wrong}", a[A_ID])]
+
+
+Row = tuple[Any, ...]
+
+
+def orphaned(
+    first: Row, rest: Iterator[Row], sealed: Callable[[Row, Any], bool] | None, out: list[Finding]
+) -> Row | None:
+    """Add to `out` the finding of the decisions that name an approval no row holds (`first` and
+    those after it in `rest` naming the same id); the decision after them. The gate never deletes
+    an approval: its row was deleted (a decision's seal verifies under the keyring, or none is
+    given), or the decisions were inserted (`decision_forged`: none verifies)."""
+    approval_id, count, verified = first[D_APPROVAL], 0, sealed is None
+    d: Row | None = first
+    while d is not None and d[D_APPROVAL] == approval_id:
+        count, verified = count + 1, verified or (sealed is not None and sealed(d[:D_SEAL], d[D_SEAL]))
+        d = next(rest, None)
+    if verified:
+        detail = f"{count} decision(s) name approval {approval_id}, which no row holds (deleted)"
+        out.append(Finding("no_approval", "", detail, approval_id))
+    else:
+        detail = f"{count} decision(s) name approval {approval_id}, which no row holds; no seal verifies"
+        out.append(Finding("decision_forged", "", detail, approval_id))
+    return d

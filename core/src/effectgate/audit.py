@@ -52,7 +52,7 @@ from . import _audit_rows as col
 from . import _pins
 from ._audit_rows import Finding, FindingKind
 from ._audit_scan import Scan
-from ._audit_sealed import backing, hidden_entry
+from ._audit_sealed import backing, hidden_entry, orphaned
 from ._seal import seal_rules
 from .chain import verify_chain
 from .effects import Policy
@@ -200,10 +200,9 @@ def _scan_range(
             assert isinstance(store, AggregateSQL)  # only an SQL store is split (`_fork_half`)
             yield from store.audit_rows(conn, what, low=low, high=high)
 
-    # Three streams ordered by approval id, merged: each approval is checked with its own
-    # decisions and executions, and nothing is kept once it is done (memory stays flat). The
-    # streams are stepped by hand, one row ahead: most approvals have one decision and one run.
-    # They are closed here even if a check raises (else a traceback keeps them: closed later).
+    # Three streams ordered by approval id, merged: each approval is checked with its own decisions
+    # and executions, nothing kept once done (memory stays flat); stepped by hand, one row ahead (most
+    # approvals have one decision and one run), and closed here even if a check raises.
     decisions = _texts(rows("decisions"), col.D_APPROVAL, lambda d: None)  # allows nothing
     executions = _texts(rows("gated_executions"), col.E_APPROVAL, lambda ex: scan.executed(ex, {}))
     with closing(decisions), closing(executions), closing(rows("approvals")) as approvals:
@@ -216,8 +215,8 @@ def _scan_range(
             while ex is not None and ex[col.E_APPROVAL] < approval_id:  # its approval does not exist
                 scan.executed(ex, {})
                 ex = next(executions, None)
-            while d is not None and d[col.D_APPROVAL] < approval_id:  # a decision for no approval
-                d = next(decisions, None)
+            while d is not None and d[col.D_APPROVAL] < approval_id:  # decisions of no approval
+                d = orphaned(d, decisions, scan.decision_sealed, scan.findings)
             mine: list[tuple[Any, ...]] = []
             while d is not None and d[col.D_APPROVAL] == approval_id:
                 mine.append(d)
@@ -230,13 +229,14 @@ def _scan_range(
         while ex is not None:
             scan.executed(ex, {})
             ex = next(executions, None)
+        while d is not None:
+            d = orphaned(d, decisions, scan.decision_sealed, scan.findings)
 
 
 def _texts(
     stream: Iterator[tuple[Any, ...]], at: int, other: Callable[[tuple[Any, ...]], None]
 ) -> Generator[tuple[Any, ...], None, None]:
-    """The rows whose approval id (column `at`) is text, in order; each other one (SQLite keeps
-    a blob edited in, which no text compares with) goes to `other`: it names no approval."""
+    """The rows whose approval id (column `at`) is text; each other one (a blob SQLite kept) to `other`."""
     for row in stream:
         if type(row[at]) is str:
             yield row
