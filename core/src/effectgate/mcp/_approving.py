@@ -19,8 +19,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable, Coroutine, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any
 
 from .._ledger import context_of
 from .._seal import approval_verifies
@@ -34,6 +33,7 @@ from ..stores.records import ApprovalRow
 from ..table import EffectTable, ToolSpec
 from ..tokens import Keyring
 from ._config import ENV_AGENT, ENV_CONFIG, ProxyConfig, ProxyConfigError, load_config, split_served
+from ._connection import run_apart
 from ._upstream import (
     Connection,
     UpstreamListingError,
@@ -42,8 +42,6 @@ from ._upstream import (
     specs_for,
     table_of,
 )
-
-T = TypeVar("T")
 
 #: The fingerprint of the row a served tool's upstream makes for it now (None: not served now).
 CurrentRow = Callable[[str], Coroutine[Any, Any, str | None]]
@@ -60,13 +58,13 @@ class ApprovingGate(EffectGate):
     def approve(self, approval_id: str, *, version: int, approver: Approver) -> Decision:
         row = self._approval(approval_id)
         if row is not None:
-            self._compare(row, _run(self._row_now(row.tool)))
+            self._compare(row, run_apart(self._row_now(row.tool)))
         return super().approve(approval_id, version=version, approver=approver)
 
     def execute(self, token: str, args: Mapping[str, Any] | None = None) -> Executed:
         row = self._approval(_approval_id(token))
         if row is not None:
-            self._compare(row, _run(self._row_now(row.tool)))
+            self._compare(row, run_apart(self._row_now(row.tool)))
         return super().execute(token, args)
 
     async def aexecute(self, token: str, args: Mapping[str, Any] | None = None) -> Executed:
@@ -113,17 +111,6 @@ def _approval_id(token: str) -> str | None:
         return None
 
 
-def _run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run `coro` to completion from synchronous code (on a thread of its own when this thread
-    already runs an event loop)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coro).result()
-
-
 def current_row(config: ProxyConfig, policy: Policy) -> CurrentRow:
     """`CurrentRow` over the configured upstreams: the served name's prefix picks the upstream,
     whose listing is read now (a session of its own)."""
@@ -166,7 +153,7 @@ def proxy_app(store: Store, *, keyring: Keyring | None = None, policy: Policy | 
             rows.append(specs_for(upstream, connection, await connection.list_tools(), policy))
         return rows
 
-    table = table_of(_run(listings()), os.environ.get(ENV_AGENT) or config.agent)
+    table = table_of(run_apart(listings()), os.environ.get(ENV_AGENT) or config.agent)
     return ApprovingGate(
         table, store, policy=policy, keyring=keyring, current_row=current_row(config, policy)
     )

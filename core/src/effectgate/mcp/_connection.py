@@ -241,7 +241,7 @@ class Connection:
         loop), or once that loop no longer runs (the proxy has exited)."""
         loop = self._loop
         if loop is None:
-            return _run_apart(self.call(tool, arguments, key=key))
+            return run_apart(self.call(tool, arguments, key=key))
         try:
             running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
@@ -251,8 +251,9 @@ class Connection:
         return asyncio.run_coroutine_threadsafe(self.call(tool, arguments, key=key), loop).result()
 
 
-def _run_apart(coro: Coroutine[Any, Any, T]) -> T:
-    """Run `coro` to completion on a loop of its own (a thread of its own when this one runs one)."""
+def run_apart(coro: Coroutine[Any, Any, T]) -> T:
+    """Run `coro` to completion from synchronous code, on a loop of its own (on a thread of its own
+    when this thread already runs an event loop)."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
