@@ -3,9 +3,8 @@ one's own call. Ids are the application's, and one person is not two because of 
 spelled: ids that differ only in case, Unicode normalisation (a composed or decomposed "á"),
 invisible characters (format ones: zero-width, bidi marks; and the others that render as nothing,
 as the card's text check calls them: a variation selector, a combining grapheme joiner, a Hangul
-filler) or surrounding whitespace name one person
-("pia", "PIA", "pia " are one reviewer). The ids are stored as given; only these rules compare
-them this way (the gate, the audit and the inbox alike)."""
+filler) or surrounding whitespace name one person ("pia", "PIA", "pia " are one reviewer). The ids
+are stored as given; only these rules compare them this way (the gate, the audit and the inbox)."""
 
 from __future__ import annotations
 
