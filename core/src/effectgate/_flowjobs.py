@@ -64,7 +64,7 @@ def ran(value: T) -> T:
     (`{"unserializable": "coroutine"}`), or the result's serialization ran a generator's body."""
     work: Any = value
     state: str
-    if type(work) in _PLAIN:  # the usual result: no inspection
+    if type(work) in PLAIN:  # the usual result: no inspection
         return value
     if inspect.iscoroutine(work):
         state = inspect.getcoroutinestate(work)
@@ -85,7 +85,8 @@ def ran(value: T) -> T:
     raise Unfinished(f"the tool returned a {type(work).__name__} it did not run to its end")
 
 
-_PLAIN = frozenset({dict, list, str, int, float, bool, type(None), tuple})
+#: The types of the usual result, which neither `ran` nor `flow.run_sync` inspects.
+PLAIN = frozenset({dict, list, str, int, float, bool, type(None), tuple})
 
 
 def foreign(value: object) -> None:

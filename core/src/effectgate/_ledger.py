@@ -312,13 +312,14 @@ class Ledger:
         denial: DecisionRow | None = None
         for d in self.store.decisions(conn, row.id, row.version) if read is None else read:
             if d.decision == "approve":
+                who = person(d.approver_id)
                 if (
                     d.grant_round == round_
-                    and person(d.approver_id) not in seen
+                    and who not in seen
                     and decision_intact(self.keyring, d)
                     and (role is None or self.policy.role_satisfies(d.role, role))
                 ):
-                    seen[person(d.approver_id)] = d
+                    seen[who] = d
             elif denial is None and d.decision == "deny" and decision_intact(self.keyring, d):
                 denial = d
         return list(seen.values()), denial

@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable, Generator, Mapping
 from typing import Any, TypeVar
 
-from ._flowjobs import RETURNED, dropped, foreign, stopped
+from ._flowjobs import PLAIN, RETURNED, dropped, foreign, stopped
 from ._flowjobs import Abandoned as Abandoned
 from ._flowjobs import NotStarted as NotStarted
 from ._flowjobs import Unfinished as Unfinished
@@ -104,7 +104,7 @@ def run_sync(fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:
         value = fn(**kwargs)
     except StopIteration as stop:
         raise stopped(stop) from stop
-    if type(value) in _PLAIN or not inspect.isawaitable(value):
+    if type(value) in PLAIN or not inspect.isawaitable(value):
         return value
     try:
         asyncio.get_running_loop()
@@ -124,7 +124,6 @@ def run_sync(fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:
 
 
 _jobs = threading.local()  # `.worker`: the `_Worker` whose store work runs on this thread
-_PLAIN = frozenset({dict, list, str, int, float, bool, type(None), tuple})
 
 
 async def _own(value: Any) -> Any:

@@ -46,7 +46,12 @@ def to_json(value: Any) -> str:
     """JSON text of a result; pydantic models, dataclasses and datetimes included. A value whose
     text would start like an erasure marker (a tool echoing model-written data) is stored with a
     leading space: the same JSON, but only `redact` writes a stored value that starts like one."""
-    text = pydantic_core.to_json(value).decode()
+    return unmarked(pydantic_core.to_json(value).decode())
+
+
+def unmarked(text: str) -> str:
+    """JSON `text` as stored where only `redact` writes what starts like an erasure marker: one
+    that would (a result echoing model text, an event's detail) gets a leading space."""
     return " " + text if text.startswith(REDACTED_PREFIX) else text
 
 

@@ -29,7 +29,7 @@ from ._memory import refuse_unusable, shown
 from ._reading import ReadingSQL
 from ._redaction import RedactionSQL
 from ._together import TogetherSQL
-from .base import IdempotencyRecord, IdempotencyStore, Status
+from .base import IdempotencyRecord, IdempotencyStore, Status, unmarked
 from .records import (
     APPEND_ONLY,
     PERSONAL,
@@ -368,8 +368,7 @@ class SQLStore(AggregateSQL, ChainSQL, RedactionSQL, ReadingSQL, TogetherSQL, Id
             row = list(map(e.get, columns))
             detail = row[at]
             if not isinstance(detail, str):  # a detail keyed like a redaction marker is not one
-                text = detail_json(detail) if detail else "{}"
-                row[at] = " " + text if text.startswith(_dialect.REDACTED_PREFIX) else text
+                row[at] = unmarked(detail_json(detail) if detail else "{}")
             rows.append(row)
         sql = self._q(("events",), lambda: _dialect.insert_many_sql(conn, "eg_events", Q._EVENT_COLUMNS))
         _dialect.run_many(conn, sql, rows, driver=self._checkouts.cursors.get(conn))
