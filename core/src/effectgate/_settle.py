@@ -22,11 +22,13 @@ from . import flow
 from ._deps import Deps, Events, connection_lost
 from ._flowjobs import ran
 from ._json import parse, readable
+from ._late_erasure import erase_late
 from ._leases import LeaseKeeper
 from ._logging import logger, one_line
 from ._notice import Notices
 from ._unknown import store_unknown
 from .canonical import _SURROGATE
+from .chain import ERASURE_LOCK
 from .context import CallContext, ToolContext
 from .errors import LeaseLost, NeedsReconciliation, OutcomeUnknown, describe, storable_text
 from .outcomes import Executed
@@ -62,6 +64,7 @@ class Settlement:
         self.store = deps.store
         self.policy = deps.policy
         self.clock = deps.clock
+        self.keyring = deps.keyring
         self.events = events
         self.notices = notices
         self.leases = LeaseKeeper(deps.store, deps.policy.lease_seconds)
@@ -273,6 +276,7 @@ class Settlement:
         reason = f"the tool {what} (another worker took the operation over)" + (f": {error}" if error else "")
         detail = {"reason": reason, "error": error} if error else {"reason": reason}
         with self.store.transaction() as conn:
+            self.store.lock(conn, ERASURE_LOCK)  # before any write: see `erase_late`
             self.store.reopen(key, reason, conn=conn)  # released meanwhile: not claimed afresh
             self.store.append_execution(
                 conn, status="needs_reconciliation", error=reason, result_json=result_json, **execution
@@ -285,6 +289,8 @@ class Settlement:
                     )
                 ],
             )
+            call = row.id if row is not None else key  # its call erased meanwhile: these values too
+            erase_late(self.store, conn, self.keyring, user_id=ctx.user_id, call=call, at=self.clock.now())
         log_outcome(what, spec.name, row, key, reason)
         self.notices.unknown_outcome(row, key, reason, ref, tool=spec.name)
 
