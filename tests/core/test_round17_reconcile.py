@@ -11,9 +11,9 @@
   it, so no one was told to reconcile it. Now the claim says it expired the lease
   (`NeedsReconciliation.expired`) and the write path announces it once, as `recover` does.
 
-One strict xfail needs a decision: a run that lost its lease and returns after its call was
-settled "did not happen" and the user's data erased records its execution with the arguments in
-clear, putting the erased personal data back into the ledger.
+- A run that lost its lease and returned after its call was settled "did not happen" and the
+  user's data erased recorded its execution with the arguments in clear, putting the erased
+  personal data back into the ledger. Its values are now erased under the call's redaction.
 """
 
 from __future__ import annotations
