@@ -1,5 +1,6 @@
-"""Governance, third review round: erasure at its edges (each test fails on the current code; a
-strict xfail names why it is not fixed), on SQLite and PostgreSQL."""
+"""Governance, third review round: erasure at its edges (each test failed on the code of its
+round), on SQLite and PostgreSQL. A write whose worker died is reached through the user its
+idempotency record names (schema 5)."""
 
 from __future__ import annotations
 
@@ -25,16 +26,8 @@ from .test_reconcile_edges import DyingTags, WorkerDied
 from .test_redact import everything, ledger  # noqa: F401 - the fixture
 
 SECRET = "ada.lovelace@example.com"
-DIED = (
-    "a write whose worker died before its outcome was stored leaves only its idempotency record "
-    "(no execution row, no event naming its user: the record stores no user id, `settle_write` "
-    "appends no execution and an event without the call's fields when `ran` is None), so "
-    "`redaction_targets(user_id=...)` cannot reach it. A fix needs a design decision (a user "
-    "column on eg_idempotency, or an execution/event row written at claim time)"
-)
 
 
-@pytest.mark.xfail(strict=True, reason=DIED)
 def test_a_write_in_flight_after_its_worker_died_refuses_the_users_redaction(
     store: SQLStore, make_gate: MakeGate
 ) -> None:
@@ -49,7 +42,6 @@ def test_a_write_in_flight_after_its_worker_died_refuses_the_users_redaction(
         redact(store, gate.keyring, user_id="u1", by="dpo", reason="erasure")
 
 
-@pytest.mark.xfail(strict=True, reason=DIED)
 def test_the_recovered_result_of_a_write_whose_worker_died_is_erased_with_its_user(
     store: SQLStore, make_gate: MakeGate, clock: FakeClock
 ) -> None:

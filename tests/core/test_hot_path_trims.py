@@ -117,7 +117,7 @@ def test_a_seal_with_an_update_is_the_seal_of_the_updated_row(update: dict[str, 
 
 def test_record_of_is_the_record_the_dataclass_builds() -> None:
     """A read idempotency row becomes the record its constructor makes, the result parsed."""
-    row = ("k", "h", "succeeded", "o", None, '{"ok":true}', None, "ref", 2, 1.0, 2.0)
+    row = ("k", "h", "succeeded", "o", None, '{"ok":true}', None, "ref", 2, 1.0, 2.0, "u1")
     record = record_of(row)
     assert record == IdempotencyRecord(
         key="k",
@@ -131,6 +131,7 @@ def test_record_of_is_the_record_the_dataclass_builds() -> None:
         attempts=2,
         created_at=1.0,
         updated_at=2.0,
+        user_id="u1",
     )
     assert pickle.loads(pickle.dumps(record)) == record
     with pytest.raises(ValueError, match="shorter"):

@@ -25,13 +25,6 @@ from .test_redact import ADA_EMAIL, everything
 from .test_redact import ledger as ledger
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a write's claim (eg_idempotency) names no user and no event is recorded before it runs, so "
-    "`stores._redaction.targets` cannot find a write in flight of the user: the claim must record its "
-    "user (a column, schema 5, or an event appended with the claim in `_calls.write`) and `targets` "
-    "must select that user's open records",
-)
 def test_a_write_still_running_blocks_the_redaction_of_its_user(shop_gate: ShopGate) -> None:
     """A write claimed and running (no execution row yet) is a call that may still run: a
     redaction of its user while it runs must be refused, or the write stores its personal

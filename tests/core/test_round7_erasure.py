@@ -82,13 +82,6 @@ class Notes:
         return table
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an ungated write in flight is recorded under its idempotency key only (no row names "
-    "its user until it settles): `redact` cannot see it and erases around it; refusing every "
-    "redaction while any unattributed write is in flight, or recording the user at claim time, "
-    "is a design decision",
-)
 def test_a_redaction_is_refused_while_a_write_of_the_user_is_running(make_gate: MakeGate) -> None:
     notes = Notes()
     gate = make_gate(notes.table())
@@ -113,9 +106,9 @@ def test_a_redaction_is_refused_while_a_write_of_the_user_is_running(make_gate: 
 @pytest.mark.xfail(
     strict=True,
     reason="a write whose worker died mid-run and that `recover` reconciled has no execution "
-    "row: its idempotency record's result (the provider's copy of the arguments) is reached by "
-    "neither a redaction (no row names its user) nor a retention pass (records are reached "
-    "through executions only)",
+    "row: its idempotency record's result (the provider's copy of the arguments) is reached by a "
+    "redaction of its user (schema 5 records the user), not by a retention pass (records are "
+    "reached through executions only; a record names no effect class)",
 )
 def test_retention_erases_a_recovered_writes_reconciled_result(make_gate: MakeGate, clock: FakeClock) -> None:
     notes = Notes()

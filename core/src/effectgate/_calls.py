@@ -332,7 +332,11 @@ class Calls:
                 try:
                     if earlier is None:
                         claim = self.store.claim(
-                            key, frozen, lease_seconds=self.policy.lease_seconds, conn=conn
+                            key,
+                            frozen,
+                            lease_seconds=self.policy.lease_seconds,
+                            conn=conn,
+                            user_id=ctx.user_id,
                         )
                 except (InProgress, NeedsReconciliation) as exc:
                     refusal = exc  # committed: a lapsed lease is now needs_reconciliation

@@ -177,7 +177,11 @@ class Execution:
                 flow.refuse_async_on_loop(spec.fn)  # nothing claimed, the grant kept for aexecute
                 try:
                     claim = self.store.claim(
-                        key, row.args_hash, lease_seconds=self.policy.lease_seconds, conn=conn
+                        key,
+                        row.args_hash,
+                        lease_seconds=self.policy.lease_seconds,
+                        conn=conn,
+                        user_id=row.user_id,
                     )
                 except NeedsReconciliation as exc:
                     deferred = exc

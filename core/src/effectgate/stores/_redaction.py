@@ -153,8 +153,7 @@ def _select(conn: Connection, table: str, where: Any, extra: Sequence[str]) -> l
 
 
 def _in(column: sa.Column[Any], values: Iterable[str]) -> Any:
-    listed = sorted(set(values))
-    return column.in_(listed) if listed else sa.false()
+    return column.in_(listed) if (listed := sorted(set(values))) else sa.false()
 
 
 #: Values per IN list: a user's or a rule's records can number hundreds of thousands, beyond
@@ -190,9 +189,9 @@ def targets(
     """The rows a redaction (`user_id`, optionally narrowed to approvals of `subject_keys`) or a
     retention rule (`effect` and `before`: records of that effect, or of none for `UNCLASSIFIED`,
     older than `before`) reaches, each with its `Call` (so `is_open` reads the whole call).
-    Records of `held` users are left out. Decisions and idempotency records follow the
-    approvals and executions selected, and so do the events that name an approval selected but
-    no user (notifier events recorded before they named the approval's user)."""
+    Records of `held` users are left out. Decisions and idempotency records follow the approvals and
+    executions selected (a redaction's, also the user's records), and so do the events that name an
+    approval selected but no user (notifier events recorded before they named the approval's user)."""
     a, e, ev = Q.T_APPROVALS, Q.T_EXECUTIONS, Q.T_EVENTS
     where_a: list[Any] = [sa.not_(_in(a.c.user_id, held))]
     where_e: list[Any] = [sa.not_(_in(e.c.user_id, held))]
@@ -234,6 +233,9 @@ def targets(
     decisions = _select_in(conn, "eg_decisions", d.c.approval_id, ids, ("approval_id",), old_d)
     keys = [t.idempotency_key for t in executions if t.idempotency_key]
     records = _select_in(conn, "eg_idempotency", i.c.key, keys, ("status",), old_i)
+    if user_id is not None and not subject_keys:  # also a call no other row names yet (in flight)
+        mine = _select(conn, "eg_idempotency", i.c.user_id == user_id, ("status",))
+        records = list({t.key: t for t in (*records, *mine)}.values())
     return _with_calls(conn, [*approvals, *executions, *events, *decisions, *records])
 
 
@@ -352,8 +354,7 @@ def _json_object(text: str | None) -> dict[str, Any] | None:
 
 def overwrite(conn: Connection, table: str, key: str, values: Mapping[str, str]) -> None:
     """Write redaction markers into personal columns of one row."""
-    unknown = set(values) - set(PERSONAL[table])
-    if unknown:
+    if unknown := set(values) - set(PERSONAL[table]):
         raise ValueError(f"{table}: {sorted(unknown)} are not personal columns")
     column = _key(table)
     typed: Any = int(key) if column.type.python_type is int else key

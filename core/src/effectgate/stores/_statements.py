@@ -42,6 +42,7 @@ CLAIM_COLUMNS = (
     "lease_owner",
     "lease_expires_at",
     "updated_at",
+    "user_id",
 )
 DECISION_INSERT = tuple(c for c in DECISION_COLUMNS if c != "id")
 

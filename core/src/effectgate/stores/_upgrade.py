@@ -44,7 +44,14 @@ def _3_to_4(conn: Connection) -> None:
             conn.exec_driver_sql(f"ALTER SEQUENCE {sequence} AS BIGINT")
 
 
-STEPS: dict[int, Callable[[Connection], None]] = {2: _2_to_3, 3: _3_to_4}
+def _4_to_5(conn: Connection) -> None:
+    # the user a claim is made for (NULL for the records written before): `redact` refuses while
+    # a call of the user is in flight, which no other row names until it settles
+    if "user_id" not in {c["name"] for c in sa.inspect(conn).get_columns("eg_idempotency")}:
+        conn.exec_driver_sql("ALTER TABLE eg_idempotency ADD COLUMN user_id VARCHAR")
+
+
+STEPS: dict[int, Callable[[Connection], None]] = {2: _2_to_3, 3: _3_to_4, 4: _4_to_5}
 
 #: Indexes of earlier releases that `indexes` drops: full indexes on eg_events, which every read
 #: record entered; the approvals' (subject_key, status) and (session_id, tool, subject_key,

@@ -30,13 +30,7 @@ from sqlalchemy.exc import DBAPIError
 
 from .._clock import SYSTEM_CLOCK, Clock, uuid4_hex
 from .._json import parse
-from ..errors import (
-    IdempotencyConflict,
-    InProgress,
-    LeaseLost,
-    NeedsReconciliation,
-    StoreError,
-)
+from ..errors import IdempotencyConflict, InProgress, LeaseLost, NeedsReconciliation, StoreError
 from ._dialect import REDACTED_PREFIX
 
 Status = Literal["in_progress", "succeeded", "failed", "needs_reconciliation"]
@@ -80,6 +74,7 @@ class IdempotencyRecord:
     attempts: int
     created_at: float
     updated_at: float
+    user_id: str | None = None  # the user the call is made for (None: not named, or schema < 5)
 
 
 @dataclass(frozen=True)
@@ -179,6 +174,7 @@ class IdempotencyStore(ABC):
         lease_seconds: float = 60.0,
         on_expired_lease: ExpiredLease = "reconcile",
         conn: Connection | None = None,
+        user_id: str | None = None,
     ) -> Claimed | Stored:
         """Take the lease on `key`, or return the stored result; see the module docstring.
 
@@ -195,6 +191,7 @@ class IdempotencyStore(ABC):
             "status": "in_progress",
             "attempts": 1,
             "created_at": now,
+            "user_id": user_id,
             **lease,
         }
         if conn is None:  # a new key is one atomic statement; anything else is decided below

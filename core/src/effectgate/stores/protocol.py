@@ -45,9 +45,12 @@ class IdempotencyLedger(Protocol):
         lease_seconds: float = 60.0,
         on_expired_lease: ExpiredLease = "reconcile",
         conn: Any = None,
+        user_id: str | None = None,
     ) -> Claimed | Stored:
         """Take the lease on `key` or return its stored result. Raises `IdempotencyConflict`
-        (same key, other payload), `InProgress` (a live lease), `NeedsReconciliation`."""
+        (same key, other payload), `InProgress` (a live lease), `NeedsReconciliation`.
+        `user_id`: the user the call is made for, kept with a new record (a redaction of the
+        user is refused while it is in flight)."""
 
     def complete(
         self, key: str, owner: str, result: Any, *, provider_ref: str | None = None, conn: Any = None

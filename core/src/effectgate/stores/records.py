@@ -13,10 +13,9 @@ again whenever it is read back to decide something: a row edited in the database
 Version 2 added the seals, `policy_fingerprint`, `grants`, decision rounds and `eg_rules`.
 Version 3 added `model_id` to approvals, executions and events, `eg_redacted`, `eg_holds` and
 `eg_chain`, and lets the append-only tables' personal columns (`PERSONAL`) be overwritten by a
-redaction marker (`SQLStore.setup` upgrades a version 2 database in place: the new columns
-default to ''). Version 4 made the ids of the append-only tables (and the chain's id ranges)
-64-bit on PostgreSQL, whose SERIAL ids stopped the ledger at 2^31 events (SQLite's were 64-bit
-already; `SQLStore.setup` widens a version 3 PostgreSQL database in place).
+redaction marker (the new columns default to ''). Version 4 made the ids of the append-only
+tables (and the chain's id ranges) 64-bit on PostgreSQL, whose SERIAL ids stopped the ledger at
+2^31 events. Version 5: `eg_idempotency.user_id`. `SQLStore.setup` upgrades each in place.
 """
 
 from __future__ import annotations
@@ -29,7 +28,7 @@ from typing import Any
 from sqlalchemy import BigInteger, Column, Index, Integer, Text, event, text
 from sqlmodel import Field, SQLModel
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 #: The type of an id of an append-only table and of the chain's id ranges: BIGINT (BIGSERIAL as
 #: a primary key) on PostgreSQL, where INTEGER ends at 2^31 - 1; INTEGER on SQLite, whose
@@ -226,6 +225,7 @@ class IdempotencyRow(SQLModel, table=True):
     attempts: int = 1
     created_at: float
     updated_at: float
+    user_id: str | None = None  # the call's user (schema 5): `redact` finds its calls in flight
 
 
 class RuleRow(SQLModel, table=True):
