@@ -103,13 +103,6 @@ def test_a_redaction_is_refused_while_a_write_of_the_user_is_running(make_gate: 
     assert isinstance(what, RedactionError)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a write whose worker died mid-run and that `recover` reconciled has no execution "
-    "row: its idempotency record's result (the provider's copy of the arguments) is reached by a "
-    "redaction of its user (schema 5 records the user), not by a retention pass (records are "
-    "reached through executions only; a record names no effect class)",
-)
 def test_retention_erases_a_recovered_writes_reconciled_result(make_gate: MakeGate, clock: FakeClock) -> None:
     notes = Notes()
     gate = make_gate(notes.table())

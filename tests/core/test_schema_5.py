@@ -8,15 +8,19 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from effectgate import Executed
+from effectgate import EffectGate, Executed
+from effectgate._execution import WRITE_PREFIX
+from effectgate.audit import audit
 from effectgate.errors import StoreError
-from effectgate.redact import RedactionError, redact
+from effectgate.redact import DAY, RedactionError, hold, redact, retain
 from effectgate.stores import SQLStore, open_store
+from effectgate.stores._unnamed import WRITE_KEYS
 from effectgate.stores.records import SCHEMA_VERSION
 from effectgate.testing import FakeClock
 
 from .conftest import MakeGate
-from .test_round7_erasure import SECRET, Notes, _ctx
+from .test_redact import everything
+from .test_round7_erasure import ALL_KINDS, SECRET, Notes, _ctx, _Died
 
 
 def _users(store: SQLStore) -> list[tuple[str, str | None]]:
@@ -80,3 +84,43 @@ def test_a_redaction_of_another_user_is_not_refused_by_a_write_in_flight(make_ga
     assert isinstance(gate.call("post", {"ticket_id": "t-1", "text": SECRET}, _ctx("m1")), Executed)
     [done] = outcome
     assert not isinstance(done, RedactionError), done
+
+
+def test_the_write_key_prefix_retention_reads_is_the_gates() -> None:
+    assert WRITE_KEYS == WRITE_PREFIX
+
+
+def _dead_write(make_gate: MakeGate, clock: FakeClock, notes: Notes, user: str, text: str) -> EffectGate:
+    """A write of `user` whose worker died mid-run, recovered by a second gate (no execution row)."""
+
+    def die() -> None:
+        raise _Died
+
+    gate = make_gate(notes.table())
+    notes.during = die
+    with pytest.raises(_Died):
+        gate.call("post", {"ticket_id": f"t-{user}", "text": text}, _ctx("m1", user))
+    notes.during = None
+    gate.close()
+    gate = make_gate(notes.table(), keyring=gate.keyring)
+    clock.advance(gate.policy.lease_seconds + 1)
+    assert gate.recover()
+    return gate
+
+
+def test_retention_of_dead_writes_leaves_a_held_users_record_and_a_store_run_record(
+    make_gate: MakeGate, store: SQLStore, clock: FakeClock
+) -> None:
+    notes = Notes()
+    _dead_write(make_gate, clock, notes, "u1", SECRET)
+    gate = _dead_write(make_gate, clock, notes, "u2", "held-" + SECRET)
+    store.run("w_own", "h" * 64, lambda: {"kept": "own-" + SECRET})  # no user: not a gate's write
+    hold(store, user_id="u2", by="legal", reason="case 5")
+    clock.advance(2 * DAY)
+    retain(store, gate.keyring, dict.fromkeys(ALL_KINDS, 1), by="nightly", now=clock.now())
+    left = everything(store)
+    assert f'"{SECRET}' not in left  # u1's record erased
+    assert f"'{SECRET}" not in left
+    assert "held-" + SECRET in left
+    assert "own-" + SECRET in left
+    assert audit(store, gate.table, keyring=gate.keyring).clean

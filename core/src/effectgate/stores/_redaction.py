@@ -20,6 +20,7 @@ from .._json import same_json
 from ..table import _as_set
 from . import _holds_sql
 from . import _queries as Q
+from ._unnamed import own_records
 from .records import PERSONAL, ApprovalRow, DecisionRow, HoldRow, RedactedRow
 
 #: Approval statuses whose call may still run or is still being decided: never redacted (but
@@ -138,18 +139,12 @@ def _key(table: str) -> sa.Column[Any]:
 def _select(conn: Connection, table: str, where: Any, extra: Sequence[str]) -> list[Target]:
     t = _TABLES[table]
     columns = [_key(table), *(t.c[c] for c in PERSONAL[table]), *(t.c[c] for c in extra)]
-    out = []
-    for row in conn.execute(sa.select(*columns).where(where).order_by(_key(table))):
-        m = row._mapping
-        out.append(
-            Target(
-                table=table,
-                key=str(m[_key(table).name]),
-                values={c: m[c] for c in PERSONAL[table]},
-                **{name: m[name] for name in extra},
-            )
-        )
-    return out
+    key, personal = _key(table).name, PERSONAL[table]
+    rows = conn.execute(sa.select(*columns).where(where).order_by(_key(table)))
+    return [
+        Target(table=table, key=str(m[key]), values={c: m[c] for c in personal}, **{n: m[n] for n in extra})
+        for m in (row._mapping for row in rows)
+    ]
 
 
 def _in(column: sa.Column[Any], values: Iterable[str]) -> Any:
@@ -233,9 +228,9 @@ def targets(
     decisions = _select_in(conn, "eg_decisions", d.c.approval_id, ids, ("approval_id",), old_d)
     keys = [t.idempotency_key for t in executions if t.idempotency_key]
     records = _select_in(conn, "eg_idempotency", i.c.key, keys, ("status",), old_i)
-    if user_id is not None and not subject_keys:  # also a call no other row names yet (in flight)
-        mine = _select(conn, "eg_idempotency", i.c.user_id == user_id, ("status",))
-        records = list({t.key: t for t in (*records, *mine)}.values())
+    own = own_records(user_id, subject_keys, effect, held, old_i)  # those no execution names
+    mine = _select(conn, "eg_idempotency", own, ("status",)) if own is not None else []
+    records = list({t.key: t for t in (*records, *mine)}.values())
     return _with_calls(conn, [*approvals, *executions, *events, *decisions, *records])
 
 
