@@ -282,10 +282,8 @@ class Decisions:
         """Mint a grant for the row's version, store only its hash, count the grant in the
         sealed row (so the next grant needs a new round of approvers), and record `kind`."""
         now = self.clock.now()
-        expires = now + self.policy.token_ttl
-        token = self.keyring.mint(
-            approval_id=row.id, version=row.version, args_hash=row.args_hash, expires_at=expires
-        )
+        expires, ids = now + self.policy.token_ttl, {"approval_id": row.id, "args_hash": row.args_hash}
+        token = self.keyring.mint(**ids, version=row.version, expires_at=expires, round_=row.grants)
         values = {
             **values,
             "updated_at": now,

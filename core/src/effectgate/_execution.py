@@ -134,6 +134,10 @@ class Execution:
                         f"approval {row.id}: the stored record (arguments, role or approvers) does not "
                         "verify; it was changed outside effectgate",
                     )
+                if claims.grant_round not in (None, row.grants - 1):  # its hash edited back in
+                    raise TokenError(
+                        "tampered", f"approval {row.id}: its stored grant is of an earlier round (edited)"
+                    )
                 if args is not None and self.resent_hash(row, args) != row.args_hash:
                     raise TokenError("mismatch", "the arguments do not hash to the approved value")
                 if row.status == "denied":

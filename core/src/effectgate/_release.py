@@ -52,6 +52,8 @@ def release(
             raise TokenError("expired", f"this is not the live grant of approval {row.id}")
         if not approval_intact(deps.keyring, row):
             raise TokenError("tampered", f"approval {row.id}: the stored record does not verify")
+        if claims.grant_round not in (None, row.grants - 1):  # its hash edited back in
+            raise TokenError("tampered", f"approval {row.id}: its stored grant is of an earlier round")
         spent = row.token_used_at is not None or store.grant_spent(conn, row.id, row.version)
         if spent or row.status in ("executed", "failed"):
             raise TokenError("used", f"the grant for approval {row.id} was spent")
