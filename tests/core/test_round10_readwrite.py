@@ -139,15 +139,6 @@ class Tagger(PriceBook):
         return {"ticket": args["ticket"]}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "cost decision: nested arguments already plain JSON are run as the caller's own object (a "
-        "copy rebuilt from the canonical text is a second walk per call: +6 us at 1 KB, +20% at "
-        "1 MB, against issue 15's one walk per call); an async caller must not change its dict "
-        "while the call is awaited. Flat arguments are copied (cheap)"
-    ),
-)
 def test_an_async_write_with_nested_arguments_runs_what_it_hashed(
     make_gate: MakeGate, store: SQLStore
 ) -> None:

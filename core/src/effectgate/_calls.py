@@ -22,6 +22,7 @@ from . import flow
 from ._answers import shadowed
 from ._deps import Deps, Events, claim_landed
 from ._intent import reclassified_since
+from ._json import copied
 from ._ledger import in_scope
 from ._logging import logger
 from ._notice import Notices
@@ -159,7 +160,7 @@ class Calls:
     def call(self, name: str, args: Mapping[str, Any], ctx: CallContext) -> Outcome:
         """`flow.drive(self.call_flow(name, args, ctx))` with a read run inline: the same checks,
         tool call, record and outcome, without a generator and its driver (the read hot path)."""
-        routed = self.route(name, args, ctx)
+        routed = self.route(name, args, ctx, own=False)  # a read runs before this returns
         if not isinstance(routed, tuple):
             return routed
         spec, frozen_args, text, frozen = routed
@@ -185,11 +186,12 @@ class Calls:
         return executed(spec.name, result)
 
     def route(
-        self, name: str, args: Mapping[str, Any], ctx: CallContext
+        self, name: str, args: Mapping[str, Any], ctx: CallContext, *, own: bool = True
     ) -> Outcome | tuple[ToolSpec, Mapping[str, Any], str, str]:
         """The refusal (recorded) or Invalid of a call that does not reach its row's effect;
         else its row, frozen arguments, their canonical text and the args hash, all computed
-        here, at call time: what is checked, hashed, recorded and run."""
+        here, at call time: what is checked, hashed, recorded and run. `own=False`: a read run
+        before the caller gets control back may keep the caller's plain dict (no copy)."""
         _a_context(ctx)
         spec = self.table.get(name)
         if spec is None:
@@ -205,6 +207,8 @@ class Calls:
             args = args.copy()  # caller changing its dict later (an acall's store work) changes nothing
         text = None if plain_text is None else plain_text(args)
         if text is None:
+            if own or spec.effect is not Effect.READ:
+                args = copied(args)  # checked, hashed and run: one copy, whatever the caller does
             checked = self.validate(spec, args)
             if isinstance(checked, Invalid):
                 return self.invalid(spec, ctx, checked)

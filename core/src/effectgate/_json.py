@@ -16,7 +16,7 @@ import sys
 from json.decoder import JSONDecoder
 from typing import Any
 
-from .canonical import canonical_json
+from .canonical import MAX_DEPTH, canonical_json
 from .errors import ArgumentError
 
 _DETAIL = json.JSONEncoder(default=str)
@@ -84,3 +84,16 @@ def same_json(a: Any, b: Any) -> bool:
         return canonical_json(a) == canonical_json(b)
     except (ArgumentError, ValueError, TypeError, RecursionError):
         return False
+
+
+def copied(value: Any, depth: int = 0) -> Any:
+    """A copy of the exact dicts and lists of `value` (to `MAX_DEPTH`, past which `freeze` refuses
+    it; anything else `freeze` copies): a call's arguments, taken before they are checked and
+    hashed (a caller changing its dict while the call runs changes nothing that runs), and what a
+    write with snapshots runs with (a tool changing its arguments changes no snapshot's)."""
+    kind = type(value)
+    if depth > MAX_DEPTH or (kind is not dict and kind is not list):
+        return value
+    if kind is dict:  # a scalar without a call each
+        return {k: copied(v, depth + 1) if type(v) in (dict, list) else v for k, v in value.items()}
+    return [copied(v, depth + 1) if type(v) in (dict, list) else v for v in value]

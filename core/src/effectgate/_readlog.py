@@ -7,15 +7,19 @@ seconds later (sooner when `batch` records wait), on `flush()` and `close()`, an
 exit (a multiprocessing child's too, which skips atexit: `_flush_all`). The thread ends after
 `IDLE` seconds with nothing to write (a later read starts another), so a gate dropped without
 `close()` keeps no thread, nor its store; one that cannot start (the process at its thread limit)
-is tried again at the next read. A batch whose write fails goes back to the buffer, tried again
-every `interval` (logged: the first failure with its traceback, then a line at most every `QUIET`
-seconds, and the write that succeeds again). The buffer holds at most `LIMIT` records: the read
-that finds it full writes it on the caller's path (waiting for a batch the writer holds), and
-when that fails too (the database has been failing all along), raises `StoreError` instead of
-returning its result, its record kept in the buffer: no record is dropped, and reads are refused
-loudly, not served without a record, until the database takes them again. Records that cannot be
-written at exit are logged as lost (an ERROR with their count). A forked child starts with an
-empty buffer and a writer of its own (the rows buffered before the fork are the parent's to write).
+is tried again at the next read. A read made once the interpreter exits (a thread it joins, a
+later atexit hook, a daemon thread) is written on its caller's path: no writer is left to lose
+it. A batch whose write fails goes back to the buffer, tried again every `interval` (logged: the
+first failure with its traceback, then a line at most every `QUIET` seconds, and the write that
+succeeds again). The buffer holds at most `LIMIT` records: the read that finds it full writes it
+on the caller's path (waiting for a batch the writer holds), and when that fails too (the
+database has been failing all along), raises `StoreError` instead of returning its result, its
+record kept in the buffer: no record is dropped, and reads are refused loudly, not served without
+a record, until the database takes them again. A log whose `close()` could not write is kept
+alive (its gate may be dropped) until its records are written, at exit at the latest; records
+that cannot be written at exit are logged as lost (an ERROR with their count). A forked child
+starts with an empty buffer and a writer of its own (the rows buffered before the fork are the
+parent's to write).
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ class ReadLog:
         self._limit = max(1, LIMIT if limit is None else limit)
         self._batch = max(1, min(batch, self._limit))  # never more than the buffer holds
         self._interval = interval
-        self._exiting = False  # the interpreter exits: no thread starts any more
+        self._exiting = False  # the interpreter exits: no thread starts, reads are written inline
         self._forked()
         _LOGS.add(self)  # written at exit (`_close_all`), renewed in a forked child
 
@@ -99,6 +103,8 @@ class ReadLog:
                     _log.warning("effectgate: the read writer could not start (%s); retried", exc)
                     return
                 self._thread = thread
+        if self._exiting:  # the interpreter exits (`_flush_at_exit`): no writer starts any more,
+            self._overflow()  # so written here, never left for one (`os._exit` would end it)
 
     def _take(self) -> list[ReadRow]:
         pop = self._items.popleft
@@ -119,6 +125,7 @@ class ReadLog:
             except BaseException:
                 self._restore(items)
                 raise
+            _HELD.discard(self)
 
     def _run(self, wake: threading.Event) -> None:
         idle_since = time.monotonic()
@@ -172,10 +179,15 @@ class ReadLog:
         wake.set()
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5)
-        self.flush()
+        try:
+            self.flush()
+        except BaseException:
+            _HELD.add(self)  # its records outlive its gate: written at exit, or said lost there
+            raise
 
 
 _LOGS: weakref.WeakSet[ReadLog] = weakref.WeakSet()  # the live logs, renewed in a forked child
+_HELD: set[ReadLog] = set()  # closed with records unwritten: kept alive until they are written
 
 
 def _forked() -> None:
@@ -191,8 +203,9 @@ def _flush_at_exit(ref: weakref.ref[ReadLog]) -> None:
     log = ref()
     if log is None:
         return
+    log._exiting = True  # from now on a read is written on its caller's path (`_start`)
     with contextlib.suppress(Exception):  # the store may be gone; atexit's close tries again
-        log.flush()
+        log.close()
 
 
 def _close_at_exit(ref: weakref.ref[ReadLog]) -> None:
@@ -218,11 +231,12 @@ def _close_all() -> None:
         _close_at_exit(weakref.ref(log))
 
 
-# Every live log's records are written at exit: closed at atexit, and flushed before the threads
-# are joined (`threading._shutdown`, which a multiprocessing child runs before its `os._exit`,
-# skipping atexit), so a worker process's last reads are written, not lost with it. Only flushed
-# there: threads still running (not daemons) read on, and their writer with them. Registered once
-# for all logs (atexit never forgets a registration: one per log accumulated as gates were made).
+# Every live log's records are written at exit: closed before the threads are joined
+# (`threading._shutdown`, which a multiprocessing child runs before its `os._exit`, skipping
+# atexit), so a worker process's last reads are written, not lost with it; the threads still
+# running (not daemons) read on, each read written as it is made (no writer is left to outlive
+# them: a child's `os._exit` would end it with their last reads), and closed again at atexit.
+# Registered once for all logs (atexit never forgets a registration: one per log accumulated).
 atexit.register(_close_all)
 with contextlib.suppress(AttributeError, RuntimeError):  # CPython's, as concurrent.futures uses it
     threading._register_atexit(_flush_all)  # type: ignore[attr-defined]

@@ -21,7 +21,7 @@ from typing import Any
 from . import flow
 from ._deps import Deps, Events, connection_lost
 from ._flowjobs import ran
-from ._json import parse, readable
+from ._json import copied, parse, readable
 from ._late_erasure import erase_late
 from ._leases import LeaseKeeper
 from ._logging import logger, one_line
@@ -130,7 +130,8 @@ class Settlement:
             # `dataclasses.replace(tool_context, _on_provider_ref=on_ref)`, without its walk of fields()
             bound = ToolContext(**{**vars(tool_context), "_on_provider_ref": on_ref})
             try:
-                result = yield flow.Invoke(spec.fn, args, spec.context_params, bound)
+                ran_with = copied(args) if spec.snapshot else args  # its changes are not theirs
+                result = yield flow.Invoke(spec.fn, ran_with, spec.context_params, bound)
                 result = ran(result)  # work it returned but did not run: an unknown outcome
             except Exception as exc:
                 self.leases.release(key, owner)
@@ -361,12 +362,13 @@ class Settlement:
 
 
 def storable(value: Any, what: str, tool: str, key: str) -> tuple[Any, str]:
-    """`value` and its JSON text when it has one the store reads back, else `{"unserializable":
+    """`value` as its JSON text reads back (what the caller and every replay get: a model's JSON
+    object, an iterator's list) and that text, when the store reads it back, else `{"unserializable":
     its type's name}` (and that text), logged at WARNING: a tool that returned (or a snapshot of)
     an object with no JSON form still ran, and its record must say so (succeeded, with the type),
     not stay in flight until a person is asked about an outcome that is known."""
-    try:
-        return value, readable(to_json(value))
+    try:  # the value as its text reads back: one serialisation (an iterator is spent by one)
+        return parse(text := readable(to_json(value))), text
     except Exception as exc:
         log.warning(
             "%s of %s has no JSON form (%s), stored as its type name: key=%s",

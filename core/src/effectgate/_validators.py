@@ -112,7 +112,7 @@ def full_validator(name: str, schema: Mapping[str, Any]) -> Draft202012Validator
         raise TableError(
             name, "schema", f"a reference does not resolve within the schema ({exc}); none is fetched"
         ) from exc
-    return _full_class()(dict(schema), registry=REGISTRY)
+    return _full_class()(ecma_patterns(schema, names_only=True), registry=REGISTRY)
 
 
 @functools.cache
@@ -224,8 +224,13 @@ def _refuse_cycle(start: Mapping[str, Any], resolver: Any, spec: Any, acyclic: s
                 stack.extend((item, resolver, False) for item in dependent.values())
 
 
-#: What `\\d` and `\\w` match in a JSON Schema pattern (ECMA-262): ASCII only.
-_ECMA = {"d": "0-9", "w": "A-Za-z0-9_"}
+#: What `\\d`, `\\w` and `\\s` match in a JSON Schema pattern (ECMA-262): ASCII digits and word
+#: characters; white space and line terminators (with U+FEFF, without Python's \\x1c-\\x1f and \\x85).
+_ECMA = {
+    "d": "0-9",
+    "w": "A-Za-z0-9_",
+    "s": r"\t\n\x0b\x0c\r \xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff",
+}
 _SCHEMA_MAPS = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
 
 
@@ -233,7 +238,8 @@ def ecma_pattern(pattern: str) -> str:
     """A JSON Schema `pattern` (an ECMA-262 regex) as a Python regex that matches the same text:
     `$` is the end of the text (Python's also matches before a final newline: "1042\\n" passed
     `^[0-9]+$`), `.` matches no line terminator, `\\d` and `\\w` are ASCII (Python's take any
-    script's digits: 1042 in Arabic-Indic digits passed `^\\d+$`, and `int()` reads it). Both
+    script's digits: 1042 in Arabic-Indic digits passed `^\\d+$`, and `int()` reads it), `\\s`
+    is ECMA-262's white space (Python's lacks U+FEFF: "a\\ufeffb" passed `^\\S+$`). Both
     validators match the translated pattern."""
     out: list[str] = []
     i, klass, size = 0, -1, len(pattern)  # klass: where the open character class starts
@@ -273,19 +279,28 @@ def _search(regex: str, text: str) -> bool:
     return _compiled(regex).search(text) is not None
 
 
-def ecma_patterns(schema: Any, within: str = "") -> Any:
-    """A copy of `schema` whose `pattern`s are `ecma_pattern`'s (what both validators check)."""
+def ecma_patterns(schema: Any, within: str = "", *, names_only: bool = False) -> Any:
+    """A copy of `schema` whose `pattern`s and `patternProperties` names are `ecma_pattern`'s
+    (what both validators check: a name's `$` let "12\\n" through `^[0-9]+$` beside
+    `additionalProperties: false`). `names_only`: the names alone (the full validator translates a
+    `pattern` as it matches it). Two names that translate alike keep both schemas (`allOf`)."""
     if isinstance(schema, list):
-        return [ecma_patterns(item) for item in schema]
+        return [ecma_patterns(item, names_only=names_only) for item in schema]
     if not isinstance(schema, Mapping):
         return schema
-    if within in _SCHEMA_MAPS:  # names, each to a schema
-        return {name: ecma_patterns(sub) for name, sub in schema.items()}
+    if within in _SCHEMA_MAPS:  # names, each to a schema (patternProperties': regexes too)
+        out: dict[Any, Any] = {}
+        for name, sub in schema.items():
+            sub = ecma_patterns(sub, names_only=names_only)
+            if within == "patternProperties" and isinstance(name, str):
+                name = ecma_pattern(name)
+            out[name] = {"allOf": [out[name], sub]} if name in out else sub
+        return out
     return {
         key: ecma_pattern(value)
-        if key == "pattern" and isinstance(value, str)
+        if key == "pattern" and isinstance(value, str) and not names_only
         else value
         if key in _DATA_KEYWORDS
-        else ecma_patterns(value, key)
+        else ecma_patterns(value, key, names_only=names_only)
         for key, value in schema.items()
     }

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._json import same_json
 from .effects import Effect, Policy
 from .errors import TableError
 from .gate import EffectGate
@@ -90,7 +91,7 @@ def spec_of(tool: NativeTool, row: Row) -> ToolSpec:
     of its own that differs from the tool's, or the tool's schema takes `self`."""
     options = dict(row.options)
     given = options.pop("row_schema", None)
-    if given is not None and dict(given) != dict(tool.schema):
+    if given is not None and not same_json(dict(given), dict(tool.schema)):  # true is not 1
         raise TableError(tool.name, "schema", "the row's schema does not match the tool's own input schema")
     if "self" in (tool.schema.get("properties") or {}):
         raise TableError(
