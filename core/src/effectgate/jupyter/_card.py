@@ -378,8 +378,8 @@ class ApprovalCard:
         return bundle
 
     def __repr__(self) -> str:
-        card = self.card
-        shown = (card.tool, self.approval_id, f"v{self.version}", card.status)
+        # the status the executions and sealed decisions say, as the card shows it (not the column)
+        shown = (self.card.tool, self.approval_id, f"v{self.version}", self._view["shown"])
         return f"<ApprovalCard {' '.join(_plain(x) for x in shown)}>"
 
     def __str__(self) -> str:

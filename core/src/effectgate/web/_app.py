@@ -69,6 +69,7 @@ _TEMPLATES = Path(__file__).parent / "templates"
 SESSION_SECONDS = 8 * 3600
 _UNUSABLE = "The approvers file no longer loads: no one can sign in until it is fixed (see the server log)."
 _DAYS = re.compile(r"[0-9]{1,5}")  # ASCII digits only: str.isdigit() also accepts '²' and '٣'
+_VERSION = re.compile(r"[0-9]{1,18}")  # and a version a database column holds
 
 
 def create_app(
@@ -240,10 +241,10 @@ def create_app(
         if action not in ("approve", "deny"):
             return refused(request, 404, "Not found", "No such action.")
         form = await request.form()
-        try:
-            version = int(str(form.get("version", "")))
-        except ValueError:
+        given = str(form.get("version", ""))  # as a card writes it: int() also takes '١', '+1', ' 1'
+        if not _VERSION.fullmatch(given):
             return refused(request, 400, "Refused", "The form names no version; nothing was changed.")
+        version = int(given)
         approver = Approver(me.id, me.role)
         try:
             current = await run_in_threadpool(gate.card, approval_id)
@@ -298,8 +299,9 @@ def create_app(
                     shown = f"the application could not use the grant: {type(exc).__name__}: {exc}"
             else:
                 token = outcome.token
-        if isinstance(shown, Executed):
-            shown = shown.result
+        shown = shown.result if isinstance(shown, Executed) else shown
+        if shown is not None and isinstance(outcome, Grant):  # handed to on_grant: never on the page
+            shown = pretty(shown).replace(outcome.token, "<grant token>")
         return page(
             request,
             "decided.html",

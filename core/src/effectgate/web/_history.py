@@ -3,11 +3,12 @@ and its run, every one verified against the keyring before it is shown as anyone
 
 The status column is not sealed: what a row shows as its status is what the append-only
 executions and the sealed denials say (as in a subject's history, `Ledger.history`), and a
-call that ran or was denied stays listed even when its column was edited back to 'pending'
-(the inbox does not offer it either: it would be on no page). Such a row is flagged, and so is
-one whose column claims a run or a denial (executed, failed, denied) that neither the executions
-nor a sealed denial record: it is shown as what it is (pending, or approved once granted). A
-card shows its status the same way (`_display.card_status`)."""
+call that ran or was denied stays listed even when its column was edited back to 'pending', or
+to a word that is no status (the inbox does not offer it either: it would be on no page). Such
+a row is flagged, and so is one whose column claims a run or a denial (executed, failed,
+denied) that neither the executions nor a sealed denial record: it is shown as what it is
+(pending, or approved once granted). A card shows its status the same way
+(`_display.card_status`)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ def history_context(gate: EffectGate) -> dict[str, Any]:
         if decision_intact(gate.keyring, d):  # a row inserted in the database is no one's decision
             by_approval[d.approval_id].append(d)
     denied = {(d.approval_id, d.version) for ds in by_approval.values() for d in ds if d.decision == "deny"}
-    waiting = store.approvals(status="pending")
+    # pending, or a column edited to no status at all ('on_hold', '')
+    waiting = [r for r in store.approvals() if r.status not in DECIDED]
     with store.reading() as conn:
         ran = store.execution_outcomes(conn, [r.id for r in (*rows, *waiting)])
     rows = [r for r in waiting if r.id in ran or (r.id, r.version) in denied] + rows
