@@ -20,7 +20,7 @@ import copy
 import functools
 import inspect
 import unicodedata
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import pydantic_core
@@ -135,7 +135,8 @@ def check_by_name(tool: str, fn: Callable[..., Any], schema: Mapping[str, Any]) 
     """TableError for a parameter the gate cannot pass: it calls `fn(**arguments)`, so one that is
     positional-only (`def f(x, /)`, as many builtins) and required, or named in the schema, would
     fail every call with a TypeError (a gated call's after its approval, as an unknown outcome);
-    so would an argument the schema requires that is no parameter (and no `**kwargs` takes it),
+    so would an argument the schema requires, or a closed one names, that is no parameter (and no
+    `**kwargs` takes it; an open schema's other arguments are refused per call: `accepted`),
     and a required parameter no argument of the schema names (where its top level names them all
     and refuses any other)."""
     try:
@@ -152,9 +153,12 @@ def check_by_name(tool: str, fn: Callable[..., Any], schema: Mapping[str, Any]) 
             )
     by_name = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)} - context
     required = schema.get("required")
-    if isinstance(required, list) and not any(p.kind is p.VAR_KEYWORD for p in params):
-        for arg in sorted(set(named) & {r for r in required if isinstance(r, str)} - by_name):
-            raise TableError(tool, "schema", f"{arg!r} is no parameter of fn: every call would fail")
+    musts = {r for r in required if isinstance(r, str)} if isinstance(required, list) else set()
+    if not any(p.kind is p.VAR_KEYWORD for p in params):  # a closed schema's optional ones too
+        names = set(named) if schema.get("additionalProperties") is False else set(named) & musts
+        for arg in sorted(names - by_name, key=lambda a: (a not in musts, a)):
+            fails = "every call" if arg in musts else "a call that gives it"
+            raise TableError(tool, "schema", f"{arg!r} is no parameter of fn: {fails} would fail")
     if (
         not isinstance(properties, Mapping)
         or set(schema) & _COMBINED
@@ -168,6 +172,34 @@ def check_by_name(tool: str, fn: Callable[..., Any], schema: Mapping[str, Any]) 
                 "schema",
                 f"fn requires {param.name!r}, no argument of the schema: every call would fail",
             )
+
+
+def accepted(fn: Callable[..., Any]) -> frozenset[str] | None:
+    """The argument names `fn(**arguments)` takes (not the gate's context parameters), or None for
+    any (a `**kwargs`, or no signature to read): a call giving another is `Invalid` before anything
+    is stored, never approved to fail binding after (an unknown outcome of a call that never ran)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    by_name = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return frozenset(by_name - _context_params(fn)[0])
+
+
+def unaccepted(tool: str, names: frozenset[str] | None, args: Any) -> list[tuple[str, str]]:
+    """(pointer, message) for each argument of `args` that is none of `names` (`accepted`)."""
+    if names is None or not isinstance(args, Mapping) or args.keys() <= names:
+        return []
+    return [
+        (pointer([k]), f"{k!r} is not an argument of {tool}") for k in sorted(args.keys() - names, key=str)
+    ]
+
+
+def pointer(path: Iterable[Any]) -> str:
+    """The JSON pointer (RFC 6901) of a path into the arguments."""
+    return "".join(f"/{str(p).replace('~', '~0').replace('/', '~1')}" for p in path)
 
 
 #: Schema keywords that name arguments beside the top level `properties`.

@@ -34,6 +34,7 @@ from ._calls import Calls, ToolCallLike
 from ._clock import SYSTEM_CLOCK, Clock, uuid4_hex
 from ._decisions import Decisions
 from ._deps import Deps, Events
+from ._devkeys import gate_keyring
 from ._execution import Execution
 from ._ledger import Ledger
 from ._notice import Notices, Notify
@@ -60,7 +61,7 @@ from .outcomes import (
 )
 from .stores.protocol import Store
 from .table import EffectTable
-from .tokens import Keyring, keyring_for
+from .tokens import Keyring
 
 __all__ = ["EffectGate", "Flows", "ReconciliationNotice", "SubjectView", "ToolCallLike", "VersionEntry"]
 
@@ -142,8 +143,8 @@ class EffectGate:
         policy = policy or Policy()
         table.bind(policy)  # every row, and each registered later, meets the policy
         # One resolution with the CLI and the inbox: $EFFECTGATE_KEYRING, else a SQLite file's key
-        # file beside it, else (a server database) MissingKeyring saying how to configure one.
-        keyring = keyring or keyring_for(store.url)
+        # file beside it (never a new one over records), else MissingKeyring saying how to set one.
+        keyring = keyring or gate_keyring(store)
         own_store(store.url)  # its database, journals and key file: never the file tools' (`_owned`)
         notifiers = () if notify is None else tuple(notify) if isinstance(notify, Sequence) else (notify,)
         for hook in notifiers:

@@ -165,6 +165,7 @@ class ToolSpec:
             set_(self, "description", inspect.getdoc(self.fn) or "")
         self.check_policy(Policy())
         self._derived["context_params"] = read_context(self.name, self.effect, self.fn)
+        self._derived["names"] = _rowcheck.accepted(self.fn)  # None: any name (a **kwargs)
         self._derived["fast"] = _compile(schema) if fast_validates(schema) else None
         self._derived["plain_text"] = plain_checker(schema)  # None unless the schema is simple
         check_fingerprint(self.name, self.canonical())
@@ -185,23 +186,19 @@ class ToolSpec:
         return self._derived["context_params"]  # type: ignore[no-any-return]
 
     def validate(self, args: Any) -> list[SchemaError]:
-        """Schema errors of `args` (an empty list when they are valid)."""
+        """Schema errors of `args` (an empty list when they are valid); else an argument the
+        function does not take is one (`_rowcheck.accepted`), where an open schema admits it."""
+        extra = [SchemaError(*e) for e in _rowcheck.unaccepted(self.name, self._derived["names"], args)]
         fast = self._derived["fast"]
         if fast is not None:
             try:
                 fast(args)
-                return []
+                return extra
             except fastjsonschema.JsonSchemaException:
                 pass
         validator: Draft202012Validator = self._derived["validator"]
         errors = sorted(validator.iter_errors(args), key=lambda e: list(map(str, e.absolute_path)))
-        return [
-            SchemaError(
-                "".join(f"/{str(p).replace('~', '~0').replace('/', '~1')}" for p in e.absolute_path),
-                e.message,
-            )
-            for e in errors
-        ]
+        return [SchemaError(_rowcheck.pointer(e.absolute_path), e.message) for e in errors] or extra
 
     def role_for(self, args: Mapping[str, Any]) -> tuple[str | None, list[str]]:
         """The approver role after escalation, and the notes of the rule that matched. A rule

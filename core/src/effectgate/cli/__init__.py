@@ -35,6 +35,8 @@ Exit codes (a failure prints one line, `effectgate: error: ...`, on stderr, neve
         then failed or its outcome is unknown (`effectgate show ID` says which); a store that
         became unavailable is still 5, and a bug 70
     70  internal error: an unexpected exception (a bug); EFFECTGATE_DEBUG=1 shows the traceback
+    130 interrupted (Ctrl-C); an `approve` whose grant token was not yet shown or presented gives
+        the grant back, so the call can be approved again
     141 the reader of the output went away (`effectgate audit | head -1`) before `audit`, `verify`,
         `replay` or `demo` reached its verdict; one reached is still its exit code (1 on findings)
 """
@@ -119,7 +121,7 @@ def _parser() -> argparse.ArgumentParser:
         "EFFECTGATE_WEB_SECRET (the inbox's cookie key), EFFECTGATE_SSO_SECRET (the secret the "
         "proxy sends with --sso-header), EFFECTGATE_DEBUG (1, true, yes or on: tracebacks). "
         "exit codes: 0 ok, 1 audit findings, 2 usage error, 3 not found, 4 refused, "
-        "5 store unavailable, 6 approved then the run failed, 70 internal error, "
+        "5 store unavailable, 6 approved then the run failed, 70 internal error, 130 interrupted, "
         "141 output closed before the verdict",
         parents=[top],
     )

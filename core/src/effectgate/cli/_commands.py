@@ -45,6 +45,7 @@ from ._store import (
     _sqlite_file,
     _where,
     check_listen,
+    given_back,
     holds_records,
     keyring_for,
     pending_cards,
@@ -139,10 +140,22 @@ def _cmd_show(args: argparse.Namespace, out: Console) -> int:
 def _cmd_approve(args: argparse.Namespace, out: Console) -> int:
     with _gate(args, need_app=True, approval=args.id) as gate:
         decision = gate.approve(args.id, version=args.version, approver=Approver(args.approver, args.role))
-        now = gate.clock.now()
-        # --execute: the approver runs the grant now (its token is spent here and never printed)
-        done = run_approved(gate, decision, args.db) if args.execute and isinstance(decision, Grant) else None
-    unrun, done = (done, None) if isinstance(done, NotRun) else (None, done)  # its grant printed, then raised
+        with given_back(gate, decision):  # Ctrl-C before the token is shown or spent: never stranded
+            now = gate.clock.now()
+            # --execute: the approver runs the grant now (its token is spent here and never printed)
+            done = (
+                run_approved(gate, decision, args.db)
+                if args.execute and isinstance(decision, Grant)
+                else None
+            )
+            unrun, done = (done, None) if isinstance(done, NotRun) else (None, done)  # grant printed, raised
+            _approved(args, out, decision, done, now)
+    if unrun is not None:
+        raise unrun
+    return EXIT_OK
+
+
+def _approved(args: argparse.Namespace, out: Console, decision: Any, done: Any, now: float) -> None:
     if args.json:
         kinds = {Grant: "grant", PartialApproval: "partial_approval", Recorded: "shadow_recorded"}
         kind = kinds[type(decision)]
@@ -158,12 +171,9 @@ def _cmd_approve(args: argparse.Namespace, out: Console) -> int:
         expires = f"{when(decision.expires_at)}, {remaining(decision.expires_at - now)}"
         head = f"approved {decision.approval_id} v{decision.version}; "
         out.print(_text(f"{head}grant token (single use, expires {expires}):"))
-        print(decision.token)
+        print(decision.token, flush=True)
     else:
         out.print(_text(f"recorded: {decision.message}"))
-    if unrun is not None:
-        raise unrun
-    return EXIT_OK
 
 
 def _cmd_deny(args: argparse.Namespace, out: Console) -> int:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
 import socket
 import sqlite3
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,6 +16,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 
 from .._audit_rows import Rules
+from .._devkeys import holds_records as holds_records
 from .._manifest import ExportError
 from ..chain import ChainError
 from ..effects import Policy
@@ -111,14 +114,50 @@ def _never_started(gate: EffectGate, approval_id: str) -> bool:
         return False
 
 
-def _run_failed(gate: EffectGate, approval_id: str) -> bool:
-    """Whether the approval's latest run is recorded as failed: the tool raised an exception its
-    row declares definite (any type the application defines), which is no bug of the command."""
+def _run_failed(gate: EffectGate, approval_id: str, *, ended: bool = False) -> bool:
+    """Whether the approval's latest run is recorded as failed (`ended`: recorded at all): the tool
+    raised an exception its row declares definite (any type the application defines), no bug of ours."""
     try:
         runs = gate.store.executions(approval_id=approval_id)
     except Exception:  # the store cannot say: the exception is reported as it is
         return False
-    return bool(runs) and runs[-1].status == "failed"
+    return bool(runs) and (ended or runs[-1].status == "failed")
+
+
+class Interrupted(CommandError):
+    """Ctrl-C while `approve` held a grant it had not shown or spent; exit 130 (128 + SIGINT)."""
+
+    exit_code = 130
+
+
+@contextmanager
+def given_back(gate: EffectGate, decision: object) -> Iterator[None]:
+    """Gives back (a sealed release) the grant just minted when the command is interrupted, or its
+    reader goes away, before its token was shown or presented: else the approval stays approved
+    with a grant no one holds until it lapses. `approve` then grants it again (a new round)."""
+    try:
+        yield
+        sys.stdout.flush()  # the token reached the reader, or the pipe is broken here
+    except (KeyboardInterrupt, BrokenPipeError) as exc:
+        token = getattr(decision, "token", None)
+        if not isinstance(token, str):
+            raise
+        try:
+            gate.release(token)
+            void = "it was given back (void; nothing ran): approve it again"
+        except TokenError:  # presented: its run started, and ended (recorded) or was cut short
+            void = (
+                "its run ended: `effectgate show ID` says how"
+                if _run_failed(gate, getattr(decision, "approval_id", ""), ended=True)
+                else "its run was cut short, its outcome unknown: the application's `gate.recover()` "
+                "takes it to reconciliation once its lease lapses (it never runs twice)"
+            )
+        except Exception as lost:  # the store is gone: the grant lapses at its expiry
+            void = f"its grant could not be given back ({describe(lost)}): it lapses at its expiry"
+        if isinstance(exc, BrokenPipeError):
+            raise
+        what = f"{getattr(decision, 'approval_id', '')} v{getattr(decision, 'version', '')}"
+        raise Interrupted(f"interrupted after approving {what}; {void}") from None
 
 
 class StoreUnavailable(CommandError):
@@ -212,16 +251,6 @@ def keyring_for(url: str, *, create: bool = True) -> Keyring:
         raise UsageError(str(exc)) from exc
 
 
-_SEALED = ("eg_approvals", "eg_decisions", "eg_executions", "eg_idempotency", "eg_events", "eg_chain")
-
-
-def holds_records(store: SQLStore) -> bool:
-    """Whether the ledger holds any record sealed or chained under its keyring: a database that
-    does never gets a new development key (it would verify none of them)."""
-    with store.engine.connect() as conn:
-        return any(conn.execute(sa.text(f"SELECT 1 FROM {t} LIMIT 1")).first() for t in _SEALED)
-
-
 def _first_line(exc: BaseException) -> str:
     """The driver's message without its hints and SQL (psycopg adds lines; SQLAlchemy a link)."""
     text = str(exc).strip()
@@ -238,7 +267,12 @@ def _open(url: str) -> SQLStore:
     where = _where(parsed)
     path = _sqlite_file(parsed)
     if path is not None and not path.exists():
-        raise NotFound(f"no database at {path}")
+        cwd = "" if path.is_absolute() else f" ({Path.cwd() / path})"  # read from this directory
+        setup = f"effectgate --db {shlex.quote(_masked(url))} setup"
+        raise NotFound(
+            f"no database at {path}{cwd}: create it with `{setup}`, "
+            "or give --db (or $EFFECTGATE_DB) the URL of an existing one"
+        )
     store = open_store(url)
     try:
         store.check()
