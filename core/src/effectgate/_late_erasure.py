@@ -35,8 +35,12 @@ def erase_late(store: Store, conn: Any, keyring: Keyring, *, user_id: str, call:
                 continue
             if isinstance(facts, dict) and facts.pop(MARK, None) == entry.redaction_id:
                 break
-    else:
-        return 0
+    else:  # a write settled "did not happen" recorded no arguments: its record's values were erased
+        own = (t for t in rows if t.table in ("eg_idempotency", "eg_executions"))  # not a note listing it
+        sealed = (entries.get((t.table, t.key, c)) for t in own for c in t.values)
+        if (entry := next((e for e in sealed if e is not None and entry_sealed(keyring, e)), None)) is None:
+            return 0
+        facts = {}  # no facts of its arguments were kept: none are
     keep, fit = tuple(facts), []
     for t in rows:  # one whose arguments were edited is left to the audit: the run is recorded all the same
         try:

@@ -323,7 +323,7 @@ class Reconciliation:
         """Settle a write's record: it happened (succeeded with `result`), or it did not (released:
         its next call runs it under the same key); with an execution row and an event."""
         tool = tool_of_write_key(key) or ""
-        ran = next((x for x in reversed(self.store.executions(tool=tool)) if x.idempotency_key == key), None)
+        ran = _reconciled.last_run(self.store, tool, key)  # refused when its arguments were erased
         error = f"settled by {by}" if happened else f"settled by {by}: {why}"
         result, result_json = storable(result, "reconciled result", tool, key) if happened else (None, None)
         with self.settling(key, f"write {key}", attempts=attempts) as conn:

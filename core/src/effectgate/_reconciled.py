@@ -9,9 +9,10 @@ from ._deps import connection_lost
 from ._execution import EXEC_PREFIX, WRITE_PREFIX
 from ._rules import Reconciled
 from .errors import PolicyViolation
+from .stores._dialect import is_redacted
 from .stores._statements import no_nul, possible_id
 from .stores.protocol import Store
-from .stores.records import ApprovalRow
+from .stores.records import ApprovalRow, ExecutionRow
 
 
 def tool_of_write_key(key: object) -> str | None:
@@ -22,6 +23,20 @@ def tool_of_write_key(key: object) -> str | None:
     if not possible_id(key):
         return None
     return key[len(WRITE_PREFIX) :].rsplit("_", 1)[0]
+
+
+def last_run(store: Store, tool: str, key: str) -> ExecutionRow | None:
+    """A write's last recorded run, whose fields its settlement copies (None: its worker died
+    mid-run and left none, or the run is an earlier attempt's whose arguments were erased: a copy
+    of their marker would be a row no entry seals). Refused as `erased` when the run awaiting
+    reconciliation is a late run erased with its call (`_late_erasure`): as an approval's, its call
+    ended."""
+    ran = next((x for x in reversed(store.executions(tool=tool)) if x.idempotency_key == key), None)
+    if ran is None or not is_redacted(ran.args_json):
+        return ran
+    if ran.status == "needs_reconciliation":
+        raise erased(f"write {key}")
+    return None
 
 
 def approval_of_key(key: str) -> tuple[str, int] | None:

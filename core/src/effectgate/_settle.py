@@ -107,7 +107,7 @@ class Settlement:
                 "before_json": None,
             }
             try:
-                before = spec.snapshot(args) if spec.snapshot else None
+                before = spec.snapshot(copied(args)) if spec.snapshot else None  # nor its changes
                 execution["before_json"] = before_json = to_json(before) if spec.snapshot else None
             except Exception as exc:  # nothing ran: a definite failure, recorded as one (a failed
                 # execution: the grant presented is no outcome left unknown in the subject's history)

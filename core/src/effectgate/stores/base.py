@@ -223,6 +223,7 @@ class IdempotencyStore(ABC):
                 "attempts": record.attempts + 1,
                 "error": None,
                 "provider_ref": None,
+                "user_id": record.user_id or user_id,  # one schema 4 wrote names none: its retry does
             }
             if record.status == "failed":
                 if self._transition(c, key, from_status=("failed",), values=retry):
