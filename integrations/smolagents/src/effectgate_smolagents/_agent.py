@@ -58,6 +58,7 @@ from ._identity import check_max_steps, model_id_of, outside_a_run, refuse_plain
 from ._imports import acknowledged, freeze
 from ._managed import adopt, check_team, check_tools, hide_members, own, serve_as_member
 from ._memory import check_resumable, forget_others
+from ._native import keeping_output, own_output
 from ._outcomes import AwaitingApproval, Finished, RunOutcome, signed
 from ._result import run_result, wants_full_result
 from ._saving import mark_saved_agent
@@ -195,7 +196,8 @@ class GatedAgent:
             queued = self._step.get(step_key(name, args))
             decided = queued.pop(0) if queued else None
         try:
-            outcome = decided if decided is not None else self.gate.call(name, args, ctx)
+            with keeping_output() as kept:
+                outcome = decided if decided is not None else self.gate.call(name, args, ctx)
         except EffectGateError as exc:
             return gate_refused(name, exc, code=code)
         except Exception as exc:  # the tool's own failure, recorded: shown as smolagents shows it
@@ -203,7 +205,7 @@ class GatedAgent:
                 name, args, exc, code=self.code, parallel=self._parallel, logger=self.agent.logger
             )
         if isinstance(outcome, Executed):
-            return outcome.result
+            return own_output(outcome, kept)
         if isinstance(outcome, Invalid):
             return bad_argument(outcome, code=code, parallel=self._parallel, logger=self.agent.logger)
         if isinstance(outcome, Pending):

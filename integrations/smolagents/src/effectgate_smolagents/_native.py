@@ -22,18 +22,22 @@ The function calls `tool(**arguments)`, not `tool.forward`: smolagents' `__call_
 tool's `setup()` on first use (once here, under a lock, since a ToolCallingAgent runs a step's
 calls in threads) and some tools override `__call__` itself. Inputs and outputs are not
 sanitized there: the arguments are the JSON the gate validated, the raw result is what the gate
-records, and the `GatedTool` standing for the tool converts its output for the model as
-smolagents would.
+records (its JSON form, what the agent gets; an output with none, such as an image, is stored as
+`{"unserializable": TYPE}` and the run that made it gets the output itself, `own_output`), and
+the `GatedTool` standing for the tool converts it for the model as smolagents would.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from smolagents import Tool
 
+from effectgate import Executed
 from effectgate.errors import TableError
 from effectgate.rows import NativeTool
 
@@ -133,8 +137,38 @@ def _caller(tool: Tool) -> Callable[..., Any]:
             with lock:
                 if not getattr(tool, "is_initialized", False):
                     tool.setup()
-        return tool(**arguments)
+        output = tool(**arguments)
+        kept = _OWN.get()
+        if kept is not None:
+            kept.append(output)
+        return output
 
     call.__name__ = call.__qualname__ = tool.name
     call.__doc__ = tool.description
     return call
+
+
+#: The own outputs of the native tools that ran in the current `GatedAgent._call` (`own_output`)
+_OWN: ContextVar[list[Any] | None] = ContextVar("effectgate_smolagents_own", default=None)
+
+
+@contextmanager
+def keeping_output() -> Iterator[list[Any]]:
+    """Keep the output of a native tool that runs inside (the gate runs it in this context)."""
+    kept: list[Any] = []
+    token = _OWN.set(kept)
+    try:
+        yield kept
+    finally:
+        _OWN.reset(token)
+
+
+def own_output(outcome: Executed, kept: list[Any]) -> Any:
+    """What the agent gets of a call that ran: the result as stored (its JSON form, what a replay
+    gets), unless the tool ran just now and its output has none (an image, `output_type="image"`):
+    that run gets the output itself, as smolagents gives a plain tool's (the record keeps
+    `{"unserializable": TYPE}`)."""
+    ran_now = not outcome.replay and len(kept) == 1
+    if ran_now and outcome.result == {"unserializable": type(kept[0]).__name__}:
+        return kept[0]
+    return outcome.result
