@@ -177,9 +177,8 @@ class Reconciliation:
                     )
                     log.info("reconcile: %s: approval=%s key=%s by=%r", _ENDED, row.id, key, by)
                     return None  # committed: its grant never runs again
-                claim = self.store.claim(
-                    key, row.args_hash, lease_seconds=self.policy.lease_seconds, conn=conn
-                )
+                lease, user = self.policy.lease_seconds, row.user_id  # named on a record schema 4 wrote
+                claim = self.store.claim(key, row.args_hash, lease_seconds=lease, conn=conn, user_id=user)
         except Exception as exc:  # its COMMIT landed, the reply lost (a failover): it runs now
             if not claim_landed(self.store, key, claim, row.args_hash, exc):
                 raise

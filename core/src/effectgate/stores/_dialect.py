@@ -146,8 +146,7 @@ def _sqlite_wal(cur: Any) -> bool:
 
 
 def observed(conn: Connection | Engine) -> bool:
-    """Whether anything listens to this connection's (engine's) statements (SQLAlchemy cursor
-    events: a tracer, a test counting statements, the benchmark counting commits)."""
+    """Whether anything listens to this connection's (engine's) statements (cursor events)."""
     dispatch = conn.engine.dispatch  # the engine's listeners (the connection's joined view costs more)
     return bool(dispatch.before_cursor_execute) or bool(dispatch.after_cursor_execute)
 
@@ -159,17 +158,13 @@ def direct(conn: Connection) -> Any:
 
 
 def run(conn: Connection, sql: str, params: Mapping[str, Any] | None = None, *, driver: Any = None) -> Any:
-    """Execute plain driver-level `sql` (already in the driver's paramstyle, see `driver_sql`) in
-    `conn`'s transaction; a DBAPI cursor (or, when observed, a result) with fetchone/fetchall.
-
-    The hot transactions run their statements on the driver's connection: SQLAlchemy's execution
-    machinery cost more CPU per statement than SQLite took to run it. Both drivers cache the
-    statement (sqlite3 its prepared statement, psycopg a server-side one after a few runs). When
+    """Execute plain driver-level `sql` (in the driver's paramstyle, see `driver_sql`) in `conn`'s
+    transaction; a DBAPI cursor (or, when observed, a result) with fetchone/fetchall. The hot
+    transactions run their statements on the driver's connection: SQLAlchemy's execution machinery
+    cost more CPU per statement than SQLite took to run it (both drivers cache the statement). When
     something listens to cursor events the statement goes through SQLAlchemy, so they still see
     every statement. `driver`: `direct(conn)`, or a cursor of it that the caller reuses."""
-    if driver is None:
-        driver = direct(conn)
-    if driver is None:
+    if driver is None and (driver := direct(conn)) is None:
         return conn.exec_driver_sql(sql, None if params is None else dict(params))
     try:
         return driver.execute(sql, params) if params is not None else driver.execute(sql)
@@ -331,7 +326,7 @@ def append_only_ddl(
     """Triggers that refuse UPDATE and DELETE on the audit tables, with one exception: a column
     of `redactable[table]` (personal data) may be overwritten with a redaction marker (text that
     starts with `REDACTED_PREFIX`) while every other column keeps its value. Replaces the
-    triggers an older schema installed."""
+    triggers an older schema installed (PostgreSQL: those that differ)."""
     for table in tables:
         personal = redactable.get(table, ())
         if conn.dialect.name == "sqlite":
@@ -372,6 +367,11 @@ def append_only_ddl(
                     "RETURN NEW; END $$"
                 )
             )
+            # this release's trigger is kept: replacing it locks the table (an upgrade deadlocked so)
+            on = f"tgrelid = '{table}'::regclass AND tgname = '{table}_append_only'"
+            have = conn.exec_driver_sql(f"SELECT tgargs FROM pg_trigger WHERE {on}").scalar()
+            if have is not None and bytes(have).split(b"\0")[:-1] == [c.encode() for c in personal]:
+                continue
             conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {table}_append_only ON {table}")
             args = ", ".join(f"'{c}'" for c in personal)
             conn.exec_driver_sql(
