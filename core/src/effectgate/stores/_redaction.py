@@ -20,6 +20,7 @@ from .._json import same_json
 from ..table import _as_set
 from . import _holds_sql
 from . import _queries as Q
+from ._dialect import is_redacted
 from ._unnamed import own_records
 from .records import PERSONAL, ApprovalRow, DecisionRow, HoldRow, RedactedRow
 
@@ -118,8 +119,8 @@ def call_id(t: Target) -> str:
 
 
 def _row_open(t: Target, now: float) -> bool:
-    if t.table == "eg_idempotency":
-        return t.status in OPEN_RECORDS
+    if t.table == "eg_idempotency":  # one erased with its call: `_with_calls`
+        return t.status in OPEN_RECORDS and not is_redacted(t.values.get("error"))
     if t.table != "eg_approvals" or t.status not in OPEN_APPROVALS:
         return False
     if t.status == "pending":  # past its deadline, swept or not, it is expired (`_ledger.past`)
@@ -287,10 +288,10 @@ def _with_calls(conn: Connection, rows: list[Target]) -> list[Target]:
     keys |= {t.idempotency_key for t in rows if t.idempotency_key} | {
         t.key for t in rows if t.table == "eg_idempotency"
     }
-    status = {
-        r.key: r.status
+    status = {  # a record erased with its call (a late run reopened it) never runs nor is settled
+        r.key: "erased" if is_redacted(r.error) else r.status
         for batch in _batches(keys)
-        for r in conn.execute(sa.select(i.c.key, i.c.status).where(i.c.key.in_(batch)))
+        for r in conn.execute(sa.select(i.c.key, i.c.status, i.c.error).where(i.c.key.in_(batch)))
     }
     out = []
     for t in rows:
