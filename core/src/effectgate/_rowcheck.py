@@ -140,7 +140,7 @@ def check_by_name(tool: str, fn: Callable[..., Any], schema: Mapping[str, Any]) 
     and a required parameter no argument of the schema names (where its top level names them all
     and refuses any other)."""
     try:
-        params = list(inspect.signature(fn).parameters.values())
+        params = taken(fn)
     except (TypeError, ValueError):  # no signature to read
         return
     properties = schema.get("properties")
@@ -174,12 +174,22 @@ def check_by_name(tool: str, fn: Callable[..., Any], schema: Mapping[str, Any]) 
             )
 
 
+def taken(fn: Callable[..., Any]) -> list[inspect.Parameter]:
+    """`fn`'s parameters as the gate's `fn(**arguments)` meets them: its own, unless it takes any
+    name (a decorator's `**kwargs`, `functools.wraps`), then those of the function it wraps."""
+    params = list(inspect.signature(fn, follow_wrapped=False).parameters.values())
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return list(inspect.signature(fn).parameters.values())
+    return params
+
+
 def accepted(fn: Callable[..., Any]) -> frozenset[str] | None:
     """The argument names `fn(**arguments)` takes (not the gate's context parameters), or None for
     any (a `**kwargs`, or no signature to read): a call giving another is `Invalid` before anything
-    is stored, never approved to fail binding after (an unknown outcome of a call that never ran)."""
+    is stored, never approved to fail binding after (an unknown outcome of a call that never ran).
+    Read as `taken`: a wrapper that takes fewer names than the function it wraps decides."""
     try:
-        params = inspect.signature(fn).parameters.values()
+        params = taken(fn)
     except (TypeError, ValueError):
         return None
     if any(p.kind is p.VAR_KEYWORD for p in params):

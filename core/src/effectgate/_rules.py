@@ -80,17 +80,21 @@ def _annotated(fn: Any) -> Any:
 
 
 def _context_params(fn: Callable[..., Any]) -> tuple[set[str], dict[str, Any]]:
-    """Names of parameters that receive a ToolContext, and the resolved hints."""
+    """Names of parameters that receive a ToolContext, and the resolved hints (with what
+    `Annotated` adds: a schema derived from them keeps `Field(gt=0, le=1000)`)."""
     annotated = _annotated(fn)
     try:
-        hints = typing.get_type_hints(annotated)
+        hints = typing.get_type_hints(annotated, include_extras=True)
     except Exception:  # unresolvable forward references: fall back to raw annotations
         hints = dict(getattr(annotated, "__annotations__", {}))
+    bare = {
+        n: typing.get_args(h)[0] if typing.get_origin(h) is typing.Annotated else h for n, h in hints.items()
+    }
     try:  # not one a partial already binds (it would get the argument twice)
         params: Any = inspect.signature(fn).parameters
     except (TypeError, ValueError):
         params = hints
-    names = {name for name, hint in hints.items() if hint is ToolContext and name in params}
+    names = {name for name, hint in bare.items() if hint is ToolContext and name in params}
     return names, hints
 
 
@@ -139,8 +143,12 @@ def check_fingerprint(name: str, canonical: Mapping[str, Any]) -> None:
 def exceeds(args: Mapping[str, Any], arg: str, limit: int | float) -> bool:
     """`Escalate.above`'s test: the argument is a number greater than `limit`; a text (pydantic's
     Decimal takes one) as the number it reads as, or above it if it reads as no finite number;
-    a float limit as its shortest text (999.99, not its binary value 999.99000000000000909...)."""
+    a float limit as its shortest text (999.99, not its binary value 999.99000000000000909...).
+    Given as anything else (an object, a list, a bool: a schema that leaves its type open admits
+    it), it reads as no number too: what the tool makes of it, the lower role never approves."""
     value = args.get(arg)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, str | int | float)):
+        return True
     if isinstance(value, str):
         try:
             number = decimal.Decimal(value)
@@ -151,12 +159,19 @@ def exceeds(args: Mapping[str, Any], arg: str, limit: int | float) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and value > limit
 
 
+def _shown(value: Any) -> str:
+    """An `above` rule's value on a card: a number or text as given, else its kind (no number)."""
+    plain = isinstance(value, str | int | float) and not isinstance(value, bool)
+    return str(value) if plain else f"a {type(value).__name__}, no number"
+
+
 def count_of(args: Mapping[str, Any], arg: str) -> int:
-    """`Escalate.count_above`'s count: 1 for a string, the length of a list, else 0."""
+    """`Escalate.count_above`'s count: 1 for a string, the length of a list (or of an object,
+    which a schema that leaves its type open admits: its keys may be the recipients), else 0."""
     value = args.get(arg)
     if isinstance(value, str):
         return 1
-    return len(value) if isinstance(value, Sequence) else 0
+    return len(value) if isinstance(value, Sequence | Mapping) else 0
 
 
 def with_defaults(schema: Any, args: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -215,7 +230,7 @@ class Escalate:
             note=note or f"{arg} above {limit}",
             predicate=lambda args: exceeds(args, arg, limit),
             rule={"arg": arg, "above": limit},
-            describe=lambda args: f"{arg} = {args.get(arg)} (> {limit})",
+            describe=lambda args: f"{arg} = {_shown(args.get(arg))} (> {limit})",
         )
 
     @classmethod
