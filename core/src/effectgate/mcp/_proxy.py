@@ -54,7 +54,7 @@ from ..context import CallContext
 from ..effects import Policy
 from ..errors import TokenError
 from ..gate import EffectGate
-from ..outcomes import Executed, Grant, Invalid, Outcome, Pending
+from ..outcomes import Executed, Grant, Invalid, Outcome, Pending, Refused
 from ..stores.protocol import Store
 from ..table import EffectTable, SchemaError, ToolSpec
 from ..tokens import Keyring, keyring_for
@@ -270,11 +270,9 @@ class GatedProxy:
             return self._result(Invalid(tool=name, errors=(reserved,)))
         ctx = context_for(self.identity, name, arguments, spec=spec, call_id=call_id)
         self._holding[id(gate)] = self._holding.get(id(gate), 0) + 1
-        try:
-            result = await self._through(gate, name, arguments, ctx, spec, sent)
-        except BaseException:  # cancelled: its work may still run (and renew its lease) in a thread
-            self._let_go(gate)  # a replaced gate stays open until exit
-            raise
+        # A cancelled call keeps its hold: its work may still run in a worker thread, whose lease a
+        # closed gate would stop renewing (a replaced gate it holds is closed at exit, not before).
+        result = await self._through(gate, name, arguments, ctx, spec, sent)
         if self._let_go(gate) and gate in self._retired:
             self._retired.remove(gate)
             await asyncio.to_thread(gate.close)
@@ -345,13 +343,15 @@ class GatedProxy:
             )
         if pending.status != "approved":
             return pending
-        if sent is not None:
+        answer: Outcome = pending
+        if sent is not None:  # one that lapsed stands aside: a later round's grant may be delivered
             own = Grants()
             own.deliver(sent)
-            outcome = await run_approved(gate, name, arguments, pending, grants=own)
-            if not len(own):  # the sent grant was for this approval version: its answer stands
-                return outcome
-        return await run_approved(gate, name, arguments, pending, grants=self.grants)
+            answer = await run_approved(gate, name, arguments, pending, grants=own)
+            if not len(own) and not (isinstance(answer, Refused) and answer.code == "expired"):
+                return answer  # the sent grant was for this approval version: its answer stands
+        delivered = await run_approved(gate, name, arguments, pending, grants=self.grants)
+        return answer if delivered is pending else delivered
 
     def _result(self, outcome: Outcome) -> types.CallToolResult:
         approval = getattr(outcome, "approval_id", None)

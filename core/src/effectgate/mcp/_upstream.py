@@ -85,15 +85,17 @@ MAX_NAME_BYTES = 1024
 _NO_CONTEXT = cast(ToolContext, None)
 
 
-def _caller(connection: Connection, tool: str) -> Callable[..., dict[str, Any]]:
+def _caller(connection: Connection, tool: str, defaults: dict[str, Any]) -> Callable[..., dict[str, Any]]:
     """The row's `fn`: called with the frozen arguments (and a write's or gated call's ToolContext),
     in the gate's worker thread; the upstream request runs on the session's loop, so a call the
     client cancels (or whose request timed out) once its tool started runs to its end and its
-    outcome is stored, as a thread tool's is (`Connection.call_blocking`)."""
+    outcome is stored, as a thread tool's is (`Connection.call_blocking`). A subject argument
+    left out is sent as its schema's default (`defaults`): the subject the gate keyed and the
+    reviewer saw (`ToolSpec.subject_of`), never a default of the upstream's own that differs."""
 
     def call_upstream(_effectgate_context: ToolContext = _NO_CONTEXT, **arguments: Any) -> dict[str, Any]:
         key: str | None = getattr(_effectgate_context, "idempotency_key", None)
-        return connection.call_blocking(tool, arguments, key=key)
+        return connection.call_blocking(tool, {**defaults, **arguments}, key=key)
 
     return call_upstream
 
@@ -169,7 +171,7 @@ def spec_for(upstream: Upstream, connection: Connection, tool: types.Tool, polic
     spec = ToolSpec(
         name=name,
         effect=effect,
-        fn=_caller(connection, tool.name),
+        fn=_caller(connection, tool.name, _subject_defaults(properties, row.subject)),
         schema=tool.input_schema,
         approver_role=role,
         owner=row.owner,
@@ -182,6 +184,12 @@ def spec_for(upstream: Upstream, connection: Connection, tool: types.Tool, polic
     )
     spec.check_policy(policy)
     return spec
+
+
+def _subject_defaults(properties: dict[str, Any], subject: tuple[str, ...]) -> dict[str, Any]:
+    """The schema's default of each subject argument that declares one (`_rules.with_defaults`)."""
+    declared = {arg: properties.get(arg) for arg in subject}
+    return {arg: d["default"] for arg, d in declared.items() if isinstance(d, dict) and "default" in d}
 
 
 def specs_for(
