@@ -52,18 +52,40 @@ def _late_write(
     return first
 
 
-@pytest.mark.parametrize("raises", [False, True], ids=["returned", "raised"])
-@pytest.mark.parametrize("how", ["redact", "retain"])
-def test_a_late_write_after_its_erasure_does_not_bring_the_values_back(
-    store: SQLStore, make_gate: MakeGate, clock: FakeClock, how: str, raises: bool
-) -> None:
+def eraser(store: SQLStore, how: str) -> Callable[[EffectGate], None]:
+    """Erase user u1 by `redact`, or by a retention pass for writes (`how`: "redact" or "retain")."""
+
     def erase(gate: EffectGate) -> None:
         if how == "redact":
             redact(store, gate.keyring, user_id="u1", by="dpo", reason="erasure request")
         else:
             retain(store, gate.keyring, {"write": 1}, by="dpo")
 
-    gate = _late_write(make_gate, clock, erase, raises=raises)
+    return erase
+
+
+def _dies_in_flight(
+    gate: EffectGate, store: SQLStore, notes: Notes, args: dict[str, Any], mp: pytest.MonkeyPatch
+) -> None:
+    """u1's write of `args` whose worker dies mid-run: a dead worker releases nothing, so its record
+    stays in flight until its lease runs out."""
+
+    def die() -> None:
+        raise _Died
+
+    notes.during = die
+    with mp.context() as dead:
+        dead.setattr(store, "release", lambda *_, **__: None)
+        with pytest.raises(_Died):
+            gate.call("post", args, _ctx("m1"))
+
+
+@pytest.mark.parametrize("raises", [False, True], ids=["returned", "raised"])
+@pytest.mark.parametrize("how", ["redact", "retain"])
+def test_a_late_write_after_its_erasure_does_not_bring_the_values_back(
+    store: SQLStore, make_gate: MakeGate, clock: FakeClock, how: str, raises: bool
+) -> None:
+    gate = _late_write(make_gate, clock, eraser(store, how), raises=raises)
     [late] = store.executions()  # the late run is recorded, its arguments erased
     assert late.status == "needs_reconciliation"
     rows = [(t, row) for t, row in store.every_row()]
@@ -99,14 +121,7 @@ def test_a_retried_write_of_a_record_naming_no_user_refuses_a_redaction_while_it
     other = make_gate(_no_hook(notes), keyring=gate.keyring)
     args = {"ticket_id": "t-1", "text": SECRET}
 
-    def die() -> None:
-        raise _Died
-
-    notes.during = die
-    with monkeypatch.context() as dead:  # a dead worker releases nothing: its lease runs out
-        dead.setattr(store, "release", lambda *_, **__: None)
-        with pytest.raises(_Died):
-            gate.call("post", args, _ctx("m1"))
+    _dies_in_flight(gate, store, notes, args, monkeypatch)
     clock.advance(gate.policy.lease_seconds + 1)
     [key] = other.recover()
     other.settle(key, happened=False, by="fiona")
@@ -212,14 +227,7 @@ def test_a_write_run_again_after_its_erased_attempt_is_settled_without_copying_t
         gate.call("post", args, _ctx("m1"))
     redact(store, gate.keyring, user_id="u1", by="dpo", reason="erasure request")
 
-    def die() -> None:
-        raise _Died
-
-    notes.during = die
-    with monkeypatch.context() as dead:  # a dead worker releases nothing: its lease runs out
-        dead.setattr(store, "release", lambda *_, **__: None)
-        with pytest.raises(_Died):
-            gate.call("post", args, _ctx("m1"))
+    _dies_in_flight(gate, store, notes, args, monkeypatch)
     clock.advance(gate.policy.lease_seconds + 1)
     [key] = gate.recover()
     assert gate.settle(key, happened=False, by="fiona") is None

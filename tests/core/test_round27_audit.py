@@ -29,7 +29,7 @@ from effectgate.testing import FakeClock
 from .conftest import MakeGate, ShopGate
 from .test_round7_erasure import SECRET, _ctx, _Died
 from .test_round14_reconcile import StalledPay, stalled_then_settled_failed
-from .test_round26_today import _late_write
+from .test_round26_today import _late_write, eraser
 
 FINANCE = Approver("fiona", "finance")
 FRED = Approver("fred", "finance")
@@ -51,13 +51,7 @@ def _export(gate: EffectGate, clock: FakeClock, path: Path, after: Any = None) -
 def test_an_export_after_a_late_writes_erasure_verifies_and_holds_no_value(
     store: SQLStore, make_gate: MakeGate, clock: FakeClock, tmp_path: Path, how: str
 ) -> None:
-    def erase(gate: EffectGate) -> None:
-        if how == "redact":
-            redact(store, gate.keyring, user_id="u1", by="dpo", reason="erasure request")
-        else:
-            retain(store, gate.keyring, {"write": 1}, by="dpo")
-
-    gate = _late_write(make_gate, clock, erase, raises=True)
+    gate = _late_write(make_gate, clock, eraser(store, how), raises=True)
     assert audit(gate.store, keyring=gate.keyring, chain=True).findings == []
     path = tmp_path / "x.jsonl"
     _export(gate, clock, path)
