@@ -27,6 +27,11 @@ _DECISIONS_OF = (
     .where(Q.T_DECISIONS.c.approval_id.in_(sa.bindparam("p_ids", expanding=True)))
     .order_by(Q.T_DECISIONS.c.id)
 )
+_EXECUTIONS_OF = (
+    sa.select(Q.T_EXECUTIONS)
+    .where(Q.T_EXECUTIONS.c.approval_id.in_(sa.bindparam("p_ids", expanding=True)))
+    .order_by(Q.T_EXECUTIONS.c.id)
+)
 _BATCH = 1000  # ids per statement (`execution_outcomes`)
 
 
@@ -57,12 +62,15 @@ class ReadingSQL:
         role: str | None = None,
         session_id: str | None = None,
         limit: int | None = None,
+        status_not: Sequence[str] | None = None,
     ) -> list[ApprovalRow]:
         if _unheld(status, role, session_id):
             return []
         q = sa.select(Q.T_APPROVALS)
         if status is not None:
             q = q.where(Q.T_APPROVALS.c.status.in_([status] if isinstance(status, str) else list(status)))
+        if status_not:
+            q = q.where(Q.T_APPROVALS.c.status.not_in(list(status_not)))
         if role is not None:
             q = q.where(Q.T_APPROVALS.c.approver_role == role)
         if session_id is not None:
@@ -87,6 +95,14 @@ class ReadingSQL:
             q = q.where(Q.T_EXECUTIONS.c.tool == tool)
         with self.reading() as conn:
             return [ExecutionRow(**r._mapping) for r in conn.execute(q.order_by(Q.T_EXECUTIONS.c.id))]
+
+    def executions_of(self, conn: Connection, approval_ids: Collection[str]) -> list[ExecutionRow]:
+        ids = sorted(set(approval_ids))
+        return [
+            ExecutionRow(**r._mapping)
+            for i in range(0, len(ids), _BATCH)
+            for r in conn.execute(_EXECUTIONS_OF, {"p_ids": ids[i : i + _BATCH]})
+        ]
 
     def events(
         self, *, kind: str | None = None, approval_id: str | None = None, session_id: str | None = None

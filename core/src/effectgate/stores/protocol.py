@@ -189,6 +189,10 @@ class ApprovalLedger(Protocol):
         """Every decision recorded for the listed approvals (all versions and rounds), in the
         order recorded, in one read of the decisions' approval index: a subject's history."""
 
+    def executions_of(self, conn: Any, approval_ids: Collection[str]) -> list[ExecutionRow]:
+        """Every execution row of the listed approvals, in order, through the executions'
+        approval index (the history page's runs)."""
+
     def grant_spent(self, conn: Any, approval_id: str, version: int) -> bool:
         """Whether a grant of this approval version was presented (its "token_used" event) or an
         execution of it recorded, read in the caller's transaction: what execute checks before it
@@ -236,8 +240,9 @@ class ApprovalLedger(Protocol):
         role: str | None = None,
         session_id: str | None = None,
         limit: int | None = None,
+        status_not: Sequence[str] | None = None,
     ) -> list[ApprovalRow]:
-        """Approvals, newest first (its own read transaction)."""
+        """Approvals, newest first (its own read transaction); `status_not` leaves those statuses out."""
 
     def get_approval(self, approval_id: str) -> ApprovalRow | None:
         """One approval (its own read transaction)."""

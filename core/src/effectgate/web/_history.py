@@ -1,5 +1,7 @@
 """The decided history page's records: the last 200 decided approvals, each with its decisions
-and its run, every one verified against the keyring before it is shown as anyone's.
+and its run, every one verified against the keyring before it is shown as anyone's. A render
+reads those approvals' decisions and executions through their approval indexes (and the open
+approvals), never a whole table: the page costs the same over a ledger of a million records.
 
 The status column is not sealed: what a row shows as its status is what the append-only
 executions and the sealed denials say (as in a subject's history, `Ledger.history`), and a
@@ -27,26 +29,24 @@ DECIDED = ["executed", "failed", "denied", "expired", "rejected", "approved"]
 def history_context(gate: EffectGate) -> dict[str, Any]:
     store = gate.store
     rows = store.approvals(status=DECIDED, limit=200)
+    # pending, or a column edited to no status at all ('on_hold', ''): open work, not the history
+    waiting = store.approvals(status_not=DECIDED)
     by_approval: dict[str, list[Any]] = defaultdict(list)
-    for d in store.all_decisions():
-        if decision_intact(gate.keyring, d):  # a row inserted in the database is no one's decision
-            by_approval[d.approval_id].append(d)
+    with store.reading() as conn:  # the listed approvals' decisions and runs, not the whole ledger's
+        ids = [r.id for r in (*rows, *waiting)]
+        for d in store.decisions_of(conn, ids):
+            if decision_intact(gate.keyring, d):  # a row inserted in the database is no one's decision
+                by_approval[d.approval_id].append(d)
+        ran = store.execution_outcomes(conn, ids)
+        runs = store.executions_of(conn, ids)
     denied = {(d.approval_id, d.version) for ds in by_approval.values() for d in ds if d.decision == "deny"}
-    # pending, or a column edited to no status at all ('on_hold', '')
-    waiting = [r for r in store.approvals() if r.status not in DECIDED]
-    with store.reading() as conn:
-        ran = store.execution_outcomes(conn, [r.id for r in (*rows, *waiting)])
     rows = [r for r in waiting if r.id in ran or (r.id, r.version) in denied] + rows
     # flagged, as on their cards
     unverified = {r.id for r in rows if not approval_verifies(gate.keyring, r)}
     status = {
         r.id: said_status(r, ran.get(r.id), (r.id, r.version) in denied, r.id not in unverified) for r in rows
     }
-    results = {
-        e.approval_id: {"status": e.status, "result": stored_json(e.result_json)}
-        for e in store.executions()
-        if e.approval_id
-    }
+    results = {e.approval_id: {"status": e.status, "result": stored_json(e.result_json)} for e in runs}
     edited = {r.id for r in rows if status[r.id] != r.status}
     return {
         "rows": rows,
