@@ -34,7 +34,7 @@ from ._written import proposed_before, write_key
 from .canonical import canonical_text, freeze_plain, hash_of_text
 from .context import CallContext, ToolContext
 from .effects import Effect
-from .errors import ArgumentError, InProgress, NeedsReconciliation
+from .errors import ArgumentError, InProgress, NeedsReconciliation, TamperedRecord
 from .outcomes import Executed, Invalid, Outcome, Pending, Refused, executed
 from .stores._dialect import REDACTED_PREFIX
 from .stores.base import Claimed, Stored
@@ -101,10 +101,19 @@ class Calls:
         self.spans = spans
 
     def step_flow(self, calls: Sequence[ToolCallLike], ctx: CallContext) -> flow.Flow[list[Outcome]]:
-        """One model step's calls as one flow (see `step`)."""
-        out: list[Outcome] = []
-        for pending_flow, refused in self.step(calls, ctx):
-            out.append((yield from pending_flow) if pending_flow is not None else refused)  # type: ignore[arg-type]
+        """One model step's calls as one flow (see `step`). A call whose stored approval does not
+        verify is answered `Refused("tampered")` (recorded by `propose`), not raised: the other
+        calls keep their outcomes and a re-run step is not stuck (`ForeignSeal` still raises)."""
+        calls, out = tuple(calls), list[Outcome]()
+        for call, (pending_flow, refused) in zip(calls, self.step(calls, ctx), strict=True):
+            try:
+                out.append((yield from pending_flow) if pending_flow is not None else refused)  # type: ignore[arg-type]
+            except TamperedRecord as exc:
+                if exc.foreign_key is not None:
+                    raise
+                out.append(
+                    Refused(code="tampered", message=str(exc), tool=call[0], approval_id=exc.approval_id)
+                )
         return out
 
     def step(self, calls: Sequence[ToolCallLike], ctx: CallContext) -> list[tuple[Any, Outcome | None]]:
@@ -267,7 +276,12 @@ class Calls:
                 f"CallContext.session_id is longer than {MAX_SESSION_BYTES} bytes (UTF-8): an approval's "
                 "index cannot hold it on PostgreSQL; use a shorter id (e.g. a hash of this one)"
             )
-        outcome = self.proposals.propose(spec, args, frozen, ctx, text=text, edited_by=edited_by)
+        try:
+            outcome = self.proposals.propose(spec, args, frozen, ctx, text=text, edited_by=edited_by)
+        except TamperedRecord as exc:  # nothing changed; the refusal is recorded (its own commit)
+            if exc.foreign_key is None:
+                self.events.refuse("tampered", str(exc), spec.name, ctx, spec, exc.approval_id)
+            raise
         if isinstance(outcome, Pending) and not outcome.replay:
             # a new approval, or a new version; a shadow one too: its reviewers decide it as usual
             self.notices.announce_card("pending", outcome.card)

@@ -43,6 +43,7 @@ RefusalCode = Literal[
     "failed",
     "mismatch",
     "shadow",
+    "tampered",
 ]
 
 

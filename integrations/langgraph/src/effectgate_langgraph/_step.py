@@ -19,6 +19,8 @@ again and again with the same result:
    `gate.approve` as the application's `native_approver`, and a replayed HITL answer is skipped
    (it was applied by its own run). With `defer`, such a grant the step cannot keep across its
    next pause is given back there and granted again when the step settles (`_regrant`).
+   A call whose approval row no longer verifies (edited in the database) is refused as
+   `tampered` for the model, never asked for again: no decision could settle it.
 
 The flow composes the gate's flows (`gate.flows`) with `yield from`, plus its own `Ask` (the
 pause): one body serves the sync and async node, driven by `effectgate.flow.drive` / `adrive`.
@@ -34,9 +36,9 @@ from typing import Any
 from langchain_core.messages import ToolCall
 from langgraph.errors import GraphInterrupt
 
-from effectgate import Approver, CallContext, EffectGate, Pending, flow
+from effectgate import Approver, CallContext, EffectGate, Pending, Refused, flow
 from effectgate.adapter import DecisionMismatch, Paused, bind_decision, is_gated, rejecting_approver
-from effectgate.errors import ApprovalError, ArgumentError, PolicyViolation, TokenError
+from effectgate.errors import ApprovalError, ArgumentError, PolicyViolation, TamperedRecord, TokenError
 from effectgate.tokens import Keyring
 
 from ._artifacts import restore
@@ -261,6 +263,13 @@ def _apply_one(
             slot.outcome = yield from gate.flows.deny(
                 w.pending.approval_id, approver=approver, reason=decision.reason, version=w.pending.version
             )
+        except TamperedRecord as exc:
+            if exc.foreign_key is not None:  # a keyring that cannot check it: no edit is known
+                raise DecisionRefused(f"the denial was refused: {exc}") from exc
+            # the reviewer stops a call no decision can settle: refused for the model, recorded
+            slot.outcome = yield from flow.done(
+                gate.refuse, w.tool, call_ctx, code="tampered", message=str(exc), approval_id=exc.approval_id
+            )
         except (ApprovalError, PolicyViolation) as exc:
             yield from _refresh(gate, slot, call_ctx)
             raise DecisionRefused(f"the denial was refused: {exc}") from exc
@@ -314,6 +323,12 @@ def _approved(
     try:  # `defer`: spent where the call runs (`_grants`), unless the core refuses the token now
         slot.outcome = yield from (grant if defer else spend)(gate, granted, ctx)
     except TokenError as exc:
+        if exc.reason == "tampered":  # recorded (token_refused); not asked again: nothing could settle it
+            why = str(exc).removeprefix("tampered: ")
+            slot.outcome = Refused(
+                code="tampered", message=why, tool=granted.tool, approval_id=shown.approval_id
+            )
+            return
         yield from _refresh(gate, slot, ctx)
         raise DecisionRefused(f"the token was refused: {exc}") from exc
 
@@ -337,8 +352,15 @@ def _regrant(
 
 
 def _refresh(gate: EffectGate, slot: Slot, ctx: CallContext) -> Generator[Any, Any, None]:
-    """After the core refused a decision, ask it again where the call stands (a replay)."""
-    slot.outcome = yield from gate.flows.call(slot.call["name"], dict(slot.args), ctx)
+    """After the core refused a decision, ask it again where the call stands (a replay); one
+    whose row no longer verifies is refused (recorded by the core), as its step's replay is."""
+    name = slot.call["name"]
+    try:
+        slot.outcome = yield from gate.flows.call(name, dict(slot.args), ctx)
+    except TamperedRecord as exc:
+        if exc.foreign_key is not None:
+            raise
+        slot.outcome = Refused(code="tampered", message=str(exc), tool=name, approval_id=exc.approval_id)
 
 
 # -- drivers
