@@ -15,7 +15,7 @@ from typing import Any, Literal
 from ._deps import Deps, Events
 from ._ledger import Ledger
 from ._logging import logger
-from .errors import storable_text
+from .errors import ApprovalError, PolicyViolation, storable_text
 from .outcomes import TAMPERED_WARNING, Card, ReconciliationNotice
 from .stores.records import ApprovalRow
 from .tokens import Keyring
@@ -323,9 +323,27 @@ class Notices:
             return None
         return None if record is None else f"attempt-{record.attempts}@{record.updated_at!r}"
 
+    def _grantable(self, row: ApprovalRow) -> bool:
+        """False when nobody can approve `row` under this gate's table and policy: its tool was
+        taken off its agent's allowlist, or its table row or the policy changed since it was
+        proposed (`Ledger.bar` refuses it: `not_allowed`, `reclassified`), so no one is paged to
+        decide it. A row that does not verify (its tool or fingerprints edited: `bar` would refuse
+        it as changed), or that `bar` finds edited, is warned about as before: its card says that
+        it does not verify."""
+        if not self.ledger.verifies(row):
+            return True
+        try:
+            self.ledger.bar(row)
+        except PolicyViolation:
+            return False
+        except (ApprovalError, ValueError, TypeError, RecursionError):
+            return True
+        return True
+
     def warn_expiring(self, *, within: float) -> list[Card]:
         """Notify about every pending approval that lapses within `within` seconds, once per
-        version (a second scan, from this or another process, sends nothing new). Returns the cards
+        version (a second scan, from this or another process, sends nothing new); not one that
+        no one can approve under this gate's table and policy (`_grantable`). Returns the cards
         warned about now. Run it periodically (a scheduler)."""
         if not within > 0:  # NaN too: PostgreSQL sorts it above every deadline
             raise ValueError("within must be a positive number of seconds")
@@ -341,6 +359,8 @@ class Notices:
                 self.store.lock(conn, f"expiry-warning:{candidate.id}")
                 row = self.store.approval(conn, candidate.id)
                 if row is None or row.status != "pending" or row.expires_at <= now:
+                    continue
+                if not self._grantable(row):
                     continue
                 if self.store.has_event(conn, "expiry_warning", row.id, row.version):
                     continue

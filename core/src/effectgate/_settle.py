@@ -291,7 +291,9 @@ class Settlement:
                 ],
             )
             call = row.id if row is not None else key  # its call erased meanwhile: these values too
-            erase_late(self.store, conn, self.keyring, user_id=ctx.user_id, call=call, at=self.clock.now())
+            at = self.clock.now()
+            if erase_late(self.store, conn, self.keyring, user_id=ctx.user_id, call=call, at=at):
+                reason = f"the tool {what} after its call was erased, with its values"  # none is paged
         log_outcome(what, spec.name, row, key, reason)
         self.notices.unknown_outcome(row, key, reason, ref, tool=spec.name)
 

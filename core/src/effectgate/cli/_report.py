@@ -12,7 +12,7 @@ from rich.table import Table
 
 from ..errors import MissingDependency, MissingKeyring
 from ..report import Metrics, check_charts, figures, write_html
-from ..report._html import latency_cells
+from ..report._html import erased_note, latency_cells
 from ..tokens import Keyring, keyring_for
 from ._args import check_not_export, check_output
 from ._render import EXIT_OK, _text, _write_json
@@ -108,7 +108,7 @@ def _print_rollout(m: Metrics, out: Console) -> None:
         _text(
             f"{m.proposals} gated proposals, {m.replays_absorbed} replays absorbed"
             f" ({shown}); needs_reconciliation backlog: "
-            f"{m.needs_reconciliation}"
+            f"{m.needs_reconciliation}{erased_note(m)}"
         )
     )
     for day, proposals, sessions in m.gated_by_day:

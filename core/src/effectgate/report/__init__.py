@@ -48,7 +48,11 @@ The rollout figures (`Metrics`), over the same window (events by their time):
   that doubles refund proposals shows as a step in its line, and two models sharing a day's
   traffic each get their own rate;
 - `needs_reconciliation`: operations whose outcome is unknown now (not windowed), and
-  `backlog_by_day` the same records by the day each began waiting.
+  `backlog_by_day` the same records by the day each began waiting; `backlog_erased`, counted
+  apart, the records of calls erased with them (a run that lost its lease came back after its
+  call was settled and erased: nothing settles it, so it is no open item). A redaction marker
+  in a record's error with no redaction entry for it (given the keyring, none whose seal
+  verifies) erases nothing: that record is in the backlog.
 
 Every figure is an aggregate the database computes (`Store.report_rows`), streamed as a few grouped
 rows, so the report runs over millions of records within the audit's budget; checking the seals

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from ..canonical import digest
 from ..stores.protocol import Store
 from ..tokens import Keyring
-from ._verify import NOT_CHECKED, Found, bounds, set_apart, standing, unsealed
+from ._verify import NOT_CHECKED, Found, backlog, bounds, set_apart, standing, unsealed
 
 Mode = Literal["shadow", "live", "unverified"]
 APPROVED = frozenset({"approved", "executing", "executed", "failed", "needs_reconciliation"})
@@ -111,6 +111,7 @@ class Metrics:
     replays_by_day: list[tuple[str, int]] = field(default_factory=list[tuple[str, int]])  # (UTC day, replays)
     # the backlog by the UTC day each record began waiting (its last update): (day, records)
     backlog_by_day: list[tuple[str, int]] = field(default_factory=list[tuple[str, int]])
+    backlog_erased: int = 0  # awaiting reconciliation, erased with their call: not in the backlog
     decision_rates: list[ToolRates] = field(default_factory=list[ToolRates])  # per tool, by name
 
     @property
@@ -362,7 +363,7 @@ def figures(
             (_day(d), str(m)): int(n) for d, m, n in store.report_rows(conn, "sessions_by_model", **window)
         }
         replayed = store.report_rows(conn, "replays_by_day", **window)
-        waiting = store.report_rows(conn, "backlog_by_day")
+        waiting, erased = backlog(store, conn, keyring)
     by_day: dict[str, int] = defaultdict(int)
     by_model = []
     for d, model, n in gated:
@@ -390,10 +391,11 @@ def figures(
             proposals=proposals,
             replays_absorbed=sum(int(n) for _, n in replayed),
             gated_by_day=[(d, by_day.get(d, 0), sessions.get(d, 0)) for d in days],
-            needs_reconciliation=sum(int(n) for _, n in waiting),
+            needs_reconciliation=sum(n for _, n in waiting),
             gated_by_model=sorted(by_model),
             replays_by_day=_by_day(replayed),
             backlog_by_day=_by_day(waiting),
+            backlog_erased=erased,
             decision_rates=_tool_rates(by_tool),
         ),
         unverified=unverified,

@@ -16,7 +16,7 @@ from pathlib import Path
 from .._display import duration, when
 from .._export_file import rewrite
 from .._textcheck import reveal
-from ._figures import Figures, Rate, per_1000
+from ._figures import Figures, Metrics, Rate, per_1000
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; form-action 'none'; base-uri 'none'"
 #: The classes `body` uses (the inbox adds them to its own page style).
@@ -38,6 +38,12 @@ _PAGE_STYLE = (
 def _t(value: object) -> str:
     """Ledger text for HTML: what is stored, shown as text."""
     return escape(reveal(str(value)))
+
+
+def erased_note(m: Metrics) -> str:
+    """What the backlog's line adds for records erased with their call (counted apart), or ''."""
+    n = m.backlog_erased
+    return f" (and {n} erased with their call: nothing settles them)" if n else ""
 
 
 def latency_cells(p95: float | None, target: float | None) -> tuple[str, str]:
@@ -95,7 +101,7 @@ def body(figures: Figures) -> str:
         parts.append(f'<p class="missed" data-note="seals">{escape(figures.note)}</p>')
     parts.append(
         f"<p>{m.proposals} gated proposals, {m.replays_absorbed} replays absorbed ({_rate(m.replay_rate)}); "
-        f"needs_reconciliation backlog: {m.needs_reconciliation}</p>"
+        f"needs_reconciliation backlog: {m.needs_reconciliation}{escape(erased_note(m))}</p>"
     )
     for chart in charts(m):
         parts.append(f'<figure data-chart="{chart.key}">{chart.svg}</figure>')

@@ -35,7 +35,9 @@ from .._audit_rows import (
     status_at,
 )
 from .._seal import seal_checker
+from ..redact import entry_sealed
 from ..stores.protocol import Store
+from ..stores.records import RedactedRow
 from ..tokens import Keyring
 
 NOT_CHECKED = (
@@ -93,6 +95,43 @@ def unsealed(
         found = (a[A_ID], a[A_TOOL], a[A_ROLE], a[A_ROW_FP], status, decided)
         out[1 if intact and sound and status in _GRANTED else 0].append(found)
     return out
+
+
+def backlog(store: Store, conn: Any, keyring: Keyring | None) -> tuple[list[tuple[Any, int]], int]:
+    """The reconciliation backlog as (day number, records) rows, and apart from it the number of
+    records erased with their call (a late run: nothing settles them). With the ledger's `keyring`
+    a record counts as erased only when a redaction entry of its error verifies: one whose entries
+    were inserted in the database is an open item, in the backlog."""
+    days: dict[Any, int] = {}
+    erased = 0
+    for day, was_erased, n in store.report_rows(conn, "backlog_by_day"):
+        if was_erased:
+            erased += int(n)
+        else:
+            days[day] = days.get(day, 0) + int(n)
+    if erased and keyring is not None:
+        sealed: dict[Any, bool] = {}
+        of: dict[Any, Any] = {}
+        for rid, table, key, column, commitment, args_hash, kept, seal, day in store.report_rows(
+            conn, "erased_backlog"
+        ):
+            entry = RedactedRow(
+                redaction_id=rid,
+                table_name=table,
+                row_key=key,
+                column_name=column,
+                commitment=commitment,
+                args_hash=args_hash,
+                kept_json=kept,
+                at=0.0,  # not sealed
+                seal=seal,
+            )
+            sealed[key] = sealed.get(key, False) or entry_sealed(keyring, entry)
+            of[key] = day
+        for key in (k for k, ok in sealed.items() if not ok):
+            days[of[key]] = days.get(of[key], 0) + 1
+            erased -= 1
+    return list(days.items()), erased
 
 
 def _denials(store: Store, conn: Any, keyring: Keyring) -> set[tuple[Any, Any]]:

@@ -194,7 +194,13 @@ def _no_schema(exc: sa.exc.DBAPIError) -> bool:
 
 
 ReportQuery = Literal[
-    "decisions", "gated_by_day", "sessions_by_day", "sessions_by_model", "replays_by_day", "backlog_by_day"
+    "decisions",
+    "gated_by_day",
+    "sessions_by_day",
+    "sessions_by_model",
+    "replays_by_day",
+    "backlog_by_day",
+    "erased_backlog",
 ]
 
 _EDITED = "CASE WHEN e.approval_id IS NULL THEN 0 ELSE 1 END"
@@ -209,6 +215,8 @@ _DECIDED_AT = (
 #: treats it: it can no longer be decided (`:now`, the store's clock when the report is read).
 #: Grouped by its position: PostgreSQL does not take two bound copies of `:now` as one expression.
 _STATUS = "CASE WHEN a.status = 'pending' AND a.expires_at <= :now THEN 'expired' ELSE a.status END"
+_MARK = _dialect.REDACTED_PREFIX.replace("{", "{{")  # a literal brace in a `format_map` template
+_MARKED = f"substr(i.error, 1, {len(_dialect.REDACTED_PREFIX)}) = '{_MARK}'"  # a redaction marker
 #: The report's aggregates (`effectgate.report`), each grouped by the database: a few rows however
 #: large the ledger. `{day_<column>}` is that column's UTC day number and `{edited_by}` the
 #: amendment's `edited_by` field (`_dialect.utc_day`, `json_field`); `:since` and `:until` bound
@@ -248,10 +256,23 @@ REPORT_QUERIES: dict[str, str] = {
         # as the proposals it is a rate over: a refused (out-of-scope) call's replays are not gated
         "AND approval_id NOT IN (SELECT id FROM eg_approvals WHERE status = 'rejected') GROUP BY {day_at}"
     ),
-    # (day the record began waiting, records needing reconciliation now): the backlog, not windowed
+    # (day the record began waiting, erased with its call 0/1, records needing reconciliation now):
+    # the backlog, not windowed. Erased: its error is a redaction marker with the redaction's entry
+    # for that value (a late run erased with its call, `_late_erasure`: nothing settles it); a
+    # marker edited in with no entry is no erasure, the record stays in the backlog.
     "backlog_by_day": (
-        "SELECT {day_updated_at}, count(*) FROM eg_idempotency WHERE status = 'needs_reconciliation' "
-        "GROUP BY {day_updated_at}"
+        f"SELECT {{day_updated_at}}, CASE WHEN {_MARKED} AND EXISTS "
+        "(SELECT 1 FROM eg_redacted r WHERE r.table_name = 'eg_idempotency' AND r.row_key = i.key "
+        "AND r.column_name = 'error') THEN 1 ELSE 0 END, count(*) FROM eg_idempotency i "
+        "WHERE i.status = 'needs_reconciliation' GROUP BY 1, 2"
+    ),
+    # (the redaction entry's sealed fields, its seal, the record's day) of each record "backlog_by_day"
+    # counts as erased: a few rows (late runs after an erasure), whose seals the report checks
+    "erased_backlog": (
+        "SELECT r.redaction_id, r.table_name, r.row_key, r.column_name, r.commitment, r.args_hash, "
+        f"r.kept_json, r.seal, {{day_updated_at}} FROM eg_idempotency i JOIN eg_redacted r "
+        "ON r.table_name = 'eg_idempotency' AND r.row_key = i.key AND r.column_name = 'error' "
+        f"WHERE i.status = 'needs_reconciliation' AND {_MARKED}"
     ),
 }
 _ESCAPE = (

@@ -286,6 +286,7 @@ class ApprovalLedger(Protocol):
             "sessions_by_model",
             "replays_by_day",
             "backlog_by_day",
+            "erased_backlog",
         ],
         *,
         since: float | None = None,
@@ -300,8 +301,10 @@ class ApprovalLedger(Protocol):
         proposals not rejected); "sessions_by_day" (day, distinct non-empty session ids);
         "sessions_by_model" (day, model id, distinct sessions with an event of that model's calls);
         "replays_by_day" (day, replay events of an approval); "backlog_by_day" (day the record was
-        last updated, needs_reconciliation records now: not windowed). A day number counts whole
-        UTC days since 1970-01-01."""
+        last updated, erased with its call 0/1, needs_reconciliation records now: not windowed);
+        "erased_backlog" (the redaction entry's redaction id, table, row key, column, commitment,
+        args hash, kept facts and seal, and the record's day, per entry of a record counted
+        erased). A day number counts whole UTC days since 1970-01-01."""
 
     def latency_at(
         self, conn: Any, role: str, rank: int, *, since: float | None = None, until: float | None = None
