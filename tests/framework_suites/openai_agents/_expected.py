@@ -66,6 +66,7 @@ EXPECTED: dict[str, str] = {
     'test_function_tool_approval_arguments.py::test_realtime_prepared_approval_and_errors[{"value":3}-True-0]': A_BAD_ARGUMENT,
     'test_function_tool_approval_arguments.py::test_changed_or_uninspectable_argument_requires_manual_approval[int-{"value":"1"}-True]': A_BAD_ARGUMENT,
     'test_function_tool_approval_arguments.py::test_changed_or_uninspectable_argument_requires_manual_approval[int-{"value":true}-True]': A_BAD_ARGUMENT,
+    'test_function_tool_approval_arguments.py::test_changed_or_uninspectable_argument_requires_manual_approval[int-{"value":1,"extra":2}-True]': A_BAD_ARGUMENT,
     'test_function_tool_approval_arguments.py::test_changed_or_uninspectable_argument_requires_manual_approval[float-{"value":1.0}-False]': A_PREDICATE,
     "test_function_tool_approval_arguments.py::test_root_parameter_order_does_not_change_approval": A_PREDICATE,
     "test_function_tool_approval_arguments.py::test_invalid_keyword_reconstruction_uses_failure_policy": GAP_SDK_ERROR_UNKNOWN_OUTCOME,

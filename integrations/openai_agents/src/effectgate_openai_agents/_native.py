@@ -16,7 +16,10 @@ What the tool sees:
 
 - its arguments are the ones the gate validated, froze and (for a gated row) bound to the
   approval, sent to the tool's own `on_invoke_tool` as JSON, so the SDK parses and validates them
-  into the function's parameters as it always does;
+  into the function's parameters as it always does; a name the function does not take (which the
+  open schema of a `strict_mode=False` tool admits, and the SDK would drop) is `Invalid`, and
+  arguments the SDK's model refuses when the call runs (a validator the schema cannot show, run
+  after approval as the SDK runs it) are a definite failure (`ArgumentsRefused`: nothing ran);
 - a first parameter typed `RunContextWrapper` (or `ToolContext`) receives the `ToolContext` of the
   SDK call that runs it: its `context` is the run context dict (with effectgate's reserved
   `"effectgate"` entry), its `tool_call_id` the SDK's call id. An approved call runs in the
@@ -55,6 +58,7 @@ import copy
 import dataclasses
 import inspect
 import json
+import keyword
 from collections.abc import Callable, Coroutine, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextvars import ContextVar
@@ -72,7 +76,7 @@ from agents.tool_context import ToolContext
 
 from effectgate import EffectGate, Executed, Invalid, Outcome
 from effectgate.errors import EffectGateError, TableError
-from effectgate.flow import READY_CHECK
+from effectgate.flow import READY_CHECK, NotStarted
 from effectgate.rows import NativeTool
 
 
@@ -155,7 +159,9 @@ def native_tool(tool: FunctionTool) -> NativeTool:
 
     async def run_tool(**kwargs: Any) -> Any:
         call = ready()
-        output = await raw.on_invoke_tool(call.ctx, json.dumps(kwargs, separators=(",", ":")))
+        text = json.dumps(kwargs, separators=(",", ":"))
+        _prepare(raw, call.ctx, text)  # refused: it never ran (`ArgumentsRefused`)
+        output = await raw.on_invoke_tool(call.ctx, text)
         call.ran, call.output = True, output
         return output
 
@@ -166,6 +172,9 @@ def native_tool(tool: FunctionTool) -> NativeTool:
     # cancelled run leaves it to its thread, whose outcome is stored (module docstring)
     fn = run_sync_tool if getattr(raw.on_invoke_tool, _SYNC_MARKER, False) else run_tool
     fn.__name__ = fn.__qualname__ = name
+    names = _taken(tool)
+    if names is not None:  # the names the gate accepts (`Invalid` otherwise: it never runs them)
+        fn.__signature__ = inspect.Signature([_keyword(n) for n in names])  # type: ignore[union-attr]
     setattr(fn, _AWAITED, True)
     setattr(fn, READY_CHECK, ready)  # checked before the claim: elsewhere no grant is spent
     setattr(fn, SOURCE_ATTR, tool)  # what a row with this function runs (`_reach` checks it)
@@ -175,6 +184,54 @@ def native_tool(tool: FunctionTool) -> NativeTool:
         schema=copy.deepcopy(tool.params_json_schema),
         fn=fn,
     )
+
+
+def _taken(tool: FunctionTool) -> list[str] | None:
+    """The argument names a `@function_tool`'s function takes: its schema's properties (the SDK's
+    argument model of the function, which drops any other name where the schema is open,
+    `strict_mode=False`: an approver would approve an argument that never runs). None for a
+    FunctionTool made by hand, whose `on_invoke_tool` reads the JSON as it likes."""
+    try:
+        tool.__wrapped__  # noqa: B018 (raises for a tool `function_tool` did not make)
+    except AttributeError:
+        return None
+    properties = tool.params_json_schema.get("properties")
+    if not isinstance(properties, Mapping) or not all(_identifier(n) for n in properties):
+        return None
+    return list(properties)
+
+
+def _identifier(name: object) -> bool:
+    return isinstance(name, str) and name.isidentifier() and not keyword.iskeyword(name)
+
+
+def _keyword(name: str) -> inspect.Parameter:
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY)
+
+
+class ArgumentsRefused(NotStarted, ModelBehaviorError):
+    """The SDK's argument model of a `@function_tool` refused the arguments (a validator the schema
+    cannot show): the function never ran, so the gate records a definite failure (`NotStarted`),
+    never an unknown outcome; the tool's failure policy sees the SDK's `ModelBehaviorError`."""
+
+    def __init__(self, error: ModelBehaviorError) -> None:
+        super().__init__(error.message)
+        self.message = error.message
+
+
+def _prepare(tool: FunctionTool, ctx: ToolContext[Any], text: str) -> None:
+    """Prepare the arguments as the SDK's call of a `@function_tool` does before its function (its
+    model, validators too), after approval as the SDK does, and hand them to that call, which then
+    prepares nothing again (`ToolContext._function_tool_arguments`, 0.24): what it refuses is
+    `ArgumentsRefused`. A tool made by hand prepares nothing of its own."""
+    prepare = getattr(tool.on_invoke_tool, "prepare_arguments", None)
+    if not callable(prepare) or getattr(ctx, "_function_tool_arguments", False) is not None:
+        return
+    try:
+        prepared = prepare(text, tool.name)  # the SDK's data-only pass (no user code), or a placeholder
+        ctx._function_tool_arguments = prepared.owner(text, tool.name) if prepared is not None else None
+    except ModelBehaviorError as exc:
+        raise ArgumentsRefused(exc) from exc
 
 
 #: The SDK tool a `native_tool` function runs: a row with it runs that tool, whatever tool the
@@ -289,6 +346,7 @@ def invalid_error(name: str, raw: str, outcome: Invalid) -> ModelBehaviorError:
 
 __all__ = [
     "SOURCE_ATTR",
+    "ArgumentsRefused",
     "Call",
     "awaited",
     "calling",
