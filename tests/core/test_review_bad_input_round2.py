@@ -17,6 +17,7 @@ from effectgate import (
     Effect,
     EffectTable,
     Executed,
+    Grant,
     Pending,
     Policy,
     ToolContext,
@@ -106,22 +107,25 @@ def test_note_still_takes_the_call_context(shop_gate: ShopGate) -> None:
 
 
 @pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
-def test_an_expiry_edited_to_text_is_undecidable_and_stops_no_other_call(
+def test_an_expiry_edited_to_text_decides_nothing_and_stops_no_other_call(
     shop_gate: ShopGate, store: SQLStore
 ) -> None:
+    """Text edited into the deadline column once made the row undecidable (it read as lapsed).
+    Since round 29 the deadline is derived from the version's proposal event and the policy
+    (`_deadline`): the column decides nothing, the refund is granted and runs once, and other
+    calls of the session still route."""
     gate = shop_gate.gate
     pending = _pending_refund(shop_gate)
     with store.engine.begin() as conn:
         conn.exec_driver_sql(
             "UPDATE eg_approvals SET expires_at = 'tomorrow' WHERE id = ?", (pending.approval_id,)
         )
-    with pytest.raises(ApprovalError):
-        gate.approve(pending.approval_id, version=pending.version, approver=FINANCE)
+    grant = gate.approve(pending.approval_id, version=pending.version, approver=FINANCE)
+    assert isinstance(grant, Grant), grant
+    assert isinstance(gate.execute(grant.token), Executed)
     [row] = [r for r in store.approvals() if r.id == pending.approval_id]
-    assert row.status == "expired"
-    assert row.grants == 0
-    assert shop_gate.shop.receiver.count() == 0
-    # another call of the same session (and subject) still routes
+    assert row.status == "executed"
+    assert shop_gate.shop.receiver.count("refund") == 1
     other = gate.call("refund_order", {**REFUND, "amount": 900}, context("m2"))
     assert isinstance(other, Pending), other
     tags = gate.call("update_ticket_tags", {"ticket_id": "t-17", "tags": ["x"]}, context("m3"))
@@ -275,12 +279,14 @@ def test_the_card_of_an_approval_whose_result_was_edited_still_shows(
 
 
 @pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
-def test_an_approved_row_whose_expiry_was_edited_to_text_is_expired_once_its_grant_lapsed(
+def test_an_approved_row_whose_expiry_was_edited_to_text_lapses_at_its_derived_deadline(
     shop_gate: ShopGate, store: SQLStore, clock: Any
 ) -> None:
-    """An approved row's grant lapsed unused: a replay of the call, and a second approval, read
-    the approval's own deadline; text there raised TypeError. Now it reads as lapsed: the
-    replay is told it expired, the approval cannot be granted again, nothing runs."""
+    """An approved row's grant lapsed unused, its deadline column edited to text (which once
+    raised TypeError, then read as lapsed). The column decides nothing (round 29): within the
+    deadline derived from its proposal the replay answers the approval as it stands and it can be
+    granted again; past that deadline the replay is told it expired, it cannot be granted, and
+    nothing runs."""
     gate = shop_gate.gate
     pending = _pending_refund(shop_gate)
     gate.approve(pending.approval_id, version=pending.version, approver=FINANCE)
@@ -289,6 +295,10 @@ def test_an_approved_row_whose_expiry_was_edited_to_text_is_expired_once_its_gra
             "UPDATE eg_approvals SET expires_at = 'tomorrow' WHERE id = ?", (pending.approval_id,)
         )
     clock.advance(gate.policy.token_ttl + 1)
+    again = gate.call("refund_order", REFUND, context("m1"))
+    assert isinstance(again, Pending), again
+    assert again.status == "approved"
+    clock.advance(gate.policy.pending_ttl)
     again = gate.call("refund_order", REFUND, context("m1"))
     assert getattr(again, "code", None) == "expired", again
     with pytest.raises(ApprovalError):

@@ -8,9 +8,9 @@ PostgreSQL; refunds counted at the provider's receiver.
   one), and the audit saw nothing. Now the round is signed into the token (its nonce) and a token
   of another round than the row's sealed count is refused as tampered; a `release` of it voids
   nothing. A token minted without a round (an earlier release) still verifies.
-- Left as a strict xfail: an approval's pending deadline (`expires_at`) is judged from its
-  unsealed column, so one edited forward after it passed is approved and runs, and the audit is
-  clean.
+- An approval's pending deadline (`expires_at`) was judged from its unsealed column, so one
+  edited forward after it passed was approved and ran, and the audit was clean. Now it is derived
+  from the version's proposal event and the policy (`_deadline`; round 29 tests the rest).
 """
 
 from __future__ import annotations
@@ -97,13 +97,6 @@ def test_the_grant_round_is_signed_and_a_token_without_one_still_verifies() -> N
         ring.mint(approval_id="ap1", version=2, args_hash="h", expires_at=at, round_=-1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="design decision: the pending deadline is read from eg_approvals.expires_at, which no "
-    "seal covers; the fix is to seal it (APPROVAL_FIELDS, in _seal.py: every stored seal changes) "
-    "or to re-derive it in _decisions.lapsed/approve from the chained event that proposed or "
-    "amended the version plus the sealed policy's pending_ttl (one more read per decision)",
-)
 def test_an_approval_past_its_deadline_is_not_revived_by_its_deadline_edited_forward(
     shop_gate: ShopGate, store: SQLStore, clock: FakeClock
 ) -> None:
@@ -117,5 +110,5 @@ def test_an_approval_past_its_deadline_is_not_revived_by_its_deadline_edited_for
             sa.text("UPDATE eg_approvals SET expires_at = :t WHERE id = :id"),
             {"t": clock.now() + 3600, "id": pending.approval_id},
         )
-    with pytest.raises(ApprovalExpired):  # today: granted, and the refund runs (audit clean)
+    with pytest.raises(ApprovalExpired):  # was: granted, and the refund ran (audit clean)
         gate.approve(pending.approval_id, version=1, approver=FINANCE)

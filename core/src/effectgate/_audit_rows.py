@@ -43,6 +43,7 @@ FindingKind = Literal[
     "redaction_forged",
     "chain_broken",
     "status_tampered",
+    "approved_late",
 ]
 
 
@@ -66,8 +67,8 @@ class Finding:
 # Column positions of the streamed rows (stores/sql.py AUDIT_QUERIES, in this order).
 A_ID, A_VERSION, A_GRANTS, A_SESSION, A_ORIGIN, A_USER, A_AGENT, A_TOOL, A_EFFECT = range(9)
 A_SUBJECT, A_HASH, A_ROLE, A_REQUIRED, A_ROW_FP, A_POLICY_FP = range(9, 15)
-A_SEAL, A_ARGS, A_STATUS, A_CREATED, A_DECIDED, A_EXPIRES, A_TOKEN_EXPIRES = range(15, 22)
-D_APPROVAL, D_VERSION, D_ROUND, D_APPROVER, D_ROLE, D_DECISION, D_SEAL, D_ID = range(8)
+A_SEAL, A_ARGS, A_STATUS, A_CREATED, A_DECIDED, A_EXPIRES, A_TOKEN_EXPIRES, A_PROPOSED = range(15, 23)
+D_APPROVAL, D_VERSION, D_ROUND, D_APPROVER, D_ROLE, D_DECISION, D_SEAL, D_ID, D_AT = range(9)
 E_ID, E_APPROVAL, E_VERSION, E_TOOL, E_EFFECT, E_HASH, E_ARGS, E_STATUS, E_ROW_FP, E_POLICY_FP = range(10)
 E_KEY = 10  # the idempotency key it ran under (passed downstream): `_execution.exec_key` of its grant
 

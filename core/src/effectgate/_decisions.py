@@ -16,6 +16,7 @@ from __future__ import annotations
 import hmac
 from typing import Any
 
+from ._deadline import derived
 from ._deps import Deps, Events, connection_lost
 from ._json import parse
 from ._ledger import Ledger, context_of, grant_live, in_scope, past
@@ -372,8 +373,8 @@ class Decisions:
         self, conn: Any, approval_id: str, approver: Approver, allow: tuple[str, ...] = ("pending",)
     ) -> tuple[ApprovalRow | None, list[DecisionRow]]:
         """The row if `approver` may decide it now, None if it just expired (marked so); and its
-        version's decisions. Read under the subject lock; its seal and arguments hash verified first."""
-        row, read = self.store.locked_decided(conn, approval_id)
+        version's decisions. Read under the subject lock; seal, arguments hash, deadline checked first."""
+        row, read, proposed = self.store.locked_decided_at(conn, approval_id)
         if row is None:
             raise UnknownApproval(approval_id)
         pending, intact = row.status == "pending", approval_intact(self.keyring, row)
@@ -384,6 +385,8 @@ class Decisions:
             raise AlreadyDecided(approval_id, row.status)
         if not intact or (pending and row.grants):
             raise TamperedRecord(approval_id, broken(self.keyring, row, granted=pending and bool(row.grants)))
+        if pending or row.status == "approved":  # from here on the row holds its derived deadline
+            row.expires_at = derived(row, proposed, self.policy.pending_ttl)
         if pending and not self.ledger.expire_lapsed(conn, [row]):
             return None, read  # it lapsed: now marked expired
         if row.status not in allow:

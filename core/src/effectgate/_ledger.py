@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._answers import SHADOW_NOTE
+from ._deadline import lapsed
+from ._deadline import past as past  # re-exported: its home was here
 from ._deps import Deps, Events
 from ._json import parse
 from ._kept import forged
@@ -51,12 +53,6 @@ def context_of(row: ApprovalRow) -> CallContext:
         run_id=no_nul(row.run_id),
         model_id=no_nul(row.model_id),
     )
-
-
-def past(deadline: object, now: float) -> bool:
-    """Whether an approval's deadline has passed; one that is not a number (text edited into a
-    SQLite column) has: such a row is never decidable."""
-    return not (isinstance(deadline, int | float) and deadline > now)
 
 
 def said(head: str, reason: object) -> str:
@@ -203,25 +199,24 @@ class Ledger:
     def expire_lapsed(self, conn: Any, pending: list[ApprovalRow]) -> list[ApprovalRow]:
         """Of `pending` approvals (as read in `conn`), mark those past their deadline as expired;
         the others, in their order."""
-        if not pending:  # a session with none waiting: nothing to judge
-            return []
-        now = self.clock.now()
-        live = [not past(r.expires_at, now) for r in pending]
-        self._expire(conn, [r for r, ok in zip(pending, live, strict=True) if not ok], now)
-        return [r for r, ok in zip(pending, live, strict=True) if ok]
+        due = self._expire(conn, pending) if pending else []  # a session with none waiting
+        return [r for r in pending if all(r is not d for d in due)]
 
-    def _expire(self, conn: Any, due: list[ApprovalRow], now: float) -> None:
+    def _expire(self, conn: Any, rows: list[ApprovalRow]) -> list[ApprovalRow]:
+        """Mark those of `rows` past their deadline (`_deadline.lapsed`) as expired; those."""
+        now = self.clock.now()
+        due = lapsed(self.store, conn, rows, self.policy.pending_ttl, now)
         for row in due:
             if self.store.update_approval(
                 conn, row.id, expect_status=["pending"], values={"status": "expired", "updated_at": now}
             ):
                 self.store.append_events(conn, [self.events.event("expired", row=row)])
+        return due
 
     def expire(self) -> None:
         """Mark every pending approval past its deadline as expired (also done lazily)."""
         with self.store.transaction() as conn:
-            now = self.clock.now()
-            self._expire(conn, self.store.approvals_due(conn, now), now)
+            self._expire(conn, self.store.approvals_due(conn, self.clock.now()))
 
     # -- cards
 

@@ -16,11 +16,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._answers import SHADOW_NOTE, log_outcome, unknown_outcome
+from ._deadline import lapsed as deadline_passed
 from ._deps import Deps, Events
 from ._execution import exec_key, stored_replay
 from ._intent import intent_keys
 from ._json import dumps
-from ._ledger import Ledger, grant_live, in_scope, past, said
+from ._ledger import Ledger, grant_live, in_scope, said
 from ._logging import INFO, logger
 from ._seal import approval_intact, approval_sealed, broken, seal_approval
 from ._written import ran_as_write, write_key
@@ -363,8 +364,13 @@ class Proposals:
             result = record.result if record is not None else None
             return stored_replay(row, result)
         now = self.clock.now()
-        lapsed = not grant_live(row.token_expires_at, now) and past(row.expires_at, now)  # nothing runs it
-        if row.status == "approved" and row.grants and row.token_used_at is None and lapsed:
+        if (  # nothing runs it: its grant and its deadline (`_deadline`) both passed
+            row.status == "approved"
+            and row.grants
+            and row.token_used_at is None
+            and not grant_live(row.token_expires_at, now)
+            and deadline_passed(self.store, conn, [row], self.policy.pending_ttl, now)
+        ):
             message = f"the grant for {row.tool} lapsed unused and approval {row.id} expired; "
             message += "a new attempt needs a new request"
             return Refused(code="expired", message=message, tool=row.tool, approval_id=row.id)

@@ -45,8 +45,8 @@ class AggregateSQL:
         if low is not None or high is not None:
             key = f"{_AUDIT_KEY[what]}{collate}"
             bounds = [f"{key} {op} '{_plain(v)}'" for op, v in ((">=", low), ("<", high)) if v is not None]
-            head, order, tail = sql.partition(" ORDER BY ")
-            where = " AND " if " WHERE " in head else " WHERE "
+            head, order, tail = sql.rpartition(" ORDER BY ")  # the outer query's, not a subquery's
+            where = " AND " if " WHERE " in head.rpartition(" FROM ")[2] else " WHERE "
             sql = f"{head}{where}{' AND '.join(bounds)}{order}{tail}"
         yield from _dialect.stream(conn, sql, batch=10_000)
 

@@ -122,6 +122,19 @@ def first_proposed() -> Any:
     )
 
 
+def proposal_times() -> Any:
+    """When the listed approvals' versions were proposed or amended (`p_ids`, an expanding list):
+    (approval id, version, the first such event's `at`); a walk of `eg_events_approval`."""
+    return (
+        sa.select(T_EVENTS.c.approval_id, T_EVENTS.c.version, sa.func.min(T_EVENTS.c.at))
+        .where(
+            T_EVENTS.c.approval_id.in_(sa.bindparam("p_ids", expanding=True)),
+            T_EVENTS.c.kind.in_(("proposed", "amended")),
+        )
+        .group_by(T_EVENTS.c.approval_id, T_EVENTS.c.version)
+    )
+
+
 def execution_outcomes() -> Any:
     """The executions of the listed approvals (`p_ids`, an expanding list) that say what became
     of a grant, in the order they were recorded: (approval id, status). A walk of the executions'
@@ -158,6 +171,8 @@ _EXECUTION_COLUMNS = (
 #: fields, in the order `_seal.APPROVAL_FIELDS` / `DECISION_FIELDS` seal them (audit.py indexes
 #: these tuples). Approvals, decisions and executions with an approval come ordered by approval id
 #: (`{collate}`: byte order on every database), so the audit merges them without holding any.
+#: A granted approval's last column is when its version was proposed (`_audit_deadline`): its
+#: first such event, one row read (the gate's `MIN(at)` reads each of the approval's events).
 #: Every approval and decision is read, so they are sorted by an expression of the id (the same
 #: order): read through the id index instead, SQLite would fetch each row at random, which costs
 #: more than reading the table in order and sorting it. Executions keep the index: it skips the
@@ -166,12 +181,14 @@ AUDIT_QUERIES: dict[str, str] = {
     "approvals": (
         "SELECT id, version, grants, session_id, origin_message_id, user_id, agent_id, tool, effect, "
         "subject_key, args_hash, approver_role, approvals_required, row_fingerprint, policy_fingerprint, "
-        "seal, args_json, status, created_at, decided_at, expires_at, token_expires_at FROM eg_approvals "
-        "ORDER BY (id || ''){collate}"
+        "seal, args_json, status, created_at, decided_at, expires_at, token_expires_at, CASE WHEN "
+        "grants > 0 THEN (SELECT e.at FROM eg_events e WHERE e.approval_id = eg_approvals.id AND "
+        "e.version = eg_approvals.version AND e.kind IN ('proposed', 'amended') ORDER BY e.id LIMIT 1) "
+        "END FROM eg_approvals ORDER BY (id || ''){collate}"
     ),
     "decisions": (
-        "SELECT approval_id, version, grant_round, approver_id, role, decision, seal, id FROM eg_decisions "
-        "ORDER BY (approval_id || ''){collate}, id"
+        "SELECT approval_id, version, grant_round, approver_id, role, decision, seal, id, at "
+        "FROM eg_decisions ORDER BY (approval_id || ''){collate}, id"
     ),
     "gated_executions": _EXECUTION_COLUMNS
     + " WHERE approval_id IS NOT NULL ORDER BY approval_id{collate}, id",

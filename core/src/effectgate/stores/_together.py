@@ -38,6 +38,14 @@ APPROVAL_DECISIONS = (
     "LEFT JOIN eg_decisions d ON d.approval_id = a.id AND d.version = a.version WHERE a.id = :p_id "
     "ORDER BY d.id"
 )
+#: `APPROVAL_DECISIONS` with, last, when the version it reads was proposed or amended: the first
+#: such event's `at` (`_deadline`), NULL when none; a probe of `eg_events_approval` in the same read.
+APPROVAL_DECISIONS_AT = APPROVAL_DECISIONS.replace(
+    " FROM eg_approvals a ",
+    ", (SELECT MIN(e.at) FROM eg_events e WHERE e.approval_id = a.id AND e.version = a.version "
+    "AND e.kind IN ('proposed', 'amended')) FROM eg_approvals a ",
+    1,
+)
 
 #: Tagged 1, the intent key's approval (`APPROVAL_FOR_KEY`), and 2, the newest approval of the
 #: session's tool proposed by the message with these arguments and not in shadow mode: filed
@@ -65,17 +73,32 @@ class TogetherSQL:
     ) -> tuple[ApprovalRow | None, list[DecisionRow]]:
         """`locked_approval`, and the `decisions` of the version it read (in one read after the
         lock); (None, []) when there is no such approval."""
-        if not S.possible_id(approval_id):
-            return None, []
-        params = {"p_id": approval_id}
-        lock = self._q(("subject_lock",), lambda: _dialect.subject_lock_sql(conn))
-        if lock is not None and self._x(conn, lock, params).fetchone() is None:
-            return None, []
-        rows = self._x(conn, APPROVAL_DECISIONS, params).fetchall()
+        rows = self._locked(conn, approval_id, APPROVAL_DECISIONS)
         if not rows:
             return None, []
         decided = [S.decision_of(r[_WIDTH:]) for r in rows if r[_WIDTH] is not None]
         return S.approval_of(rows[0][:_WIDTH]), decided
+
+    def locked_decided_at(
+        self, conn: Connection, approval_id: str
+    ) -> tuple[ApprovalRow | None, list[DecisionRow], Any]:
+        """`locked_decided`, and when the version it read was proposed (or amended): the `at` of
+        the first such event, None when there is none; in the same one read."""
+        rows = self._locked(conn, approval_id, APPROVAL_DECISIONS_AT)
+        if not rows:
+            return None, [], None
+        decided = [S.decision_of(r[_WIDTH:-1]) for r in rows if r[_WIDTH] is not None]
+        return S.approval_of(rows[0][:_WIDTH]), decided, rows[0][-1]
+
+    def _locked(self, conn: Connection, approval_id: str, sql: str) -> list[Any]:
+        """The rows of `sql` for the approval, read after its subject's lock; [] when there is none."""
+        if not S.possible_id(approval_id):
+            return []
+        params = {"p_id": approval_id}
+        lock = self._q(("subject_lock",), lambda: _dialect.subject_lock_sql(conn))
+        if lock is not None and self._x(conn, lock, params).fetchone() is None:
+            return []
+        return list(self._x(conn, sql, params).fetchall())
 
     def call_approvals(
         self, conn: Connection, key: str, session_id: str, tool: str, message: str, args_hash: str

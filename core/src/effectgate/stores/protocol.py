@@ -136,6 +136,14 @@ class ApprovalLedger(Protocol):
     def locked_decided(self, conn: Any, approval_id: str) -> tuple[ApprovalRow | None, list[DecisionRow]]:
         """`locked_approval`, and the `decisions` of the version it read, in one read."""
 
+    def locked_decided_at(
+        self, conn: Any, approval_id: str
+    ) -> tuple[ApprovalRow | None, list[DecisionRow], Any]:
+        """`locked_decided`, and when its version was proposed (`_deadline`), in the same read."""
+
+    def proposal_times(self, conn: Any, approval_ids: Collection[str]) -> dict[tuple[str, int], Any]:
+        """(approval id, version) to when it was proposed or amended (`_deadline`)."""
+
     def approval_for_key(self, conn: Any, key: str) -> ApprovalRow | None:
         """The approval an intent key was recorded against, or None."""
 
