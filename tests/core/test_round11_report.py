@@ -73,7 +73,7 @@ def test_a_decision_time_no_clock_gives_does_not_skew_the_reports_latency(
 
 @pytest.mark.xfail(
     strict=True,
-    reason="design decision: the p95 is one SQL value per role (`Store.latency_at`, by rank); leaving out "
+    reason="design decision: the p95 is one SQL value per role (`Store.latency_p95`); leaving out "
     "the approvals whose seal does not verify needs their ids in that query (an IN list as long as the "
     "broken rows, past PostgreSQL's bind limit when many are) or reading a role's top 5% of latencies",
 )

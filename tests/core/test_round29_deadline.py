@@ -14,9 +14,8 @@ refunds counted at the provider's receiver.
   a gate that read the column (an earlier release) approved one edited forward; an untouched
   ledger, and one whose column alone was edited, are clean of it.
 - Both reads walk the approvals' event index (SQLite's plans); approve stays one read.
-- Left as a strict xfail: `redact` (and `retain`) judge whether a call may still run from the
-  column, and take no policy to derive the deadline with, so one edited backward lets a live
-  approval's arguments be erased (it can then never be decided).
+- `redact` (and `retain`) judge whether a call may still run by the derived deadline too: one
+  edited backward erases no live approval (`test_round29_erasure_deadline`).
 """
 
 from __future__ import annotations
@@ -303,13 +302,6 @@ def test_the_store_reads_when_each_version_was_proposed(
     assert times == {(first.approval_id, 1): proposed, (first.approval_id, 2): proposed + 60}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="design decision: `redact`/`retain` (stores/_redaction.py `_row_open`) judge a pending "
-    "approval open from its unsealed `expires_at` column and are given no policy (`pending_ttl`) "
-    "to derive the deadline with; deriving it there needs the recorded policy read from eg_rules "
-    "by the row's sealed policy fingerprint (or a policy argument to redact/retain)",
-)
 def test_a_live_approval_whose_deadline_was_edited_backward_is_not_erased(
     shop_gate: ShopGate, store: SQLStore, clock: FakeClock
 ) -> None:
@@ -317,7 +309,7 @@ def test_a_live_approval_whose_deadline_was_edited_backward_is_not_erased(
     pending = _propose(shop_gate)
     _set_deadline(store, pending.approval_id, clock.now() - 1)
     gate.flush()
-    with pytest.raises(RedactionError, match="may still run"):  # today: its arguments are erased
+    with pytest.raises(RedactionError, match="may still run"):
         redact(store, gate.keyring, user_id="u1", by="dpo", reason="erasure", now=clock.now())
     row = store.get_approval(pending.approval_id)
     assert row is not None

@@ -1,6 +1,8 @@
 """The audit's check of an approval's pending deadline, as the gate derives it (`_deadline`): when
 the granted version was proposed or amended (its first such event by id, streamed with the approval)
-plus the `pending_ttl` of the recorded policy it was proposed under. An approval of that version
+plus the `pending_ttl` that event records (the gate's policy then: `Policy.fingerprint` leaves the
+timeouts out, so the recorded policy does not say it; an event without one, written by an earlier
+release or erased, is not judged). An approval of that version
 recorded after it (a decision's `at`) is `approved_late`: the gate refuses it, so a ledger that
 holds one was written by a gate that read the deadline from its column (an earlier release, with
 the column edited forward) or the decision was inserted. A version without a proposal event, or
@@ -12,27 +14,47 @@ from collections.abc import Callable, Sequence
 from math import isfinite
 from typing import Any
 
-from ._audit_rows import A_ID, A_PROPOSED, A_TOOL, A_VERSION, D_AT, D_DECISION, D_SEAL, D_VERSION, Finding
-from .effects import Policy
+from ._audit_rows import (
+    A_ID,
+    A_PROPOSED,
+    A_PROPOSED_DETAIL,
+    A_TOOL,
+    A_VERSION,
+    D_AT,
+    D_DECISION,
+    D_SEAL,
+    D_VERSION,
+    Finding,
+)
+from ._json import parse
 
 
 def _time(value: Any) -> bool:
     return type(value) in (int, float) and isfinite(value)
 
 
+def _ttl(detail: Any) -> float | None:
+    """The `pending_ttl` the proposing event records (its detail, as stored), None without one."""
+    try:
+        value = parse(detail) if isinstance(detail, str) else detail
+    except ValueError:  # erased (a marker is JSON too), or edited
+        return None
+    ttl: Any = value.get("pending_ttl") if isinstance(value, dict) else None
+    return float(ttl) if _time(ttl) and ttl > 0 else None
+
+
 def approved_late(
     a: tuple[Any, ...],
     decisions: Sequence[tuple[Any, ...]],
-    policy: Policy | None,
     sealed: Callable[[Sequence[Any], Any], bool] | None,
 ) -> list[Finding]:
     """The finding of an approval (`a`, a granted one: its proposal time is streamed) whose
     version holds an approve decision (sealed, when `sealed` checks seals) recorded after its
-    deadline under `policy` (its recorded policy; None: not recorded, reported elsewhere)."""
-    proposed = a[A_PROPOSED]
-    if policy is None or not _time(proposed):
+    deadline (its proposal plus the `pending_ttl` its proposing event records)."""
+    proposed, ttl = a[A_PROPOSED], _ttl(a[A_PROPOSED_DETAIL])
+    if ttl is None or not _time(proposed):
         return []
-    deadline = proposed + policy.pending_ttl
+    deadline = proposed + ttl
     late = [
         d[D_AT]
         for d in decisions
@@ -46,6 +68,6 @@ def approved_late(
         return []
     detail = (
         f"version {a[A_VERSION]} was approved {max(late) - deadline:.0f}s after its deadline (its "
-        f"proposal plus the policy's pending_ttl of {policy.pending_ttl:g}s): no grant of it could be made"
+        f"proposal plus the gate's pending_ttl then, {ttl:g}s): no grant of it could be made"
     )
     return [Finding("approved_late", a[A_TOOL], detail, a[A_ID])]

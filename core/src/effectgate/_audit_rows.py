@@ -68,6 +68,7 @@ class Finding:
 A_ID, A_VERSION, A_GRANTS, A_SESSION, A_ORIGIN, A_USER, A_AGENT, A_TOOL, A_EFFECT = range(9)
 A_SUBJECT, A_HASH, A_ROLE, A_REQUIRED, A_ROW_FP, A_POLICY_FP = range(9, 15)
 A_SEAL, A_ARGS, A_STATUS, A_CREATED, A_DECIDED, A_EXPIRES, A_TOKEN_EXPIRES, A_PROPOSED = range(15, 23)
+A_PROPOSED_DETAIL = 23  # the detail of the event that proposed the version: its `pending_ttl`
 D_APPROVAL, D_VERSION, D_ROUND, D_APPROVER, D_ROLE, D_DECISION, D_SEAL, D_ID, D_AT = range(9)
 E_ID, E_APPROVAL, E_VERSION, E_TOOL, E_EFFECT, E_HASH, E_ARGS, E_STATUS, E_ROW_FP, E_POLICY_FP = range(10)
 E_KEY = 10  # the idempotency key it ran under (passed downstream): `_execution.exec_key` of its grant

@@ -182,7 +182,7 @@ class Scan:
         revoked = released or a[A_VERSION] in denied
         if denied or status == "denied" or approved is not (type(a[A_GRANTS]) is int and a[A_GRANTS] > 0):
             self.findings += status_tampered(a, approved, a[A_VERSION] in denied, shadow)
-        self.findings += approved_late(a, decisions, policy, self.decision_sealed)
+        self.findings += approved_late(a, decisions, self.decision_sealed)
         count = len(people) if len(people) < 2 else len({person(p) for p in people})
         approvers = {a[A_VERSION]: count} if people and not revoked else {}
         return Bar(

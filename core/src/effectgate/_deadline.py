@@ -14,9 +14,12 @@ expiry on the wrong side of it (`_audit_deadline`).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
+from .effects import Policy
 from .errors import TamperedRecord
+from .stores._redaction import Target
 from .stores.protocol import Store
 from .stores.records import ApprovalRow
 
@@ -27,11 +30,15 @@ PROPOSING = ("proposed", "amended")
 def derived(row: ApprovalRow, proposed_at: Any, ttl: float) -> float:
     """The deadline of `row`'s version, proposed at `proposed_at` (its event's `at`, as read);
     TamperedRecord when there is no such event, or its time is not one (edited in the database)."""
-    if type(proposed_at) not in (int, float) or not math.isfinite(proposed_at):
+    if not _time(proposed_at):
         raise TamperedRecord(
             row.id, f"no event records when version {row.version} was proposed (edited in the database)"
         )
     return float(proposed_at) + ttl
+
+
+def _time(value: Any) -> bool:
+    return type(value) in (int, float) and math.isfinite(value)
 
 
 def past(deadline: object, now: float) -> bool:
@@ -55,4 +62,33 @@ def lapsed(store: Store, conn: Any, rows: list[ApprovalRow], ttl: float, now: fl
             deadline = -math.inf
         if deadline <= now:
             out.append(row)
+    return out
+
+
+_DEFAULT_TTL = Policy().pending_ttl
+
+
+def for_erasure(targets: Sequence[Target], policy: Policy | None) -> dict[str, float]:
+    """The deadline `redact` and `retain` judge each pending or approved approval of `targets`'
+    calls by (`stores._redaction.is_open`), by id: as the gate derives it, the `at` of the event
+    that proposed or amended its version (`stores._proposing`) plus `policy.pending_ttl` (the
+    gate's policy: the gate decides by it, and the recorded policy's fingerprint leaves timeouts
+    out); -inf for a version without such an event (the gate can never decide it). Without
+    `policy`, the later of its `expires_at` column and that event plus the `pending_ttl` it records
+    (the default's when it records none): an edit of the column can only keep a call longer."""
+    from ._audit_deadline import _ttl  # here: its imports reach `redact`, which imports this module
+
+    out: dict[str, float] = {}
+    for t in targets:
+        for a in (t, *((t.call.approval, *t.call.named) if t.call is not None else ())):
+            if a is None or a.proposed is None or a.key in out:
+                continue
+            at, detail = a.proposed
+            if not _time(at):
+                out[a.key] = -math.inf  # the gate can never decide it (`derived`)
+            elif policy is not None:
+                out[a.key] = float(at) + policy.pending_ttl
+            else:
+                column = float(a.expires_at) if _time(a.expires_at) else -math.inf  # type: ignore[arg-type]
+                out[a.key] = max(column, float(at) + (_ttl(detail) or _DEFAULT_TTL))
     return out

@@ -255,6 +255,8 @@ class Decisions:
             reason = self.ledger.confirm(conn, spec, args, ctx, row.subject_key, exclude=row.id)
             if reason is not None:
                 raise ConfirmFailed(row.tool, reason)
+            if past(row.expires_at, self.clock.now()):  # its deadline (derived) passed while they ran:
+                raise ApprovalExpired(row.id)  # late, as the audit judges the decision (`approved_late`)
         self.decide(conn, row, approver, "approve")
 
     def decide(

@@ -203,7 +203,9 @@ class Proposals:
         )
         self.store.insert_approval(conn, row)
         self.store.add_key(conn, intent, row.id, 1, ctx.origin_message_id)
-        self.store.append_events(conn, [self.events.event("proposed", row=row, spec=spec)])
+        # its pending_ttl: the policy's fingerprint leaves it out, the audit reads it here (`_audit_deadline`)
+        proposed = self.events.event("proposed", row=row, spec=spec, pending_ttl=self.policy.pending_ttl)
+        self.store.append_events(conn, [proposed])
         return Pending(approval_id=row.id, version=1, card=Card.from_record(row))
 
     def keyed(self, row: ApprovalRow, spec: ToolSpec, ctx: CallContext, subject_key: str) -> None:
@@ -328,7 +330,9 @@ class Proposals:
         self.store.add_key(conn, intent, row.id, row.version + 1, ctx.origin_message_id)
         updated = self.store.approval(conn, row.id)
         assert updated is not None
-        amended = self.events.event("amended", row=updated, previous_hash=row.args_hash)
+        amended = self.events.event(
+            "amended", row=updated, previous_hash=row.args_hash, pending_ttl=self.policy.pending_ttl
+        )
         if edited_by:
             amended["detail_json"] = {**amended["detail_json"], "edited_by": edited_by}
         self.store.append_events(conn, [amended])

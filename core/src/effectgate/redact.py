@@ -27,10 +27,11 @@ argument of a recorded tool nor of a record erased (a typo, `_holds.check_keep`:
 the fact meant), a user under a legal hold, and a user with a call that may still run or is
 being decided (pending, approved, executing, needs_reconciliation; not an approved shadow call,
 one pending past its deadline, nor one whose grant lapsed after it: those can never run,
-`stores._redaction.is_open`): decide or reconcile it first. Refused too, by `redact` and
-`retain` alike, when an approval's or execution's stored arguments no longer hash to its
-recorded args hash (edited in the database): erasing them would seal the edited facts and hide
-the tampering from the audit. A retention pass skips held users and every row of an open call
+`stores._redaction.is_open`, by the deadline the gate derives: `_deadline.for_erasure`): decide
+or reconcile it first. Refused too, by `redact` and `retain` alike, when an approval's or
+execution's stored arguments no longer hash to its recorded args hash (edited in the database):
+erasing them would seal the edited facts and hide the tampering from the audit. A retention
+pass skips held users and every row of an open call
 (its approval, executions, events, decisions and idempotency records; and a note listing it in
 its detail's `approval_ids`). Each redaction is itself an event (`redacted`, with who ran it
 and why, and no personal value). A hold is placed and released under the erasure lock, so it
@@ -50,17 +51,18 @@ from __future__ import annotations
 import json
 import secrets
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from . import _holds
 from ._commitments import commitment, commitment_holds, commitment_part, keyed_hash
+from ._deadline import for_erasure
 from ._holds import RedactionError, _at, _event, _text, check_keep, hold, holds, known_names, release
 from ._seal import stored_args_hash
 from .canonical import canonical_json, digest
 from .chain import ERASURE_LOCK, check_keyring
-from .effects import Effect
+from .effects import Effect, Policy
 from .errors import TokenError
 from .stores._dialect import is_redacted
 from .stores._redaction import UNCLASSIFIED, Target, call_id, is_open, of_subject
@@ -236,10 +238,14 @@ def _keep(keep: Sequence[str]) -> tuple[str, ...]:
     return names
 
 
-def _live(store: Store, at: float) -> float:
-    """The time a call's openness is judged at: `at`, or the ledger's clock when `at` is later (a
-    grant the gate still honours is a call that may run, whatever time the pass was given)."""
-    return min(at, store.clock.now())
+def _opener(
+    store: Store, targets: Sequence[Target], at: float, policy: Policy | None
+) -> Callable[[Target], bool]:
+    """`is_open` of `targets`' rows at `at`, or the ledger's clock when `at` is later (a grant the
+    gate still honours is a call that may run, whatever time the pass was given), by the deadlines
+    the gate derives (`_deadline.for_erasure`), never by the unsealed `expires_at` column."""
+    live, until = min(at, store.clock.now()), for_erasure(targets, policy)
+    return lambda t: is_open(t, live, until)
 
 
 def _entered(store: Store, conn: Any) -> set[tuple[str, str, str]]:
@@ -258,9 +264,11 @@ def redact(
     subject: Mapping[str, Any] | None = None,
     keep: Sequence[str] = FACTS,
     now: float | None = None,
+    policy: Policy | None = None,
 ) -> Redaction:
     """Erase the personal values of every record of `user_id` (of one `subject` of theirs, when
-    given), keeping the facts named in `keep`. Refused, changing nothing, while the user is held
+    given), keeping the facts named in `keep`; `policy`: the gate's (its `pending_ttl` says when a
+    pending call lapsed: `_deadline.for_erasure`). Refused, changing nothing, while the user is held
     or has a call that may still run (module docstring), and for an empty `subject` (`{}` would
     match every write of the user: leave `subject` out to erase them all); `SubjectNotFound` when
     no record of the user matches `subject`."""
@@ -279,18 +287,19 @@ def redact(
         check_keyring(store, conn, keyring, every_checkpoint=True)
         _holds.refuse_held(store, conn, user_id, "nothing was redacted")
         keys = subject_keys(subject) if subject is not None else []
-        targets, live = store.redaction_targets(conn, user_id=user_id), _live(store, at)
+        targets = store.redaction_targets(conn, user_id=user_id)
+        opened = _opener(store, targets, at, policy)
         if subject is not None:  # its approvals' calls, and the writes whose arguments name it
             targets = of_subject(targets, keys, subject)
             # a note shared with another subject's open call stays, as retention leaves it (`Call.named`)
-            targets = [t for t in targets if not (t.call and t.call.named and is_open(t, live))]
+            targets = [t for t in targets if not (t.call and t.call.named and opened(t))]
             if not targets:  # a typo (1042 for "1042") must not read as a redaction done
                 raise SubjectNotFound(
                     f"no record of user {user_id!r} matches subject {canonical_json(dict(subject)).decode()} "
                     '(values compare as JSON: "1042" is not 1042; a write already erased no longer '
                     "shows its arguments): nothing was redacted"
                 )
-        open_ = sorted({call_id(t) for t in targets if is_open(t, live)})
+        open_ = sorted({call_id(t) for t in targets if opened(t)})
         if open_:
             raise RedactionError(
                 f"user {user_id!r} has {len(open_)} call(s) that may still run or are being decided "
@@ -315,11 +324,13 @@ def retain(
     by: str,
     keep: Sequence[str] = FACTS,
     now: float | None = None,
+    policy: Policy | None = None,
 ) -> Redaction:
     """Apply retention rules: for each record kind named in `rules`, an effect class (read,
     write, send, money, destructive) or `unclassified` (the events that name none: refusals of
     tools absent from the table), erase the personal values of its records older than that many
-    days, keeping the facts. Held users and calls that may still run are left alone."""
+    days, keeping the facts. Held users and calls that may still run are left alone (`policy`:
+    as for `redact`)."""
     _text("by", by)
     if not isinstance(rules, Mapping):  # a list of pairs, None: no rule read as none, nor a raw error
         raise RedactionError(f"rules must map record kinds to days, e.g. {{'read': 30}}, not {rules!r:.60}")
@@ -339,17 +350,14 @@ def retain(
         check_keyring(store, conn, keyring, every_checkpoint=True)
         held = sorted({h.user_id for h in store.holds(conn)})
         erased = _entered(store, conn) if rules else set()  # once per pass, kept current by `_erase`
-        live = _live(store, at)
         if set(keep) - known:  # checked against every target first: a typo erases nothing
             ages = [(e, at - d * DAY) for e, d in rules.items()]
             found = [store.redaction_targets(conn, effect=e, before=b, held=held) for e, b in ages]
             check_keep(keep, known, [t for ts in found for t in ts])
         for effect, days in sorted(rules.items()):
-            targets = [
-                t
-                for t in store.redaction_targets(conn, effect=effect, before=at - days * DAY, held=held)
-                if not is_open(t, live)
-            ]
+            reached = store.redaction_targets(conn, effect=effect, before=at - days * DAY, held=held)
+            opened = _opener(store, reached, at, policy)
+            targets = [t for t in reached if not opened(t)]
             r, v = _erase(store, conn, keyring, targets, rid, keep, at, erased)
             rows, values = rows + r, values + v
         store.append_events(

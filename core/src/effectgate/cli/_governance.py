@@ -18,6 +18,7 @@ from .._holds import UnknownFact
 from ..audit import seal_rules
 from ..chain import check_keyring
 from ..context import _storable
+from ..effects import Policy
 from ..export import ExportError, redact_export, verify_export
 from ..redact import (
     FACTS,
@@ -33,7 +34,7 @@ from ..redact import (
 )
 from ._args import check_export_file, retention_rule
 from ._render import EXIT_FINDINGS, EXIT_OK, _one_line, _text, _write_json
-from ._store import NotFound, UsageError, _open, keyring_for
+from ._store import NotFound, UsageError, _make_gate, _open, keyring_for
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -118,6 +119,7 @@ def _cmd_redact(args: argparse.Namespace, out: Console) -> int:
                 by=args.by,
                 reason=args.reason,
                 keep=_keep(args.keep),
+                policy=_policy(args, store),
             )
         except SubjectNotFound as exc:  # exit 3, not a refusal: nothing to erase was found
             rid = _erased_before(store, keyring, args.user, subject) if args.export else None
@@ -177,6 +179,19 @@ def _erased_before(store: Any, keyring: Any, user: str, subject: Any) -> str | N
     return None
 
 
+def _policy(args: argparse.Namespace, store: Any) -> Policy | None:
+    """The policy of the `--app` gate (its `pending_ttl` says when a pending call lapsed), or None
+    without one: erasure then keeps a call while its column, or its proposal event plus the
+    `pending_ttl` that event recorded, says it is open (`_deadline.for_erasure`)."""
+    if not getattr(args, "app", None):
+        return None
+    gate = _make_gate(args, store, need_app=True)
+    try:
+        return gate.policy
+    finally:
+        gate.close()
+
+
 def _has_records(store: Any, user: str) -> bool:
     """Whether the ledger holds any record of `user` (erased already or not)."""
     with store.transaction() as conn:
@@ -209,7 +224,8 @@ def _cmd_retain(args: argparse.Namespace, out: Console) -> int:
     with _open(args.db) as store:
         keyring = keyring_for(args.db, create=False)
         try:
-            done = retain(store, keyring, rules, by=args.by, keep=_keep(args.keep))
+            policy = _policy(args, store)
+            done = retain(store, keyring, rules, by=args.by, keep=_keep(args.keep), policy=policy)
         except UnknownFact as exc:  # a mistyped --keep: bad input (2), as the others
             raise UsageError(str(exc)) from exc
     if args.json:

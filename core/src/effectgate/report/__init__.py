@@ -34,9 +34,12 @@ in the JSON and the page) and points to `effectgate audit`.
 
 The rollout figures (`Metrics`), over the same window (events by their time):
 
-- `latency_p95_s`: per approver role, the p95 (nearest rank, `p95`) of decided_at - created_at
-  over its decided calls, against `latency_targets` (`latency_met`); a role given a target and
-  no decided call is listed with None (a target is a finite number of seconds > 0, else ValueError);
+- `latency_p95_s`: per approver role, the p95 (nearest rank, `p95`) of the time from a call's
+  proposal to its decision (its deny, else the last approve of its first grant round), read from
+  the chained proposal event and the append-only decisions, never from the approval's unsealed
+  `created_at`/`decided_at` columns, over its decided calls, against `latency_targets`
+  (`latency_met`); a role given a target and no decided call is listed with None (a target is a
+  finite number of seconds > 0, else ValueError);
 - `decision_rates`: per tool, approved, denied, edited and expired over the calls that settled
   (decided or expired); an edited call is also approved or denied;
 - `replays_absorbed` (the same message again, answered from the record) and `replay_rate`, over

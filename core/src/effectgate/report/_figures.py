@@ -1,6 +1,6 @@
 """The report's figures, counted by the database: each store query is an aggregate grouped by the
 database (`Store.report_rows`), so the report holds a few rows however large the ledger; only the
-p95 reads one number per role (`Store.latency_at`, the value at the p95 rank). See the package
+p95 reads one number per role (`Store.latency_p95`, the value at the p95 rank). See the package
 docstring for what each figure means."""
 
 from __future__ import annotations
@@ -343,16 +343,16 @@ def figures(
     with store.reading() as conn:
         decisions = store.report_rows(conn, "decisions", **window, now=now)
         broken = None if keyring is None else unsealed(store, conn, keyring, **window, now=now)
-        latencies: dict[str, int] = {}  # per role of any call not rejected: decided calls with a time
+        latencies: dict[str, int] = {}  # per role of any call not rejected: its decided calls
         proposals = 0
-        for _tool, role, _fp, status, _edited, decided_at, n in decisions:
+        for _tool, role, _fp, status, _edited, _decided_at, n in decisions:
             if status == "rejected":
                 continue
             proposals += int(n)
-            counted = bool(decided_at) and status not in UNDECIDED
-            latencies[role] = latencies.get(role, 0) + (int(n) if counted else 0)
+            # whatever its decided_at column says: the p95 reads the decision's sealed record
+            latencies[role] = latencies.get(role, 0) + (0 if status in UNDECIDED else int(n))
         p95s = {  # a role edited into another type (SQLite) as text, as `_rates` shows it
-            str(role): store.latency_at(conn, role, p95_rank(n), **window) if n else None
+            str(role): store.latency_p95(conn, role, **window) if n else None
             for role, n in sorted(latencies.items(), key=lambda item: str(item[0]))
         }
         # a role with a target and no decided call is listed (no p95), never silently left out

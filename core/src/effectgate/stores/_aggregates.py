@@ -95,19 +95,14 @@ class AggregateSQL:
         params = {**Q.window(since, until), "now": self.clock.now() if now is None else now}
         return [tuple(r) for r in conn.execute(Q.report(conn, what), params)]
 
-    def latency_at(
-        self,
-        conn: Connection,
-        role: str,
-        rank: int,
-        *,
-        since: float | None = None,
-        until: float | None = None,
+    def latency_p95(
+        self, conn: Connection, role: str, *, since: float | None = None, until: float | None = None
     ) -> float | None:
-        """The `rank`-th smallest (from 0) approval latency, decided_at - created_at, of `role`'s
-        decided approvals proposed in [since, until); None past the last."""
-        params = {**Q.window(since, until), "role": role, "rank": rank}
-        value = conn.execute(sa.text(Q.LATENCY_AT), params).scalar()
+        """The p95 approval latency (nearest rank) of `role`'s decided approvals proposed in
+        [since, until), from their sealed decisions and chained proposal events (`Q.LATENCY_P95`);
+        None when none has a finite one."""
+        params = {**Q.window(since, until), "role": role}
+        value = conn.execute(sa.text(Q.LATENCY_P95), params).scalar()
         return None if value is None else float(value)
 
 

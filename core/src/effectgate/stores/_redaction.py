@@ -9,6 +9,7 @@ columns only (the append-only triggers refuse anything else).
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -21,6 +22,7 @@ from ..table import _as_set
 from . import _holds_sql
 from . import _queries as Q
 from ._dialect import is_redacted
+from ._proposing import with_proposals
 from ._unnamed import own_records
 from .records import PERSONAL, ApprovalRow, DecisionRow, HoldRow, RedactedRow
 
@@ -57,7 +59,10 @@ class Target:
     approval_id: str | None = None
     idempotency_key: str | None = None
     subject_key: str | None = None
-    expires_at: float | None = None
+    expires_at: float | None = None  # unsealed: see `_deadline.for_erasure`
+    version: int | None = None
+    #: When its version was proposed, and the event's detail (`_proposing`): a call's approval only.
+    proposed: tuple[Any, Any] | None = None
     token_expires_at: float | None = None
     token_used_at: float | None = None
     tool: str | None = None
@@ -93,24 +98,28 @@ _APPROVAL_EXTRA = (
     "args_hash",
     "subject_key",
     "expires_at",
+    "version",
     "token_expires_at",
     "token_used_at",
 )
 
 
-def is_open(t: Target, now: float) -> bool:
+def is_open(t: Target, now: float, deadlines: Mapping[str, float] | None = None) -> bool:
     """Whether the call of a target row may still run or is still being decided (never erased):
     every row of such a call is open, not only its approval and idempotency record (`Call`).
     An approved call that can never run is not open: a shadow call (approved, never run) and one
     whose grant lapsed unpresented after its approval's deadline (no regrant: `_decisions.lapsed`);
-    nor is a pending one past its deadline (the gate answers it `expired`, swept or not)."""
+    nor is a pending one past its deadline (the gate answers it `expired`, swept or not).
+    `deadlines`: each approval's deadline by id, as `_deadline.for_erasure` derives it (never its
+    `expires_at` column); one not listed has not passed."""
+    until = deadlines or {}
     if t.call is not None:
         if any(status in OPEN_RECORDS for status in t.call.records):
             return True
-        if any(_row_open(a, now) for a in t.call.named):
+        if any(_row_open(a, now, until) for a in t.call.named):
             return True
-        return t.call.approval is not None and _row_open(t.call.approval, now)
-    return _row_open(t, now)
+        return t.call.approval is not None and _row_open(t.call.approval, now, until)
+    return _row_open(t, now, until)
 
 
 def call_id(t: Target) -> str:
@@ -118,19 +127,20 @@ def call_id(t: Target) -> str:
     return t.call.id if t.call is not None else t.key
 
 
-def _row_open(t: Target, now: float) -> bool:
+def _row_open(t: Target, now: float, deadlines: Mapping[str, float]) -> bool:
     if t.table == "eg_idempotency":  # one erased with its call: `_with_calls`
         return t.status in OPEN_RECORDS and not is_redacted(t.values.get("error"))
     if t.table != "eg_approvals" or t.status not in OPEN_APPROVALS:
         return False
-    if t.status == "pending":  # past its deadline, swept or not, it is expired (`_ledger.past`)
-        return isinstance(t.expires_at, int | float) and t.expires_at > now
+    deadline_passed = deadlines.get(t.key, math.inf) <= now
+    if t.status == "pending":  # past its deadline, swept or not, it is expired (`_deadline`)
+        return not deadline_passed
     if t.status != "approved":
         return True
     if (t.subject_key or "").startswith("shadow:"):
         return False
     grant_lapsed = t.token_used_at is None and (t.token_expires_at or 0) <= now
-    return not (grant_lapsed and t.expires_at is not None and t.expires_at <= now)
+    return not (grant_lapsed and deadline_passed)
 
 
 def _key(table: str) -> sa.Column[Any]:
@@ -284,6 +294,7 @@ def _with_calls(conn: Connection, rows: list[Target]) -> list[Target]:
             write_key[_origin(r)] = r.idempotency_key
     a = Q.T_APPROVALS
     approvals = {t.key: t for t in _select_in(conn, "eg_approvals", a.c.id, ids, _APPROVAL_EXTRA)}
+    approvals = with_proposals(conn, approvals)
     keys = {k for found in keys_of.values() for k in found} | set(write_key.values())
     keys |= {t.idempotency_key for t in rows if t.idempotency_key} | {
         t.key for t in rows if t.table == "eg_idempotency"

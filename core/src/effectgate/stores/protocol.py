@@ -314,12 +314,14 @@ class ApprovalLedger(Protocol):
         args hash, kept facts and seal, and the record's day, per entry of a record counted
         erased). A day number counts whole UTC days since 1970-01-01."""
 
-    def latency_at(
-        self, conn: Any, role: str, rank: int, *, since: float | None = None, until: float | None = None
+    def latency_p95(
+        self, conn: Any, role: str, *, since: float | None = None, until: float | None = None
     ) -> float | None:
-        """The `rank`-th smallest (from 0) approval latency, decided_at - created_at, among `role`'s
-        approvals proposed in [since, until) that were decided (a finite latency; not rejected,
-        pending or expired); None when there are no more than `rank` of them."""
+        """The p95 (nearest rank, `report.p95_rank`) approval latency among `role`'s approvals
+        proposed in [since, until) that were decided (not rejected, pending or expired), each from
+        its first "proposed" event to its version's deny decision, else the last approve of the
+        version's first grant round (append-only records, never the unsealed decided_at and
+        created_at columns), a latency that is not a finite number left out; None when none is."""
 
     def marked_values(self, conn: Any) -> Iterator[tuple[str, str, tuple[Any, ...], dict[str, str]]]:
         """Every personal value that starts like a redaction marker, per row: (table, row key,
