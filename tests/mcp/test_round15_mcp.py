@@ -103,7 +103,10 @@ async def _kill_upstream(log: Path) -> None:
     """Kill the upstream process now running (the last one started) and wait until it is gone
     (reaped, or a zombie): an upstream that exited on its own between two calls."""
     pid = int([line for line in _lines(log) if line.startswith("start ")][-1].split()[1])
-    os.kill(pid, signal.SIGKILL)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:  # it exited and was reaped already: gone, as wanted
+        return
     for _ in range(2000):  # a condition polled, bounded: no timing is assumed
         try:
             with open(f"/proc/{pid}/stat") as f:
