@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from effectgate import Approver, EffectGate, Grant, Pending, Policy
+from effectgate import EffectGate, Grant, Pending, Policy
 from effectgate.audit import audit
 from effectgate.errors import ApprovalExpired
 from effectgate.examples.shop import SHOP_POLICY, Shop, context
@@ -20,8 +20,8 @@ from effectgate.stores import SQLStore
 from effectgate.testing import FakeClock
 from effectgate.tokens import Keyring
 
-FINANCE = Approver("fiona", "finance")
-REFUND = {"order_id": "1042", "amount": 8000, "currency": "GBP"}
+from .test_round29_deadline import FINANCE, REFUND
+
 DAY = 86400.0
 
 

@@ -21,11 +21,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 
-from effectgate import Approver, EffectGate, Grant, Keyring, Pending, open_store
+from effectgate import EffectGate, Grant, Keyring, open_store
 from effectgate.cli import keyring_for
-from effectgate.examples.shop import SHOP_POLICY, Shop, app, context
+from effectgate.examples.shop import SHOP_POLICY, Shop, app
 from effectgate.redact import RedactionError, redact, retain
 from effectgate.stores import SQLStore
 from effectgate.testing import FakeClock
@@ -33,25 +32,10 @@ from effectgate.testing import FakeClock
 from . import test_cli
 from .conftest import ShopGate
 from .test_cli import Run
+from .test_round29_deadline import FINANCE, _propose, _set_deadline
 
 cli = test_cli.cli  # its fixtures: the command run in-process, and a clean environment
 _cli_env = test_cli._cli_env
-
-FINANCE = Approver("fiona", "finance")
-REFUND = {"order_id": "1042", "amount": 8000, "currency": "GBP"}
-
-
-def _propose(shop_gate: ShopGate) -> Pending:
-    pending = shop_gate.gate.call("refund_order", REFUND, context("m1", session_id="s-ada"))
-    assert isinstance(pending, Pending), pending
-    return pending
-
-
-def _set_deadline(store: SQLStore, approval_id: str, at: float) -> None:
-    with store.transaction() as conn:
-        conn.execute(
-            sa.text("UPDATE eg_approvals SET expires_at = :t WHERE id = :id"), {"t": at, "id": approval_id}
-        )
 
 
 def _erased(store: SQLStore, approval_id: str) -> bool:

@@ -11,7 +11,6 @@ a time that is not one, is not judged here (the chain finds an event deleted or 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from math import isfinite
 from typing import Any
 
 from ._audit_rows import (
@@ -26,21 +25,7 @@ from ._audit_rows import (
     D_VERSION,
     Finding,
 )
-from ._json import parse
-
-
-def _time(value: Any) -> bool:
-    return type(value) in (int, float) and isfinite(value)
-
-
-def _ttl(detail: Any) -> float | None:
-    """The `pending_ttl` the proposing event records (its detail, as stored), None without one."""
-    try:
-        value = parse(detail) if isinstance(detail, str) else detail
-    except ValueError:  # erased (a marker is JSON too), or edited
-        return None
-    ttl: Any = value.get("pending_ttl") if isinstance(value, dict) else None
-    return float(ttl) if _time(ttl) and ttl > 0 else None
+from ._deadline import _time, _ttl
 
 
 def approved_late(

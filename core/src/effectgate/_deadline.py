@@ -17,6 +17,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from ._json import parse
 from .effects import Policy
 from .errors import TamperedRecord
 from .stores._redaction import Target
@@ -39,6 +40,16 @@ def derived(row: ApprovalRow, proposed_at: Any, ttl: float) -> float:
 
 def _time(value: Any) -> bool:
     return type(value) in (int, float) and math.isfinite(value)
+
+
+def _ttl(detail: Any) -> float | None:
+    """The `pending_ttl` a proposing event records (its detail, as stored), None without one."""
+    try:
+        value = parse(detail) if isinstance(detail, str) else detail
+    except ValueError:  # erased (a marker is JSON too), or edited
+        return None
+    ttl: Any = value.get("pending_ttl") if isinstance(value, dict) else None
+    return float(ttl) if _time(ttl) and ttl > 0 else None
 
 
 def past(deadline: object, now: float) -> bool:
@@ -76,8 +87,6 @@ def for_erasure(targets: Sequence[Target], policy: Policy | None) -> dict[str, f
     out); -inf for a version without such an event (the gate can never decide it). Without
     `policy`, the later of its `expires_at` column and that event plus the `pending_ttl` it records
     (the default's when it records none): an edit of the column can only keep a call longer."""
-    from ._audit_deadline import _ttl  # here: its imports reach `redact`, which imports this module
-
     out: dict[str, float] = {}
     for t in targets:
         for a in (t, *((t.call.approval, *t.call.named) if t.call is not None else ())):

@@ -182,15 +182,13 @@ def test_a_streamed_paused_turn_with_a_read_beside_its_refund_resumed_twice_runs
 
     async def conversation() -> None:
         first = Runner.run_streamed(shop.agent, "Refund 1042", context=context("m1"))
-        async for _ in first.stream_events():
-            pass
+        assert [e async for e in first.stream_events()]  # the stream, drained
         text = first.to_state().to_string()
         for _ in range(2):
             state = await RunState.from_string(shop.agent, text)
             state.approve(state.get_interruptions()[0])
             again = Runner.run_streamed(shop.agent, state)
-            async for _ in again.stream_events():
-                pass
+            assert [e async for e in again.stream_events()]
 
     try:
         asyncio.run(conversation())
