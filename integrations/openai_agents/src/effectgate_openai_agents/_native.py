@@ -211,12 +211,17 @@ def _keyword(name: str) -> inspect.Parameter:
 
 class ArgumentsRefused(NotStarted, ModelBehaviorError):
     """The SDK's argument model of a `@function_tool` refused the arguments (a validator the schema
-    cannot show): the function never ran, so the gate records a definite failure (`NotStarted`),
-    never an unknown outcome; the tool's failure policy sees the SDK's `ModelBehaviorError`."""
+    cannot show, whatever it raised: pydantic wraps only `ValueError` and `AssertionError`): the
+    function never ran, so the gate records a definite failure (`NotStarted`), never an unknown
+    outcome; the tool's failure policy sees the SDK's `ModelBehaviorError`."""
 
-    def __init__(self, error: ModelBehaviorError) -> None:
-        super().__init__(error.message)
-        self.message = error.message
+    def __init__(self, error: Exception) -> None:
+        if isinstance(error, ModelBehaviorError):
+            message = error.message
+        else:  # a validator's own error: its type and text, as the SDK's failure policy shows them
+            message = f"{type(error).__name__}: {error}"
+        super().__init__(message)
+        self.message = message
 
 
 def _prepare(tool: FunctionTool, ctx: ToolContext[Any], text: str) -> None:
@@ -230,7 +235,7 @@ def _prepare(tool: FunctionTool, ctx: ToolContext[Any], text: str) -> None:
     try:
         prepared = prepare(text, tool.name)  # the SDK's data-only pass (no user code), or a placeholder
         ctx._function_tool_arguments = prepared.owner(text, tool.name) if prepared is not None else None
-    except ModelBehaviorError as exc:
+    except Exception as exc:  # a validator's own error escapes pydantic as itself: still unrun
         raise ArgumentsRefused(exc) from exc
 
 
