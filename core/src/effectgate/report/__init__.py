@@ -64,21 +64,8 @@ streams the approvals' sealed fields once more (one HMAC each, `_seal.seal_check
 
 from __future__ import annotations
 
-from ._figures import (
-    Figures,
-    Metrics,
-    Mode,
-    Rate,
-    ToolRates,
-    disagreement,
-    edited_approvals,
-    figures,
-    metrics,
-    modes,
-    p95,
-    p95_rank,
-    per_1000,
-)
+from ._counting import disagreement, edited_approvals, figures, metrics, modes
+from ._figures import Figures, Metrics, Mode, Rate, ToolRates, p95, p95_rank, per_1000
 from ._html import check_charts, render_html, write_html
 
 __all__ = [

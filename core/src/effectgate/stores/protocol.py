@@ -1,4 +1,6 @@
-"""What the gate needs from a store: the approval ledger and the idempotency store, as protocols.
+"""What the gate needs from a store, as protocols: the approval ledger (here), the idempotency
+store (`_idempotency_ledger`) and the ledger's upkeep (`_upkeep_ledgers`: redaction and holds, the
+hash chain), composed into `Store`. Import every one of them from this module.
 
 The gate depends on these, never on `SQLStore` or a backend's private methods. A backend
 implements every method; `SQLStore` is the one implementation (SQLite and PostgreSQL) and
@@ -16,97 +18,11 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Literal, Protocol
 
-from .._clock import Clock
-from ._redaction import Target
-from .base import Claimed, ExpiredLease, IdempotencyRecord, Stored
-from .records import (
-    ApprovalRow,
-    ChainRow,
-    DecisionRow,
-    EventRow,
-    ExecutionRow,
-    HoldRow,
-    RedactedRow,
-    RuleRow,
-)
+from ._idempotency_ledger import IdempotencyLedger
+from ._upkeep_ledgers import ChainLedger, RedactionLedger
+from .records import ApprovalRow, DecisionRow, EventRow, ExecutionRow, RuleRow
 
-
-class IdempotencyLedger(Protocol):
-    """Exactly-once execution keyed by an operation key (`base.IdempotencyStore` owns the rules)."""
-
-    clock: Clock
-
-    def claim(
-        self,
-        key: str,
-        payload_hash: str,
-        *,
-        owner: str | None = None,
-        lease_seconds: float = 60.0,
-        on_expired_lease: ExpiredLease = "reconcile",
-        conn: Any = None,
-        user_id: str | None = None,
-    ) -> Claimed | Stored:
-        """Take the lease on `key` or return its stored result. Raises `IdempotencyConflict`
-        (same key, other payload), `InProgress` (a live lease), `NeedsReconciliation`.
-        `user_id`: the user the call is made for, kept with a new record (a redaction of the
-        user is refused while it is in flight)."""
-
-    def complete(
-        self, key: str, owner: str, result: Any, *, provider_ref: str | None = None, conn: Any = None
-    ) -> IdempotencyRecord:
-        """Store the result (the lease owner only). Raises `LeaseLost`."""
-
-    def fail(self, key: str, owner: str, error: str, *, conn: Any = None) -> None:
-        """A definite failure (the lease owner only). Raises `LeaseLost`."""
-
-    def lost_connection(self, exc: BaseException) -> bool:
-        """Whether `exc`, raised by one of this store's transactions, is its connection lost (the
-        transaction did not commit, or its commit's outcome is unknown)."""
-
-    def renew_lease(self, key: str, owner: str, *, lease_seconds: float) -> bool:
-        """Extend a running operation's lease to `lease_seconds` from now (the lease owner only,
-        in flight only; its own transaction). False when the lease is lost."""
-
-    def set_provider_ref(self, key: str, owner: str, provider_ref: str) -> None:
-        """Persist the provider's reference while the call is in flight (its own transaction,
-        committed before it returns; the lease owner only). Raises `LeaseLost`."""
-
-    def mark_needs_reconciliation(
-        self, key: str, owner: str, reason: str, *, provider_ref: str | None = None, conn: Any = None
-    ) -> None:
-        """Park an unknown outcome (the lease owner only). Raises `LeaseLost`."""
-
-    def expire_lease(self, key: str, *, now: float, reason: str, conn: Any = None) -> bool:
-        """An in-flight record whose lease ran out before `now` becomes needs_reconciliation;
-        True if this call changed it (False: not in flight, or its lease is live)."""
-
-    def resolve(
-        self, key: str, result: Any, *, provider_ref: str | None = None, conn: Any = None
-    ) -> IdempotencyRecord:
-        """Reconciliation found the effect: succeeded. Raises `StoreError` if not awaiting it."""
-
-    def release(self, key: str, reason: str, *, conn: Any = None) -> None:
-        """Reconciliation found no effect: failed. Raises `StoreError` if not awaiting it."""
-
-    def reopen(self, key: str, reason: str, *, conn: Any = None) -> bool:
-        """A `failed` record back to needs_reconciliation (a run that lost its lease returned after
-        the record was released or failed); True if it changed."""
-
-    def get(self, key: str) -> IdempotencyRecord | None:
-        """The record of `key` (its own transaction), or None."""
-
-    def load(self, conn: Any, key: str) -> IdempotencyRecord | None:
-        """The record of `key` inside `conn`'s transaction, or None."""
-
-    def awaiting(self, conn: Any, key: str) -> IdempotencyRecord | None:
-        """The record of `key` if it awaits reconciliation, locked until `conn`'s transaction ends."""
-
-    def idempotency_records(
-        self, *, status: str | None = None, unreadable: list[str] | None = None
-    ) -> list[IdempotencyRecord]:
-        """Every record (of one status), oldest first; with `unreadable`, one edited so that it
-        cannot be read (StoreError) is left out and its key put there instead of raising."""
+__all__ = ["ApprovalLedger", "ChainLedger", "IdempotencyLedger", "RedactionLedger", "Store"]
 
 
 class ApprovalLedger(Protocol):
@@ -330,73 +246,6 @@ class ApprovalLedger(Protocol):
     def every_row(self) -> Iterator[tuple[str, dict[str, Any]]]:
         """Every row of every effectgate table, as (table, {column: value}), streamed from one
         read transaction, each table in key order."""
-
-
-class RedactionLedger(Protocol):
-    """Redaction, retention and legal holds (`effectgate.redact` composes them). Each method runs
-    in the caller's transaction (`conn` from `transaction()`)."""
-
-    def redaction_targets(
-        self,
-        conn: Any,
-        *,
-        user_id: str | None = None,
-        subject_keys: Sequence[str] = (),
-        effect: str | None = None,
-        before: float | None = None,
-        held: Sequence[str] = (),
-    ) -> Sequence[Target]:
-        """The rows with personal values a redaction of `user_id` (narrowed to approvals whose
-        subject key is one of `subject_keys`, when given) or a retention rule (records of `effect`
-        older than `before`; `_redaction.UNCLASSIFIED`: events that name no effect class)
-        reaches, with the decisions and idempotency records of the approvals and executions
-        selected; rows of `held` users left out. Reads only."""
-
-    def overwrite_personal(self, conn: Any, table: str, key: str, values: Mapping[str, str]) -> None:
-        """Write redaction markers into personal columns (`records.PERSONAL`) of one row. Raises
-        ValueError for a column that is not personal; the database refuses anything but a marker."""
-
-    def append_redacted(self, conn: Any, entries: Sequence[Mapping[str, Any]]) -> None:
-        """Append `eg_redacted` entries (columns of `records.RedactedRow`)."""
-
-    def redacted(self, conn: Any) -> Sequence[RedactedRow]:
-        """Every `eg_redacted` entry, in order."""
-
-    def add_hold(self, conn: Any, hold: HoldRow) -> None:
-        """Place a legal hold."""
-
-    def release_hold(self, conn: Any, hold_id: str, *, by: str, at: float) -> bool:
-        """Mark a hold released (its row; the caller appends its `hold_released` event); False when
-        no row has that id."""
-
-    def holds(self, conn: Any, *, active: bool = True) -> Sequence[HoldRow]:
-        """The holds, oldest first; by default those that stand: a row not released, and a hold
-        its `hold` event placed with no `hold_released` event (the row is unsealed)."""
-
-    def sealed_sample(
-        self, conn: Any, *, limit: int = 3
-    ) -> tuple[Sequence[ApprovalRow], Sequence[DecisionRow]]:
-        """The `limit` most recently written approvals and decisions (newest first). Reads only."""
-
-
-class ChainLedger(Protocol):
-    """The ledger's own hash chain (`effectgate.chain` composes it), in the caller's transaction."""
-
-    def checkpoints(self, conn: Any) -> Sequence[ChainRow]:
-        """Every `eg_chain` checkpoint, in order."""
-
-    def append_checkpoint(self, conn: Any, row: Mapping[str, Any]) -> None:
-        """Append one checkpoint (columns of `records.ChainRow`)."""
-
-    def rule_rows(self, conn: Any) -> Sequence[RuleRow]:
-        """Every recorded rule and rule seal row (`rules()`, in the caller's transaction)."""
-
-    def chain_rows(
-        self, conn: Any, table: str, *, after_id: int | None, upto_id: int | None = None
-    ) -> Iterator[tuple[Any, ...]]:
-        """The rows of a chained table (`stores._chain.CHAINED`) with after_id < id <= upto_id
-        (after_id None: from the first row, whatever its id), in id order, as tuples in
-        `_chain.columns(table)` order. ValueError for another table."""
 
 
 class Store(ApprovalLedger, IdempotencyLedger, RedactionLedger, ChainLedger, Protocol):
