@@ -16,11 +16,12 @@ import pytest
 import sqlalchemy as sa
 
 from effectgate import Approver, EffectGate, Executed, Grant, Keyring, Pending
+from effectgate._erasure import _entered, _erase
 from effectgate.audit import audit
 from effectgate.chain import seal_chain, verify_chain
 from effectgate.errors import TokenError
 from effectgate.examples.shop import context
-from effectgate.redact import FACTS, _entered, _erase, redact, retain
+from effectgate.redact import FACTS, redact, retain
 from effectgate.stores import SQLStore
 from effectgate.stores._redaction import is_open
 from effectgate.stores.protocol import Store

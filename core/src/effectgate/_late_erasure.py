@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ._holds import _event
-from .redact import MARK, RedactionError, _check_arguments, _erase, entry_sealed
+from ._erasure import MARK, _check_arguments, _erase, entry_sealed
+from ._holds import RedactionError, _event
 from .stores._dialect import is_redacted
 from .stores._redaction import call_id
 from .stores.protocol import Store

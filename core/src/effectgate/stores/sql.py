@@ -27,7 +27,7 @@ from ._chain import ChainSQL
 from ._checkouts import Checkouts, Held
 from ._memory import refuse_unusable, shown
 from ._reading import ReadingSQL
-from ._redaction import RedactionSQL
+from ._redaction_sql import RedactionSQL
 from ._together import TogetherSQL
 from .base import IdempotencyRecord, IdempotencyStore, Status, unmarked
 from .records import (
