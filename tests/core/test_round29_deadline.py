@@ -30,7 +30,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
 
 from effectgate import Approver, Grant, Pending, open_store
-from effectgate import _decisions as decisions_module
+from effectgate import _decidable as decidable_module
 from effectgate import audit as audit_module
 from effectgate.audit import audit
 from effectgate.errors import ApprovalExpired, TamperedRecord
@@ -228,7 +228,7 @@ def test_the_audit_reports_a_version_approved_after_its_deadline(
     clock.advance(gate.policy.pending_ttl * 3)
     _set_deadline(store, late.approval_id, clock.now() + 3600)
     # as a gate that judged the deadline by its column (the release before this one) did
-    monkeypatch.setattr(decisions_module, "derived", lambda row, proposed, ttl: row.expires_at)
+    monkeypatch.setattr(decidable_module, "derived", lambda row, proposed, ttl: row.expires_at)
     revived = gate.approve(late.approval_id, version=1, approver=FINANCE)
     assert isinstance(revived, Grant)
     gate.execute(revived.token)

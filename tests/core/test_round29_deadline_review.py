@@ -52,7 +52,7 @@ def test_an_approval_in_time_under_a_longer_pending_ttl_is_not_approved_late(
 @pytest.mark.xfail(
     strict=True,
     reason="design decision: the gate derives a version's deadline with the deciding process's own "
-    "`pending_ttl` (`_decisions.decidable`, `_deadline.lapsed`), which the policy fingerprint does not "
+    "`pending_ttl` (`_decidable.decidable`, `_deadline.lapsed`), which the policy fingerprint does not "
     "bind, so a reviewer's process configured with a longer one grants what the proposer's deadline "
     "(its card, the listing, the audit) says expired. The proposing event now records its "
     "`pending_ttl`; deriving from it changes `locked_decided_at`/`proposal_times`' shapes",

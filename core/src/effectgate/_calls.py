@@ -3,13 +3,13 @@
 Unknown tools and tools off the agent's allowlist are refused; arguments are frozen once and
 validated (`Invalid` with JSON pointers otherwise); reads run with their retries and are logged
 in batches; writes run once per (session, tool, origin message, args hash) through the
-idempotency store; gated calls go to `Proposals`. Two calls of one gated tool in a step register
-neither.
+idempotency store (both run by `_direct.Direct`; `call` runs a read inline, the hot path);
+gated calls go to `Proposals`. Two calls of one gated tool in a step register neither.
 
-Logged (logger "effectgate._calls"; refusals recorded through `Events.refuse` are logged there):
-an invalid call at INFO with its JSON pointers only (a schema message can quote an argument), a
-step's parallel calls at INFO, a write replayed at DEBUG. Reads are not logged: they are the hot
-path, and their record is the read log.
+Logged (logger "effectgate._calls", `_direct` included; refusals recorded through
+`Events.refuse` are logged there): an invalid call at INFO with its JSON pointers only (a schema
+message can quote an argument), a step's parallel calls at INFO, a write replayed at DEBUG.
+Reads are not logged: they are the hot path, and their record is the read log.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import Any
 
 from . import flow
 from ._answers import shadowed
-from ._deps import Deps, Events, claim_landed
-from ._intent import reclassified_since
+from ._deps import Deps, Events
+from ._direct import Direct, error_of
 from ._json import copied
 from ._ledger import in_scope
 from ._logging import logger
@@ -30,15 +30,12 @@ from ._proposals import Proposals
 from ._readlog import ReadLog
 from ._settle import Settlement
 from ._telemetry import Spans
-from ._written import proposed_before, write_key
 from .canonical import canonical_text, freeze_plain, hash_of_text
-from .context import CallContext, ToolContext
+from .context import CallContext
 from .effects import Effect
-from .errors import ArgumentError, InProgress, NeedsReconciliation, TamperedRecord
-from .outcomes import Executed, Invalid, Outcome, Pending, Refused, executed
+from .errors import ArgumentError, TamperedRecord
+from .outcomes import Invalid, Outcome, Pending, Refused, executed
 from .stores._dialect import REDACTED_PREFIX
-from .stores.base import Claimed, Stored
-from .stores.records import ApprovalRow
 from .table import SchemaError, ToolSpec
 
 log = logger(__name__)
@@ -55,15 +52,6 @@ _RESERVED = SchemaError(
 MAX_SESSION_BYTES = 2048
 
 ToolCallLike = tuple[str, Mapping[str, Any]] | tuple[str, Mapping[str, Any], str | None]
-
-
-def _repr(exc: Exception) -> str:
-    """A failed read's error text: `repr(exc)`, its type's name when that raises (the read is
-    still recorded, and the tool's own exception raised)."""
-    try:
-        return repr(exc)
-    except Exception:
-        return f"{type(exc).__name__}(...)"
 
 
 def _a_context(ctx: object) -> None:
@@ -89,16 +77,13 @@ class Calls:
         spans: Spans,
     ) -> None:
         self.table = deps.table
-        self.store = deps.store
         self.policy = deps.policy
-        self.clock = deps.clock
-        self.keyring = deps.keyring
         self.events = events
         self.notices = notices
         self.reads = reads
         self.proposals = proposals
-        self.settlement = settlement
         self.spans = spans
+        self.direct = Direct(deps, events, notices, reads, settlement)  # what a read or write runs
 
     def step_flow(self, calls: Sequence[ToolCallLike], ctx: CallContext) -> flow.Flow[list[Outcome]]:
         """One model step's calls as one flow (see `step`). A call whose stored approval does not
@@ -185,11 +170,11 @@ class Calls:
                 result = flow.run_sync(spec.fn, frozen_args)  # what drive does with an Invoke
                 break
             except spec.transient as exc:
-                if not self.retrying(spec, ctx, frozen, attempt, exc):
+                if not self.direct.retrying(spec, ctx, frozen, attempt, exc):
                     raise
                 attempt += 1
             except Exception as exc:  # not transient: recorded as a failed read, then raised
-                self.reads.add(self.events.read_row("read_failed", spec, ctx, frozen, attempt, _repr(exc)))
+                self.reads.add(self.events.read_row("read_failed", spec, ctx, frozen, attempt, error_of(exc)))
                 raise
         self.reads.add(self.events.read_row("read", spec, ctx, frozen, attempt))
         return executed(spec.name, result)
@@ -256,13 +241,13 @@ class Calls:
         if spec.effect is Effect.READ:  # READ is always autonomous (Policy refuses to gate it)
             if not in_scope(spec, args, ctx):
                 return self.out_of_scope(spec, ctx)
-            return (yield from self.read(spec, args, frozen, ctx))
+            return (yield from self.direct.read(spec, args, frozen, ctx))
         if self.policy.gates(spec.effect):
             flow.refuse_abandoned()  # a cancelled step's later call: no approval, no card
             return self.propose((spec, args, text, frozen), ctx, edited_by)
         if not in_scope(spec, args, ctx):
             return self.out_of_scope(spec, ctx)
-        return (yield from self.write(spec, args, frozen, text, ctx))
+        return (yield from self.direct.write(spec, args, frozen, text, ctx))
 
     def propose(
         self, routed: tuple[ToolSpec, Mapping[str, Any], str, str], ctx: CallContext, edited_by: str | None
@@ -305,98 +290,3 @@ class Calls:
             return Invalid(tool=spec.name, errors=(SchemaError(exc.pointer, exc.detail),))
         errors = spec.validate(frozen)
         return Invalid(tool=spec.name, errors=tuple(errors)) if errors else (frozen, plain)
-
-    def read(
-        self, spec: ToolSpec, args: Mapping[str, Any], frozen: str, ctx: CallContext
-    ) -> flow.Flow[Outcome]:
-        attempt = 1
-        while True:
-            try:
-                result = yield flow.Invoke(spec.fn, args)
-                break
-            except spec.transient as exc:
-                if not self.retrying(spec, ctx, frozen, attempt, exc):
-                    raise
-                attempt += 1
-            except Exception as exc:  # not transient: recorded as a failed read, then raised
-                self.reads.add(self.events.read_row("read_failed", spec, ctx, frozen, attempt, _repr(exc)))
-                raise
-        self.reads.add(self.events.read_row("read", spec, ctx, frozen, attempt))
-        return executed(spec.name, result)
-
-    def retrying(self, spec: ToolSpec, ctx: CallContext, frozen: str, attempt: int, exc: Exception) -> bool:
-        """After attempt `attempt` of a read failed transiently: back off and True, or, with the
-        retries spent, record the failed read and False (the caller re-raises)."""
-        if attempt > self.policy.read_retries:
-            self.reads.add(self.events.read_row("read_failed", spec, ctx, frozen, attempt, _repr(exc)))
-            return False
-        self.clock.sleep(self.policy.retry_backoff * 2 ** (attempt - 1))
-        return True
-
-    def write(
-        self, spec: ToolSpec, args: Mapping[str, Any], frozen: str, text: str, ctx: CallContext
-    ) -> flow.Flow[Outcome]:
-        key = write_key(spec.name, ctx, frozen)
-        refusal: InProgress | NeedsReconciliation | None = None
-        flow.refuse_async_on_loop(spec.fn)  # before the claim: the same call runs under acall
-        claim: Claimed | Stored | None = None
-        earlier: Executed | Refused | ApprovalRow | None = None
-        try:
-            with self.store.transaction() as conn:
-                noted = self.events.note_rules(conn, spec)
-                earlier = proposed_before(
-                    self.store, conn, self.keyring, self.events, spec, args, frozen, ctx
-                )
-                try:
-                    if earlier is None:
-                        claim = self.store.claim(
-                            key,
-                            frozen,
-                            lease_seconds=self.policy.lease_seconds,
-                            conn=conn,
-                            user_id=ctx.user_id,
-                        )
-                except (InProgress, NeedsReconciliation) as exc:
-                    refusal = exc  # committed: a lapsed lease is now needs_reconciliation
-        except Exception as exc:  # a claim whose COMMIT landed, its reply lost: it runs now
-            if not claim_landed(self.store, key, claim, frozen, exc):
-                raise
-            log.warning("connection lost after the write's claim was committed (it was): key=%s", key)
-        noted()
-        if isinstance(earlier, Executed | Refused):  # its stored result, or its unknown outcome
-            return earlier
-        if earlier is not None:
-            message = reclassified_since(spec.name, earlier, spec.effect)
-            return self.events.refuse("mismatch", message, spec.name, ctx, spec, earlier.id, frozen)
-        if isinstance(refusal, InProgress):
-            message = f"{spec.name}: the same write is running now"
-            return self.events.refuse("in_progress", message, spec.name, ctx, spec, args_hash_=frozen)
-        if refusal is not None:  # its message quotes the write's error: erased with the write (args hash)
-            reason = str(refusal)
-            if refusal.expired:  # this claim found a dead worker's lease run out: `recover` never will
-                why, ref = refusal.reason, refusal.provider_ref
-                self.events.record(
-                    self.events.event(
-                        "needs_reconciliation", spec=spec, ctx=ctx, args_hash_=frozen, key=key, reason=why
-                    )
-                )
-                self.notices.unknown_outcome(None, key, why, ref, tool=spec.name)
-            return self.events.refuse("needs_reconciliation", reason, spec.name, ctx, spec, args_hash_=frozen)
-        if isinstance(claim, Stored):
-            self.events.record(self.events.event("replay", spec=spec, ctx=ctx, args_hash_=frozen, key=key))
-            log.debug("write replayed: tool=%s key=%s", spec.name, key)
-            return Executed(tool=spec.name, result=claim.result, replay=True, idempotency_key=key)
-        assert claim is not None  # neither refused nor stored: claimed
-        tool_context = ToolContext(idempotency_key=key, call=ctx, attempt=claim.attempt)
-        result = yield from self.settlement.run_claimed(
-            spec,
-            args,
-            frozen,
-            ctx,
-            key=key,
-            owner=claim.owner,
-            tool_context=tool_context,
-            row=None,
-            args_text=text,
-        )
-        return result

@@ -6,7 +6,7 @@ names the policy; a row under another policy is refused by `Ledger.bar` before i
 
 A deadline edited forward revives nothing, and one edited backward makes nothing lapse early:
 the column is the copy that cards show and that the SQL listing candidates compares, and every
-decision reads the derived value (`Decisions.decidable` puts it on the row it read, in the same
+decision reads the derived value (`Decidable.decidable` puts it on the row it read, in the same
 read; the sweep, `Ledger.expire`, re-checks its candidates). The audit reports a grant or an
 expiry on the wrong side of it (`_audit_deadline`).
 """

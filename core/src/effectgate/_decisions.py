@@ -1,10 +1,11 @@
 """Decisions: approve (and grant again after a lapse), deny, and minting the single-use grant.
 
 Every decision reads the approval under its subject lock, verifies the row's seal and arguments
-hash, and re-derives the bar (role and number of distinct approvers) from the table and policy
-(`Ledger.bar`). Decisions are sealed rows in their grant round: a destructive call needs two
-distinct approvers for its first grant and for any fresh grant after a lapse, and the user who
-made a call may not approve it unless the policy allows self-approval.
+hash (`_decidable.Decidable`, with the sealed decision row it records), and re-derives the bar
+(role and number of distinct approvers) from the table and policy (`Ledger.bar`). Decisions are
+sealed rows in their grant round: a destructive call needs two distinct approvers for its first
+grant and for any fresh grant after a lapse, and the user who made a call may not approve it
+unless the policy allows self-approval.
 
 Logged on "effectgate._decisions": approvals (partial and granted) and denials at INFO, with the
 approval id, version, approver id and role (and a denial's reason); a refused decision at INFO
@@ -16,30 +17,26 @@ from __future__ import annotations
 import hmac
 from typing import Any
 
-from ._deadline import derived
+from ._decidable import Decidable
 from ._deps import Deps, Events, connection_lost
-from ._json import parse
-from ._ledger import Ledger, context_of, grant_live, in_scope, past
+from ._ledger import Ledger
 from ._logging import logger
 from ._person import person
-from ._seal import approval_intact, approval_verifies, broken, grant_released, seal_approval, seal_decision
+from ._seal import approval_intact, grant_released, seal_approval
 from .canonical import _SURROGATE
 from .context import Approver
 from .errors import (
     AlreadyDecided,
     ApprovalExpired,
-    ConfirmFailed,
     EffectGateError,
     PolicyViolation,
     StaleApproval,
     TamperedRecord,
-    UnknownApproval,
     WrongApprover,
 )
 from .outcomes import Decision, Grant, PartialApproval, Recorded, Refused
 from .stores._dialect import REDACTED_PREFIX
-from .stores.records import ApprovalRow, DecisionRow
-from .table import ToolSpec
+from .stores.records import ApprovalRow
 from .tokens import token_hash
 
 log = logger(__name__)
@@ -87,6 +84,7 @@ class Decisions:
         self.clock = deps.clock
         self.events = events
         self.ledger = ledger
+        self.checks = Decidable(deps, ledger)  # the row read and checked, the sealed decision row
 
     def approve(self, approval_id: str, *, version: int, approver: Approver) -> Decision:
         """Approve one version (see `_approve`), logged."""
@@ -154,12 +152,12 @@ class Decisions:
         did not make the call (unless `Policy.self_approval`), and re-runs `scope` and `confirm`.
         Returns a `Grant`, or a `PartialApproval` while more distinct approvers are needed. An
         approved version whose grant lapsed unpresented can be granted again, by as many distinct
-        approvers as the first grant needed (see `_lapsed`). Raises an `ApprovalError` (or a
-        `PolicyViolation`) and changes nothing otherwise. A grant is put in `minted` before its
+        approvers as the first grant needed (see `Decidable.lapsed`). Raises an `ApprovalError`
+        (or a `PolicyViolation`) and changes nothing otherwise. A grant is put in `minted` before its
         transaction commits (see `landed`)."""
         expired = False
         with self.store.transaction() as conn:
-            row, read = self.decidable(conn, approval_id, approver, allow=("pending", "approved"))
+            row, read = self.checks.decidable(conn, approval_id, approver, allow=("pending", "approved"))
             if row is None:
                 expired = True
             else:
@@ -175,7 +173,7 @@ class Decisions:
                 if spec.shadow and regrant:
                     raise AlreadyDecided(approval_id, "approved")  # shadow: decided once, never run
                 if regrant:  # a grant given back (sealed) is not live, whatever its stored expiry
-                    self.lapsed(conn, row, released=grant_released(self.keyring, read, row))
+                    self.checks.lapsed(conn, row, released=grant_released(self.keyring, read, row))
                 given, denial = self.ledger.decided(conn, row, round_=row.grants, role=role, read=read)
                 if denial is not None:  # its status was edited: the sealed denial decides
                     raise AlreadyDecided(approval_id, "denied")
@@ -183,7 +181,7 @@ class Decisions:
                     raise WrongApprover(
                         approval_id, f"{approver.id} already approved; a second, distinct approver is needed"
                     )
-                self.recheck_and_record(conn, spec, row, approver)
+                self.checks.recheck_and_record(conn, spec, row, approver)
                 if spec.shadow:
                     return self.record_shadow(conn, row, approver, len(given) + 1, required)
                 if len(given) + 1 < required:
@@ -220,57 +218,6 @@ class Decisions:
             conn, [self.events.event(kind, row=row, approver=approver.id, role=approver.role)]
         )
         return Recorded(approval_id=row.id, version=row.version, approvals=approvals, required=required)
-
-    def lapsed(self, conn: Any, row: ApprovalRow, *, released: bool = False) -> None:
-        """An approved version may be granted again only when its grant lapsed unpresented: the
-        approval still stands, but the subject, scope and confirm checks run again (the lapse
-        freed the subject for other sessions), the old token is void (its hash is replaced), and
-        the new grant needs its own round of distinct approvers."""
-        now = self.clock.now()
-        if (
-            row.token_used_at is not None
-            or (grant_live(row.token_expires_at, now) and not released)
-            or self.store.grant_spent(conn, row.id, row.version)  # the append-only rows decide
-        ):
-            raise AlreadyDecided(row.id, "approved")  # a usable or presented grant exists
-        if past(row.expires_at, now):
-            raise ApprovalExpired(row.id)
-        busy = self.store.in_flight_elsewhere(conn, row.subject_key, row.session_id, now)
-        if busy is not None:
-            raise PolicyViolation(
-                f"{row.tool}: approval {busy.id} is in flight on this subject from another session",
-                code="subject_busy",
-            )
-
-    def recheck_and_record(self, conn: Any, spec: ToolSpec, row: ApprovalRow, approver: Approver) -> None:
-        """Re-run `scope` and `confirm` for the stored call (a row with neither has nothing to
-        re-run), then record the sealed decision."""
-        if spec.scope is not None or spec.confirm is not None:
-            ctx = context_of(row)
-            args = parse(row.args_json)
-            if not in_scope(spec, args, ctx):
-                raise PolicyViolation(
-                    f"{row.tool}: the caller is no longer in scope for this subject", code="out_of_scope"
-                )
-            reason = self.ledger.confirm(conn, spec, args, ctx, row.subject_key, exclude=row.id)
-            if reason is not None:
-                raise ConfirmFailed(row.tool, reason)
-            if past(row.expires_at, self.clock.now()):  # its deadline (derived) passed while they ran:
-                raise ApprovalExpired(row.id)  # late, as the audit judges the decision (`approved_late`)
-        self.decide(conn, row, approver, "approve")
-
-    def decide(
-        self, conn: Any, row: ApprovalRow, approver: Approver, decision: str, reason: str | None = None
-    ) -> None:
-        values = {
-            "approval_id": row.id,
-            "version": row.version,
-            "grant_round": row.grants,
-            "approver_id": approver.id,
-            "role": approver.role,
-            "decision": decision,
-        }
-        self.store.add_decision(conn, reason=reason, seal=seal_decision(self.keyring, values), **values)
 
     def mint(
         self,
@@ -337,7 +284,9 @@ class Decisions:
     ) -> tuple[Refused, int]:
         check_denial_reason(reason)
         with self.store.transaction() as conn:
-            row, read = self.decidable(conn, approval_id, approver, allow=("pending", "approved", "denied"))
+            row, read = self.checks.decidable(
+                conn, approval_id, approver, allow=("pending", "approved", "denied")
+            )
             if row is not None and row.status == "denied" and self.ledger.denied(conn, row, read):
                 raise AlreadyDecided(approval_id, "denied")  # else the unsealed column was edited
             if row is None:
@@ -353,7 +302,7 @@ class Decisions:
                 if version is not None and (type(version) is not int or version != row.version):
                     raise StaleApproval(approval_id, version, row.version)
                 now = self.clock.now()
-                self.decide(conn, row, approver, "deny", reason)
+                self.checks.decide(conn, row, approver, "deny", reason)
                 if not self.store.update_approval(
                     conn,
                     row.id,
@@ -370,33 +319,3 @@ class Decisions:
             code="denied", message=f"{row.tool} was denied: {reason}", tool=row.tool, approval_id=approval_id
         )
         return refused, row.version
-
-    def decidable(
-        self, conn: Any, approval_id: str, approver: Approver, allow: tuple[str, ...] = ("pending",)
-    ) -> tuple[ApprovalRow | None, list[DecisionRow]]:
-        """The row if `approver` may decide it now, None if it just expired (marked so); and its
-        version's decisions. Read under the subject lock; seal, arguments hash, deadline checked first."""
-        row, read, proposed = self.store.locked_decided_at(conn, approval_id)
-        if row is None:
-            raise UnknownApproval(approval_id)
-        pending, intact = row.status == "pending", approval_intact(self.keyring, row)
-        if not pending and not intact and approval_verifies(self.keyring, row):
-            # a closed call whose arguments `redact` erased (sealed, so only they changed)
-            if row.status == "expired":
-                raise ApprovalExpired(approval_id)
-            raise AlreadyDecided(approval_id, row.status)
-        if not intact or (pending and row.grants):
-            raise TamperedRecord(approval_id, broken(self.keyring, row, granted=pending and bool(row.grants)))
-        if pending or row.status == "approved":  # from here on the row holds its derived deadline
-            row.expires_at = derived(row, proposed, self.policy.pending_ttl)
-        if pending and not self.ledger.expire_lapsed(conn, [row]):
-            return None, read  # it lapsed: now marked expired
-        if row.status not in allow:
-            if row.status == "expired":
-                raise ApprovalExpired(approval_id)
-            raise AlreadyDecided(approval_id, row.status)
-        if not self.policy.role_satisfies(approver.role, row.approver_role):
-            raise WrongApprover(
-                approval_id, f"{row.tool} needs role {row.approver_role}; {approver.id} holds {approver.role}"
-            )
-        return row, read

@@ -27,12 +27,13 @@ from typing import Any
 
 from . import flow
 from ._deps import Deps, Events, claim_landed
+from ._failures import log_outcome
 from ._json import parse
 from ._ledger import Ledger, context_of
 from ._logging import logger
 from ._notice import Notices
 from ._seal import approval_intact, approval_verifies, foreign_key, grant_released, mismatch
-from ._settle import Settlement, log_outcome
+from ._settle import Settlement
 from .canonical import args_hash, freeze
 from .context import ToolContext
 from .errors import ArgumentError, NeedsReconciliation, PolicyViolation, TamperedRecord, TokenError

@@ -1,6 +1,6 @@
 """A late run's records after an erasure: erased as the call's other records were.
 
-A run that lost its lease (`_settle.record_lease_lost`) may come back after its call ended (settled
+A run that lost its lease (`_failures.Failures.record_lease_lost`) may come back after its call ended (settled
 "did not happen") and `redact` or `retain` erased it. Its execution, event and reopened record
 carry the arguments, result and error in clear: written as they are, they would put the erased
 personal values back into the ledger. `erase_late` erases them in the same transaction, with the

@@ -18,7 +18,7 @@ settled record for a lease another worker took over.
 
 A renewal that finds the record no longer in flight under this owner (`recover` got there first)
 stops renewing it and logs a WARNING on "effectgate._execution"; the tool's completion then meets
-`LeaseLost` and its run is recorded as needing reconciliation (`_settle.py`). A renewal that
+`LeaseLost` and its run is recorded as needing reconciliation (`_failures.py`). A renewal that
 fails (the database unreachable) is logged and tried again at the next beat. A store in memory
 (SQLite, one connection that threads share) is renewed too: its work runs one thread at a time
 (`Checkouts.serial`), and a `recover` in another thread of the process would take a live run over.

@@ -277,7 +277,7 @@ class Reconciliation:
         error = f"settled by {by}: did not happen"
         with self.settling(key, f"approval {approval_id}", row) as conn:
             self.store.release(key, error, conn=conn)
-            self.settlement.fail_approval(conn, row, error)
+            self.settlement.failures.fail_approval(conn, row, error)
             # under the row the approval was made under (recorded, and what the audit holds the
             # approval's executions to), whatever the table says now
             self.append_settled(conn, row, key, "failed", row.row_fingerprint, error=error)

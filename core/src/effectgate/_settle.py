@@ -5,7 +5,8 @@ key; a write claims its own): run the tool with the frozen arguments and a ToolC
 the idempotency key, then store the result, mark the approval executed and append the execution
 row in one commit. Only an exception the row declares definite fails a gated call (the approval
 ends `failed`); every other exception is an unknown outcome (`needs_reconciliation`, the
-approver notified), never re-run blindly.
+approver notified), never re-run blindly. A definite failure and a run whose lease was lost are
+recorded by `_failures.Failures`, an unknown outcome by `_unknown.store_unknown`.
 
 Logged on "effectgate._execution" (one logger for the whole execution): a gated execution at
 INFO, a write at DEBUG; an unknown outcome and a definite failure at WARNING with the
@@ -20,15 +21,14 @@ from typing import Any
 
 from . import flow
 from ._deps import Deps, Events, connection_lost
+from ._failures import Failures, definite, log_outcome
 from ._flowjobs import ran
 from ._json import copied, parse, readable
-from ._late_erasure import erase_late
 from ._leases import LeaseKeeper
-from ._logging import logger, one_line
+from ._logging import logger
 from ._notice import Notices
 from ._unknown import store_unknown
 from .canonical import _SURROGATE
-from .chain import ERASURE_LOCK
 from .context import CallContext, ToolContext
 from .errors import LeaseLost, NeedsReconciliation, OutcomeUnknown, describe, storable_text
 from .outcomes import Executed
@@ -39,23 +39,6 @@ from .table import ToolSpec
 log = logger("effectgate._execution")
 
 
-def _definite(spec: ToolSpec, *, gated: bool, exc: Exception) -> bool:
-    """Whether a tool's exception is a definite failure (nothing happened downstream).
-
-    A gated call (send, money, destructive) fails definitely only with an exception type its row
-    lists in `definite_failures` (e.g. a provider's 4xx "card declined"); anything else, a
-    connection reset or an HTTP client's timeout included, is an unknown outcome. A write fails
-    definitely unless the exception is `OutcomeUnknown`, a `TimeoutError` or one its row lists in
-    `unknown_outcome`. A coroutine closed before it started (`flow.NotStarted`) did nothing."""
-    if isinstance(exc, flow.NotStarted):
-        return True
-    if isinstance(exc, (OutcomeUnknown, TimeoutError, *spec.unknown_outcome)):
-        return False
-    if gated:
-        return isinstance(exc, spec.definite_failures)
-    return True
-
-
 class Settlement:
     """Runs claimed operations and settles their records; see the module docstring."""
 
@@ -64,10 +47,10 @@ class Settlement:
         self.store = deps.store
         self.policy = deps.policy
         self.clock = deps.clock
-        self.keyring = deps.keyring
         self.events = events
         self.notices = notices
         self.leases = LeaseKeeper(deps.store, deps.policy.lease_seconds)
+        self.failures = Failures(deps, events, notices)  # a definite failure, a lost lease
 
     def run_claimed(
         self,
@@ -113,7 +96,7 @@ class Settlement:
                 # execution: the grant presented is no outcome left unknown in the subject's history)
                 self.leases.release(key, owner)  # the outcome is stored now (no renewal races it)
                 failed = (spec, ctx, row, frozen, key, owner, execution, exc)
-                self.record_failure(*failed, attempt=tool_context.attempt, what="snapshot failed: ")
+                self.failures.record_failure(*failed, attempt=tool_context.attempt, what="snapshot failed: ")
                 raise
             refs: list[str] = []  # what the tool recorded with tool_context.set_provider_ref
 
@@ -135,9 +118,9 @@ class Settlement:
                 result = ran(result)  # work it returned but did not run: an unknown outcome
             except Exception as exc:
                 self.leases.release(key, owner)
-                if _definite(spec, gated=row is not None, exc=exc):
+                if definite(spec, gated=row is not None, exc=exc):
                     failed = (spec, ctx, row, frozen, key, owner, execution, exc)
-                    self.record_failure(*failed, attempt=tool_context.attempt)
+                    self.failures.record_failure(*failed, attempt=tool_context.attempt)
                     raise
 
                 reason = describe(exc)
@@ -147,7 +130,7 @@ class Settlement:
                     unknown = (spec, ctx, row, frozen, key, owner, execution, reason, ref)
                     store_unknown(self.store, self.events, unknown, exc)
                 except LeaseLost as lost:
-                    self.record_lease_lost(spec, ctx, row, frozen, key, execution, None, exc, ref)
+                    self.failures.record_lease_lost(spec, ctx, row, frozen, key, execution, None, exc, ref)
                     raise lost from exc
                 log_outcome("needs_reconciliation (outcome unknown)", spec.name, row, key, reason)
                 self.notices.unknown_outcome(row, key, reason, ref, tool=spec.name)
@@ -172,7 +155,7 @@ class Settlement:
                         raise
                     record = self.store_success_again(settle)
             except LeaseLost:
-                self.record_lease_lost(spec, ctx, row, frozen, key, execution, result_json)
+                self.failures.record_lease_lost(spec, ctx, row, frozen, key, execution, result_json)
                 raise
             if row is not None:
                 log.info(
@@ -254,113 +237,10 @@ class Settlement:
             return record
         return None
 
-    def record_lease_lost(
-        self,
-        spec: ToolSpec,
-        ctx: CallContext,
-        row: ApprovalRow | None,
-        frozen: str,
-        key: str,
-        execution: dict[str, Any],
-        result_json: str | None,
-        exc: Exception | None = None,
-        ref: str | None = None,
-    ) -> None:
-        """The tool returned (or raised `exc`), but its lease was gone: another worker took the
-        operation over (`recover` found the lease expired while the tool still ran, and a reconcile
-        may have run it again under the same key). This run is recorded, never dropped: an
-        execution row with its result or error, needing reconciliation (it may have happened
-        twice; only a provider that refuses a repeated key prevents that), and the approver role
-        is notified. The caller raises LeaseLost (from `exc`: the tool's error is kept)."""
-        error = describe(exc) if exc is not None else None
-        what = f"{'raised' if error else 'returned'} after its lease was lost"
-        reason = f"the tool {what} (another worker took the operation over)" + (f": {error}" if error else "")
-        detail = {"reason": reason, "error": error} if error else {"reason": reason}
-        with self.store.transaction() as conn:
-            self.store.lock(conn, ERASURE_LOCK)  # before any write: see `erase_late`
-            self.store.reopen(key, reason, conn=conn)  # released meanwhile: not claimed afresh
-            self.store.append_execution(
-                conn, status="needs_reconciliation", error=reason, result_json=result_json, **execution
-            )
-            self.store.append_events(
-                conn,
-                [
-                    self.events.event(
-                        "lease_lost", spec=spec, ctx=ctx, row=row, args_hash_=frozen, key=key, **detail
-                    )
-                ],
-            )
-            call = row.id if row is not None else key  # its call erased meanwhile: these values too
-            at = self.clock.now()
-            if erase_late(self.store, conn, self.keyring, user_id=ctx.user_id, call=call, at=at):
-                reason = f"the tool {what} after its call was erased, with its values"  # none is paged
-        log_outcome(what, spec.name, row, key, reason)
-        self.notices.unknown_outcome(row, key, reason, ref, tool=spec.name)
-
-    def record_failure(
-        self,
-        spec: ToolSpec,
-        ctx: CallContext,
-        row: ApprovalRow | None,
-        frozen: str,
-        key: str,
-        owner: str,
-        execution: dict[str, Any],
-        exc: Exception,
-        *,
-        attempt: int,
-        what: str = "",
-    ) -> None:
-        """A definite failure: the record is `failed`; a gated approval ends `failed` (terminal).
-        Raises LeaseLost (from `exc`) when the lease was lost: see `record_lease_lost`."""
-        error = what + describe(exc)
-        failure = (spec, ctx, row, frozen, key, owner, execution, error)
-        try:
-            try:
-                self.store_failure(failure)
-            except Exception as lost:  # the connection lost: stored once more, unless it landed
-                if isinstance(lost, LeaseLost) or not connection_lost(self.store, lost, exc):
-                    raise
-                if not self.failure_landed(key, owner, attempt):
-                    self.store_failure(failure)
-        except LeaseLost as lost:  # another worker took the operation over: its run is recorded
-            self.record_lease_lost(spec, ctx, row, frozen, key, execution, None, exc)
-            raise lost from exc
-        log_outcome("failed (definite)", spec.name, row, key, error)
-
-    def failure_landed(self, key: str, owner: str, attempt: int) -> bool:
-        """Whether this attempt's failure, its COMMIT's reply lost, is settled: failed under its
-        lease (it landed), or the key held by another attempt (claimed afresh since: a failed write
-        runs again under its key), whose record is never stored over nor reopened."""
-        if (record := self.store.get(key)) is None:
-            return False
-        if record.lease_owner == owner and record.attempts == attempt:
-            return record.status == "failed"
-        if other := record.attempts != attempt or record.lease_owner not in (owner, None):
-            log.warning("connection lost while storing a failure; another attempt holds key=%s", key)
-        return other
-
-    def store_failure(self, failure: tuple[Any, ...]) -> None:
-        """Fail the record and a gated approval, and append the failed execution: one commit."""
-        spec, ctx, row, frozen, key, owner, execution, error = failure
-        with self.store.transaction() as conn:
-            self.store.fail(key, owner, error, conn=conn)
-            self.fail_approval(conn, row, error)
-            self.store.append_execution(conn, status="failed", error=error, **execution)
-            failed = {"spec": spec, "ctx": ctx, "row": row, "args_hash_": frozen, "key": key, "error": error}
-            self.store.append_events(conn, [self.events.event("failed", **failed)])
-
     def mark_executed(self, conn: Any, row: ApprovalRow, **values: Any) -> None:
         """An approved call's approval becomes `executed` (with `values` too), in `conn`."""
         values = {"status": "executed", "updated_at": self.clock.now(), **values}
         self.store.update_approval(conn, row.id, expect_status=["approved"], values=values)
-
-    def fail_approval(self, conn: Any, row: ApprovalRow | None, error: str) -> None:
-        """End a gated approval in `failed`: the subject is free, the card shows why, and a new
-        attempt is a new proposal (the grant was spent when execution started)."""
-        if row is not None:
-            values = {"status": "failed", "reason": error, "updated_at": self.clock.now()}
-            self.store.update_approval(conn, row.id, expect_status=["approved"], values=values)
 
 
 def storable(value: Any, what: str, tool: str, key: str) -> tuple[Any, str]:
@@ -392,10 +272,3 @@ def check_settle(by: object, provider_ref: object) -> None:
             raise TypeError(f"settle: {name} must be text (got {type(value).__name__})")
         if not value.strip() or _SURROGATE.search(value):
             raise ValueError(f"settle: {name} must be text that is not blank, without a lone surrogate")
-
-
-def log_outcome(what: str, tool: str, row: ApprovalRow | None, key: str, reason: str) -> None:
-    """A WARNING for an execution (gated, `row`) or a write that did not succeed: an unknown
-    outcome or a definite failure, with the idempotency key and the reason."""
-    kind, approval = ("execution", f" approval={row.id} version={row.version}") if row else ("write", "")
-    log.warning("%s %s: tool=%s%s key=%s reason=%s", kind, what, tool, approval, key, one_line(reason))

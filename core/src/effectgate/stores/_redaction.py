@@ -89,7 +89,7 @@ def is_open(t: Target, now: float, deadlines: Mapping[str, float] | None = None)
     """Whether the call of a target row may still run or is still being decided (never erased):
     every row of such a call is open, not only its approval and idempotency record (`Call`).
     An approved call that can never run is not open: a shadow call (approved, never run) and one
-    whose grant lapsed unpresented after its approval's deadline (no regrant: `_decisions.lapsed`);
+    whose grant lapsed unpresented after its approval's deadline (no regrant: `_decidable.Decidable.lapsed`);
     nor is a pending one past its deadline (the gate answers it `expired`, swept or not).
     `deadlines`: each approval's deadline by id, as `_deadline.for_erasure` derives it (never its
     `expires_at` column); one not listed has not passed."""
