@@ -20,6 +20,7 @@ refunds counted at the provider's receiver.
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 from pathlib import Path
@@ -291,15 +292,20 @@ def test_the_store_reads_when_each_version_was_proposed(
     clock.advance(60)
     _propose(shop_gate, {**REFUND, "amount": 6000}, "m2")
     with store.transaction() as conn:
-        row, read, at = store.locked_decided_at(conn, first.approval_id)
+        row, read, (at, detail) = store.locked_decided_at(conn, first.approval_id)
         plain = store.locked_decided(conn, first.approval_id)
         times = store.proposal_times(conn, [first.approval_id, "no-such-approval"])
-        assert store.locked_decided_at(conn, "no-such-approval") == (None, [], None)
+        assert store.locked_decided_at(conn, "no-such-approval") == (None, [], (None, None))
     assert row is not None
     assert plain[0] is not None
     assert (row.id, row.version, row.seal, read) == (plain[0].id, 2, plain[0].seal, plain[1])
     assert at == proposed + 60
-    assert times == {(first.approval_id, 1): proposed, (first.approval_id, 2): proposed + 60}
+    ttl = shop_gate.gate.policy.pending_ttl  # round 30: with the detail that records it
+    assert json.loads(detail)["pending_ttl"] == ttl
+    assert {k: (t, json.loads(d)["pending_ttl"]) for k, (t, d) in times.items()} == {
+        (first.approval_id, 1): (proposed, ttl),
+        (first.approval_id, 2): (proposed + 60, ttl),
+    }
 
 
 def test_a_live_approval_whose_deadline_was_edited_backward_is_not_erased(

@@ -1,8 +1,10 @@
 """An approval's pending deadline as the gate derives it, never as its `expires_at` column (which
 no seal covers) says: the `at` of the chained event that proposed or amended the row's version
 (the first one: an event inserted later moves nothing, one edited after its checkpoint breaks the
-chain the audit verifies) plus the policy's `pending_ttl` (the row's sealed policy fingerprint
-names the policy; a row under another policy is refused by `Ledger.bar` before it is granted).
+chain the audit verifies) plus the `pending_ttl` that event records, the deadline its proposal
+announced, so every process sharing the ledger derives one deadline whatever its own policy's
+timeouts (which the policy fingerprint leaves out); the deciding policy's `pending_ttl` only for
+an event that records none (written before round 29b).
 
 A deadline edited forward revives nothing, and one edited backward makes nothing lapse early:
 the column is the copy that cards show and that the SQL listing candidates compares, and every
@@ -28,14 +30,16 @@ from .stores.records import ApprovalRow
 PROPOSING = ("proposed", "amended")
 
 
-def derived(row: ApprovalRow, proposed_at: Any, ttl: float) -> float:
-    """The deadline of `row`'s version, proposed at `proposed_at` (its event's `at`, as read);
-    TamperedRecord when there is no such event, or its time is not one (edited in the database)."""
-    if not _time(proposed_at):
+def derived(row: ApprovalRow, proposed: tuple[Any, Any] | None, ttl: float) -> float:
+    """The deadline of `row`'s version from the (`at`, detail) of its proposing event, as read:
+    its `at` plus the `pending_ttl` it records (`ttl` when it records none). TamperedRecord when
+    there is no such event, or its time is not one (edited in the database)."""
+    at, detail = proposed or (None, None)
+    if at is None or not _time(at):
         raise TamperedRecord(
             row.id, f"no event records when version {row.version} was proposed (edited in the database)"
         )
-    return float(proposed_at) + ttl
+    return float(at) + (_ttl(detail) or ttl)
 
 
 def _time(value: Any) -> bool:
@@ -64,11 +68,11 @@ def lapsed(store: Store, conn: Any, rows: list[ApprovalRow], ttl: float, now: fl
     says so). A version without its proposal event cannot be decided (`derived`): it lapses as
     its column says, which changes nothing else."""
     due = [r for r in rows if past(r.expires_at, now)]
-    at = store.proposal_times(conn, [r.id for r in due]) if due else {}
+    proposed = store.proposal_times(conn, [r.id for r in due]) if due else {}
     out = []
     for row in due:
         try:
-            deadline = derived(row, at.get((row.id, row.version)), ttl)
+            deadline = derived(row, proposed.get((row.id, row.version)), ttl)
         except TamperedRecord:
             deadline = -math.inf
         if deadline <= now:
@@ -81,12 +85,12 @@ _DEFAULT_TTL = Policy().pending_ttl
 
 def for_erasure(targets: Sequence[Target], policy: Policy | None) -> dict[str, float]:
     """The deadline `redact` and `retain` judge each pending or approved approval of `targets`'
-    calls by (`stores._redaction.is_open`), by id: as the gate derives it, the `at` of the event
-    that proposed or amended its version (`stores._proposing`) plus `policy.pending_ttl` (the
-    gate's policy: the gate decides by it, and the recorded policy's fingerprint leaves timeouts
-    out); -inf for a version without such an event (the gate can never decide it). Without
-    `policy`, the later of its `expires_at` column and that event plus the `pending_ttl` it records
-    (the default's when it records none): an edit of the column can only keep a call longer."""
+    calls by (`stores._redaction.is_open`), by id: as the gate derives it (`derived`), the `at` of
+    the event that proposed or amended its version (`stores._proposing`) plus the `pending_ttl` it
+    records (`policy.pending_ttl`, the gate's, when it records none); -inf for a version without
+    such an event (the gate can never decide it). Without `policy`, the later of its `expires_at`
+    column and that deadline (the default's `pending_ttl` when the event records none): an edit of
+    the column can only keep a call longer."""
     out: dict[str, float] = {}
     for t in targets:
         for a in (t, *((t.call.approval, *t.call.named) if t.call is not None else ())):
@@ -96,7 +100,7 @@ def for_erasure(targets: Sequence[Target], policy: Policy | None) -> dict[str, f
             if not _time(at):
                 out[a.key] = -math.inf  # the gate can never decide it (`derived`)
             elif policy is not None:
-                out[a.key] = float(at) + policy.pending_ttl
+                out[a.key] = float(at) + (_ttl(detail) or policy.pending_ttl)
             else:
                 column = float(a.expires_at) if _time(a.expires_at) else -math.inf  # type: ignore[arg-type]
                 out[a.key] = max(column, float(at) + (_ttl(detail) or _DEFAULT_TTL))

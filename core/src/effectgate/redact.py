@@ -115,10 +115,10 @@ def redact(
 ) -> Redaction:
     """Erase the personal values of every record of `user_id` (of one `subject` of theirs, when
     given), keeping the facts named in `keep`; `policy`: the gate's (its `pending_ttl` says when a
-    pending call lapsed: `_deadline.for_erasure`). Refused, changing nothing, while the user is held
-    or has a call that may still run (module docstring), and for an empty `subject` (`{}` would
-    match every write of the user: leave `subject` out to erase them all); `SubjectNotFound` when
-    no record of the user matches `subject`."""
+    pending call whose proposal recorded none lapsed: `_deadline.for_erasure`). Refused, changing
+    nothing, while the user is held or has a call that may still run (module docstring), and for
+    an empty `subject` (`{}` would match every write of the user: leave `subject` out to erase them
+    all); `SubjectNotFound` when no record of the user matches `subject`."""
     for name, value in (("user_id", user_id), ("by", by), ("reason", reason)):
         _text(name, value)
     if subject is not None and (not isinstance(subject, Mapping) or not subject):  # {}: every write

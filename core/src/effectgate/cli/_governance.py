@@ -180,9 +180,10 @@ def _erased_before(store: Any, keyring: Any, user: str, subject: Any) -> str | N
 
 
 def _policy(args: argparse.Namespace, store: Any) -> Policy | None:
-    """The policy of the `--app` gate (its `pending_ttl` says when a pending call lapsed), or None
-    without one: erasure then keeps a call while its column, or its proposal event plus the
-    `pending_ttl` that event recorded, says it is open (`_deadline.for_erasure`)."""
+    """The policy of the `--app` gate (its `pending_ttl` says when a pending call whose proposal
+    event recorded none lapsed), or None without one: erasure then keeps a call while its column,
+    or its proposal event plus the `pending_ttl` that event recorded, says it is open
+    (`_deadline.for_erasure`)."""
     if not getattr(args, "app", None):
         return None
     gate = _make_gate(args, store, need_app=True)

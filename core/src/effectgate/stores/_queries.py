@@ -123,15 +123,16 @@ def first_proposed() -> Any:
 
 
 def proposal_times() -> Any:
-    """When the listed approvals' versions were proposed or amended (`p_ids`, an expanding list):
-    (approval id, version, the first such event's `at`); a walk of `eg_events_approval`."""
+    """The events that proposed or amended the listed approvals' versions (`p_ids`, an expanding
+    list), in id order (the first of a version is the one that counts): (approval id, version,
+    `at`, detail as stored); a walk of `eg_events_approval`."""
+    e = T_EVENTS
     return (
-        sa.select(T_EVENTS.c.approval_id, T_EVENTS.c.version, sa.func.min(T_EVENTS.c.at))
+        sa.select(e.c.approval_id, e.c.version, e.c.at, e.c.detail_json)
         .where(
-            T_EVENTS.c.approval_id.in_(sa.bindparam("p_ids", expanding=True)),
-            T_EVENTS.c.kind.in_(("proposed", "amended")),
+            e.c.approval_id.in_(sa.bindparam("p_ids", expanding=True)), e.c.kind.in_(("proposed", "amended"))
         )
-        .group_by(T_EVENTS.c.approval_id, T_EVENTS.c.version)
+        .order_by(e.c.id)
     )
 
 
@@ -172,8 +173,8 @@ _EXECUTION_COLUMNS = (
 #: these tuples). Approvals, decisions and executions with an approval come ordered by approval id
 #: (`{collate}`: byte order on every database), so the audit merges them without holding any.
 #: A granted approval's last two columns are when its version was proposed and that event's detail
-#: (its `pending_ttl`, `_audit_deadline`): its first such event, one row read (the gate's `MIN(at)`
-#: reads each of the approval's events).
+#: (its `pending_ttl`, `_audit_deadline`): its first such event (by id, as the gate reads it), one
+#: row read.
 #: Every approval and decision is read, so they are sorted by an expression of the id (the same
 #: order): read through the id index instead, SQLite would fetch each row at random, which costs
 #: more than reading the table in order and sorting it. Executions keep the index: it skips the

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..context import _storable
-from . import _dialect
+from . import _dialect, _proposing
 from . import _queries as Q
 from . import _statements as S
 from .records import PERSONAL, ApprovalRow, DecisionRow, EventRow, ExecutionRow
@@ -21,7 +21,6 @@ from .records import PERSONAL, ApprovalRow, DecisionRow, EventRow, ExecutionRow
 #: Built once: the statement's shape never changes (the id list is one expanding parameter).
 _FIRST_PROPOSED = Q.first_proposed()
 _EXECUTION_OUTCOMES = Q.execution_outcomes()
-_PROPOSAL_TIMES = Q.proposal_times()
 _GRANTS_PRESENTED = Q.grants_presented()
 _DECISIONS_OF = (
     sa.select(Q.T_DECISIONS)
@@ -127,13 +126,13 @@ class ReadingSQL:
         with self.reading() as conn:
             return {str(a): int(i) for a, i in conn.execute(_FIRST_PROPOSED, {"p_ids": ids})}
 
-    def proposal_times(self, conn: Connection, approval_ids: Collection[str]) -> dict[tuple[str, int], Any]:
-        """When each version of the listed approvals was proposed or amended: (id, version) to
-        the `at` of its first such event; a version with none is left out."""
-        if not approval_ids:
-            return {}
-        rows = conn.execute(_PROPOSAL_TIMES, {"p_ids": list(approval_ids)})
-        return {(r[0], r[1]): r[2] for r in rows}
+    def proposal_times(
+        self, conn: Connection, approval_ids: Collection[str]
+    ) -> dict[tuple[str, int], tuple[Any, Any]]:
+        """When, and with what detail, each version of the listed approvals was proposed or
+        amended: (id, version) to the `at` and detail of its first such event (by id); a version
+        with none is left out."""
+        return _proposing.proposal_times(conn, approval_ids)
 
     def execution_outcomes(self, conn: Connection, approval_ids: Collection[str]) -> dict[str, str]:
         ids = sorted(set(approval_ids))

@@ -38,12 +38,17 @@ APPROVAL_DECISIONS = (
     "LEFT JOIN eg_decisions d ON d.approval_id = a.id AND d.version = a.version WHERE a.id = :p_id "
     "ORDER BY d.id"
 )
-#: `APPROVAL_DECISIONS` with, last, when the version it reads was proposed or amended: the first
-#: such event's `at` (`_deadline`), NULL when none; a probe of `eg_events_approval` in the same read.
+#: The first event (by id) that proposed or amended the version `a` reads: `{}` is the column.
+_PROPOSING = (
+    "(SELECT e.{} FROM eg_events e WHERE e.approval_id = a.id AND e.version = a.version "
+    "AND e.kind IN ('proposed', 'amended') ORDER BY e.id LIMIT 1)"
+)
+#: `APPROVAL_DECISIONS` with, last, the `at` and the detail of the first event that proposed or
+#: amended the version it reads (`_deadline`), NULLs when none; probes of `eg_events_approval` in
+#: the same read.
 APPROVAL_DECISIONS_AT = APPROVAL_DECISIONS.replace(
     " FROM eg_approvals a ",
-    ", (SELECT MIN(e.at) FROM eg_events e WHERE e.approval_id = a.id AND e.version = a.version "
-    "AND e.kind IN ('proposed', 'amended')) FROM eg_approvals a ",
+    f", {_PROPOSING.format('at')}, {_PROPOSING.format('detail_json')} FROM eg_approvals a ",
     1,
 )
 
@@ -81,14 +86,14 @@ class TogetherSQL:
 
     def locked_decided_at(
         self, conn: Connection, approval_id: str
-    ) -> tuple[ApprovalRow | None, list[DecisionRow], Any]:
-        """`locked_decided`, and when the version it read was proposed (or amended): the `at` of
-        the first such event, None when there is none; in the same one read."""
+    ) -> tuple[ApprovalRow | None, list[DecisionRow], tuple[Any, Any]]:
+        """`locked_decided`, and the `at` and detail (as stored) of the first event that proposed
+        or amended the version it read, (None, None) when there is none; in the same one read."""
         rows = self._locked(conn, approval_id, APPROVAL_DECISIONS_AT)
         if not rows:
-            return None, [], None
-        decided = [S.decision_of(r[_WIDTH:-1]) for r in rows if r[_WIDTH] is not None]
-        return S.approval_of(rows[0][:_WIDTH]), decided, rows[0][-1]
+            return None, [], (None, None)
+        decided = [S.decision_of(r[_WIDTH:-2]) for r in rows if r[_WIDTH] is not None]
+        return S.approval_of(rows[0][:_WIDTH]), decided, (rows[0][-2], rows[0][-1])
 
     def _locked(self, conn: Connection, approval_id: str, sql: str) -> list[Any]:
         """The rows of `sql` for the approval, read after its subject's lock; [] when there is none."""

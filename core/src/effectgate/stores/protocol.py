@@ -54,11 +54,15 @@ class ApprovalLedger(Protocol):
 
     def locked_decided_at(
         self, conn: Any, approval_id: str
-    ) -> tuple[ApprovalRow | None, list[DecisionRow], Any]:
-        """`locked_decided`, and when its version was proposed (`_deadline`), in the same read."""
+    ) -> tuple[ApprovalRow | None, list[DecisionRow], tuple[Any, Any]]:
+        """`locked_decided`, and the `at` and detail of the event that proposed its version
+        (`_deadline`; (None, None) without one), in the same read."""
 
-    def proposal_times(self, conn: Any, approval_ids: Collection[str]) -> dict[tuple[str, int], Any]:
-        """(approval id, version) to when it was proposed or amended (`_deadline`)."""
+    def proposal_times(
+        self, conn: Any, approval_ids: Collection[str]
+    ) -> dict[tuple[str, int], tuple[Any, Any]]:
+        """(approval id, version) to the `at` and detail of the first event (by id) that proposed
+        or amended it (`_deadline`); a version with none is left out."""
 
     def approval_for_key(self, conn: Any, key: str) -> ApprovalRow | None:
         """The approval an intent key was recorded against, or None."""
