@@ -12,9 +12,12 @@ and PostgreSQL; refunds counted at the provider's receiver.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
+
 import pytest
 
-from effectgate import Grant, Pending
+from effectgate import EffectGate, Grant, Pending
 from effectgate.audit import audit
 from effectgate.errors import ApprovalExpired
 from effectgate.examples.shop import Shop, context
@@ -27,30 +30,47 @@ from .test_round29_deadline import FINANCE, REFUND
 from .test_round29_deadline_review import DAY, _gate
 
 
-def test_a_reviewer_process_with_a_shorter_pending_ttl_grants_within_the_proposers_deadline(
-    store: SQLStore, clock: FakeClock
-) -> None:
-    """The agent's gate announced seven days; the inbox's own policy says one. On day three the
-    inbox grants it (before: refused as expired, and the call marked expired for every process),
-    it runs once, and the audit finds nothing."""
+@dataclass
+class WeekCall:
+    """A refund proposed by an agent's gate announcing seven days, three days ago; beside it a
+    reviewer's inbox whose own policy says one day (the default)."""
+
+    shop: Shop
+    keyring: Keyring
+    agent: EffectGate
+    inbox: EffectGate
+    pending: Pending
+
+    def grant_and_run(self) -> None:
+        grant = self.inbox.approve(self.pending.approval_id, version=1, approver=FINANCE)
+        assert isinstance(grant, Grant)
+        self.agent.execute(grant.token)
+
+
+@pytest.fixture
+def week_call(store: SQLStore, clock: FakeClock) -> Iterator[WeekCall]:
     shop, keyring = Shop(), Keyring.generate()
     agent = _gate(store, clock, shop, keyring, pending_ttl=7 * DAY)
-    inbox = _gate(store, clock, shop, keyring)  # the default pending_ttl: a day
+    inbox = _gate(store, clock, shop, keyring)
     try:
         pending = agent.call("refund_order", REFUND, context("m1", session_id="s-ada"))
         assert isinstance(pending, Pending)
         clock.advance(3 * DAY)
-        grant = inbox.approve(pending.approval_id, version=1, approver=FINANCE)
-        assert isinstance(grant, Grant)
-        agent.execute(grant.token)
+        yield WeekCall(shop, keyring, agent, inbox, pending)
     finally:
         agent.close()
         inbox.close()
-    assert shop.receiver.count("refund") == 1
-    row = store.get_approval(pending.approval_id)
-    assert row is not None
-    assert row.status == "executed"
-    assert [f.kind for f in audit(store, keyring=keyring).findings] == []
+
+
+def test_a_reviewer_process_with_a_shorter_pending_ttl_grants_within_the_proposers_deadline(
+    store: SQLStore, week_call: WeekCall
+) -> None:
+    """On day three the inbox grants it (before: refused as expired, and the call marked expired
+    for every process), it runs once, and the audit finds nothing."""
+    week_call.grant_and_run()
+    assert week_call.shop.receiver.count("refund") == 1
+    assert _status(store, week_call.pending.approval_id) == "executed"
+    assert [f.kind for f in audit(store, keyring=week_call.keyring).findings] == []
 
 
 def test_a_reviewer_process_sweep_follows_the_deadline_each_call_announced(
@@ -87,30 +107,20 @@ def test_a_reviewer_process_sweep_follows_the_deadline_each_call_announced(
 
 
 def test_a_redaction_under_a_shorter_policy_refuses_a_call_still_open_by_its_announced_deadline(
-    store: SQLStore, clock: FakeClock
+    store: SQLStore, week_call: WeekCall
 ) -> None:
-    """`redact(policy=inbox.policy)` on day three of a seven-day call: the call may still run, so
-    the redaction is refused (before: its arguments were erased while it could still be granted);
-    it is then approved and runs once."""
-    shop, keyring = Shop(), Keyring.generate()
-    agent = _gate(store, clock, shop, keyring, pending_ttl=7 * DAY)
-    inbox = _gate(store, clock, shop, keyring)
-    try:
-        pending = agent.call("refund_order", REFUND, context("m1", session_id="s-ada"))
-        assert isinstance(pending, Pending)
-        clock.advance(3 * DAY)
-        with pytest.raises(RedactionError, match="may still run"):
-            redact(store, keyring, user_id="u1", by="dpo", reason="erasure", policy=inbox.policy)
-        row = store.get_approval(pending.approval_id)
-        assert row is not None
-        assert not row.args_json.startswith('{"$redacted"')
-        grant = inbox.approve(pending.approval_id, version=1, approver=FINANCE)
-        assert isinstance(grant, Grant)
-        agent.execute(grant.token)
-    finally:
-        agent.close()
-        inbox.close()
-    assert shop.receiver.count("refund") == 1
+    """`redact(policy=inbox.policy)` on day three: the call may still run, so the redaction is
+    refused (before: its arguments were erased while it could still be granted); it is then
+    approved and runs once."""
+    with pytest.raises(RedactionError, match="may still run"):
+        redact(
+            store, week_call.keyring, user_id="u1", by="dpo", reason="erasure", policy=week_call.inbox.policy
+        )
+    row = store.get_approval(week_call.pending.approval_id)
+    assert row is not None
+    assert not row.args_json.startswith('{"$redacted"')
+    week_call.grant_and_run()
+    assert week_call.shop.receiver.count("refund") == 1
 
 
 def _status(store: SQLStore, approval_id: str) -> str:

@@ -253,4 +253,5 @@ class ApprovalLedger(Protocol):
 
 
 class Store(ApprovalLedger, IdempotencyLedger, RedactionLedger, ChainLedger, Protocol):
-    """Both ledgers in one database (one transaction can span them)."""
+    """The approval ledger, the idempotency store and their upkeep in one database (one transaction
+    can span them)."""
