@@ -57,31 +57,17 @@ from langgraph.prebuilt.tool_node import (
     _infer_handled_types,
 )
 from langgraph.types import Command
-from pydantic_core import ErrorDetails
 
 from effectgate import EffectGate
 from effectgate._logging import logger as guarded_logger
 from effectgate.errors import NeedsReconciliation
 
+from ._arguments import ArgumentsRefused, InvalidToolArguments
+
 logger = guarded_logger(__name__)  # a handler that raises changes no call (effectgate._logging)
 
 #: ToolNode's `_inject_tool_args(call, runtime, tool)`: the call with the trusted values added.
 Inject = Callable[[ToolCall, ToolRuntime[Any, Any], BaseTool], ToolCall]
-
-
-class InvalidToolArguments(ValueError):
-    """The tool's own pydantic model refused the arguments, or the values the graph injects could
-    not be supplied (no store, a missing state field); the tool did not run."""
-
-    def __init__(self, tool: str, error: Exception) -> None:
-        self.tool = tool
-        self.source = error
-        self.errors: list[ErrorDetails] = []
-        if isinstance(error, pydantic.ValidationError):
-            self.errors = error.errors(include_url=False)
-            super().__init__(f"{tool}: the tool refused its arguments: {error}")
-        else:
-            super().__init__(f"{tool}: the arguments the graph injects could not be supplied: {error}")
 
 
 class ToolReportedError(Exception):
@@ -192,6 +178,8 @@ def _check(tool: BaseTool, args: Mapping[str, Any], keys: frozenset[str], call_i
         model.model_validate(values)
     except pydantic.ValidationError as exc:
         raise InvalidToolArguments(tool.name, exc) from exc
+    except Exception as exc:  # a validator's own error escapes pydantic as itself: still unrun
+        raise ArgumentsRefused(tool.name, exc) from exc
 
 
 def _as_call(
@@ -363,6 +351,8 @@ def error_message(exc: Exception, call: ToolCall, flag: Any) -> ToolMessage:
     made itself is its answer. Unhandled, the exception is raised again and fails the run."""
     cause = exc.__cause__ if isinstance(exc, NeedsReconciliation) else exc
     error = cause if isinstance(cause, Exception) else exc
+    if isinstance(error, ArgumentsRefused):  # ToolNode sees the validator's own error
+        error = error.source
     raise_injection_error(error)
     if isinstance(error, ToolReportedError):  # as ToolNode gives it, whatever the flag
         return error.message

@@ -45,9 +45,9 @@ from langgraph.types import Command
 from effectgate import CallContext, Effect, EffectGate, Executed, Invalid, Outcome
 from effectgate.adapter import is_gated, native_approver
 
+from ._arguments import InvalidToolArguments
 from ._fidelity import (
     Flight,
-    InvalidToolArguments,
     ToolReportedError,
     flying,
     framework_keys,

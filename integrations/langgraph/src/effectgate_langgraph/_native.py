@@ -46,7 +46,9 @@ Limits, refused or documented rather than guessed:
   gated call.
 - The arguments are checked against the tool's own pydantic model before it runs; a failure there
   (a validator the JSON schema cannot express) raises `InvalidToolArguments`, which the rows
-  `gated_node` / `gated_middleware` build list as a definite failure: nothing ran. For a gated
+  `gated_node` / `gated_middleware` build list as a definite failure: nothing ran. A validator
+  raising an error pydantic does not wrap (a `TypeError`, a timeout, its own) is a definite
+  failure of any row too, and `handle_tool_errors` judges that error, as ToolNode does. For a gated
   tool that check comes after the approval, because the gate proposes on the JSON schema.
 """
 
@@ -69,7 +71,8 @@ from effectgate.errors import TableError
 from effectgate.rows import DEFAULT_DB, NativeTool, Row, check_rows, gate_for, table_for
 from effectgate.stores.base import to_json
 
-from ._fidelity import InvalidToolArguments, ainvoke_tool, injected_keys, invoke_tool, mark_native
+from ._arguments import InvalidToolArguments
+from ._fidelity import ainvoke_tool, injected_keys, invoke_tool, mark_native
 from ._middleware import EffectGateMiddleware
 from ._node import GatedToolNode
 

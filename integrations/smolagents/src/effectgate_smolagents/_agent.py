@@ -58,7 +58,7 @@ from ._identity import check_max_steps, model_id_of, outside_a_run, refuse_plain
 from ._imports import acknowledged, freeze
 from ._managed import adopt, check_team, check_tools, hide_members, own, serve_as_member
 from ._memory import check_resumable, forget_others
-from ._native import keeping_output, own_output
+from ._native import keeping_output, own_error, own_output
 from ._outcomes import AwaitingApproval, Finished, RunOutcome, signed
 from ._result import run_result, wants_full_result
 from ._saving import mark_saved_agent
@@ -202,7 +202,7 @@ class GatedAgent:
             return gate_refused(name, exc, code=code)
         except Exception as exc:  # the tool's own failure, recorded: shown as smolagents shows it
             return tool_failed(
-                name, args, exc, code=self.code, parallel=self._parallel, logger=self.agent.logger
+                name, args, own_error(exc), code=self.code, parallel=self._parallel, logger=self.agent.logger
             )
         if isinstance(outcome, Executed):
             return own_output(outcome, kept)

@@ -37,8 +37,10 @@ from effectgate.errors import (
     TokenError,
     WrongApprover,
 )
+from effectgate.flow import NotStarted
 from effectgate.outcomes import TAMPERED_WARNING, Card, RefusalCode
 
+from ._native import own_error
 from ._outcomes import AWAITING, AwaitingApproval
 
 
@@ -186,9 +188,10 @@ def _execute(gate: EffectGate, pending: Pending, decision: Approve) -> Outcome:
         return Refused(code="needs_reconciliation", message=message, tool=tool, approval_id=approval_id)
     except Exception as exc:
         spec = gate.table.get(tool)
-        if spec is None or not isinstance(exc, spec.definite_failures):
+        if spec is None or not isinstance(exc, (NotStarted, *spec.definite_failures)):
             raise  # not the tool's definite failure (the store, say): the resume can be tried again
-        message = f"{tool} failed: {type(exc).__name__}: {exc}"  # nothing ran; the gate recorded it
+        own = own_error(exc)
+        message = f"{tool} failed: {type(own).__name__}: {own}"  # nothing ran; the gate recorded it
         return Refused(code="failed", message=message, tool=tool, approval_id=approval_id)
 
 

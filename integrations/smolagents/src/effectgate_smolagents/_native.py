@@ -20,11 +20,13 @@ validates what the model was told, and `self` never appears):
 
 The function calls `tool(**arguments)`, not `tool.forward`: smolagents' `__call__` runs the
 tool's `setup()` on first use (once here, under a lock, since a ToolCallingAgent runs a step's
-calls in threads) and some tools override `__call__` itself. Inputs and outputs are not
-sanitized there: the arguments are the JSON the gate validated, the raw result is what the gate
-records (its JSON form, what the agent gets; an output with none, such as an image, is stored as
-`{"unserializable": TYPE}` and the run that made it gets the output itself, `own_output`), and
-the `GatedTool` standing for the tool converts it for the model as smolagents would.
+calls in threads) and some tools override `__call__` itself. A `setup()` that raises is a
+definite failure (`SetupFailed`: `forward` never ran), shown to the model as its own error.
+Inputs and outputs are not sanitized there: the arguments are the JSON the gate validated, the
+raw result is what the gate records (its JSON form, what the agent gets; an output with none,
+such as an image, is stored as `{"unserializable": TYPE}` and the run that made it gets the
+output itself, `own_output`), and the `GatedTool` standing for the tool converts it for the model
+as smolagents would.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from smolagents import Tool
 
 from effectgate import Executed
 from effectgate.errors import TableError
+from effectgate.flow import NotStarted
 from effectgate.rows import NativeTool
 
 _JSON_TYPES = frozenset({"string", "integer", "number", "boolean", "array", "object", "null"})
@@ -136,7 +139,10 @@ def _caller(tool: Tool) -> Callable[..., Any]:
         if not getattr(tool, "is_initialized", False):
             with lock:
                 if not getattr(tool, "is_initialized", False):
-                    tool.setup()
+                    try:
+                        tool.setup()
+                    except Exception as exc:  # `forward` never ran: nothing happened
+                        raise SetupFailed(f"{type(exc).__name__}: {exc}") from exc
         output = tool(**arguments)
         kept = _OWN.get()
         if kept is not None:
@@ -146,6 +152,17 @@ def _caller(tool: Tool) -> Callable[..., Any]:
     call.__name__ = call.__qualname__ = tool.name
     call.__doc__ = tool.description
     return call
+
+
+class SetupFailed(NotStarted):
+    """The tool's `setup()` raised: its `forward` never ran, so the gate records a definite
+    failure (`NotStarted`), never an unknown outcome; the model is shown the setup's own error."""
+
+
+def own_error(exc: Exception) -> Exception:
+    """The error smolagents would show for `exc`: a failed setup's own."""
+    cause = exc.__cause__
+    return cause if isinstance(exc, SetupFailed) and isinstance(cause, Exception) else exc
 
 
 #: The own outputs of the native tools that ran in the current `GatedAgent._call` (`own_output`)
