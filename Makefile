@@ -4,6 +4,8 @@ SHELL := /bin/bash
 # uv as a module of the same python3 that pip installs it into: no PATH or shim surprises.
 UV ?= python3 -m uv
 PY := $(UV) run --frozen python
+# pytest-xdist workers for make test (the machine CI uses has 2 cores); PYTEST_WORKERS=0 runs serially
+PYTEST_WORKERS ?= 2
 
 .PHONY: help uv sync demo test check lint typecheck pytest proofs compat notebooks bench browser serve pg-start pg-stop clean
 
@@ -42,7 +44,7 @@ browser: sync ## Debian's chromium for the browser tests (apt-get when root and 
 pytest: sync browser
 	@$(PY) tests/pgserver.py start >/dev/null; status=$$?; \
 	if [ $$status -ne 0 ] && [ "$${CI:-}" = "true" ]; then echo "CI: PostgreSQL could not start" >&2; exit 1; fi; \
-	$(UV) run --frozen pytest $(PYTEST_ARGS); rc=$$?; \
+	$(UV) run --frozen pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS); rc=$$?; \
 	$(PY) tests/pgserver.py stop; exit $$rc
 
 serve: sync ## the reviewer inbox on the demo database (after make demo), approvers in approvers.toml
@@ -64,4 +66,4 @@ compat: uv ## the adapter suites on the lowest and the newest framework versions
 	@UV="$(UV)" python3 tests/compat.py
 
 clean:
-	rm -rf .pgtest .pytest_cache .mypy_cache .ruff_cache .compat artifacts effectgate-demo.db*
+	rm -rf .pgtest .pgtest.lock .pytest_cache .mypy_cache .ruff_cache .compat artifacts effectgate-demo.db*

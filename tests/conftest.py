@@ -22,6 +22,7 @@ from . import pgserver
 from ._pgpool import DatabasePool
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+_PG_BEFORE = pytest.StashKey[bool]()  # whether a server ran before this pytest run (xdist's controller)
 
 
 @pytest.fixture
@@ -29,9 +30,28 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
+def _xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Under pytest-xdist each worker starts the server on its first PostgreSQL test (idempotent,
+    # locked); none stops it, since another may still be using it: the controller does, at the
+    # end, if there was none before the run.
+    if not _xdist_worker(config):
+        config.stash[_PG_BEFORE] = pgserver.PORT_FILE.exists() or bool(os.environ.get("EFFECTGATE_PG_URL"))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    workers = config.getoption("numprocesses", None) if config.pluginmanager.hasplugin("xdist") else None
+    if not _xdist_worker(config) and workers and not config.stash.get(_PG_BEFORE, True):
+        pgserver.stop()
+
+
 @pytest.fixture(scope="session")
-def pg_server() -> Iterator[str]:
+def pg_server(pytestconfig: pytest.Config) -> Iterator[str]:
     started_here = not (pgserver.PORT_FILE.exists() or os.environ.get("EFFECTGATE_PG_URL"))
+    started_here = started_here and not _xdist_worker(pytestconfig)
     try:
         url = pgserver.start()
     except (pgserver.Unavailable, OSError) as exc:

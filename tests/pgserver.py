@@ -9,6 +9,7 @@ where they fail.
 
 from __future__ import annotations
 
+import fcntl
 import glob
 import os
 import shutil
@@ -16,11 +17,16 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / ".pgtest"
 PORT_FILE = DATA / "port"
+#: Held while a server is started or stopped: pytest-xdist's workers each start it (idempotent),
+#: and one must never clear the data directory of a server another is starting or using.
+LOCK_FILE = ROOT / ".pgtest.lock"
 ENABLE_HINT = (
     "PostgreSQL tests need a server: install Debian's postgresql package (apt-get install "
     "postgresql) or run `make test` as root, or set EFFECTGATE_PG_URL to a server you own."
@@ -69,19 +75,35 @@ def url(dbname: str = "postgres") -> str:
     return f"postgresql+psycopg://postgres@127.0.0.1:{port}/{dbname}"
 
 
-def _ready(port: int) -> bool:
+def _ready(port: int, timeout: float = 0.5) -> bool:
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout):
             return True
     except OSError:
         return False
+
+
+@contextmanager
+def _locked() -> Iterator[None]:
+    with open(LOCK_FILE, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def start() -> str:
     """Start the server (idempotent) and return its URL."""
     if os.environ.get("EFFECTGATE_PG_URL"):
         return url()
-    if PORT_FILE.exists() and _ready(int(PORT_FILE.read_text())):
+    with _locked():
+        return _start()
+
+
+def _start() -> str:
+    # patient: a busy machine (two test workers) may be slow to accept; a live server is never replaced
+    if PORT_FILE.exists() and _ready(int(PORT_FILE.read_text()), timeout=5):
         return url()
     bindir = _bindir()
     if bindir is None:
@@ -149,6 +171,11 @@ def start() -> str:
 
 
 def stop() -> None:
+    with _locked():
+        _stop()
+
+
+def _stop() -> None:
     bindir = _bindir()
     pgdata = DATA / "data"
     if bindir is None or not pgdata.exists():

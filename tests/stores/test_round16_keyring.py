@@ -79,6 +79,8 @@ def test_whitespace_around_entries_and_inside_the_hex_reads_as_the_same_keyring(
         (f"k1:{OLD}\nk2:{NEW}", r"kid:hexsecret\[,kid:hexsecret"),  # one per line: say commas
         (f"k1:{'ab' * 32}", "not random"),
     ],
+    # fixed ids: the secrets are random, and pytest-xdist needs every worker to collect the same names
+    ids=["twice", "short", "trailing-comma", "newline", "not-random"],
 )
 def test_a_malformed_environment_keyring_is_a_clear_error_that_echoes_no_secret(
     monkeypatch: pytest.MonkeyPatch, text: str, message: str
