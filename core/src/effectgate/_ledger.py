@@ -22,7 +22,7 @@ from ._deps import Deps, Events
 from ._json import parse
 from ._kept import forged
 from ._person import person
-from ._seal import approval_verifies, decision_intact
+from ._seal import approval_verifies, decision_intact, foreign_key, mismatch
 from ._standing import standing
 from .context import CallContext, Confirmation, SubjectEntry
 from .errors import (
@@ -119,6 +119,9 @@ class Ledger:
             return None
         history = self.history(conn, spec.name, subject_key, exclude)
         if broken := next((e.approval_id for e in history if not e.intact), None):
+            row = self.store.approval(conn, broken)
+            if row is not None and (kid := foreign_key(self.keyring, row.seal)) is not None:
+                return f"approval {broken} on this subject cannot be checked: {mismatch(kid)}"
             return f"approval {broken} on this subject does not verify (edited in the database)"
         try:
             return spec.confirm(args, Confirmation(call=ctx, history=history))
@@ -154,6 +157,7 @@ class Ledger:
                 verified=r.id in verified,
                 now=now,
                 lifetime=self.policy.token_ttl,
+                foreign=r.id not in verified and foreign_key(self.keyring, r.seal) is not None,
             )
             if got is not None:
                 out.append(

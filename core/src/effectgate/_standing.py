@@ -15,8 +15,12 @@ when that is later (a longer lifetime of an earlier policy, a store's clock behi
 A row that does not verify but that sealed decisions name (the gate wrote it: it was edited
 since, and may be put back) counts conservatively: in effect while any of its grants could
 still run, flagged (`intact=False`), and a `confirm` check refuses while it is there (its
-stored amount is no more trusted than its seal). A row no sealed decision names, inserted in
-the database, is no history.
+stored amount is no more trusted than its seal). So does a row sealed under a key the keyring
+no longer holds (`foreign`: retired too early, its decisions sealed under it too, so none
+verifies) while its executions say it ran or its stored grant expiry is ahead (the grant runs
+once the key is back): an executed full refund is not forgotten because its key left. A row no
+sealed decision names, inserted in the database, is no history; so is a foreign one that can
+never run.
 """
 
 from __future__ import annotations
@@ -65,14 +69,21 @@ def standing(
     verified: bool,
     now: float,
     lifetime: float,
+    foreign: bool = False,
 ) -> Standing | None:
     """The row's standing from its executions (`ran`) and its decisions whose seal verifies
-    (`decisions`, any version); None when it does not verify and no sealed decision names it."""
+    (`decisions`, any version); None when it does not verify and no sealed decision names it,
+    unless its seal names a key the keyring lacks (`foreign`)."""
     if not verified:
-        if not decisions:
+        if not decisions and not foreign:
             return None
         times = [d.at for d in decisions if d.decision == "approve"]
-        live = ran is None and _live(times, row.token_expires_at, now, lifetime)
+        if decisions:
+            live = ran is None and _live(times, row.token_expires_at, now, lifetime)
+        else:  # its decisions cannot be checked: its stored expiry, trusted only to count it
+            live = (
+                ran is None and isinstance(row.token_expires_at, int | float) and now < row.token_expires_at
+            )
         if not live and ran not in RAN_STATUS:  # nothing of it can run any more: no history
             return None
         return Standing("approved" if live else said_status(row, ran, False, False), True, False)
