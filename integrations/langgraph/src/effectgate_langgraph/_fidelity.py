@@ -19,8 +19,8 @@ ToolMessage looks like, stays langchain's:
 - `content_of(result)` is the ToolMessage content ToolNode makes of a return value (a string or
   content blocks as they are, anything else as JSON without escaping non-ASCII): what the model
   sees for a stored result (a replay) or a table row's function.
-- `tool_span(tool, call, config)` fires `on_tool_start` for a table row's call (its function is
-  not a langchain tool, so nothing else would): the node ends it with the ToolMessage or the error.
+- `_spans.py` holds the callbacks the node fires itself (a table row's function; a call whose
+  arguments the gate refused, which never reaches `tool.invoke`).
 - `error_message(exc, call, flag)` applies ToolNode's `handle_tool_errors` to an exception a call
   raised through the gate: the same error ToolMessage, or the exception raised again.
 - `invocation_error(tool, call, ...)` is the `ToolInvocationError` ToolNode raises for arguments
@@ -37,7 +37,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pydantic
-from langchain_core.callbacks import CallbackManager, CallbackManagerForToolRun
 from langchain_core.messages import ToolCall, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, InjectedToolCallId
@@ -278,28 +277,6 @@ def mark_native(fn: Callable[..., Any], keys: frozenset[str] = frozenset()) -> N
 
 def is_native(fn: Callable[..., Any]) -> bool:
     return _hashable(fn) and fn in _NATIVE
-
-
-def tool_span(tool: BaseTool, call: ToolCall, config: RunnableConfig) -> CallbackManagerForToolRun:
-    """`on_tool_start` for a call a table row's function answers, as `BaseTool.run` fires it for
-    a langchain tool (the config's callbacks, tags and metadata, the tool's own)."""
-    manager = CallbackManager.configure(
-        config.get("callbacks"),
-        tool.callbacks,
-        bool(tool.verbose),
-        config.get("tags"),
-        tool.tags,
-        config.get("metadata"),
-        tool.metadata,
-    )
-    args = dict(call["args"])
-    return manager.on_tool_start(
-        {"name": tool.name, "description": tool.description},
-        str(args),
-        name=config.get("run_name"),
-        inputs=args,
-        tool_call_id=call.get("id"),
-    )
 
 
 def content_of(result: Any) -> str | list[Any]:

@@ -25,7 +25,8 @@ the call before the gate sees it, and the trusted values are added from the call
 `request.runtime` (ToolNode's `_inject_tool_args`) when it runs, including a gated call that
 runs on resume. A read's `Command` goes to the graph, checked as ToolNode checks it. A read's or
 write's arguments the gate finds invalid are answered with the `ToolInvocationError` text
-create_agent's ToolNode gives for them (`_fidelity.invocation_error`); nothing runs either way.
+create_agent's ToolNode gives for them (`_fidelity.invocation_error`), after the tool's
+`on_tool_start` and `on_tool_error` (`_spans.answered`), as there; nothing runs either way.
 """
 
 from __future__ import annotations
@@ -55,11 +56,12 @@ from ._fidelity import (
     model_call,
     raise_injection_error,
 )
-from ._grants import answer_settled
+from ._grants import Settled, answer_settled
 from ._hitl import NativeApprover
 from ._identity import call_context, messages_of, reused_id_refusal, reused_ids, step_calls
 from ._messages import tool_message
 from ._node import DEFAULT_RESUME_IDENTITY
+from ._spans import answered
 from ._step import StepFlow, adrive, drive, settle_step
 from ._tools import may_call, table_tools
 
@@ -167,11 +169,21 @@ class EffectGateMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             # create_agent sends each call to its ToolNode on its own ("tool_calls" input).
             out: Any = self._tool_node._normalize_tool_response(update, call, "tool_calls")
             return cast("ToolMessage | Command[Any]", out)
-        if isinstance(outcome, Invalid):
-            invalid = self._invalid(call, request)
-            if invalid is not None:
-                return invalid
-        return tool_message(outcome, call, ran=flight.messages.get(call_id))
+        answer = tool_message(outcome, call, ran=flight.messages.get(call_id))
+        if isinstance(outcome, Invalid):  # ToolNode's answer, after its tool's start and error
+            answer = self._invalid(call, request) or answer
+            return answered(answer, outcome, call, request.runtime.config, self._tool_node.tools_by_name)
+        return answer
+
+    def _settled(
+        self, settled: Settled, call: ToolCall, flight: Flight, request: ToolCallRequest
+    ) -> ToolMessage | Command[Any]:
+        answer = answer_settled(settled, call, flight.messages.get(str(call.get("id") or "")), _raise)
+        if isinstance(answer, ToolMessage):  # refused as `Invalid`: its tool's start and error (`_spans`)
+            return answered(
+                answer, settled.outcome, call, request.runtime.config, self._tool_node.tools_by_name
+            )
+        return answer
 
     def _invalid(self, call: ToolCall, request: ToolCallRequest) -> ToolMessage | None:
         """A read's or write's invalid arguments as create_agent's ToolNode answers them (its
@@ -205,7 +217,7 @@ class EffectGateMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         with self._flight(call, request) as flight:
             if is_gated(self.gate, call["name"]):
                 settled = drive(self._flow(request, call, ctx), self.gate)[call_id]
-                return answer_settled(settled, call, flight.messages.get(call_id), _raise)
+                return self._settled(settled, call, flight, request)
             try:
                 outcome: Outcome = self.gate.call(call["name"], call["args"], ctx)
             except InvalidToolArguments as exc:
@@ -230,7 +242,7 @@ class EffectGateMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         with self._flight(call, request) as flight:
             if is_gated(self.gate, call["name"]):
                 settled = (await adrive(self._flow(request, call, ctx), self.gate))[call_id]
-                return answer_settled(settled, call, flight.messages.get(call_id), _raise)
+                return self._settled(settled, call, flight, request)
             try:
                 outcome: Outcome = await self.gate.acall(call["name"], call["args"], ctx)
             except InvalidToolArguments as exc:

@@ -56,12 +56,13 @@ from effectgate.adapter import is_gated, native_approver
 from effectgate.errors import TableError
 
 from . import _fidelity
-from ._fidelity import Flight, error_message, flying, framework_keys, is_native, model_call, tool_span
+from ._fidelity import Flight, error_message, flying, framework_keys, model_call
 from ._grants import Granted, Settled, answer_settled, settled_for, spent, unsettled
 from ._hitl import NativeApprover
 from ._identity import call_context, call_id, messages_of, reused_id_refusal, reused_ids, state_of, step_calls
 from ._messages import tool_message
 from ._regrant import agiven_back, given_back
+from ._spans import answered, row_span
 from ._step import StepFlow, adrive, drive, settle_step
 from ._tools import may_call, table_tools
 
@@ -87,12 +88,6 @@ _STEP: ContextVar[_Step | None] = ContextVar("effectgate_langgraph_step", defaul
 def _propagate(e: Exception) -> str:
     """ToolNode's own flag: the gate's wrapper applied `handle_tool_errors`; the rest is raised."""
     raise e
-
-
-def _ended(message: ToolMessage, span: CallbackManagerForToolRun | None) -> ToolMessage:
-    if span is not None:
-        span.on_tool_end(message, name=message.name)
-    return message
 
 
 def _current(request: ToolCallRequest) -> tuple[_Step, CallContext]:
@@ -289,7 +284,9 @@ class GatedToolNode(ToolNode):
         except Exception as exc:
             return _fidelity.wrapper_failed(exc, request.tool_call, self.handle_tool_errors)
 
-    def _ready(self, step: _Step, call: ToolCall) -> ToolMessage | Command[Any] | None:
+    def _ready(
+        self, step: _Step, call: ToolCall, config: RunnableConfig
+    ) -> ToolMessage | Command[Any] | None:
         """The answer to a call its step settled, or refuses (its id reused); None: run it now."""
         call_id = str(call.get("id") or "")
         if call_id in step.reused:
@@ -300,17 +297,17 @@ class GatedToolNode(ToolNode):
             return unsettled(step.gate, step.ctx, call)  # None: a read or write, run it now
         if isinstance(settled.outcome, Granted):
             return None  # a grant is spent now, where its call runs (`_grants.spent`)
-        return answer_settled(settled, call, step.ran.get(call_id), self.handle_tool_errors)
+        return self._settled(settled, call, step.ran.get(call_id), config)
 
     def _wrap(self, request: ToolCallRequest) -> ToolMessage | Command[Any]:
         step, ctx = _current(request)
         call = self._model_call(request.tool_call)
-        if (ready := self._ready(step, call)) is not None:
+        if (ready := self._ready(step, call, request.runtime.config)) is not None:
             return ready
         if (settled := settled_for(step.settled, call)) is not None:  # its grant, spent here
             with self._flight(step.gate, call, request) as flight:
                 return self._granted(flow.drive(spent(step.gate, ctx, settled)), call, flight)
-        span = self._span(step.gate, call, request)
+        span = row_span(step.gate, self.tools_by_name, call, request.runtime.config)
         with self._flight(step.gate, call, request) as flight:
             try:
                 outcome: Outcome = step.gate.call(call["name"], call["args"], ctx)
@@ -323,12 +320,12 @@ class GatedToolNode(ToolNode):
     async def _awrap(self, request: ToolCallRequest) -> ToolMessage | Command[Any]:
         step, ctx = _current(request)
         call = self._model_call(request.tool_call)
-        if (ready := self._ready(step, call)) is not None:
+        if (ready := self._ready(step, call, request.runtime.config)) is not None:
             return ready
         if (settled := settled_for(step.settled, call)) is not None:  # its grant, spent here
             with self._flight(step.gate, call, request) as flight:
                 return self._granted(await flow.adrive(spent(step.gate, ctx, settled)), call, flight)
-        span = self._span(step.gate, call, request)
+        span = row_span(step.gate, self.tools_by_name, call, request.runtime.config)
         with self._flight(step.gate, call, request) as flight:
             try:
                 outcome: Outcome = await step.gate.acall(call["name"], call["args"], ctx)
@@ -339,8 +336,15 @@ class GatedToolNode(ToolNode):
         return self._answer(step, call, outcome, flight, span)
 
     def _granted(self, settled: Settled, call: ToolCall, flight: Flight) -> ToolMessage | Command[Any]:
-        ran = flight.messages.get(str(call.get("id") or ""))
-        return answer_settled(settled, call, ran, self.handle_tool_errors)
+        return self._settled(settled, call, flight.messages.get(str(call.get("id") or "")), flight.config)
+
+    def _settled(
+        self, settled: Settled, call: ToolCall, ran: ToolMessage | None, config: RunnableConfig | None
+    ) -> ToolMessage | Command[Any]:
+        answer = answer_settled(settled, call, ran, self.handle_tool_errors)
+        if isinstance(answer, ToolMessage):  # refused as `Invalid`: ToolNode's start and error (`_spans`)
+            return answered(answer, settled.outcome, call, config, self.tools_by_name)
+        return answer
 
     def _flight(
         self, gate: EffectGate, call: ToolCall, request: ToolCallRequest
@@ -372,18 +376,8 @@ class GatedToolNode(ToolNode):
             except Exception as exc:
                 return self._failed(exc, call, span)
             return cast("ToolMessage | Command[Any]", out)
-        return _ended(tool_message(outcome, call, ran=flight.messages.get(call_id)), span)
-
-    def _span(
-        self, gate: EffectGate, call: ToolCall, request: ToolCallRequest
-    ) -> CallbackManagerForToolRun | None:
-        """The callbacks of a read or write a table row's function answers (a langchain tool
-        given to `gated_node` fires its own when it runs)."""
-        spec = gate.table.get(call["name"])
-        tool = self.tools_by_name.get(call["name"])
-        if spec is None or tool is None or is_native(spec.fn):
-            return None
-        return tool_span(tool, call, request.runtime.config)
+        answer = tool_message(outcome, call, ran=flight.messages.get(call_id))
+        return answered(answer, outcome, call, flight.config, self.tools_by_name, span)
 
     def _failed(self, exc: Exception, call: ToolCall, span: CallbackManagerForToolRun | None) -> ToolMessage:
         if span is not None:
