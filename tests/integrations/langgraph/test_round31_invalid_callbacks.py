@@ -9,7 +9,8 @@ LangSmith trace or a handler counting tool errors never saw the refusal.
 
 The same invalid calls (a read, a write, a money call the gate refuses before any approval) run
 on a plain ToolNode and on `gated_node`, sync and async (and on create_agent with and without
-`gated_middleware`, which had the same gap), with a handler recording each callback by tool call id. The ToolMessage the model gets is the gate's, as before; nothing runs (counted
+`gated_middleware`, which had the same gap), with a handler recording each callback by tool call
+id. The ToolMessage the model gets is the gate's, as before; nothing runs (counted
 at the receiver) and nothing is proposed or executed (the store)."""
 
 from __future__ import annotations

@@ -56,12 +56,12 @@ from ._fidelity import (
     model_call,
     raise_injection_error,
 )
-from ._grants import Settled, answer_settled
+from ._grants import Settled
 from ._hitl import NativeApprover
 from ._identity import call_context, messages_of, reused_id_refusal, reused_ids, step_calls
 from ._messages import tool_message
 from ._node import DEFAULT_RESUME_IDENTITY
-from ._spans import answered
+from ._spans import answered, settled_answer
 from ._step import StepFlow, adrive, drive, settle_step
 from ._tools import may_call, table_tools
 
@@ -178,12 +178,9 @@ class EffectGateMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     def _settled(
         self, settled: Settled, call: ToolCall, flight: Flight, request: ToolCallRequest
     ) -> ToolMessage | Command[Any]:
-        answer = answer_settled(settled, call, flight.messages.get(str(call.get("id") or "")), _raise)
-        if isinstance(answer, ToolMessage):  # refused as `Invalid`: its tool's start and error (`_spans`)
-            return answered(
-                answer, settled.outcome, call, request.runtime.config, self._tool_node.tools_by_name
-            )
-        return answer
+        ran = flight.messages.get(str(call.get("id") or ""))
+        config, tools = request.runtime.config, self._tool_node.tools_by_name
+        return settled_answer(settled, call, ran, _raise, config, tools)
 
     def _invalid(self, call: ToolCall, request: ToolCallRequest) -> ToolMessage | None:
         """A read's or write's invalid arguments as create_agent's ToolNode answers them (its

@@ -57,12 +57,12 @@ from effectgate.errors import TableError
 
 from . import _fidelity
 from ._fidelity import Flight, error_message, flying, framework_keys, model_call
-from ._grants import Granted, Settled, answer_settled, settled_for, spent, unsettled
+from ._grants import Granted, Settled, settled_for, spent, unsettled
 from ._hitl import NativeApprover
 from ._identity import call_context, call_id, messages_of, reused_id_refusal, reused_ids, state_of, step_calls
 from ._messages import tool_message
 from ._regrant import agiven_back, given_back
-from ._spans import answered, row_span
+from ._spans import answered, ran_now, row_span, settled_answer
 from ._step import StepFlow, adrive, drive, settle_step
 from ._tools import may_call, table_tools
 
@@ -297,7 +297,9 @@ class GatedToolNode(ToolNode):
             return unsettled(step.gate, step.ctx, call)  # None: a read or write, run it now
         if isinstance(settled.outcome, Granted):
             return None  # a grant is spent now, where its call runs (`_grants.spent`)
-        return self._settled(settled, call, step.ran.get(call_id), config)
+        span = row_span(step.gate, self.tools_by_name, call, config) if ran_now(settled) else None
+        ran, tools = step.ran.get(call_id), self.tools_by_name
+        return settled_answer(settled, call, ran, self.handle_tool_errors, config, tools, span)
 
     def _wrap(self, request: ToolCallRequest) -> ToolMessage | Command[Any]:
         step, ctx = _current(request)
@@ -305,8 +307,9 @@ class GatedToolNode(ToolNode):
         if (ready := self._ready(step, call, request.runtime.config)) is not None:
             return ready
         if (settled := settled_for(step.settled, call)) is not None:  # its grant, spent here
+            span = row_span(step.gate, self.tools_by_name, call, request.runtime.config)
             with self._flight(step.gate, call, request) as flight:
-                return self._granted(flow.drive(spent(step.gate, ctx, settled)), call, flight)
+                return self._granted(flow.drive(spent(step.gate, ctx, settled)), call, flight, span)
         span = row_span(step.gate, self.tools_by_name, call, request.runtime.config)
         with self._flight(step.gate, call, request) as flight:
             try:
@@ -323,8 +326,9 @@ class GatedToolNode(ToolNode):
         if (ready := self._ready(step, call, request.runtime.config)) is not None:
             return ready
         if (settled := settled_for(step.settled, call)) is not None:  # its grant, spent here
+            span = row_span(step.gate, self.tools_by_name, call, request.runtime.config)
             with self._flight(step.gate, call, request) as flight:
-                return self._granted(await flow.adrive(spent(step.gate, ctx, settled)), call, flight)
+                return self._granted(await flow.adrive(spent(step.gate, ctx, settled)), call, flight, span)
         span = row_span(step.gate, self.tools_by_name, call, request.runtime.config)
         with self._flight(step.gate, call, request) as flight:
             try:
@@ -335,16 +339,11 @@ class GatedToolNode(ToolNode):
                 return self._failed(exc, call, span)
         return self._answer(step, call, outcome, flight, span)
 
-    def _granted(self, settled: Settled, call: ToolCall, flight: Flight) -> ToolMessage | Command[Any]:
-        return self._settled(settled, call, flight.messages.get(str(call.get("id") or "")), flight.config)
-
-    def _settled(
-        self, settled: Settled, call: ToolCall, ran: ToolMessage | None, config: RunnableConfig | None
+    def _granted(
+        self, settled: Settled, call: ToolCall, flight: Flight, span: CallbackManagerForToolRun | None
     ) -> ToolMessage | Command[Any]:
-        answer = answer_settled(settled, call, ran, self.handle_tool_errors)
-        if isinstance(answer, ToolMessage):  # refused as `Invalid`: ToolNode's start and error (`_spans`)
-            return answered(answer, settled.outcome, call, config, self.tools_by_name)
-        return answer
+        ran, tools = flight.messages.get(str(call.get("id") or "")), self.tools_by_name
+        return settled_answer(settled, call, ran, self.handle_tool_errors, flight.config, tools, span)
 
     def _flight(
         self, gate: EffectGate, call: ToolCall, request: ToolCallRequest

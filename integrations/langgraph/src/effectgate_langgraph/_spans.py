@@ -7,21 +7,28 @@
   (`Invalid`) never reaches `tool.invoke`, where a plain ToolNode's tool fires `on_tool_start`
   then `on_tool_error` with the validation error. The node fires the same pair, once (the start
   only when no span was started), the error a `ToolException` carrying the gate's message. The
-  answer the model gets is the gate's, unchanged.
+  answer the model gets is the gate's, unchanged. A started span ends with `on_tool_end`, or with
+  `on_tool_error` for a run that raised (the settled outcome is its error).
+- `settled_answer(...)`: `_grants.answer_settled` (a gated call its step settled, or its grant
+  spent where it runs) with those callbacks, `on_tool_error` too when ToolNode's
+  `handle_tool_errors` raises the error again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from langchain_core.callbacks import CallbackManager, CallbackManagerForToolRun
 from langchain_core.messages import ToolCall, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, ToolException
+from langgraph.types import Command
 
-from effectgate import EffectGate, Invalid
+from effectgate import EffectGate, Executed, Invalid
 
 from ._fidelity import is_native
+from ._grants import Settled, answer_settled
 
 
 def tool_span(tool: BaseTool, call: ToolCall, config: RunnableConfig) -> CallbackManagerForToolRun:
@@ -70,11 +77,44 @@ def answered(
     arguments the gate refused (`Invalid`), `on_tool_start` (unless `span` started the call) and
     `on_tool_error`, once. A call of a tool the node does not offer (not in `tools`) fires none."""
     if not isinstance(outcome, Invalid):
-        if span is not None:
+        if span is not None and isinstance(outcome, BaseException):  # its run raised
+            span.on_tool_error(outcome, tool_call_id=call.get("id"))
+        elif span is not None:
             span.on_tool_end(answer, name=answer.name)
         return answer
     if span is None and (tool := tools.get(call["name"])) is not None:
         span = tool_span(tool, call, config or {})
     if span is not None:
         span.on_tool_error(ToolException(outcome.for_model()), tool_call_id=call.get("id"))
+    return answer
+
+
+def ran_now(settled: Settled) -> bool:
+    """Whether the step ran this gated call (not a replay of its stored result, not a pause or a
+    refusal): a table row's function fires no callback of its own, so the node fires its start
+    and end (or error) as it answers it (`row_span`, `settled_answer`)."""
+    outcome = settled.outcome
+    return isinstance(outcome, BaseException) or (isinstance(outcome, Executed) and not outcome.replay)
+
+
+def settled_answer(
+    settled: Settled,
+    call: ToolCall,
+    ran: ToolMessage | None,
+    flag: Any,
+    config: RunnableConfig | None,
+    tools: Mapping[str, BaseTool],
+    span: CallbackManagerForToolRun | None = None,
+) -> ToolMessage | Command[Any]:
+    """`answer_settled` (`flag`: ToolNode's `handle_tool_errors`), after its callbacks (`answered`)."""
+    try:
+        answer = answer_settled(settled, call, ran, flag)
+    except Exception as exc:  # the run's error, raised again by `flag`
+        if span is not None:
+            span.on_tool_error(exc, tool_call_id=call.get("id"))
+        raise
+    if isinstance(answer, ToolMessage):
+        return answered(answer, settled.outcome, call, config, tools, span)
+    if span is not None:
+        span.on_tool_end(answer)
     return answer
