@@ -212,6 +212,25 @@ def test_a_version_whose_proposal_event_is_gone_is_refused_as_tampered(
     assert shop_gate.shop.receiver.count("refund") == 0
 
 
+def test_a_replay_of_a_version_whose_proposal_event_is_gone_is_refused_as_tampered(
+    shop_gate: ShopGate, store: SQLStore
+) -> None:
+    """Round 31: as `approve` refuses it, so does the replay of its call (the same message): it
+    answered Pending, an approval no one can ever decide (its deadline cannot be derived)."""
+    gate = shop_gate.gate
+    pending = _propose(shop_gate)
+    unguard(store, "eg_events")  # as the database's owner can
+    with store.transaction() as conn:
+        conn.execute(
+            sa.text("DELETE FROM eg_events WHERE approval_id = :id AND kind = 'proposed'"),
+            {"id": pending.approval_id},
+        )
+    with pytest.raises(TamperedRecord, match="proposed"):
+        gate.call("refund_order", REFUND, context("m1", session_id="s-ada"))
+    assert [(r.id, r.status, r.grants) for r in store.approvals()] == [(pending.approval_id, "pending", 0)]
+    assert shop_gate.shop.receiver.count("refund") == 0
+
+
 def _late(shop_gate: ShopGate) -> list[tuple[str, str | None]]:
     report = audit(shop_gate.gate.store, keyring=shop_gate.gate.keyring)
     return [(f.kind, f.approval_id) for f in report.findings if f.kind == "approved_late"]

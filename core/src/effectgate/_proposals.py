@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._answers import SHADOW_NOTE, log_outcome, unknown_outcome
+from ._deadline import derived
 from ._deadline import lapsed as deadline_passed
 from ._deps import Deps, Events
 from ._execution import exec_key, stored_replay
@@ -288,6 +289,11 @@ class Proposals:
         # a new message's same arguments under a row or policy not the sealed ones: amended (`bar`)
         current = (row.row_fingerprint, row.policy_fingerprint) == (spec.fingerprint, self.policy.fingerprint)
         if row.args_hash == frozen and (current or replay):
+            try:  # as `approve`: a version without its proposal event no one can ever decide
+                proposed = self.store.proposal_times(conn, [row.id]).get((row.id, row.version))
+                derived(row, proposed, self.policy.pending_ttl)
+            except TamperedRecord as exc:
+                raise tampered(row, exc.what) from None
             if not replay:
                 self.store.add_key(conn, intent, row.id, row.version, ctx.origin_message_id)
             self.store.append_events(conn, [self.events.event("replay", row=row, ctx=ctx)])
