@@ -193,17 +193,22 @@ def test_an_amended_version_past_its_deadline_edited_forward_is_refused(
     assert shop_gate.shop.receiver.count("refund") == 0
 
 
-def test_a_version_whose_proposal_event_is_gone_is_refused_as_tampered(
-    shop_gate: ShopGate, store: SQLStore
-) -> None:
-    gate = shop_gate.gate
+def _proposal_event_gone(shop_gate: ShopGate, store: SQLStore, edit: str) -> Pending:
+    """A proposed refund whose `proposed` event `edit` (an UPDATE or DELETE of eg_events) took away."""
     pending = _propose(shop_gate)
     unguard(store, "eg_events")  # as the database's owner can
     with store.transaction() as conn:
         conn.execute(
-            sa.text("UPDATE eg_events SET version = 7 WHERE approval_id = :id AND kind = 'proposed'"),
-            {"id": pending.approval_id},
+            sa.text(f"{edit} WHERE approval_id = :id AND kind = 'proposed'"), {"id": pending.approval_id}
         )
+    return pending
+
+
+def test_a_version_whose_proposal_event_is_gone_is_refused_as_tampered(
+    shop_gate: ShopGate, store: SQLStore
+) -> None:
+    gate = shop_gate.gate
+    pending = _proposal_event_gone(shop_gate, store, "UPDATE eg_events SET version = 7")
     with pytest.raises(TamperedRecord, match="proposed"):
         gate.approve(pending.approval_id, version=1, approver=FINANCE)
     row = store.get_approval(pending.approval_id)
@@ -218,13 +223,7 @@ def test_a_replay_of_a_version_whose_proposal_event_is_gone_is_refused_as_tamper
     """Round 31: as `approve` refuses it, so does the replay of its call (the same message): it
     answered Pending, an approval no one can ever decide (its deadline cannot be derived)."""
     gate = shop_gate.gate
-    pending = _propose(shop_gate)
-    unguard(store, "eg_events")  # as the database's owner can
-    with store.transaction() as conn:
-        conn.execute(
-            sa.text("DELETE FROM eg_events WHERE approval_id = :id AND kind = 'proposed'"),
-            {"id": pending.approval_id},
-        )
+    pending = _proposal_event_gone(shop_gate, store, "DELETE FROM eg_events")
     with pytest.raises(TamperedRecord, match="proposed"):
         gate.call("refund_order", REFUND, context("m1", session_id="s-ada"))
     assert [(r.id, r.status, r.grants) for r in store.approvals()] == [(pending.approval_id, "pending", 0)]
